@@ -1,0 +1,297 @@
+//! A `prometheus-client` [`Collector`] that encodes a set of snapshots.
+
+use std::sync::Arc;
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{
+    DescriptorEncoder, EncodeCounterValue, EncodeGaugeValue, EncodeLabelSet, NoLabelSet,
+};
+use prometheus_client::metrics::MetricType;
+
+use super::labels::{QueueLabels, ReasonLabels, SourceLabels, VhostLabels};
+use super::Format;
+use crate::snapshot::{QueueSample, Snapshot, POLL_DURATION_BUCKETS};
+
+/// Name of the age gauge histogram family.
+pub const AGE_HISTOGRAM: &str = "queue_message_age_seconds";
+
+/// Encodes the snapshots it was built with.
+#[derive(Debug)]
+pub struct SnapshotCollector {
+    /// The snapshots to encode, in config order.
+    pub snapshots: Vec<Arc<Snapshot>>,
+    /// The target format; only the age histogram differs.
+    pub format: Format,
+}
+
+type Enc<'a> = DescriptorEncoder<'a>;
+
+fn gauges<L: EncodeLabelSet, V: EncodeGaugeValue>(
+    enc: &mut Enc<'_>,
+    name: &str,
+    help: &str,
+    metric_type: MetricType,
+    samples: impl Iterator<Item = (L, V)>,
+) -> std::fmt::Result {
+    let mut samples = samples.peekable();
+    if samples.peek().is_none() {
+        return Ok(());
+    }
+    let mut family = enc.encode_descriptor(name, help, None, metric_type)?;
+    for (labels, value) in samples {
+        family.encode_family(&labels)?.encode_gauge(&value)?;
+    }
+    Ok(())
+}
+
+fn counters<L: EncodeLabelSet, V: EncodeCounterValue>(
+    enc: &mut Enc<'_>,
+    name: &str,
+    help: &str,
+    samples: impl Iterator<Item = (L, V)>,
+) -> std::fmt::Result {
+    let mut samples = samples.peekable();
+    if samples.peek().is_none() {
+        return Ok(());
+    }
+    let mut family = enc.encode_descriptor(name, help, None, MetricType::Counter)?;
+    for (labels, value) in samples {
+        family
+            .encode_family(&labels)?
+            .encode_counter::<NoLabelSet, _, u64>(&value, None)?;
+    }
+    Ok(())
+}
+
+impl SnapshotCollector {
+    /// Every queue of every source that is up. Queues of a source that is
+    /// down are not shown: they would look fresh while they are not.
+    fn queues(&self) -> impl Iterator<Item = (&str, &QueueSample)> + '_ {
+        self.snapshots
+            .iter()
+            .filter(|s| s.up)
+            .flat_map(|s| s.queues.iter().map(move |q| (&*s.source, q)))
+    }
+
+    fn queue_gauge<V: EncodeGaugeValue>(
+        &self,
+        enc: &mut Enc<'_>,
+        name: &str,
+        help: &str,
+        pick: impl Fn(&QueueSample) -> Option<V>,
+    ) -> std::fmt::Result {
+        gauges(
+            enc,
+            name,
+            help,
+            MetricType::Gauge,
+            self.queues()
+                .filter_map(|(s, q)| Some((QueueLabels::of(s, q), pick(q)?))),
+        )
+    }
+
+    fn queue_counter(
+        &self,
+        enc: &mut Enc<'_>,
+        name: &str,
+        help: &str,
+        pick: impl Fn(&QueueSample) -> Option<u64>,
+    ) -> std::fmt::Result {
+        counters(
+            enc,
+            name,
+            help,
+            self.queues()
+                .filter_map(|(s, q)| Some((QueueLabels::of(s, q), pick(q)?))),
+        )
+    }
+
+    fn encode_queues(&self, enc: &mut Enc<'_>) -> std::fmt::Result {
+        self.queue_gauge(enc, "queue_depth", "Items held by the queue (LLEN, ZCARD, HLEN, SCARD, XLEN, or RabbitMQ messages)", |q| q.depth)?;
+        self.queue_gauge(enc, "queue_messages_ready", "Items a worker could take now", |q| q.ready)?;
+        self.queue_gauge(enc, "queue_messages_unacked", "Items delivered to a consumer and not yet acknowledged", |q| q.unacked)?;
+        self.queue_gauge(enc, "queue_messages_scheduled", "Items waiting for a due time in the future", |q| q.scheduled)?;
+        self.queue_gauge(enc, "queue_consumers", "Consumers attached to the queue", |q| q.consumers)?;
+        self.queue_gauge(enc, "queue_consumer_utilisation", "Fraction of time the queue could deliver to consumers immediately (RabbitMQ)", |q| q.consumer_utilisation)?;
+        self.queue_gauge(enc, "queue_oldest_message_age_seconds", "Age of the oldest waiting item; 0 when none is waiting, absent when unknown", |q| q.oldest_age_seconds)?;
+        self.encode_age_histogram(enc)?;
+
+        let group_samples = |pick: fn(&crate::snapshot::GroupSample) -> Option<u64>| {
+            self.queues().flat_map(move |(s, q)| {
+                q.groups.iter().filter_map(move |g| {
+                    Some((
+                        QueueLabels {
+                            group: Some(&g.name),
+                            ..QueueLabels::of(s, q)
+                        },
+                        pick(g)?,
+                    ))
+                })
+            })
+        };
+        gauges(enc, "queue_stream_group_lag", "Stream entries not yet delivered to the consumer group", MetricType::Gauge, group_samples(|g| g.lag))?;
+        gauges(enc, "queue_stream_group_pending", "Stream entries delivered to the group and not yet acknowledged", MetricType::Gauge, group_samples(|g| Some(g.pending)))?;
+        gauges(enc, "queue_stream_group_consumers", "Consumers in the stream consumer group", MetricType::Gauge, group_samples(|g| Some(g.consumers)))?;
+
+        gauges(
+            enc,
+            "queue_info",
+            "Always 1; the type label gives the queue's type (and state where the backend has one)",
+            MetricType::Gauge,
+            self.queues().filter_map(|(s, q)| {
+                let kind = q.kind.as_ref()?;
+                Some((
+                    QueueLabels {
+                        info: Some((kind.as_str(), q.state.as_deref())),
+                        ..QueueLabels::of(s, q)
+                    },
+                    1u64,
+                ))
+            }),
+        )?;
+
+        self.queue_counter(enc, "queue_messages_published", "Messages published to the queue (RabbitMQ publish, Redis stream entries-added)", |q| q.counters.published)?;
+        self.queue_counter(enc, "queue_messages_delivered", "Messages delivered to consumers (RabbitMQ deliver_get)", |q| q.counters.delivered)?;
+        self.queue_counter(enc, "queue_messages_acknowledged", "Messages acknowledged by consumers", |q| q.counters.acknowledged)?;
+        self.queue_counter(enc, "queue_messages_redelivered", "Messages delivered again after a reject or a lost consumer", |q| q.counters.redelivered)?;
+        Ok(())
+    }
+
+    /// OpenMetrics: a histogram family that [`super::finish`] retypes to
+    /// `gaugehistogram`. Classic text: `_bucket` (untyped, as promtool's
+    /// linter requires for `le` outside histograms) and `_gcount` gauges.
+    fn encode_age_histogram(&self, enc: &mut Enc<'_>) -> std::fmt::Result {
+        let help = "Ages of waiting items (timestamp zsets), counted with ZCOUNT per bucket bound";
+        let with_hist = || {
+            self.queues()
+                .filter_map(|(s, q)| Some((s, q, q.age_histogram.as_ref()?)))
+        };
+        if with_hist().next().is_none() {
+            return Ok(());
+        }
+        match self.format {
+            Format::OpenMetrics => {
+                let mut family = enc.encode_descriptor(AGE_HISTOGRAM, help, None, MetricType::Histogram)?;
+                for (s, q, h) in with_hist() {
+                    // encode_histogram wants per-bucket counts, +Inf included.
+                    let mut prev = 0;
+                    let mut buckets: Vec<(f64, u64)> = h
+                        .buckets
+                        .iter()
+                        .map(|(b, c)| {
+                            let d = c.saturating_sub(prev);
+                            prev = *c;
+                            (*b, d)
+                        })
+                        .collect();
+                    buckets.push((f64::INFINITY, h.count.saturating_sub(prev)));
+                    family
+                        .encode_family(&QueueLabels::of(s, q))?
+                        .encode_histogram::<NoLabelSet>(0.0, h.count, &buckets, None)?;
+                }
+                Ok(())
+            }
+            Format::Classic => {
+                let bucket_name = format!("{AGE_HISTOGRAM}_bucket");
+                let mut family = enc.encode_descriptor(&bucket_name, help, None, MetricType::Unknown)?;
+                for (s, q, h) in with_hist() {
+                    let bounds = h
+                        .buckets
+                        .iter()
+                        .map(|(b, c)| (format!("{b:?}"), *c))
+                        .chain([("+Inf".to_string(), h.count)]);
+                    for (b, c) in bounds {
+                        let labels = QueueLabels {
+                            le: Some(&b),
+                            ..QueueLabels::of(s, q)
+                        };
+                        family.encode_family(&labels)?.encode_gauge(&c)?;
+                    }
+                }
+                gauges(
+                    enc,
+                    &format!("{AGE_HISTOGRAM}_gcount"),
+                    "Waiting items counted by queue_message_age_seconds_bucket",
+                    MetricType::Gauge,
+                    with_hist().map(|(s, q, h)| (QueueLabels::of(s, q), h.count)),
+                )
+            }
+        }
+    }
+
+    fn encode_self(&self, enc: &mut Enc<'_>) -> std::fmt::Result {
+        let src = || self.snapshots.iter().map(|s| (SourceLabels { source: s.source.to_string() }, s));
+        gauges(enc, "queue_exporter_source_up", "1 if the last poll of the source succeeded", MetricType::Gauge, src().map(|(l, s)| (l, u64::from(s.up))))?;
+        gauges(
+            enc,
+            "queue_exporter_last_success_timestamp_seconds",
+            "Unix time of the source's last successful poll",
+            MetricType::Gauge,
+            src().filter_map(|(l, s)| {
+                let t = s.last_success?.duration_since(std::time::UNIX_EPOCH).ok()?;
+                Some((l, t.as_secs_f64()))
+            }),
+        )?;
+        gauges(enc, "queue_exporter_tracked_keys", "Queues (keys) the source is tracking", MetricType::Gauge, src().filter(|(_, s)| s.last_success.is_some()).map(|(l, s)| (l, s.stats.tracked_keys)))?;
+        gauges(enc, "queue_exporter_dropped_keys", "Queues (keys) found but not tracked because of max_keys", MetricType::Gauge, src().filter(|(_, s)| s.last_success.is_some()).map(|(l, s)| (l, s.stats.dropped_keys)))?;
+        counters(enc, "queue_exporter_age_parse_failures", "Peeked items whose timestamp could not be read", src().filter(|(_, s)| s.polled).map(|(l, s)| (l, s.stats.age_parse_failures)))?;
+        counters(
+            enc,
+            "queue_exporter_poll_errors",
+            "Failed polls (and per-queue failures) by reason",
+            self.snapshots.iter().flat_map(|s| {
+                s.telemetry
+                    .errors
+                    .iter()
+                    .map(move |(reason, n)| (ReasonLabels { source: s.source.to_string(), reason: reason.clone() }, *n))
+            }),
+        )?;
+        gauges(
+            enc,
+            "queue_exporter_rabbitmq_queues",
+            "RabbitMQ queues seen in the last poll, by vhost",
+            MetricType::Gauge,
+            self.snapshots.iter().filter(|s| s.up).flat_map(|s| {
+                s.stats
+                    .queues_per_vhost
+                    .iter()
+                    .map(move |(vhost, n)| (VhostLabels { source: s.source.to_string(), vhost: vhost.clone() }, *n))
+            }),
+        )?;
+
+        let polled: Vec<_> = self.snapshots.iter().filter(|s| s.telemetry.duration_count > 0).collect();
+        if !polled.is_empty() {
+            let mut family = enc.encode_descriptor(
+                "queue_exporter_poll_duration_seconds",
+                "Time taken by each poll of the source, discovery included",
+                None,
+                MetricType::Histogram,
+            )?;
+            for s in polled {
+                let t = &s.telemetry;
+                let mut prev = 0;
+                let mut buckets: Vec<(f64, u64)> = POLL_DURATION_BUCKETS
+                    .iter()
+                    .zip(&t.duration_bucket_counts)
+                    .map(|(b, c)| {
+                        let d = c.saturating_sub(prev);
+                        prev = *c;
+                        (*b, d)
+                    })
+                    .collect();
+                buckets.push((f64::INFINITY, t.duration_count.saturating_sub(prev)));
+                family
+                    .encode_family(&SourceLabels { source: s.source.to_string() })?
+                    .encode_histogram::<NoLabelSet>(t.duration_sum, t.duration_count, &buckets, None)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Collector for SnapshotCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        self.encode_queues(&mut encoder)?;
+        self.encode_self(&mut encoder)
+    }
+}

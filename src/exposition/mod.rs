@@ -1,0 +1,229 @@
+//! `/metrics`: encodes snapshots with `prometheus-client`, in OpenMetrics or
+//! the classic Prometheus text format, and caches the snapshot part per
+//! snapshot epoch so repeated scrapes do not re-encode unchanged data.
+//!
+//! `prometheus-client` writes OpenMetrics only. [`finish`] adapts its output
+//! line by line where the two formats differ: descriptor lines (`# TYPE`,
+//! `# HELP`, `# UNIT`, `# EOF`) for the classic format, and the gauge
+//! histogram type that the crate lacks for OpenMetrics. Sample lines, label
+//! escaping and numbers are always the crate's.
+
+mod collector;
+mod labels;
+
+use std::fmt::Write as _;
+use std::sync::{Arc, Mutex};
+
+use prometheus_client::registry::Registry;
+
+use crate::hub::Hub;
+use crate::telemetry::Telemetry;
+pub use collector::{SnapshotCollector, AGE_HISTOGRAM};
+
+/// Which text format a scrape gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// `application/openmetrics-text; version=1.0.0`.
+    OpenMetrics,
+    /// `text/plain; version=0.0.4`.
+    Classic,
+}
+
+impl Format {
+    /// Picks the format from an `Accept` header: OpenMetrics when asked for.
+    pub fn negotiate(accept: Option<&str>) -> Format {
+        match accept {
+            Some(a)
+                if a.split(',').any(|part| {
+                    let mut it = part.split(';');
+                    let media = it.next().unwrap_or("").trim();
+                    let q_zero = it.any(|p| {
+                        let p = p.trim();
+                        p == "q=0" || p == "q=0.0" || p == "q=0.00" || p == "q=0.000"
+                    });
+                    media.eq_ignore_ascii_case("application/openmetrics-text") && !q_zero
+                }) =>
+            {
+                Format::OpenMetrics
+            }
+            _ => Format::Classic,
+        }
+    }
+
+    /// The `Content-Type` header value.
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Format::OpenMetrics => "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            Format::Classic => "text/plain; version=0.0.4; charset=utf-8",
+        }
+    }
+}
+
+/// Renders `/metrics` bodies from the hub's snapshots.
+#[derive(Debug)]
+pub struct Exposition {
+    /// Where snapshots come from.
+    hub: Hub,
+    /// Process-level metrics, encoded live after the snapshot part.
+    telemetry: Arc<Telemetry>,
+    /// Encoded snapshot part per format, with the epoch it was encoded at.
+    cache: Mutex<[Option<(u64, Arc<String>)>; 2]>,
+}
+
+impl Exposition {
+    /// A renderer over `hub`.
+    pub fn new(hub: Hub, telemetry: Arc<Telemetry>) -> Self {
+        Exposition {
+            hub,
+            telemetry,
+            cache: Mutex::new([None, None]),
+        }
+    }
+
+    /// The full body for one scrape.
+    pub fn render(&self, format: Format) -> String {
+        let part = self.snapshot_part(format);
+        let mut out = String::with_capacity(part.len() + 4096);
+        out.push_str(&part);
+        let mut live = String::new();
+        // Encoding into a String cannot fail: fmt::Write for String is infallible.
+        let _ = prometheus_client::encoding::text::encode_registry(&mut live, &self.telemetry.registry);
+        out.push_str(&finish(&live, format));
+        if format == Format::OpenMetrics {
+            out.push_str("# EOF\n");
+        }
+        out
+    }
+
+    fn snapshot_part(&self, format: Format) -> Arc<String> {
+        let slot = match format {
+            Format::OpenMetrics => 0,
+            Format::Classic => 1,
+        };
+        // Read the epoch before the snapshots: if a publish lands in between,
+        // the newer data is cached under the older epoch and simply re-encoded
+        // on the next scrape.
+        let epoch = self.hub.epoch();
+        if let Ok(cache) = self.cache.lock()
+            && let Some((e, body)) = &cache[slot]
+            && *e == epoch
+        {
+            return body.clone();
+        }
+        let body = Arc::new(encode_snapshots(&self.hub, format));
+        if let Ok(mut cache) = self.cache.lock() {
+            cache[slot] = Some((epoch, body.clone()));
+        }
+        body
+    }
+}
+
+/// Encodes every snapshot of `hub` (no EOF marker).
+pub fn encode_snapshots(hub: &Hub, format: Format) -> String {
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(SnapshotCollector {
+        snapshots: hub.snapshots(),
+        format,
+    }));
+    let mut text = String::new();
+    // Encoding into a String cannot fail: fmt::Write for String is infallible.
+    let _ = prometheus_client::encoding::text::encode_registry(&mut text, &registry);
+    finish(&text, format)
+}
+
+/// Adapts `prometheus-client` OpenMetrics output (without `# EOF`) to `format`.
+pub fn finish(om: &str, format: Format) -> String {
+    let mut out = String::with_capacity(om.len());
+    let hist_type = format!("# TYPE {AGE_HISTOGRAM} histogram");
+    let hist_count = format!("{AGE_HISTOGRAM}_count");
+    let hist_sum = format!("{AGE_HISTOGRAM}_sum");
+    let mut pending_help: Option<&str> = None;
+    for line in om.lines() {
+        match format {
+            Format::OpenMetrics => {
+                if line == hist_type {
+                    let _ = writeln!(out, "# TYPE {AGE_HISTOGRAM} gaugehistogram");
+                } else if let Some(rest) = line.strip_prefix(&hist_count)
+                    && (rest.starts_with('{') || rest.starts_with(' '))
+                {
+                    let _ = writeln!(out, "{AGE_HISTOGRAM}_gcount{rest}");
+                } else if let Some(rest) = line.strip_prefix(&hist_sum)
+                    && (rest.starts_with('{') || rest.starts_with(' '))
+                {
+                    // The sum of ages is not known without reading every member.
+                } else {
+                    out.push_str(line);
+                    out.push('\n');
+                }
+            }
+            Format::Classic => {
+                if line == "# EOF" || line.starts_with("# UNIT ") {
+                    continue;
+                }
+                if let Some(rest) = line.strip_prefix("# HELP ") {
+                    pending_help = Some(rest);
+                    continue;
+                }
+                if let Some(rest) = line.strip_prefix("# TYPE ") {
+                    let (name, kind) = rest.rsplit_once(' ').unwrap_or((rest, "untyped"));
+                    let (name, kind) = match kind {
+                        "counter" => (format!("{name}_total"), "counter"),
+                        "unknown" => (name.to_string(), "untyped"),
+                        "info" => (format!("{name}_info"), "gauge"),
+                        other => (name.to_string(), other),
+                    };
+                    if let Some(help) = pending_help.take() {
+                        let text = help.split_once(' ').map(|(_, t)| t).unwrap_or("");
+                        let _ = writeln!(out, "# HELP {name} {text}");
+                    }
+                    let _ = writeln!(out, "# TYPE {name} {kind}");
+                    continue;
+                }
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn negotiation_prefers_openmetrics_only_when_asked() {
+        assert_eq!(Format::negotiate(None), Format::Classic);
+        assert_eq!(Format::negotiate(Some("text/plain")), Format::Classic);
+        assert_eq!(
+            Format::negotiate(Some(
+                "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1"
+            )),
+            Format::OpenMetrics
+        );
+        assert_eq!(
+            Format::negotiate(Some("application/openmetrics-text;q=0, text/plain")),
+            Format::Classic
+        );
+    }
+
+    #[test]
+    fn classic_renames_counter_descriptors_and_drops_om_only_lines() {
+        let om = "# HELP foo Foo things.\n# TYPE foo counter\nfoo_total{a=\"b\"} 1\n# HELP bar Bar.\n# TYPE bar unknown\nbar 2\n# UNIT baz seconds\n";
+        let classic = finish(om, Format::Classic);
+        assert_eq!(
+            classic,
+            "# HELP foo_total Foo things.\n# TYPE foo_total counter\nfoo_total{a=\"b\"} 1\n# HELP bar Bar.\n# TYPE bar untyped\nbar 2\n"
+        );
+    }
+
+    #[test]
+    fn openmetrics_retypes_the_age_histogram() {
+        let om = "# HELP queue_message_age_seconds x\n# TYPE queue_message_age_seconds histogram\nqueue_message_age_seconds_sum{q=\"a\"} 0.0\nqueue_message_age_seconds_count{q=\"a\"} 3\nqueue_message_age_seconds_bucket{q=\"a\",le=\"+Inf\"} 3\n";
+        let out = finish(om, Format::OpenMetrics);
+        assert!(out.contains("# TYPE queue_message_age_seconds gaugehistogram\n"));
+        assert!(out.contains("queue_message_age_seconds_gcount{q=\"a\"} 3\n"));
+        assert!(!out.contains("_sum"));
+        assert!(out.contains("_bucket{q=\"a\",le=\"+Inf\"} 3\n"));
+    }
+}

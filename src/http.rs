@@ -1,0 +1,143 @@
+//! The HTTP listener: `/metrics`, `/healthz`, `/readyz` and a landing page.
+//! Handlers only read snapshots; none of them reaches a backend.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use tower_http::compression::CompressionLayer;
+
+use crate::exposition::{Exposition, Format};
+use crate::hub::Hub;
+use crate::shutdown::Shutdown;
+
+/// Shared state of the HTTP handlers.
+#[derive(Debug, Clone)]
+pub struct HttpState {
+    /// Renders `/metrics`.
+    pub exposition: Arc<Exposition>,
+    /// For readiness and the landing page.
+    pub hub: Hub,
+}
+
+/// Builds the router (gzip when the client accepts it).
+pub fn router(state: HttpState) -> Router {
+    Router::new()
+        .route("/", get(landing))
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .layer(CompressionLayer::new().gzip(true).no_br().no_deflate().no_zstd())
+        .with_state(state)
+}
+
+/// A listener problem.
+#[derive(Debug, thiserror::Error)]
+pub enum HttpError {
+    /// The address could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The server failed while running.
+    #[error("HTTP server failed: {0}")]
+    Serve(#[source] std::io::Error),
+}
+
+/// Binds `addr`, returning the listener and the bound address (port 0 picks a free one).
+pub async fn bind(addr: SocketAddr) -> Result<(tokio::net::TcpListener, SocketAddr), HttpError> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|source| HttpError::Bind { addr, source })?;
+    let local = listener
+        .local_addr()
+        .map_err(|source| HttpError::Bind { addr, source })?;
+    Ok((listener, local))
+}
+
+/// Serves until shutdown; in-flight requests are given time to finish.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    state: HttpState,
+    mut shutdown: Shutdown,
+) -> Result<(), HttpError> {
+    axum::serve(listener, router(state))
+        .with_graceful_shutdown(async move { shutdown.recv().await })
+        .await
+        .map_err(HttpError::Serve)
+}
+
+async fn metrics(State(state): State<HttpState>, headers: HeaderMap) -> Response {
+    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
+    let format = Format::negotiate(accept);
+    // Encoding thousands of series is CPU work; keep it off the reactor.
+    let exposition = state.exposition.clone();
+    match tokio::task::spawn_blocking(move || exposition.render(format)).await {
+        Ok(body) => ([(header::CONTENT_TYPE, format.content_type())], body).into_response(),
+        Err(e) => {
+            tracing::error!(error = %e, "rendering /metrics failed");
+            (StatusCode::INTERNAL_SERVER_ERROR, "rendering failed\n").into_response()
+        }
+    }
+}
+
+async fn healthz() -> &'static str {
+    "ok\n"
+}
+
+/// Ready once every source has finished its first poll, whether it
+/// succeeded or not: a down backend is reported through `source_up`, and
+/// taking the exporter out of rotation would hide exactly that.
+async fn readyz(State(state): State<HttpState>) -> Response {
+    let mut body = String::new();
+    for s in state.hub.snapshots() {
+        let status = match (s.polled, s.up) {
+            (false, _) => "pending",
+            (true, true) => "up",
+            (true, false) => "down",
+        };
+        body.push_str(&format!("{} {} {}\n", s.source, s.kind.as_str(), status));
+    }
+    if state.hub.all_polled() {
+        (StatusCode::OK, body).into_response()
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, body).into_response()
+    }
+}
+
+async fn landing(State(state): State<HttpState>) -> Html<String> {
+    let mut rows = String::new();
+    for s in state.hub.snapshots() {
+        let status = if s.up { "up" } else if s.polled { "down" } else { "pending" };
+        rows.push_str(&format!(
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            html_escape(&s.source),
+            s.kind.as_str(),
+            status,
+            s.queues.len()
+        ));
+    }
+    Html(format!(
+        "<!doctype html><html><head><title>queue-exporter</title></head><body>\
+         <h1>queue-exporter {}</h1>\
+         <ul><li><a href=\"metrics\">/metrics</a></li><li><a href=\"healthz\">/healthz</a></li>\
+         <li><a href=\"readyz\">/readyz</a></li></ul>\
+         <table border=\"1\"><tr><th>source</th><th>type</th><th>status</th><th>queues</th></tr>{rows}</table>\
+         </body></html>",
+        env!("CARGO_PKG_VERSION")
+    ))
+}
+
+fn html_escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}

@@ -1,0 +1,20 @@
+//! queue-exporter: work-queue metrics from Redis and RabbitMQ for Prometheus,
+//! and a KEDA external scaler, from one process.
+//!
+//! Data flows one way: sources poll their backends and publish immutable
+//! snapshots into the [`hub`]; readers ([`http`] and [`scaler`]) only read
+//! the latest snapshots. See `ARCHITECTURE.md`.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod app;
+pub mod config;
+pub mod exposition;
+pub mod http;
+pub mod hub;
+pub mod scaler;
+pub mod shutdown;
+pub mod snapshot;
+pub mod sources;
+pub mod telemetry;

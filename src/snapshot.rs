@@ -1,0 +1,403 @@
+//! The model every reader sees: one immutable [`Snapshot`] per source.
+//!
+//! Sources build these; readers (`/metrics`, the KEDA scaler) only read them.
+//! Nothing in here talks to a backend.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+/// Which kind of backend a source talks to; readers use it for labels and
+/// to know which metadata (for example `vhost`) applies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SourceKind {
+    /// A Redis server (lists, zsets, hashes, sets, streams).
+    Redis,
+    /// A RabbitMQ broker or cluster.
+    RabbitMq,
+}
+
+impl SourceKind {
+    /// The lowercase name used in configs and logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SourceKind::Redis => "redis",
+            SourceKind::RabbitMq => "rabbitmq",
+        }
+    }
+}
+
+/// One poll's view of one source, immutable once published.
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    /// The configured source name; the `source` label.
+    pub source: Arc<str>,
+    /// The backend kind, so readers can apply kind-specific metadata.
+    pub kind: SourceKind,
+    /// How often the source polls; readers derive staleness limits from it.
+    pub poll_interval: Duration,
+    /// Bumped on every publish, so caches can tell snapshots apart.
+    pub generation: u64,
+    /// Whether the most recent poll succeeded.
+    pub up: bool,
+    /// Whether at least one poll (successful or not) has finished.
+    pub polled: bool,
+    /// The queues seen by the last *successful* poll. Kept when a later poll
+    /// fails so the scaler can bridge a short blip; `/metrics` hides them
+    /// while `up` is false instead of presenting them as fresh.
+    pub queues: Arc<[QueueSample]>,
+    /// When `queues` was collected (end of the last successful poll).
+    pub last_success: Option<SystemTime>,
+    /// Source-wide facts such as tracked and dropped keys.
+    pub stats: SourceStats,
+    /// Cumulative poll telemetry (durations and errors by reason).
+    pub telemetry: Arc<PollTelemetry>,
+    /// Recent counter readings, oldest first, for rate computations.
+    pub history: Arc<CounterHistory>,
+}
+
+impl Snapshot {
+    /// The snapshot a source starts with: nothing polled yet.
+    pub fn initial(source: &str, kind: SourceKind, poll_interval: Duration) -> Self {
+        Snapshot {
+            source: Arc::from(source),
+            kind,
+            poll_interval,
+            generation: 0,
+            up: false,
+            polled: false,
+            queues: Arc::from(Vec::new()),
+            last_success: None,
+            stats: SourceStats::default(),
+            telemetry: Arc::new(PollTelemetry::default()),
+            history: Arc::new(CounterHistory::default()),
+        }
+    }
+
+    /// Age of the queue data, or `None` if there never was a successful poll.
+    pub fn data_age(&self, now: SystemTime) -> Option<Duration> {
+        self.last_success
+            .map(|t| now.duration_since(t).unwrap_or(Duration::ZERO))
+    }
+}
+
+/// Source-wide facts published with each successful poll.
+#[derive(Debug, Clone, Default)]
+pub struct SourceStats {
+    /// Keys (or queues) currently tracked.
+    pub tracked_keys: u64,
+    /// Keys found by discovery but not tracked because of `max_keys`.
+    pub dropped_keys: u64,
+    /// Extra per-vhost queue counts (RabbitMQ); empty for Redis.
+    pub queues_per_vhost: BTreeMap<String, u64>,
+    /// Age values that could not be parsed from peeked items, cumulative.
+    pub age_parse_failures: u64,
+}
+
+/// The kind of a queue as the backend reports it; the `type` label of `queue_info`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum QueueKind {
+    /// A Redis list.
+    List,
+    /// A Redis sorted set.
+    Zset,
+    /// A Redis hash.
+    Hash,
+    /// A Redis set.
+    Set,
+    /// A Redis stream, or a RabbitMQ stream queue.
+    Stream,
+    /// A configured key that does not exist (yet).
+    Missing,
+    /// Any other type name the backend reports: RabbitMQ's `classic` or
+    /// `quorum`, or a Redis type we cannot measure such as `string`.
+    Other(String),
+}
+
+impl QueueKind {
+    /// The label value used in `queue_info{type}`.
+    pub fn as_str(&self) -> &str {
+        match self {
+            QueueKind::List => "list",
+            QueueKind::Zset => "zset",
+            QueueKind::Hash => "hash",
+            QueueKind::Set => "set",
+            QueueKind::Stream => "stream",
+            QueueKind::Missing => "none",
+            QueueKind::Other(t) => t,
+        }
+    }
+}
+
+/// Everything known about one queue at one instant. `None` means unknown,
+/// and is never rendered as 0.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct QueueSample {
+    /// The queue name exactly as it appears in the `queue` label.
+    pub name: String,
+    /// The RabbitMQ vhost; `None` for Redis.
+    pub vhost: Option<String>,
+    /// Extra labels from the pattern's named captures, sorted by name.
+    pub labels: Vec<(String, String)>,
+    /// The backend's type for this queue; `None` only before discovery.
+    pub kind: Option<QueueKind>,
+    /// Backend-specific state (RabbitMQ `running`, `idle`, ...).
+    pub state: Option<String>,
+    /// Total items held (LLEN, ZCARD, HLEN, SCARD, XLEN, `messages`).
+    pub depth: Option<u64>,
+    /// Items a worker could take now.
+    pub ready: Option<u64>,
+    /// Items delivered but not yet acknowledged.
+    pub unacked: Option<u64>,
+    /// Items waiting for a future due time.
+    pub scheduled: Option<u64>,
+    /// Attached consumers.
+    pub consumers: Option<u64>,
+    /// RabbitMQ's consumer utilisation, 0..1.
+    pub consumer_utilisation: Option<f64>,
+    /// Age in seconds of the oldest waiting item; 0 when the queue is known empty.
+    pub oldest_age_seconds: Option<f64>,
+    /// Distribution of waiting items' ages (timestamp zsets).
+    pub age_histogram: Option<AgeHistogram>,
+    /// Consumer groups (Redis streams).
+    pub groups: Vec<GroupSample>,
+    /// Cumulative message counters, where the backend keeps them.
+    pub counters: Counters,
+}
+
+impl QueueSample {
+    /// A sample with only identity fields set.
+    pub fn named(name: impl Into<String>) -> Self {
+        QueueSample {
+            name: name.into(),
+            ..QueueSample::default()
+        }
+    }
+
+    /// The key that identifies this queue inside its source.
+    pub fn id(&self) -> QueueId {
+        QueueId {
+            vhost: self.vhost.clone(),
+            name: self.name.clone(),
+        }
+    }
+}
+
+/// Identity of a queue within one source.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct QueueId {
+    /// RabbitMQ vhost, `None` for Redis.
+    pub vhost: Option<String>,
+    /// Queue name as in the `queue` label.
+    pub name: String,
+}
+
+/// A gauge histogram of waiting items' ages.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AgeHistogram {
+    /// `(upper bound in seconds, cumulative count)` pairs, ascending, without `+Inf`.
+    pub buckets: Vec<(f64, u64)>,
+    /// All waiting items (the `+Inf` bucket and `_gcount`).
+    pub count: u64,
+}
+
+/// One stream consumer group.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GroupSample {
+    /// The group name; the `group` label.
+    pub name: String,
+    /// Entries not yet delivered to the group; `None` when Redis cannot tell.
+    pub lag: Option<u64>,
+    /// Entries delivered but not acknowledged (the PEL size).
+    pub pending: u64,
+    /// Consumers in the group.
+    pub consumers: u64,
+}
+
+/// Monotonic message counters as reported by the backend.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Counters {
+    /// Messages published into the queue (RabbitMQ `publish`, Redis stream `entries-added`).
+    pub published: Option<u64>,
+    /// Messages delivered to consumers (RabbitMQ `deliver_get`).
+    pub delivered: Option<u64>,
+    /// Messages acknowledged.
+    pub acknowledged: Option<u64>,
+    /// Messages redelivered.
+    pub redelivered: Option<u64>,
+}
+
+impl Counters {
+    /// True when no counter is known.
+    pub fn is_empty(&self) -> bool {
+        self.published.is_none()
+            && self.delivered.is_none()
+            && self.acknowledged.is_none()
+            && self.redelivered.is_none()
+    }
+}
+
+/// Cumulative poll telemetry of one source.
+#[derive(Debug, Clone, Default)]
+pub struct PollTelemetry {
+    /// Poll duration histogram: cumulative counts per bucket of [`POLL_DURATION_BUCKETS`].
+    pub duration_bucket_counts: Vec<u64>,
+    /// Sum of all poll durations in seconds.
+    pub duration_sum: f64,
+    /// Number of polls measured.
+    pub duration_count: u64,
+    /// Failed polls (and per-queue failures) by reason.
+    pub errors: BTreeMap<String, u64>,
+}
+
+/// Upper bounds (seconds) of the poll duration histogram.
+pub const POLL_DURATION_BUCKETS: [f64; 12] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+];
+
+impl PollTelemetry {
+    /// Records one poll's duration.
+    pub fn observe(&mut self, seconds: f64) {
+        if self.duration_bucket_counts.len() != POLL_DURATION_BUCKETS.len() {
+            self.duration_bucket_counts = vec![0; POLL_DURATION_BUCKETS.len()];
+        }
+        for (bound, count) in POLL_DURATION_BUCKETS
+            .iter()
+            .zip(self.duration_bucket_counts.iter_mut())
+        {
+            if seconds <= *bound {
+                *count += 1;
+            }
+        }
+        self.duration_sum += seconds;
+        self.duration_count += 1;
+    }
+
+    /// Counts one error with a reason label.
+    pub fn count_error(&mut self, reason: &str) {
+        *self.errors.entry(reason.to_string()).or_insert(0) += 1;
+    }
+}
+
+/// Counter readings over time, for rates computed by readers.
+#[derive(Debug, Clone, Default)]
+pub struct CounterHistory {
+    /// Readings, oldest first.
+    pub points: VecDeque<Arc<CounterPoint>>,
+}
+
+/// All counters of one source at one instant.
+#[derive(Debug, Clone)]
+pub struct CounterPoint {
+    /// When the counters were read.
+    pub at: SystemTime,
+    /// Counters per queue (only queues that have any).
+    pub counters: HashMap<QueueId, Counters>,
+}
+
+impl CounterHistory {
+    /// How long readings are kept; the longest rate window a reader may ask for.
+    pub const RETENTION: Duration = Duration::from_secs(15 * 60);
+
+    /// Returns a new history with `point` appended and readings older than
+    /// [`Self::RETENTION`] dropped.
+    pub fn with_point(&self, point: CounterPoint) -> CounterHistory {
+        let cutoff = point.at.checked_sub(Self::RETENTION);
+        let mut points = self.points.clone();
+        points.push_back(Arc::new(point));
+        if let Some(cutoff) = cutoff {
+            while points.len() > 2 && points.front().is_some_and(|p| p.at < cutoff) {
+                points.pop_front();
+            }
+        }
+        CounterHistory { points }
+    }
+
+    /// Per-second rate of `pick(counters)` for `queue` over `window`, from the
+    /// oldest reading inside the window to the newest. `None` when fewer than
+    /// two readings cover the queue. A counter reset counts from zero.
+    pub fn rate(
+        &self,
+        queue: &QueueId,
+        window: Duration,
+        pick: impl Fn(&Counters) -> Option<u64>,
+    ) -> Option<f64> {
+        let newest = self.points.back()?;
+        let last = pick(newest.counters.get(queue)?)?;
+        let start = newest.at.checked_sub(window).unwrap_or(SystemTime::UNIX_EPOCH);
+        let first = self
+            .points
+            .iter()
+            .filter(|p| p.at >= start && p.at < newest.at)
+            .find_map(|p| Some((p.at, pick(p.counters.get(queue)?)?)))?;
+        let seconds = newest.at.duration_since(first.0).ok()?.as_secs_f64();
+        if seconds <= 0.0 {
+            return None;
+        }
+        let delta = if last >= first.1 { last - first.1 } else { last };
+        Some(delta as f64 / seconds)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn point(at_secs: u64, published: u64) -> CounterPoint {
+        let mut counters = HashMap::new();
+        counters.insert(
+            QueueId {
+                vhost: None,
+                name: "q".into(),
+            },
+            Counters {
+                published: Some(published),
+                ..Counters::default()
+            },
+        );
+        CounterPoint {
+            at: SystemTime::UNIX_EPOCH + Duration::from_secs(at_secs),
+            counters,
+        }
+    }
+
+    #[test]
+    fn rate_averages_over_the_window() {
+        let mut h = CounterHistory::default();
+        for (t, v) in [(1000, 0), (1030, 30), (1060, 90), (1090, 150)] {
+            h = h.with_point(point(t, v));
+        }
+        let q = QueueId {
+            vhost: None,
+            name: "q".into(),
+        };
+        // Window 60 s: from t=1030 (30) to t=1090 (150) → 2/s.
+        let r = h
+            .rate(&q, Duration::from_secs(60), |c| c.published)
+            .unwrap();
+        assert!((r - 2.0).abs() < 1e-9, "{r}");
+        // A single reading gives no rate.
+        let one = CounterHistory::default().with_point(point(1, 5));
+        assert_eq!(one.rate(&q, Duration::from_secs(60), |c| c.published), None);
+    }
+
+    #[test]
+    fn history_drops_old_points() {
+        let mut h = CounterHistory::default();
+        for t in 0..2000u64 {
+            h = h.with_point(point(t, t));
+        }
+        assert!(h.points.len() <= CounterHistory::RETENTION.as_secs() as usize + 2);
+    }
+
+    #[test]
+    fn poll_telemetry_histogram_is_cumulative() {
+        let mut t = PollTelemetry::default();
+        t.observe(0.003);
+        t.observe(0.2);
+        assert_eq!(t.duration_count, 2);
+        assert_eq!(t.duration_bucket_counts[0], 0); // 1 ms
+        assert_eq!(t.duration_bucket_counts[2], 1); // 5 ms
+        assert_eq!(t.duration_bucket_counts[11], 2); // 5 s
+    }
+}

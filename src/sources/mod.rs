@@ -1,0 +1,206 @@
+//! Sources: one module per backend kind, all behind [`Source`], all driven
+//! by the same loop ([`run`]) that times polls, counts errors, backs off and
+//! publishes snapshots.
+
+pub mod rabbitmq;
+pub mod redis;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use crate::hub::SnapshotPublisher;
+use crate::shutdown::Shutdown;
+use crate::snapshot::{CounterPoint, QueueSample, Snapshot, SourceStats};
+
+/// What a successful poll produced.
+#[derive(Debug, Clone, Default)]
+pub struct PollOutput {
+    /// Every tracked queue.
+    pub queues: Vec<QueueSample>,
+    /// Source-wide facts.
+    pub stats: SourceStats,
+    /// Per-queue problems that did not fail the poll (reason → count), such
+    /// as a RabbitMQ queue that is gone (`not_found`).
+    pub partial_errors: Vec<&'static str>,
+}
+
+/// Why a poll failed. Each variant maps to a `reason` label of
+/// `queue_exporter_poll_errors_total`.
+#[derive(Debug, thiserror::Error)]
+pub enum SourceError {
+    /// Could not connect (refused, DNS, TLS handshake).
+    #[error("cannot connect to {target}: {cause}")]
+    Connect {
+        /// Redacted address.
+        target: String,
+        /// Underlying error text (credential-free).
+        cause: String,
+    },
+    /// The backend rejected our credentials or permissions.
+    #[error("authentication or permission failure at {target}: {cause}")]
+    Auth {
+        /// Redacted address.
+        target: String,
+        /// Underlying error text.
+        cause: String,
+    },
+    /// The backend did not answer in time.
+    #[error("timed out after {0:?}")]
+    Timeout(Duration),
+    /// The backend answered with an error.
+    #[error("backend error: {0}")]
+    Backend(String),
+    /// The backend answered something we could not understand.
+    #[error("malformed response: {0}")]
+    Malformed(String),
+    /// An HTTP status we cannot use.
+    #[error("HTTP status {status} from {target}")]
+    HttpStatus {
+        /// The status code.
+        status: u16,
+        /// Redacted URL.
+        target: String,
+    },
+    /// The response exceeded the configured size bound.
+    #[error("response larger than {limit} bytes from {target}")]
+    TooLarge {
+        /// The bound in bytes.
+        limit: u64,
+        /// Redacted URL.
+        target: String,
+    },
+    /// A requested object does not exist.
+    #[error("not found: {0}")]
+    NotFound(String),
+    /// A local problem such as an unreadable secret file.
+    #[error("configuration problem: {0}")]
+    Config(String),
+}
+
+impl SourceError {
+    /// The `reason` label for this error.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            SourceError::Connect { .. } => "connect",
+            SourceError::Auth { .. } => "auth",
+            SourceError::Timeout(_) => "timeout",
+            SourceError::Backend(_) => "backend",
+            SourceError::Malformed(_) => "malformed",
+            SourceError::HttpStatus { status, .. } if *status >= 500 => "http_5xx",
+            SourceError::HttpStatus { .. } => "http_4xx",
+            SourceError::TooLarge { .. } => "too_large",
+            SourceError::NotFound(_) => "not_found",
+            SourceError::Config(_) => "config",
+        }
+    }
+}
+
+/// A backend that can be polled. Implementations keep their own connection
+/// and discovery state between polls; the driver owns timing and publishing.
+pub trait Source: Send + 'static {
+    /// Collects one round of samples. Must never write to the backend.
+    fn poll(&mut self) -> impl std::future::Future<Output = Result<PollOutput, SourceError>> + Send;
+
+    /// A bound on one poll, after which it counts as a timeout.
+    fn poll_timeout(&self) -> Duration;
+}
+
+/// Cap on the retry delay after a failed poll.
+pub const MAX_BACKOFF: Duration = Duration::from_secs(2);
+/// First retry delay after a failed poll.
+const MIN_BACKOFF: Duration = Duration::from_millis(100);
+
+/// Polls `source` every `poll_interval` until shutdown, publishing a snapshot
+/// after every attempt.
+pub async fn run<S: Source>(
+    mut source: S,
+    publisher: SnapshotPublisher,
+    poll_interval: Duration,
+    mut shutdown: Shutdown,
+) {
+    let name = publisher.current().source.clone();
+    let mut backoff = MIN_BACKOFF;
+    loop {
+        let started = Instant::now();
+        let (snapshot, ok) = poll_once(&mut source, &publisher).await;
+        let up = snapshot.up;
+        publisher.publish(snapshot);
+        if ok {
+            backoff = MIN_BACKOFF;
+        } else if !up {
+            backoff = (backoff * 2).min(MAX_BACKOFF);
+        }
+        let wait = if up {
+            poll_interval.saturating_sub(started.elapsed())
+        } else {
+            backoff.min(poll_interval.max(MIN_BACKOFF))
+        };
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            _ = shutdown.recv() => {
+                tracing::debug!(source = %name, "source stopping");
+                return;
+            }
+        }
+    }
+}
+
+/// Runs one poll and builds the next snapshot from the current one.
+/// Returns the snapshot and whether the poll succeeded.
+pub async fn poll_once<S: Source>(source: &mut S, publisher: &SnapshotPublisher) -> (Snapshot, bool) {
+    let prev = publisher.current();
+    let started = Instant::now();
+    let result = match tokio::time::timeout(source.poll_timeout(), source.poll()).await {
+        Ok(r) => r,
+        Err(_) => Err(SourceError::Timeout(source.poll_timeout())),
+    };
+    let elapsed = started.elapsed().as_secs_f64();
+    let mut telemetry = (*prev.telemetry).clone();
+    telemetry.observe(elapsed);
+    let mut next = Snapshot {
+        generation: prev.generation + 1,
+        polled: true,
+        ..(*prev).clone()
+    };
+    let ok = match result {
+        Ok(out) => {
+            for reason in &out.partial_errors {
+                telemetry.count_error(reason);
+            }
+            let now = SystemTime::now();
+            if !prev.up {
+                tracing::info!(source = %prev.source, queues = out.queues.len(), "source is up");
+            }
+            next.history = Arc::new(prev.history.with_point(counter_point(now, &out.queues)));
+            next.up = true;
+            next.queues = Arc::from(out.queues);
+            next.last_success = Some(now);
+            let mut stats = out.stats;
+            stats.age_parse_failures += prev.stats.age_parse_failures;
+            next.stats = stats;
+            true
+        }
+        Err(e) => {
+            telemetry.count_error(e.reason());
+            if prev.up || !prev.polled {
+                tracing::warn!(source = %prev.source, reason = e.reason(), error = %e, "poll failed; source is down");
+            } else {
+                tracing::debug!(source = %prev.source, reason = e.reason(), error = %e, "poll failed again");
+            }
+            next.up = false;
+            false
+        }
+    };
+    next.telemetry = Arc::new(telemetry);
+    (next, ok)
+}
+
+fn counter_point(at: SystemTime, queues: &[QueueSample]) -> CounterPoint {
+    let counters: HashMap<_, _> = queues
+        .iter()
+        .filter(|q| !q.counters.is_empty())
+        .map(|q| (q.id(), q.counters))
+        .collect();
+    CounterPoint { at, counters }
+}

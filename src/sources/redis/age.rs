@@ -1,0 +1,112 @@
+//! Reading an enqueue time out of a peeked list item.
+
+use crate::config::{AgeSpec, TimeUnit};
+
+/// The item's timestamp in unix seconds, or `None` if it cannot be read.
+pub fn item_timestamp(item: &[u8], spec: &AgeSpec) -> Option<f64> {
+    match &spec.field {
+        Some(path) => {
+            let json: serde_json::Value = serde_json::from_slice(item).ok()?;
+            let mut v = &json;
+            for part in path.split('.') {
+                v = match v {
+                    serde_json::Value::Object(m) => m.get(part)?,
+                    serde_json::Value::Array(a) => a.get(part.parse::<usize>().ok()?)?,
+                    _ => return None,
+                };
+            }
+            match v {
+                serde_json::Value::Number(n) => number_to_seconds(n.as_f64()?, spec.unit),
+                serde_json::Value::String(s) => text_to_seconds(s, spec.unit),
+                _ => None,
+            }
+        }
+        None => text_to_seconds(std::str::from_utf8(item).ok()?, spec.unit),
+    }
+}
+
+fn text_to_seconds(s: &str, unit: TimeUnit) -> Option<f64> {
+    let s = s.trim().trim_matches('"');
+    if unit != TimeUnit::Rfc3339
+        && let Ok(n) = s.parse::<f64>()
+    {
+        return number_to_seconds(n, unit);
+    }
+    match unit {
+        TimeUnit::Rfc3339 | TimeUnit::Auto => chrono::DateTime::parse_from_rfc3339(s)
+            .ok()
+            .map(|t| t.timestamp_micros() as f64 / 1e6),
+        _ => None,
+    }
+}
+
+fn number_to_seconds(n: f64, unit: TimeUnit) -> Option<f64> {
+    if !n.is_finite() || n < 0.0 {
+        return None;
+    }
+    let seconds = match unit {
+        TimeUnit::Seconds => n,
+        TimeUnit::Milliseconds => n / 1e3,
+        TimeUnit::Microseconds => n / 1e6,
+        TimeUnit::Nanoseconds => n / 1e9,
+        TimeUnit::Rfc3339 => return None,
+        // Unix seconds stay below 1e11 until the year 5138; each further
+        // factor of 1000 is the next finer unit.
+        TimeUnit::Auto if n < 1e11 => n,
+        TimeUnit::Auto if n < 1e14 => n / 1e3,
+        TimeUnit::Auto if n < 1e17 => n / 1e6,
+        TimeUnit::Auto => n / 1e9,
+    };
+    Some(seconds)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::ListEnd;
+
+    fn spec(field: Option<&str>, unit: TimeUnit) -> AgeSpec {
+        AgeSpec {
+            end: ListEnd::Head,
+            field: field.map(str::to_string),
+            unit,
+        }
+    }
+
+    #[test]
+    fn json_field_in_every_unit() {
+        let s = spec(Some("enqueued_at"), TimeUnit::Auto);
+        assert_eq!(item_timestamp(br#"{"enqueued_at":1700000000}"#, &s), Some(1.7e9));
+        assert_eq!(item_timestamp(br#"{"enqueued_at":1700000000000}"#, &s), Some(1.7e9));
+        assert_eq!(item_timestamp(br#"{"enqueued_at":1700000000000000}"#, &s), Some(1.7e9));
+        assert_eq!(item_timestamp(br#"{"enqueued_at":1700000000000000000}"#, &s), Some(1.7e9));
+        assert_eq!(
+            item_timestamp(br#"{"enqueued_at":"2023-11-14T22:13:20Z"}"#, &s),
+            Some(1.7e9)
+        );
+        let ms = spec(Some("enqueued_at"), TimeUnit::Milliseconds);
+        assert_eq!(item_timestamp(br#"{"enqueued_at":"1700000000000"}"#, &ms), Some(1.7e9));
+    }
+
+    #[test]
+    fn dotted_paths_and_whole_items() {
+        let s = spec(Some("meta.times.0"), TimeUnit::Seconds);
+        assert_eq!(item_timestamp(br#"{"meta":{"times":[12.5]}}"#, &s), Some(12.5));
+        let whole = spec(None, TimeUnit::Auto);
+        assert_eq!(item_timestamp(b"1700000000", &whole), Some(1.7e9));
+        assert_eq!(
+            item_timestamp(b"2023-11-14T23:13:20+01:00", &whole),
+            Some(1.7e9)
+        );
+    }
+
+    #[test]
+    fn garbage_is_unknown_not_zero() {
+        let s = spec(Some("enqueued_at"), TimeUnit::Auto);
+        assert_eq!(item_timestamp(b"not json", &s), None);
+        assert_eq!(item_timestamp(br#"{"other":1}"#, &s), None);
+        assert_eq!(item_timestamp(br#"{"enqueued_at":true}"#, &s), None);
+        assert_eq!(item_timestamp(b"\xff\xfe", &spec(None, TimeUnit::Auto)), None);
+        assert_eq!(item_timestamp(b"yesterday", &spec(None, TimeUnit::Rfc3339)), None);
+    }
+}

@@ -1,0 +1,216 @@
+//! Discovery: which keys to poll, and what type each one is.
+//!
+//! Runs every `discovery_interval`: SCAN (bounded COUNT, never KEYS) for each
+//! pattern, then one pipelined TYPE batch for keys whose type SCAN did not
+//! already tell us. Exact keys are always tracked, even when missing.
+
+use std::collections::BTreeMap;
+
+use redis::aio::ConnectionManager;
+
+use super::keyname::display_key;
+use super::poll::pipelined;
+use super::reply;
+use crate::config::{KeyType, RedisSourceConfig};
+
+/// What a tracked key is, as last learned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeyState {
+    /// A queue type we can measure.
+    Typed(KeyType),
+    /// The key does not exist (exact keys only; reported as depth 0).
+    Missing,
+    /// The key exists with a type we cannot measure (e.g. `string`).
+    Unsupported(String),
+}
+
+/// One key being polled.
+#[derive(Debug, Clone)]
+pub struct TrackedKey {
+    /// The raw key.
+    pub key: Vec<u8>,
+    /// The `queue` label value.
+    pub name: String,
+    /// Labels from the spec's named captures.
+    pub labels: Vec<(String, String)>,
+    /// Index of the `queues` entry that claimed this key.
+    pub spec: usize,
+    /// The key's type as last learned.
+    pub state: KeyState,
+    /// True for configured exact keys (kept and reported while missing).
+    pub exact: bool,
+}
+
+/// The outcome of one discovery round.
+#[derive(Debug)]
+pub struct Discovered {
+    /// Keys to poll, exact keys first, then pattern keys in key order.
+    pub tracked: Vec<TrackedKey>,
+    /// Keys found beyond `max_keys`.
+    pub dropped: u64,
+}
+
+/// Runs one discovery round.
+pub async fn discover(
+    conn: &mut ConnectionManager,
+    config: &RedisSourceConfig,
+    label_regexes: &[Option<regex::Regex>],
+    _previous: &[TrackedKey],
+) -> redis::RedisResult<Discovered> {
+    // key → (spec index, exact, type if already known)
+    let mut found: BTreeMap<Vec<u8>, (usize, bool, Option<KeyType>)> = BTreeMap::new();
+    let mut exact_order: Vec<Vec<u8>> = Vec::new();
+    for (i, spec) in config.queues.iter().enumerate() {
+        if let Some(key) = &spec.key {
+            let k = key.as_bytes().to_vec();
+            if !found.contains_key(&k) {
+                exact_order.push(k.clone());
+                found.insert(k, (i, true, None));
+            }
+        }
+    }
+    for (i, spec) in config.queues.iter().enumerate() {
+        let Some(pattern) = &spec.pattern else { continue };
+        match &spec.types {
+            Some(types) => {
+                for t in types {
+                    for k in scan(conn, pattern, Some(*t), config.scan_count).await? {
+                        found.entry(k).or_insert((i, false, Some(*t)));
+                    }
+                }
+            }
+            None => {
+                for k in scan(conn, pattern, None, config.scan_count).await? {
+                    found.entry(k).or_insert((i, false, None));
+                }
+            }
+        }
+    }
+
+    // Learn the types SCAN did not tell us, in pipelined batches.
+    let unknown: Vec<Vec<u8>> = found
+        .iter()
+        .filter(|(_, (_, _, t))| t.is_none())
+        .map(|(k, _)| k.clone())
+        .collect();
+    let types = type_of(conn, &unknown).await?;
+    let mut states: BTreeMap<Vec<u8>, KeyState> = BTreeMap::new();
+    for (k, state) in unknown.into_iter().zip(types) {
+        states.insert(k, state);
+    }
+
+    let mut exact = Vec::new();
+    let mut patterned = Vec::new();
+    for (key, (spec, is_exact, known)) in found {
+        let state = match known {
+            Some(t) => KeyState::Typed(t),
+            None => states.remove(&key).unwrap_or(KeyState::Missing),
+        };
+        if !is_exact {
+            // Pattern keys must exist, be a queue type, and match `types`.
+            let KeyState::Typed(t) = state else { continue };
+            let allowed = config.queues[spec]
+                .types
+                .as_ref()
+                .is_none_or(|ts| ts.contains(&t));
+            if !allowed {
+                continue;
+            }
+        }
+        let name = display_key(&key);
+        let labels = capture_labels(label_regexes.get(spec).and_then(Option::as_ref), &name);
+        let tk = TrackedKey {
+            key,
+            name,
+            labels,
+            spec,
+            state,
+            exact: is_exact,
+        };
+        if is_exact {
+            exact.push(tk);
+        } else {
+            patterned.push(tk);
+        }
+    }
+    // Exact keys keep config order and always come first.
+    exact.sort_by_key(|k| exact_order.iter().position(|e| *e == k.key));
+    let mut tracked = exact;
+    tracked.extend(patterned);
+    let total = tracked.len();
+    let dropped = total.saturating_sub(config.max_keys) as u64;
+    tracked.truncate(config.max_keys);
+    Ok(Discovered { tracked, dropped })
+}
+
+/// Labels from named captures; every capture name is present (empty when the
+/// key does not match), so a family's label set stays stable.
+pub fn capture_labels(re: Option<&regex::Regex>, name: &str) -> Vec<(String, String)> {
+    let Some(re) = re else { return Vec::new() };
+    let caps = re.captures(name);
+    let mut labels: Vec<(String, String)> = re
+        .capture_names()
+        .flatten()
+        .map(|n| {
+            let v = caps
+                .as_ref()
+                .and_then(|c| c.name(n))
+                .map(|m| m.as_str().to_string())
+                .unwrap_or_default();
+            (n.to_string(), v)
+        })
+        .collect();
+    labels.sort();
+    labels
+}
+
+/// Full SCAN over the keyspace with MATCH (and TYPE), COUNT-bounded.
+async fn scan(
+    conn: &mut ConnectionManager,
+    pattern: &str,
+    key_type: Option<KeyType>,
+    count: u32,
+) -> redis::RedisResult<Vec<Vec<u8>>> {
+    let mut cursor: u64 = 0;
+    let mut keys = Vec::new();
+    loop {
+        let mut cmd = redis::cmd("SCAN");
+        cmd.arg(cursor).arg("MATCH").arg(pattern).arg("COUNT").arg(count);
+        if let Some(t) = key_type {
+            cmd.arg("TYPE").arg(t.as_str());
+        }
+        let (next, batch): (u64, Vec<Vec<u8>>) = cmd.query_async(conn).await?;
+        keys.extend(batch);
+        if next == 0 {
+            break;
+        }
+        cursor = next;
+    }
+    Ok(keys)
+}
+
+/// TYPE for each key, pipelined.
+pub async fn type_of(
+    conn: &mut ConnectionManager,
+    keys: &[Vec<u8>],
+) -> redis::RedisResult<Vec<KeyState>> {
+    let cmds: Vec<redis::Cmd> = keys
+        .iter()
+        .map(|k| {
+            let mut c = redis::cmd("TYPE");
+            c.arg(k.as_slice());
+            c
+        })
+        .collect();
+    let replies = pipelined(conn, cmds).await?;
+    Ok(replies
+        .iter()
+        .map(|v| match reply::as_str(v) {
+            Some("none") | None => KeyState::Missing,
+            Some(t) => match KeyType::from_redis(t) {
+                Some(kt) => KeyState::Typed(kt),
+                None => KeyState::Unsupported(t.to_string()),
+            },
+        })
+        .collect())
+}

@@ -1,0 +1,366 @@
+//! One poll: a few read-only commands per tracked key, sent as pipelined
+//! batches of about [`PIPELINE_CHUNK`](super::PIPELINE_CHUNK) commands.
+//!
+//! A key whose type changed since discovery answers `WRONGTYPE`; such keys
+//! (and missing exact keys that appeared) are re-typed and measured again in
+//! a second round trip of the same poll, so values are never stale or wrong.
+
+use std::time::SystemTime;
+
+use futures_util::{StreamExt, TryStreamExt};
+use redis::aio::ConnectionManager;
+use redis::Value;
+
+use super::age::item_timestamp;
+use super::discovery::{type_of, KeyState, TrackedKey};
+use super::reply;
+use super::{PIPELINES_IN_FLIGHT, PIPELINE_CHUNK};
+use crate::config::{KeyType, ListEnd, QueueSpec, RedisSourceConfig, ScoreMode};
+use crate::snapshot::{AgeHistogram, Counters, GroupSample, QueueKind, QueueSample};
+
+/// The samples of one poll.
+#[derive(Debug, Default)]
+pub struct Polled {
+    /// One sample per tracked key.
+    pub queues: Vec<QueueSample>,
+    /// Peeked items whose timestamp could not be read in this poll.
+    pub age_parse_failures: u64,
+}
+
+/// Sends `cmds` in pipelined chunks (several in flight) and returns one reply
+/// per command, in order. Error replies come back as `Value::ServerError`.
+pub async fn pipelined(
+    conn: &ConnectionManager,
+    cmds: Vec<redis::Cmd>,
+) -> redis::RedisResult<Vec<Value>> {
+    let mut chunks: Vec<redis::Pipeline> = Vec::new();
+    for chunk in cmds.chunks(PIPELINE_CHUNK) {
+        let mut p = redis::Pipeline::with_capacity(chunk.len());
+        p.ignore_errors();
+        for c in chunk {
+            p.add_command(c.clone());
+        }
+        chunks.push(p);
+    }
+    let replies: Vec<Vec<Value>> = futures_util::stream::iter(chunks)
+        .map(|p| {
+            let mut conn = conn.clone();
+            async move { p.query_async::<Vec<Value>>(&mut conn).await }
+        })
+        .buffered(PIPELINES_IN_FLIGHT)
+        .try_collect()
+        .await?;
+    Ok(replies.into_iter().flatten().collect())
+}
+
+/// Polls every tracked key, re-typing keys whose type changed.
+pub async fn poll_keys(
+    conn: &mut ConnectionManager,
+    config: &RedisSourceConfig,
+    tracked: &mut [TrackedKey],
+    now: SystemTime,
+) -> redis::RedisResult<Polled> {
+    let now_secs = now
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0);
+    let mut polled = Polled::default();
+    let mut samples: Vec<Option<QueueSample>> = vec![None; tracked.len()];
+    let mut pending: Vec<usize> = (0..tracked.len()).collect();
+
+    // At most two rounds: measure, then re-type and re-measure what changed.
+    for round in 0..2 {
+        let plans: Vec<Plan> = pending
+            .iter()
+            .map(|&i| plan(&tracked[i], &config.queues[tracked[i].spec], config, now_secs))
+            .collect();
+        let cmds: Vec<redis::Cmd> = plans.iter().flat_map(|p| p.cmds.iter().cloned()).collect();
+        let replies = pipelined(conn, cmds).await?;
+        let mut offset = 0;
+        let mut retype = Vec::new();
+        for (plan, &i) in plans.iter().zip(&pending) {
+            let r = &replies[offset..offset + plan.cmds.len()];
+            offset += plan.cmds.len();
+            let key = &tracked[i];
+            match read(key, &config.queues[key.spec], plan, r, now_secs) {
+                Outcome::Sample(s, age_failed) => {
+                    polled.age_parse_failures += u64::from(age_failed);
+                    samples[i] = Some(*s);
+                }
+                Outcome::Retype if round == 0 => retype.push(i),
+                Outcome::Retype => {
+                    // Changed type twice within one poll: report what we know.
+                    samples[i] = Some(identity(key, None));
+                }
+            }
+        }
+        if retype.is_empty() {
+            break;
+        }
+        let keys: Vec<Vec<u8>> = retype.iter().map(|&i| tracked[i].key.clone()).collect();
+        let states = type_of(conn, &keys).await?;
+        for (&i, state) in retype.iter().zip(states) {
+            if tracked[i].state != state {
+                tracing::debug!(key = %tracked[i].name, from = ?tracked[i].state, to = ?state, "key changed type");
+            }
+            tracked[i].state = state;
+        }
+        pending = retype;
+    }
+    polled.queues = samples
+        .into_iter()
+        .zip(tracked.iter())
+        .map(|(s, k)| s.unwrap_or_else(|| identity(k, None)))
+        .collect();
+    Ok(polled)
+}
+
+/// The commands for one key and how to read their replies.
+struct Plan {
+    /// Commands in send order.
+    cmds: Vec<redis::Cmd>,
+    /// Age histogram bounds (seconds), for timestamp zsets.
+    buckets: Vec<f64>,
+}
+
+fn cmd(name: &str, key: &[u8]) -> redis::Cmd {
+    let mut c = redis::cmd(name);
+    c.arg(key);
+    c
+}
+
+fn plan(key: &TrackedKey, spec: &QueueSpec, config: &RedisSourceConfig, now_secs: f64) -> Plan {
+    let k = key.key.as_slice();
+    let mut buckets = Vec::new();
+    let cmds = match &key.state {
+        KeyState::Missing | KeyState::Unsupported(_) => vec![cmd("TYPE", k)],
+        KeyState::Typed(KeyType::List) => {
+            let mut v = vec![cmd("LLEN", k)];
+            if let Some(age) = &spec.age {
+                let mut c = cmd("LINDEX", k);
+                c.arg(match age.end {
+                    ListEnd::Head => 0,
+                    ListEnd::Tail => -1,
+                });
+                v.push(c);
+            }
+            v
+        }
+        KeyState::Typed(KeyType::Zset) if spec.score == ScoreMode::Timestamp => {
+            let now = spec.score_unit.from_unix_seconds(now_secs);
+            let mut v = vec![cmd("ZCARD", k)];
+            let mut due = cmd("ZCOUNT", k);
+            due.arg("-inf").arg(now);
+            v.push(due);
+            let mut oldest = cmd("ZRANGE", k);
+            oldest.arg(0).arg(0).arg("WITHSCORES");
+            v.push(oldest);
+            for b in &config.age_buckets {
+                let secs = b.as_secs_f64();
+                let mut c = cmd("ZCOUNT", k);
+                c.arg(spec.score_unit.from_unix_seconds(now_secs - secs)).arg(now);
+                v.push(c);
+                buckets.push(secs);
+            }
+            v
+        }
+        KeyState::Typed(KeyType::Zset) => vec![cmd("ZCARD", k)],
+        KeyState::Typed(KeyType::Hash) => vec![cmd("HLEN", k)],
+        KeyState::Typed(KeyType::Set) => vec![cmd("SCARD", k)],
+        KeyState::Typed(KeyType::Stream) => {
+            let mut info = redis::cmd("XINFO");
+            info.arg("STREAM").arg(k);
+            let mut groups = redis::cmd("XINFO");
+            groups.arg("GROUPS").arg(k);
+            vec![info, groups]
+        }
+    };
+    Plan { cmds, buckets }
+}
+
+/// How one key's replies were read.
+enum Outcome {
+    /// A sample, and whether an age could not be parsed.
+    Sample(Box<QueueSample>, bool),
+    /// The key's type is not what we thought; learn it and try again.
+    Retype,
+}
+
+/// A sample with only the identity and type filled in.
+fn identity(key: &TrackedKey, kind: Option<QueueKind>) -> QueueSample {
+    QueueSample {
+        name: key.name.clone(),
+        labels: key.labels.clone(),
+        kind,
+        ..QueueSample::default()
+    }
+}
+
+fn read(key: &TrackedKey, spec: &QueueSpec, plan: &Plan, r: &[Value], now_secs: f64) -> Outcome {
+    if r.iter().any(reply::is_wrongtype) {
+        return Outcome::Retype;
+    }
+    // A missing key (or one that was deleted) makes some commands answer
+    // "no such key"; for streams that is an error, for the rest an empty value.
+    let no_such_key = r
+        .iter()
+        .filter_map(reply::server_error)
+        .any(|e| e.contains("no such key"));
+    let mut age_failed = false;
+    let mut s = match &key.state {
+        KeyState::Missing | KeyState::Unsupported(_) => {
+            let now_type = r.first().and_then(reply::as_str).unwrap_or("none");
+            let changed = match (&key.state, now_type) {
+                (KeyState::Missing, "none") => false,
+                (KeyState::Unsupported(t), n) => t != n,
+                _ => true,
+            };
+            if changed {
+                return Outcome::Retype;
+            }
+            match &key.state {
+                KeyState::Missing => missing(key, spec),
+                KeyState::Unsupported(t) => identity(key, Some(QueueKind::Other(t.clone()))),
+                KeyState::Typed(_) => identity(key, None),
+            }
+        }
+        KeyState::Typed(KeyType::List) => {
+            let mut s = identity(key, Some(QueueKind::List));
+            let len = r.first().and_then(reply::as_u64);
+            s.depth = len;
+            s.ready = len;
+            if let Some(age) = &spec.age {
+                match (len, r.get(1)) {
+                    (Some(0), _) => s.oldest_age_seconds = Some(0.0),
+                    (Some(_), Some(Value::BulkString(item))) => {
+                        match item_timestamp(item, age) {
+                            Some(ts) => s.oldest_age_seconds = Some((now_secs - ts).max(0.0)),
+                            None => age_failed = true,
+                        }
+                    }
+                    // The list emptied between LLEN and LINDEX.
+                    (Some(_), Some(Value::Nil)) => s.oldest_age_seconds = Some(0.0),
+                    _ => {}
+                }
+            }
+            s
+        }
+        KeyState::Typed(KeyType::Zset) if spec.score == ScoreMode::Timestamp => {
+            let mut s = identity(key, Some(QueueKind::Zset));
+            let card = r.first().and_then(reply::as_u64);
+            let due = r.get(1).and_then(reply::as_u64);
+            s.depth = card;
+            s.ready = due;
+            s.scheduled = match (card, due) {
+                (Some(c), Some(d)) => Some(c.saturating_sub(d)),
+                _ => None,
+            };
+            s.oldest_age_seconds = match (due, r.get(2).and_then(reply::first_score)) {
+                (Some(0), _) => Some(0.0),
+                (Some(_), Some(Some(score))) => {
+                    Some((now_secs - spec.score_unit.to_unix_seconds(score)).max(0.0))
+                }
+                _ => None,
+            };
+            let counts: Option<Vec<u64>> = r.get(3..).map(|c| c.iter().map(reply::as_u64).collect()).and_then(|v: Option<Vec<u64>>| v);
+            if let (Some(counts), Some(due)) = (counts, due)
+                && counts.len() == plan.buckets.len()
+            {
+                s.age_histogram = Some(AgeHistogram {
+                    buckets: plan
+                        .buckets
+                        .iter()
+                        .copied()
+                        // ZCOUNTs run one after another; keep the series monotonic.
+                        .zip(counts.iter().map(|c| (*c).min(due)))
+                        .scan(0u64, |floor, (b, c)| {
+                            *floor = (*floor).max(c);
+                            Some((b, *floor))
+                        })
+                        .collect(),
+                    count: due,
+                });
+            }
+            s
+        }
+        KeyState::Typed(KeyType::Zset) => {
+            let mut s = identity(key, Some(QueueKind::Zset));
+            s.depth = r.first().and_then(reply::as_u64);
+            s.ready = s.depth;
+            s
+        }
+        KeyState::Typed(KeyType::Hash) => {
+            let mut s = identity(key, Some(QueueKind::Hash));
+            s.depth = r.first().and_then(reply::as_u64);
+            s
+        }
+        KeyState::Typed(KeyType::Set) => {
+            let mut s = identity(key, Some(QueueKind::Set));
+            s.depth = r.first().and_then(reply::as_u64);
+            s
+        }
+        KeyState::Typed(KeyType::Stream) => {
+            let mut s = identity(key, Some(QueueKind::Stream));
+            if no_such_key {
+                // Deleted since discovery: empty until discovery confirms it is gone.
+                s.depth = Some(0);
+                s.ready = Some(0);
+            } else {
+                read_stream(&mut s, r);
+            }
+            s
+        }
+    };
+    if s.kind.is_none() {
+        s.kind = Some(QueueKind::Missing);
+    }
+    Outcome::Sample(Box::new(s), age_failed)
+}
+
+/// A configured key that does not exist: empty, which is true.
+fn missing(key: &TrackedKey, spec: &QueueSpec) -> QueueSample {
+    let mut s = identity(key, Some(QueueKind::Missing));
+    s.depth = Some(0);
+    s.ready = Some(0);
+    if spec.score == ScoreMode::Timestamp {
+        s.scheduled = Some(0);
+    }
+    if spec.age.is_some() || spec.score == ScoreMode::Timestamp {
+        s.oldest_age_seconds = Some(0.0);
+    }
+    s
+}
+
+fn read_stream(s: &mut QueueSample, r: &[Value]) {
+    if let Some(info) = r.first().and_then(reply::as_pairs) {
+        s.depth = reply::field(&info, "length").and_then(reply::as_u64);
+        s.counters = Counters {
+            published: reply::field(&info, "entries-added").and_then(reply::as_u64),
+            ..Counters::default()
+        };
+    }
+    if let Some(groups) = r.get(1).and_then(reply::as_array) {
+        for g in groups {
+            let Some(p) = reply::as_pairs(g) else { continue };
+            let Some(name) = reply::field(&p, "name").and_then(reply::as_str) else {
+                continue;
+            };
+            s.groups.push(GroupSample {
+                name: name.to_string(),
+                lag: reply::field(&p, "lag").and_then(reply::as_u64),
+                pending: reply::field(&p, "pending")
+                    .and_then(reply::as_u64)
+                    .unwrap_or(0),
+                consumers: reply::field(&p, "consumers")
+                    .and_then(reply::as_u64)
+                    .unwrap_or(0),
+            });
+        }
+    }
+    // Work waiting for the slowest group; absent when Redis cannot tell a lag.
+    s.ready = if s.groups.is_empty() {
+        s.depth
+    } else {
+        s.groups.iter().map(|g| g.lag).collect::<Option<Vec<_>>>().and_then(|l| l.into_iter().max())
+    };
+}

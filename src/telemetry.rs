@@ -1,0 +1,112 @@
+//! The exporter's own instrumentation: logging setup, and process-level
+//! metrics that do not come from a snapshot (build info, gRPC traffic).
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+
+use crate::config::{LogConfig, LogFormat};
+
+/// Labels of `queue_exporter_build_info`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BuildLabels {
+    /// The crate version.
+    pub version: String,
+}
+
+/// Labels of per-RPC counters.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct GrpcLabels {
+    /// The RPC name, e.g. `GetMetrics`.
+    pub method: String,
+    /// The gRPC status code name, e.g. `OK`, `NOT_FOUND`.
+    pub code: String,
+}
+
+/// Labels keyed by RPC name only.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct MethodLabels {
+    /// The RPC name.
+    pub method: String,
+}
+
+/// Process-level metrics, rendered live on every scrape after the snapshot part.
+#[derive(Debug)]
+pub struct Telemetry {
+    /// Holds every family below.
+    pub registry: Registry,
+    /// `queue_exporter_grpc_requests_total{method,code}`.
+    pub grpc_requests: Family<GrpcLabels, Counter>,
+    /// `queue_exporter_grpc_request_duration_seconds{method}`.
+    pub grpc_duration: Family<MethodLabels, Histogram, fn() -> Histogram>,
+    /// `queue_exporter_scaler_streams{method}`: streams open now.
+    pub scaler_streams: Family<MethodLabels, Gauge>,
+}
+
+impl Default for Telemetry {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Telemetry {
+    /// Registers every process-level family.
+    pub fn new() -> Self {
+        let mut registry = Registry::default();
+        let build = Family::<BuildLabels, Gauge>::default();
+        build
+            .get_or_create(&BuildLabels {
+                version: env!("CARGO_PKG_VERSION").to_string(),
+            })
+            .set(1);
+        registry.register(
+            "queue_exporter_build_info",
+            "Always 1; the version label tells which build is running",
+            build,
+        );
+        let grpc_requests = Family::<GrpcLabels, Counter>::default();
+        registry.register(
+            "queue_exporter_grpc_requests",
+            "KEDA external-scaler RPCs answered, by method and status code",
+            grpc_requests.clone(),
+        );
+        let grpc_duration = Family::<MethodLabels, Histogram>::new_with_constructor(
+            (|| Histogram::new(exponential_buckets(0.0001, 4.0, 9))) as fn() -> Histogram,
+        );
+        registry.register(
+            "queue_exporter_grpc_request_duration_seconds",
+            "Time to answer a unary KEDA external-scaler RPC",
+            grpc_duration.clone(),
+        );
+        let scaler_streams = Family::<MethodLabels, Gauge>::default();
+        registry.register(
+            "queue_exporter_scaler_streams",
+            "KEDA push streams open now, by method",
+            scaler_streams.clone(),
+        );
+        Telemetry {
+            registry,
+            grpc_requests,
+            grpc_duration,
+            scaler_streams,
+        }
+    }
+}
+
+/// Installs the global `tracing` subscriber. `RUST_LOG` wins over `log.level`.
+pub fn init_logging(config: &LogConfig) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .or_else(|_| tracing_subscriber::EnvFilter::try_new(&config.level))
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    // A second init (tests) is harmless; ignore it.
+    let _ = match config.format {
+        LogFormat::Json => builder.json().try_init(),
+        LogFormat::Text => builder.try_init(),
+    };
+}
