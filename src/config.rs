@@ -312,14 +312,6 @@ pub enum ScoreUnit {
 }
 
 impl ScoreUnit {
-    /// Converts unix seconds to this unit.
-    pub fn from_unix_seconds(self, seconds: f64) -> f64 {
-        match self {
-            ScoreUnit::Seconds => seconds,
-            ScoreUnit::Milliseconds => seconds * 1000.0,
-        }
-    }
-
     /// Converts a score in this unit to unix seconds.
     pub fn to_unix_seconds(self, score: f64) -> f64 {
         match self {

@@ -55,7 +55,6 @@ pub async fn discover(
     conn: &mut ConnectionManager,
     config: &RedisSourceConfig,
     label_regexes: &[Option<regex::Regex>],
-    _previous: &[TrackedKey],
 ) -> redis::RedisResult<Discovered> {
     // key → (spec index, exact, type if already known)
     let mut found: BTreeMap<Vec<u8>, (usize, bool, Option<KeyType>)> = BTreeMap::new();
@@ -69,21 +68,26 @@ pub async fn discover(
             }
         }
     }
-    for (i, spec) in config.queues.iter().enumerate() {
-        let Some(pattern) = &spec.pattern else { continue };
-        match &spec.types {
-            Some(types) => {
-                for t in types {
-                    for k in scan(conn, pattern, Some(*t), config.scan_count).await? {
-                        found.entry(k).or_insert((i, false, Some(*t)));
-                    }
-                }
-            }
-            None => {
-                for k in scan(conn, pattern, None, config.scan_count).await? {
-                    found.entry(k).or_insert((i, false, None));
-                }
-            }
+    // Every (pattern, type) SCAN runs concurrently on the multiplexed
+    // connection; results are merged in config order so the first spec wins.
+    let scans: Vec<(usize, Option<KeyType>, &str)> = config
+        .queues
+        .iter()
+        .enumerate()
+        .filter_map(|(i, spec)| Some((i, spec, spec.pattern.as_deref()?)))
+        .flat_map(|(i, spec, pattern)| match &spec.types {
+            Some(types) => types.iter().map(|t| (i, Some(*t), pattern)).collect::<Vec<_>>(),
+            None => vec![(i, None, pattern)],
+        })
+        .collect();
+    let results = futures_util::future::try_join_all(scans.iter().map(|(_, t, pattern)| {
+        let mut conn = conn.clone();
+        async move { scan(&mut conn, pattern, *t, config.scan_count).await }
+    }))
+    .await?;
+    for ((i, t, _), keys) in scans.iter().zip(results) {
+        for k in keys {
+            found.entry(k).or_insert((*i, false, *t));
         }
     }
 

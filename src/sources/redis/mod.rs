@@ -153,7 +153,7 @@ impl Source for RedisSource {
             .last_discovery
             .is_none_or(|t| t.elapsed() >= self.config.discovery_interval);
         if due {
-            let found = discovery::discover(&mut conn, &self.config, &self.label_regexes, &self.tracked)
+            let found = discovery::discover(&mut conn, &self.config, &self.label_regexes)
                 .await
                 .map_err(|e| self.map_error(e))?;
             if found.tracked.len() != self.tracked.len() || found.dropped != self.dropped {
