@@ -462,9 +462,10 @@ fn default_max_keys() -> usize {
 fn default_scan_count() -> u32 {
     1000
 }
-/// Default age histogram bounds: 1 s to 1 day.
+/// Default age histogram bounds: 1 s to 1 day. Each bound below the oldest
+/// item's age costs one ZCOUNT per timestamp zset per poll.
 pub fn default_age_buckets() -> Vec<Duration> {
-    [1, 5, 15, 60, 300, 900, 3600, 4 * 3600, 86_400]
+    [1, 10, 60, 300, 900, 3600, 86_400]
         .into_iter()
         .map(Duration::from_secs)
         .collect()

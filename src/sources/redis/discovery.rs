@@ -39,6 +39,9 @@ pub struct TrackedKey {
     pub state: KeyState,
     /// True for configured exact keys (kept and reported while missing).
     pub exact: bool,
+    /// `(oldest age, when)` from the last poll, in seconds: lets the next
+    /// poll skip age-bucket ZCOUNTs whose answer is implied (checked after).
+    pub oldest_age_hint: Option<(f64, f64)>,
 }
 
 /// The outcome of one discovery round.
@@ -130,6 +133,7 @@ pub async fn discover(
             spec,
             state,
             exact: is_exact,
+            oldest_age_hint: None,
         };
         if is_exact {
             exact.push(tk);

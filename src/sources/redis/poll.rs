@@ -73,7 +73,8 @@ pub async fn poll_keys(
     let mut samples: Vec<Option<QueueSample>> = vec![None; tracked.len()];
     let mut pending: Vec<usize> = (0..tracked.len()).collect();
 
-    // At most two rounds: measure, then re-type and re-measure what changed.
+    // At most two rounds: measure, then re-type and re-measure what changed
+    // (and re-measure histograms whose skipped buckets turned out to matter).
     for round in 0..2 {
         let mut cmds: Vec<redis::Cmd> = Vec::with_capacity(pending.len() * 2);
         let plans: Vec<Plan> = pending
@@ -86,6 +87,7 @@ pub async fn poll_keys(
         let replies = pipelined(conn, cmds).await?;
         let mut offset = 0;
         let mut retype = Vec::new();
+        let mut remeasure = Vec::new();
         for (plan, &i) in plans.iter().zip(&pending) {
             let Some(r) = replies.get(offset..offset + plan.len) else {
                 return Err(redis::RedisError::from((
@@ -94,20 +96,25 @@ pub async fn poll_keys(
                 )));
             };
             offset += plan.len;
-            let key = &tracked[i];
-            match read(key, &config.queues[key.spec], plan, r, now_secs) {
+            let key = &mut tracked[i];
+            match read(key, &config.queues[key.spec], plan, r, now_secs, &config.age_buckets) {
                 Outcome::Sample(s, age_failed) => {
                     polled.age_parse_failures += u64::from(age_failed);
+                    key.oldest_age_hint = s.oldest_age_seconds.map(|a| (a, now_secs));
                     samples[i] = Some(*s);
                 }
                 Outcome::Retype if round == 0 => retype.push(i),
-                Outcome::Retype => {
-                    // Changed type twice within one poll: report what we know.
+                Outcome::Remeasure if round == 0 => {
+                    key.oldest_age_hint = None;
+                    remeasure.push(i);
+                }
+                Outcome::Retype | Outcome::Remeasure => {
+                    // Changed under us twice within one poll: report what we know.
                     samples[i] = Some(identity(key, None));
                 }
             }
         }
-        if retype.is_empty() {
+        if retype.is_empty() && remeasure.is_empty() {
             break;
         }
         let keys: Vec<Vec<u8>> = retype.iter().map(|&i| tracked[i].key.clone()).collect();
@@ -118,6 +125,7 @@ pub async fn poll_keys(
             }
             tracked[i].state = state;
         }
+        retype.extend(remeasure);
         pending = retype;
     }
     polled.queues = samples
@@ -132,8 +140,9 @@ pub async fn poll_keys(
 struct Plan {
     /// Number of commands (and replies) for this key.
     len: usize,
-    /// Age histogram bounds (seconds), for timestamp zsets.
-    buckets: Vec<f64>,
+    /// How many leading `age_buckets` were asked with ZCOUNT (timestamp
+    /// zsets); the rest are implied by the oldest item's age.
+    queried_buckets: usize,
 }
 
 fn cmd(name: &str, key: &[u8]) -> redis::Cmd {
@@ -150,7 +159,7 @@ fn plan(
     out: &mut Vec<redis::Cmd>,
 ) -> Plan {
     let k = key.key.as_slice();
-    let mut buckets = Vec::new();
+    let mut queried_buckets = 0;
     let cmds = match &key.state {
         KeyState::Missing | KeyState::Unsupported(_) => vec![cmd("TYPE", k)],
         KeyState::Typed(KeyType::List) => {
@@ -174,12 +183,19 @@ fn plan(
             let mut oldest = cmd("ZRANGE", k);
             oldest.arg(0).arg(0).arg("WITHSCORES");
             v.push(oldest);
+            // Every waiting item is at most as old as the oldest one, so
+            // buckets at or above its (predicted) age equal the due count
+            // and need no ZCOUNT. `read` checks the prediction.
+            let predicted = key.oldest_age_hint.map(|(age, at)| age + (now_secs - at).max(0.0));
             for b in &config.age_buckets {
                 let secs = b.as_secs_f64();
+                if predicted.is_some_and(|p| secs >= p) {
+                    break;
+                }
                 let mut c = cmd("ZCOUNT", k);
                 c.arg(score_arg(spec.score_unit, now_secs - secs)).arg(&now);
                 v.push(c);
-                buckets.push(secs);
+                queried_buckets += 1;
             }
             v
         }
@@ -196,7 +212,10 @@ fn plan(
     };
     let len = cmds.len();
     out.extend(cmds);
-    Plan { len, buckets }
+    Plan {
+        len,
+        queried_buckets,
+    }
 }
 
 /// A score bound with millisecond precision. Redis parses bounds with
@@ -215,6 +234,8 @@ enum Outcome {
     Sample(Box<QueueSample>, bool),
     /// The key's type is not what we thought; learn it and try again.
     Retype,
+    /// Skipped age buckets turned out to matter; measure again in full.
+    Remeasure,
 }
 
 /// A sample with only the identity and type filled in.
@@ -227,7 +248,14 @@ fn identity(key: &TrackedKey, kind: Option<QueueKind>) -> QueueSample {
     }
 }
 
-fn read(key: &TrackedKey, spec: &QueueSpec, plan: &Plan, r: &[Value], now_secs: f64) -> Outcome {
+fn read(
+    key: &TrackedKey,
+    spec: &QueueSpec,
+    plan: &Plan,
+    r: &[Value],
+    now_secs: f64,
+    age_buckets: &[std::time::Duration],
+) -> Outcome {
     if r.iter().any(reply::is_wrongtype) {
         return Outcome::Retype;
     }
@@ -293,15 +321,23 @@ fn read(key: &TrackedKey, spec: &QueueSpec, plan: &Plan, r: &[Value], now_secs: 
                 }
                 _ => None,
             };
-            let counts: Option<Vec<u64>> = r.get(3..).map(|c| c.iter().map(reply::as_u64).collect()).and_then(|v: Option<Vec<u64>>| v);
-            if let (Some(counts), Some(due)) = (counts, due)
-                && counts.len() == plan.buckets.len()
-            {
+            let counts: Option<Vec<u64>> = r
+                .get(3..3 + plan.queried_buckets)
+                .and_then(|c| c.iter().map(reply::as_u64).collect());
+            if let (Some(mut counts), Some(due), false) = (counts, due, age_buckets.is_empty()) {
+                if counts.len() < age_buckets.len() {
+                    let first_skipped = age_buckets[counts.len()].as_secs_f64();
+                    match s.oldest_age_seconds {
+                        Some(oldest) if oldest <= first_skipped => {
+                            counts.resize(age_buckets.len(), due);
+                        }
+                        _ => return Outcome::Remeasure,
+                    }
+                }
                 s.age_histogram = Some(AgeHistogram {
-                    buckets: plan
-                        .buckets
+                    buckets: age_buckets
                         .iter()
-                        .copied()
+                        .map(|b| b.as_secs_f64())
                         // ZCOUNTs run one after another; keep the series monotonic.
                         .zip(counts.iter().map(|c| (*c).min(due)))
                         .scan(0u64, |floor, (b, c)| {
