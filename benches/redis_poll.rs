@@ -3,7 +3,11 @@
 //!
 //! Reports the first poll (discovery included, what `queue-exporter once`
 //! does) and steady polls, plus the same 4,000 size commands pipelined by a
-//! bare client as the floor. Run: `cargo bench --bench redis_poll`.
+//! bare client as the floor. Two zset shapes are measured: integer unix
+//! seconds, and Sidekiq-style fractional seconds (17 significant digits),
+//! which make Redis's own score parsing much slower for small (listpack)
+//! zsets. Oldest items are an hour old, so most age buckets need a ZCOUNT.
+//! Run: `cargo bench --bench redis_poll`.
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -67,20 +71,54 @@ async fn main() {
         let items: Vec<String> = (0..ITEMS).map(|j| format!("{{\"id\":{j}}}")).collect();
         let _: () = redis::cmd("RPUSH").arg(format!("queue:list:{i}")).arg(items).query_async(&mut conn).await.unwrap();
     }
-    for i in 0..ZSETS {
-        let mut c = redis::cmd("ZADD");
-        c.arg(format!("queue:zset:{i}"));
-        for j in 0..ITEMS {
-            // Half due (past), half scheduled (future).
-            c.arg(now - 3600.0 + (j as f64) * 72.0).arg(format!("m{j}"));
+    for (prefix, fractional) in [("queue:zset:", false), ("frac:zset:", true)] {
+        for i in 0..ZSETS {
+            let mut c = redis::cmd("ZADD");
+            c.arg(format!("{prefix}{i}"));
+            for j in 0..ITEMS {
+                // Half due (past), half scheduled (future).
+                let score = now - 3600.0 + (j as f64) * 72.0;
+                if fractional {
+                    c.arg(score + 0.123_456_7);
+                } else {
+                    c.arg(score.floor() as i64);
+                }
+                c.arg(format!("m{j}"));
+            }
+            let _: () = c.query_async(&mut conn).await.unwrap();
         }
-        let _: () = c.query_async(&mut conn).await.unwrap();
     }
 
+    println!("redis_poll: {LISTS} lists + {ZSETS} timestamp zsets x {ITEMS} items among {OTHER} other keys");
+    for (label, zset_pattern) in [("integer-second scores", "queue:zset:*"), ("fractional-second scores", "frac:zset:*")] {
+        measure(&url, label, zset_pattern).await;
+    }
+    // Floor: the same 4,000 size commands, pipelined by a bare client.
+    let mut floor = Vec::new();
+    for _ in 0..20 {
+        let t = Instant::now();
+        for chunk in (0..LISTS + ZSETS).collect::<Vec<_>>().chunks(1000) {
+            let mut p = redis::pipe();
+            for i in chunk {
+                if *i < LISTS {
+                    p.cmd("LLEN").arg(format!("queue:list:{i}"));
+                } else {
+                    p.cmd("ZCARD").arg(format!("queue:zset:{}", i - LISTS));
+                }
+            }
+            let _: Vec<u64> = p.query_async(&mut conn).await.unwrap();
+        }
+        floor.push(t.elapsed());
+    }
+
+    println!("  floor: 4,000 LLEN/ZCARD pipelined by a bare client: median {:?}", median(floor));
+}
+
+async fn measure(url: &str, label: &str, zset_pattern: &str) {
     let config = RedisSourceConfig {
         name: "bench".into(),
         kind: "redis".into(),
-        url: url.clone(),
+        url: url.to_string(),
         password_file: None,
         poll_interval: Duration::from_secs(1),
         discovery_interval: Duration::from_secs(3600),
@@ -90,7 +128,7 @@ async fn main() {
         age_buckets: queue_exporter::config::default_age_buckets(),
         queues: vec![
             QueueSpec { key: None, pattern: Some("queue:list:*".into()), labels: None, types: None, score: ScoreMode::Plain, score_unit: ScoreUnit::Seconds, age: None },
-            QueueSpec { key: None, pattern: Some("queue:zset:*".into()), labels: None, types: None, score: ScoreMode::Timestamp, score_unit: ScoreUnit::Seconds, age: None },
+            QueueSpec { key: None, pattern: Some(zset_pattern.into()), labels: None, types: None, score: ScoreMode::Timestamp, score_unit: ScoreUnit::Seconds, age: None },
         ],
     };
 
@@ -135,27 +173,8 @@ async fn main() {
         publisher.publish(s);
     }
 
-    // Floor: the same 4,000 size commands, pipelined by a bare client.
-    let mut floor = Vec::new();
-    for _ in 0..20 {
-        let t = Instant::now();
-        for chunk in (0..LISTS + ZSETS).collect::<Vec<_>>().chunks(1000) {
-            let mut p = redis::pipe();
-            for i in chunk {
-                if *i < LISTS {
-                    p.cmd("LLEN").arg(format!("queue:list:{i}"));
-                } else {
-                    p.cmd("ZCARD").arg(format!("queue:zset:{}", i - LISTS));
-                }
-            }
-            let _: Vec<u64> = p.query_async(&mut conn).await.unwrap();
-        }
-        floor.push(t.elapsed());
-    }
-
-    println!("redis_poll: {LISTS} lists + {ZSETS} timestamp zsets x {ITEMS} items among {OTHER} other keys");
-    println!("  first poll incl. discovery (once): median {:?} (min {:?}, max {:?})", median(first.clone()), first.iter().min().unwrap(), first.iter().max().unwrap());
-    println!("  steady poll (9 age buckets):       median {:?}", median(steady));
-    println!("  steady poll (no age histogram):    median {:?}", median(steady_nohist));
-    println!("  floor: 4,000 LLEN/ZCARD pipelined: median {:?}", median(floor));
+    println!("  [{label}]");
+    println!("    first poll incl. discovery (once): median {:?} (min {:?}, max {:?})", median(first.clone()), first.iter().min().unwrap(), first.iter().max().unwrap());
+    println!("    steady poll (7 age buckets):       median {:?}", median(steady));
+    println!("    steady poll (no age histogram):    median {:?}", median(steady_nohist));
 }

@@ -96,9 +96,18 @@ fn build(configs: &[SourceConfig], hub: &mut HubBuilder) -> Vec<(Built, Snapshot
         .collect()
 }
 
+/// Chooses rustls' process-wide crypto provider. Several dependencies enable
+/// different providers (ring via tonic, aws-lc-rs via reqwest), and rustls then
+/// refuses to guess; without this, the first TLS connection would fail.
+pub fn install_crypto_provider() {
+    // Err only means a provider is already installed, which is what we want.
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+}
+
 impl App {
     /// Starts everything; returns once the listeners are bound.
     pub async fn start(config: Config) -> Result<App, AppError> {
+        install_crypto_provider();
         let sources = select_sources(&config).await;
         let mut builder = HubBuilder::default();
         let built = build(&sources, &mut builder);
@@ -194,6 +203,7 @@ pub struct OnceReport {
 
 /// Discovers and polls every source once, and renders the result.
 pub async fn once(config: &Config) -> OnceReport {
+    install_crypto_provider();
     let sources = select_sources(config).await;
     let mut builder = HubBuilder::default();
     let built = build(&sources, &mut builder);
