@@ -1,0 +1,486 @@
+//! Parsing and validating a trigger's `scalerMetadata` into a [`ScalerQuery`].
+//!
+//! Words follow KEDA's rabbitmq scaler. Keys are case-sensitive, so a typo
+//! such as `activationvalue` is rejected instead of silently ignored; values
+//! of `mode` and `operation` are matched case-insensitively.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::time::Duration;
+
+use globset::{Glob, GlobMatcher};
+
+use crate::snapshot::CounterHistory;
+
+/// Every key this scaler reads, as listed in error messages.
+pub const ACCEPTED_KEYS: [&str; 9] = [
+    "queue",
+    "source",
+    "vhost",
+    "mode",
+    "value",
+    "activationValue",
+    "operation",
+    "window",
+    "group",
+];
+
+/// Keys KEDA itself reads from trigger metadata and passes on to us; ignored.
+/// `tlsCertFile` is KEDA's deprecated spelling of `tlsClientCert`.
+pub const KEDA_KEYS: [&str; 7] = [
+    "scalerAddress",
+    "enableTLS",
+    "unsafeSsl",
+    "caCert",
+    "tlsClientCert",
+    "tlsClientKey",
+    "tlsCertFile",
+];
+
+/// Default per-replica target (`value`).
+pub const DEFAULT_TARGET: f64 = 5.0;
+
+/// Default averaging window of the rate modes (`window`).
+pub const DEFAULT_WINDOW: Duration = Duration::from_secs(60);
+
+/// Shortest accepted `window`.
+pub const MIN_WINDOW: Duration = Duration::from_secs(1);
+
+/// What is measured per queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Mode {
+    /// Total items held (`queue_depth`); the default.
+    QueueLength,
+    /// Items a worker could take now.
+    Ready,
+    /// Items delivered but not acknowledged (RabbitMQ).
+    Unacked,
+    /// Items waiting for a future due time (timestamp zsets).
+    Scheduled,
+    /// Age of the oldest waiting item, in seconds.
+    Age,
+    /// Messages published per second, averaged over `window`.
+    PublishRate,
+    /// Messages delivered per second, averaged over `window`.
+    DeliverRate,
+    /// Entries a stream consumer group has not read yet.
+    Lag,
+}
+
+impl Mode {
+    /// Every mode, in documentation order.
+    pub const ALL: [Mode; 8] = [
+        Mode::QueueLength,
+        Mode::Ready,
+        Mode::Unacked,
+        Mode::Scheduled,
+        Mode::Age,
+        Mode::PublishRate,
+        Mode::DeliverRate,
+        Mode::Lag,
+    ];
+
+    /// The spelling used in metadata and messages.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::QueueLength => "QueueLength",
+            Mode::Ready => "Ready",
+            Mode::Unacked => "Unacked",
+            Mode::Scheduled => "Scheduled",
+            Mode::Age => "Age",
+            Mode::PublishRate => "PublishRate",
+            Mode::DeliverRate => "DeliverRate",
+            Mode::Lag => "Lag",
+        }
+    }
+
+    /// True for the modes computed from counter history over `window`.
+    pub fn is_rate(self) -> bool {
+        matches!(self, Mode::PublishRate | Mode::DeliverRate)
+    }
+
+    /// Parses a mode name, ignoring case.
+    fn parse(s: &str) -> Option<Mode> {
+        Mode::ALL
+            .into_iter()
+            .find(|m| m.as_str().eq_ignore_ascii_case(s))
+    }
+}
+
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// How the values of several matched queues become one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Operation {
+    /// The total; the default.
+    Sum,
+    /// The largest value.
+    Max,
+    /// The mean value.
+    Avg,
+}
+
+impl Operation {
+    /// Every operation, in documentation order.
+    pub const ALL: [Operation; 3] = [Operation::Sum, Operation::Max, Operation::Avg];
+
+    /// The spelling used in metadata and messages.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Operation::Sum => "sum",
+            Operation::Max => "max",
+            Operation::Avg => "avg",
+        }
+    }
+
+    /// Parses an operation name, ignoring case.
+    fn parse(s: &str) -> Option<Operation> {
+        Operation::ALL
+            .into_iter()
+            .find(|o| o.as_str().eq_ignore_ascii_case(s))
+    }
+}
+
+/// The `queue` key: an exact name, which may also be a glob.
+#[derive(Debug, Clone)]
+pub struct QueueSelector {
+    /// The text as given (trimmed).
+    text: String,
+    /// The compiled glob, when the text has glob syntax and compiles.
+    glob: Option<GlobMatcher>,
+}
+
+impl QueueSelector {
+    /// Builds a selector; text without glob metacharacters is exact only.
+    pub fn new(text: &str) -> QueueSelector {
+        let has_meta = text.contains(['*', '?', '[', '{']);
+        let glob = if has_meta {
+            Glob::new(text).ok().map(|g| g.compile_matcher())
+        } else {
+            None
+        };
+        QueueSelector {
+            text: text.to_string(),
+            glob,
+        }
+    }
+
+    /// The text as given.
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+
+    /// True when the text is used as a glob (it may still match exactly).
+    pub fn is_glob(&self) -> bool {
+        self.glob.is_some()
+    }
+
+    /// True when `name` equals the text or matches it as a glob.
+    pub fn matches(&self, name: &str) -> bool {
+        name == self.text || self.glob.as_ref().is_some_and(|g| g.is_match(name))
+    }
+}
+
+/// A validated trigger: what to measure and how to turn it into replicas.
+#[derive(Debug, Clone)]
+pub struct ScalerQuery {
+    /// Which queues (`queue`).
+    pub queue: QueueSelector,
+    /// Restricts matching to one configured source (`source`).
+    pub source: Option<String>,
+    /// Restricts matching to one RabbitMQ vhost (`vhost`).
+    pub vhost: Option<String>,
+    /// What is measured (`mode`).
+    pub mode: Mode,
+    /// The stream consumer group for [`Mode::Lag`] (`group`).
+    pub group: Option<String>,
+    /// Per-replica target, > 0 (`value`).
+    pub target: f64,
+    /// Active iff the value is above this (`activationValue`).
+    pub activation: f64,
+    /// How several matched queues combine (`operation`).
+    pub operation: Operation,
+    /// Averaging window of the rate modes (`window`).
+    pub window: Duration,
+}
+
+/// Why metadata was refused; always names the key. Maps to `INVALID_ARGUMENT`.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum MetadataError {
+    /// Keys this scaler does not know (typos are caught here).
+    #[error("scalerMetadata: unknown key{} {}; accepted keys: {}", if .keys.len() > 1 { "s" } else { "" }, quoted(.keys), ACCEPTED_KEYS.join(", "))]
+    UnknownKeys {
+        /// The unknown keys, sorted.
+        keys: Vec<String>,
+    },
+    /// A known key with a missing or bad value.
+    #[error("scalerMetadata.{key}: {problem}")]
+    Invalid {
+        /// The key.
+        key: &'static str,
+        /// What is wrong and what is allowed.
+        problem: String,
+    },
+}
+
+/// `"a", "b"`: keys as they were written, quoted so odd spellings are visible.
+fn quoted(keys: &[String]) -> String {
+    keys.iter()
+        .map(|k| format!("{k:?}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// True for keys KEDA adds on its own (`scalerAddress`, `*FromEnv`, ...).
+fn is_keda_key(key: &str) -> bool {
+    KEDA_KEYS.contains(&key) || key.ends_with("FromEnv")
+}
+
+/// Parses `scalerMetadata`. Empty values count as absent.
+pub fn parse(meta: &HashMap<String, String>) -> Result<ScalerQuery, MetadataError> {
+    let mut unknown: Vec<String> = meta
+        .keys()
+        .filter(|k| !ACCEPTED_KEYS.contains(&k.as_str()) && !is_keda_key(k))
+        .cloned()
+        .collect();
+    if !unknown.is_empty() {
+        unknown.sort();
+        return Err(MetadataError::UnknownKeys { keys: unknown });
+    }
+    let get = |key: &str| meta.get(key).map(|v| v.trim()).filter(|v| !v.is_empty());
+    let invalid = |key: &'static str, problem: String| MetadataError::Invalid { key, problem };
+
+    let queue = get("queue").ok_or_else(|| {
+        invalid(
+            "queue",
+            "required: a queue name exactly as in the `queue` label, or a glob such as jobs:pending:*"
+                .into(),
+        )
+    })?;
+
+    let mode = match get("mode") {
+        None => Mode::QueueLength,
+        Some(m) => Mode::parse(m).ok_or_else(|| {
+            let all: Vec<_> = Mode::ALL.iter().map(|m| m.as_str()).collect();
+            invalid("mode", format!("{m:?} is not one of {}", all.join(", ")))
+        })?,
+    };
+
+    let operation = match get("operation") {
+        None => Operation::Sum,
+        Some(o) => Operation::parse(o).ok_or_else(|| {
+            let all: Vec<_> = Operation::ALL.iter().map(|o| o.as_str()).collect();
+            invalid(
+                "operation",
+                format!("{o:?} is not one of {}", all.join(", ")),
+            )
+        })?,
+    };
+
+    let target = match get("value") {
+        None => DEFAULT_TARGET,
+        Some(v) => match v.parse::<f64>() {
+            Ok(t) if t.is_finite() && t > 0.0 => t,
+            _ => {
+                return Err(invalid(
+                    "value",
+                    format!("must be a number > 0 (the per-replica target), got {v:?}"),
+                ));
+            }
+        },
+    };
+
+    let activation = match get("activationValue") {
+        None => 0.0,
+        Some(v) => match v.parse::<f64>() {
+            Ok(a) if a.is_finite() && a >= 0.0 => a,
+            _ => {
+                return Err(invalid(
+                    "activationValue",
+                    format!("must be a number >= 0 (active iff the value is above it), got {v:?}"),
+                ));
+            }
+        },
+    };
+
+    let window = match get("window") {
+        None => DEFAULT_WINDOW,
+        Some(_) if !mode.is_rate() => {
+            return Err(invalid(
+                "window",
+                format!("applies only to modes PublishRate and DeliverRate, not {mode}; remove it"),
+            ));
+        }
+        Some(w) => {
+            let max = CounterHistory::RETENTION;
+            match humantime::parse_duration(w) {
+                Ok(d) if (MIN_WINDOW..=max).contains(&d) => d,
+                _ => {
+                    return Err(invalid(
+                        "window",
+                        format!(
+                            "must be a duration from {} to {} such as 30s or 1m, got {w:?}",
+                            humantime::format_duration(MIN_WINDOW),
+                            humantime::format_duration(max)
+                        ),
+                    ));
+                }
+            }
+        }
+    };
+
+    let group = match get("group") {
+        Some(_) if mode != Mode::Lag => {
+            return Err(invalid(
+                "group",
+                format!("applies only to mode Lag, not {mode}; remove it or set mode: Lag"),
+            ));
+        }
+        g => g.map(str::to_string),
+    };
+
+    Ok(ScalerQuery {
+        queue: QueueSelector::new(queue),
+        source: get("source").map(str::to_string),
+        vhost: get("vhost").map(str::to_string),
+        mode,
+        group,
+        target,
+        activation,
+        operation,
+        window,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn meta(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn defaults() {
+        let q = parse(&meta(&[("queue", "work")])).unwrap();
+        assert_eq!(q.queue.text(), "work");
+        assert!(!q.queue.is_glob());
+        assert_eq!(q.mode, Mode::QueueLength);
+        assert_eq!(q.target, 5.0);
+        assert_eq!(q.activation, 0.0);
+        assert_eq!(q.operation, Operation::Sum);
+        assert_eq!(q.window, Duration::from_secs(60));
+        assert_eq!(q.source, None);
+        assert_eq!(q.vhost, None);
+    }
+
+    #[test]
+    fn keda_keys_are_ignored() {
+        let q = parse(&meta(&[
+            ("queue", "work"),
+            ("scalerAddress", "x:9732"),
+            ("enableTLS", "true"),
+            ("unsafeSsl", "false"),
+            ("caCert", "..."),
+            ("tlsClientCert", "..."),
+            ("tlsClientKey", "..."),
+            ("passwordFromEnv", "P"),
+        ]));
+        assert!(q.is_ok(), "{q:?}");
+    }
+
+    #[test]
+    fn unknown_keys_list_the_accepted_ones() {
+        let e = parse(&meta(&[("queue", "w"), ("activationvalue", "3")])).unwrap_err();
+        let msg = e.to_string();
+        assert!(msg.contains("\"activationvalue\""), "{msg}");
+        assert!(msg.contains("activationValue"), "{msg}");
+        assert!(msg.contains("accepted keys: queue, source"), "{msg}");
+    }
+
+    #[test]
+    fn bad_values_name_the_key_and_allowed_values() {
+        let cases = [
+            (vec![("mode", "QueueLength")], "queue", "required"),
+            (vec![("queue", "w"), ("value", "-1")], "value", "> 0"),
+            (vec![("queue", "w"), ("value", "0")], "value", "> 0"),
+            (vec![("queue", "w"), ("value", "NaN")], "value", "> 0"),
+            (
+                vec![("queue", "w"), ("mode", "Length")],
+                "mode",
+                "QueueLength, Ready",
+            ),
+            (
+                vec![("queue", "w"), ("operation", "mean")],
+                "operation",
+                "sum, max, avg",
+            ),
+            (
+                vec![("queue", "w"), ("activationValue", "-2")],
+                "activationValue",
+                ">= 0",
+            ),
+            (
+                vec![("queue", "w"), ("mode", "PublishRate"), ("window", "soon")],
+                "window",
+                "30s",
+            ),
+            (
+                vec![("queue", "w"), ("mode", "PublishRate"), ("window", "2h")],
+                "window",
+                "15m",
+            ),
+            (vec![("queue", "w"), ("window", "1m")], "window", "only"),
+            (vec![("queue", "w"), ("group", "g")], "group", "only"),
+        ];
+        for (pairs, key, needle) in cases {
+            let e = parse(&meta(&pairs)).unwrap_err();
+            let msg = e.to_string();
+            assert!(msg.starts_with(&format!("scalerMetadata.{key}: ")), "{msg}");
+            assert!(msg.contains(needle), "{msg}");
+        }
+    }
+
+    #[test]
+    fn values_are_case_insensitive_and_trimmed() {
+        let q = parse(&meta(&[
+            ("queue", " jobs:* "),
+            ("mode", "publishrate"),
+            ("operation", "MAX"),
+            ("window", "30s"),
+            ("value", "2.5"),
+            ("activationValue", "1"),
+            ("source", ""),
+        ]))
+        .unwrap();
+        assert_eq!(q.mode, Mode::PublishRate);
+        assert_eq!(q.operation, Operation::Max);
+        assert_eq!(q.window, Duration::from_secs(30));
+        assert_eq!(q.target, 2.5);
+        assert_eq!(q.activation, 1.0);
+        assert_eq!(q.source, None);
+        assert!(q.queue.is_glob());
+    }
+
+    #[test]
+    fn selector_matches_exactly_or_as_glob() {
+        let g = QueueSelector::new("jobs:pending:*");
+        assert!(g.matches("jobs:pending:high"));
+        assert!(!g.matches("jobs:done:x"));
+        let e = QueueSelector::new("work");
+        assert!(e.matches("work") && !e.matches("work2"));
+        // Not a valid glob: exact only.
+        let bad = QueueSelector::new("a[b");
+        assert!(!bad.is_glob() && bad.matches("a[b"));
+        // A literal name with glob characters still matches itself.
+        let lit = QueueSelector::new("odd*name");
+        assert!(lit.matches("odd*name") && lit.matches("oddXname"));
+    }
+}

@@ -1,0 +1,517 @@
+//! Turning a [`ScalerQuery`] and the latest snapshots into one value.
+//!
+//! Pure and synchronous: no I/O, no locks held, so handlers never block. A
+//! value that is not known (never polled, too old, or a field the backend
+//! cannot tell) is an error, never 0: a wrong answer scales production, an
+//! error lets KEDA's `fallback` act.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use crate::config::ScalerConfig;
+use crate::scaler::metadata::{Mode, Operation, ScalerQuery};
+use crate::snapshot::{QueueKind, QueueSample, Snapshot};
+
+/// The answer to a query.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Reading {
+    /// The aggregated value (items, seconds or items per second).
+    pub value: f64,
+    /// The source the matched queues belong to.
+    pub source: Arc<str>,
+    /// How many queues were aggregated.
+    pub matched: usize,
+    /// How old the data is.
+    pub data_age: Duration,
+}
+
+/// Why a query has no value. Each maps to one gRPC status code.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum QueryError {
+    /// The metadata is valid on its own but not against the config or the
+    /// data, e.g. an ambiguous name (`INVALID_ARGUMENT`).
+    #[error("{0}")]
+    InvalidArgument(String),
+    /// Nothing matches (`NOT_FOUND`).
+    #[error("{0}")]
+    NotFound(String),
+    /// The data is missing, too old, or does not include this value (`UNAVAILABLE`).
+    #[error("{0}")]
+    Unavailable(String),
+}
+
+/// Checks what can be checked without data: that `source`, if given, is configured.
+pub fn check_static(query: &ScalerQuery, snapshots: &[Arc<Snapshot>]) -> Result<(), QueryError> {
+    match &query.source {
+        Some(name) if !snapshots.iter().any(|s| &*s.source == name) => {
+            let names: Vec<&str> = snapshots.iter().map(|s| &*s.source).collect();
+            Err(QueryError::InvalidArgument(format!(
+                "scalerMetadata.source: no source named {name:?}; configured sources: {}",
+                names.join(", ")
+            )))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Computes the query's value from the snapshots as of `now`.
+pub fn evaluate(
+    query: &ScalerQuery,
+    snapshots: &[Arc<Snapshot>],
+    config: &ScalerConfig,
+    now: SystemTime,
+) -> Result<Reading, QueryError> {
+    check_static(query, snapshots)?;
+    let candidates: Vec<&Arc<Snapshot>> = snapshots
+        .iter()
+        .filter(|s| {
+            query
+                .source
+                .as_deref()
+                .is_none_or(|name| &*s.source == name)
+        })
+        .collect();
+
+    // Matching uses each source's last successful poll, even if it is old,
+    // so a source that is down still counts for ambiguity.
+    let matches: Vec<(&Arc<Snapshot>, Vec<&QueueSample>)> = candidates
+        .iter()
+        .map(|s| (*s, matching(query, s)))
+        .filter(|(_, qs)| !qs.is_empty())
+        .collect();
+
+    let (snapshot, queues) = match matches.as_slice() {
+        [] => return Err(nothing_matched(query, &candidates, config, now)),
+        [one] => one,
+        several => {
+            let names: Vec<&str> = several.iter().map(|(s, _)| &*s.source).collect();
+            return Err(QueryError::InvalidArgument(format!(
+                "scalerMetadata.source: queue {:?} exists in several sources ({}); set source to one of them",
+                query.queue.text(),
+                names.join(", ")
+            )));
+        }
+    };
+
+    let data_age = fresh_age(snapshot, config, now)?;
+
+    if !query.queue.is_glob() || queues.iter().all(|q| q.name == query.queue.text()) {
+        let mut vhosts: Vec<&str> = queues.iter().filter_map(|q| q.vhost.as_deref()).collect();
+        vhosts.sort_unstable();
+        vhosts.dedup();
+        if vhosts.len() > 1 {
+            return Err(QueryError::InvalidArgument(format!(
+                "scalerMetadata.vhost: queue {:?} exists in several vhosts of source {} ({}); set vhost to one of them",
+                query.queue.text(),
+                snapshot.source,
+                vhosts.join(", ")
+            )));
+        }
+    }
+
+    let mut values = Vec::with_capacity(queues.len());
+    for q in queues {
+        values.push(queue_value(query, snapshot, q)?);
+    }
+    let value = match query.operation {
+        Operation::Sum => values.iter().sum(),
+        Operation::Max => values.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+        Operation::Avg => values.iter().sum::<f64>() / values.len() as f64,
+    };
+    Ok(Reading {
+        value,
+        source: snapshot.source.clone(),
+        matched: values.len(),
+        data_age,
+    })
+}
+
+/// Queues of one snapshot that the query selects.
+fn matching<'a>(query: &ScalerQuery, snapshot: &'a Snapshot) -> Vec<&'a QueueSample> {
+    snapshot
+        .queues
+        .iter()
+        .filter(|q| match &query.vhost {
+            Some(v) => q.vhost.as_deref() == Some(v.as_str()),
+            None => true,
+        })
+        .filter(|q| query.queue.matches(&q.name))
+        .collect()
+}
+
+/// The age of a snapshot's data, or `UNAVAILABLE` if it has none or it is
+/// older than the staleness limit.
+fn fresh_age(s: &Snapshot, config: &ScalerConfig, now: SystemTime) -> Result<Duration, QueryError> {
+    let limit = config.max_staleness_for(s.poll_interval);
+    match s.data_age(now) {
+        None => Err(QueryError::Unavailable(format!(
+            "source {} has not polled successfully yet",
+            s.source
+        ))),
+        Some(age) if age > limit => Err(QueryError::Unavailable(format!(
+            "source {} data is {:.1}s old, older than scaler.max_staleness {}{}",
+            s.source,
+            age.as_secs_f64(),
+            humantime::format_duration(limit),
+            if s.up { "" } else { " (the source is down)" }
+        ))),
+        Some(age) => Ok(age),
+    }
+}
+
+/// `NOT_FOUND` if every candidate source has fresh data and none has the
+/// queue; `UNAVAILABLE` if some source cannot tell.
+fn nothing_matched(
+    query: &ScalerQuery,
+    candidates: &[&Arc<Snapshot>],
+    config: &ScalerConfig,
+    now: SystemTime,
+) -> QueryError {
+    for s in candidates {
+        if let Err(QueryError::Unavailable(why)) = fresh_age(s, config, now) {
+            return QueryError::Unavailable(format!(
+                "no queue matches {:?} in the data at hand, and {why}",
+                query.queue.text()
+            ));
+        }
+    }
+    let scope = match (&query.source, &query.vhost) {
+        (Some(s), Some(v)) => format!(" in source {s}, vhost {v:?}"),
+        (Some(s), None) => format!(" in source {s}"),
+        (None, Some(v)) => format!(" in vhost {v:?}"),
+        (None, None) => String::new(),
+    };
+    QueryError::NotFound(format!(
+        "no queue matches scalerMetadata.queue {:?}{scope}",
+        query.queue.text()
+    ))
+}
+
+/// One queue's value for the query's mode.
+fn queue_value(query: &ScalerQuery, s: &Snapshot, q: &QueueSample) -> Result<f64, QueryError> {
+    let unknown = |hint: &str| {
+        QueryError::Unavailable(format!(
+            "{} of queue {:?} in source {} is unknown{hint}",
+            query.mode, q.name, s.source
+        ))
+    };
+    let count = |v: Option<u64>, hint: &str| v.map(|v| v as f64).ok_or_else(|| unknown(hint));
+    match query.mode {
+        Mode::QueueLength => count(q.depth, ""),
+        Mode::Ready => count(q.ready, ""),
+        Mode::Unacked => count(
+            q.unacked,
+            " (only RabbitMQ reports unacknowledged messages)",
+        ),
+        Mode::Scheduled => count(
+            q.scheduled,
+            " (only zsets with `score: timestamp` have scheduled items)",
+        ),
+        Mode::Age => q.oldest_age_seconds.ok_or_else(|| {
+            unknown(" (lists need `age:` in the exporter config, zsets `score: timestamp`)")
+        }),
+        Mode::PublishRate | Mode::DeliverRate => {
+            let rate = if query.mode == Mode::PublishRate {
+                s.history.rate(&q.id(), query.window, |c| c.published)
+            } else {
+                s.history.rate(&q.id(), query.window, |c| c.delivered)
+            };
+            rate.ok_or_else(|| {
+                unknown(&format!(
+                    " (needs its counter in two polls within window {}; Redis counts only stream additions)",
+                    humantime::format_duration(query.window)
+                ))
+            })
+        }
+        Mode::Lag => group_lag(query, s, q),
+    }
+}
+
+/// The lag of the query's consumer group on stream `q`.
+fn group_lag(query: &ScalerQuery, s: &Snapshot, q: &QueueSample) -> Result<f64, QueryError> {
+    if q.groups.is_empty() {
+        let what = match &q.kind {
+            Some(QueueKind::Stream) => "a stream without consumer groups".to_string(),
+            Some(k) => format!("a {}, not a stream with consumer groups", k.as_str()),
+            None => "of unknown type".to_string(),
+        };
+        return Err(QueryError::NotFound(format!(
+            "mode Lag: queue {:?} in source {} is {what}",
+            q.name, s.source
+        )));
+    }
+    let names = || {
+        q.groups
+            .iter()
+            .map(|g| g.name.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let group = match &query.group {
+        Some(name) => q.groups.iter().find(|g| &g.name == name).ok_or_else(|| {
+            QueryError::NotFound(format!(
+                "stream {:?} in source {} has no consumer group {name:?}; groups: {}",
+                q.name,
+                s.source,
+                names()
+            ))
+        })?,
+        None => match q.groups.as_slice() {
+            [only] => only,
+            _ => {
+                return Err(QueryError::InvalidArgument(format!(
+                    "scalerMetadata.group: stream {:?} has several consumer groups ({}); set group to one of them",
+                    q.name,
+                    names()
+                )));
+            }
+        },
+    };
+    group.lag.map(|l| l as f64).ok_or_else(|| {
+        QueryError::Unavailable(format!(
+            "Redis cannot tell the lag of group {:?} on stream {:?} (entries were deleted or trimmed)",
+            group.name, q.name
+        ))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scaler::metadata::parse;
+    use crate::snapshot::{CounterPoint, Counters, GroupSample, SourceKind};
+    use std::collections::HashMap;
+
+    fn q(pairs: &[(&str, &str)]) -> ScalerQuery {
+        let meta: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        parse(&meta).unwrap()
+    }
+
+    fn sample(name: &str, depth: u64) -> QueueSample {
+        QueueSample {
+            depth: Some(depth),
+            ready: Some(depth),
+            kind: Some(QueueKind::List),
+            ..QueueSample::named(name)
+        }
+    }
+
+    fn snap(
+        name: &str,
+        queues: Vec<QueueSample>,
+        age: Option<Duration>,
+        now: SystemTime,
+    ) -> Arc<Snapshot> {
+        let mut s = Snapshot::initial(name, SourceKind::Redis, Duration::from_secs(1));
+        s.polled = true;
+        s.up = age.is_some();
+        s.last_success = age.map(|a| now - a);
+        s.queues = Arc::from(queues);
+        Arc::new(s)
+    }
+
+    fn cfg() -> ScalerConfig {
+        ScalerConfig::default()
+    }
+
+    #[test]
+    fn sum_max_avg_over_a_glob() {
+        let now = SystemTime::now();
+        let snaps = [snap(
+            "main",
+            vec![
+                sample("jobs:a", 2),
+                sample("jobs:b", 7),
+                sample("other", 100),
+            ],
+            Some(Duration::ZERO),
+            now,
+        )];
+        let v = |op| {
+            evaluate(
+                &q(&[("queue", "jobs:*"), ("operation", op)]),
+                &snaps,
+                &cfg(),
+                now,
+            )
+            .unwrap()
+        };
+        assert_eq!(v("sum").value, 9.0);
+        assert_eq!(v("max").value, 7.0);
+        assert_eq!(v("avg").value, 4.5);
+        assert_eq!(v("sum").matched, 2);
+    }
+
+    #[test]
+    fn staleness_and_never_polled_are_unavailable() {
+        let now = SystemTime::now();
+        let stale = [snap(
+            "main",
+            vec![sample("w", 1)],
+            Some(Duration::from_secs(10)),
+            now,
+        )];
+        assert!(matches!(
+            evaluate(&q(&[("queue", "w")]), &stale, &cfg(), now),
+            Err(QueryError::Unavailable(_))
+        ));
+        let never = [snap("main", vec![], None, now)];
+        assert!(matches!(
+            evaluate(&q(&[("queue", "w")]), &never, &cfg(), now),
+            Err(QueryError::Unavailable(_))
+        ));
+        let fresh = [snap(
+            "main",
+            vec![sample("w", 1)],
+            Some(Duration::ZERO),
+            now,
+        )];
+        assert!(matches!(
+            evaluate(&q(&[("queue", "x")]), &fresh, &cfg(), now),
+            Err(QueryError::NotFound(_))
+        ));
+    }
+
+    #[test]
+    fn ambiguity_needs_source_or_vhost() {
+        let now = SystemTime::now();
+        let snaps = [
+            snap("a", vec![sample("w", 1)], Some(Duration::ZERO), now),
+            snap("b", vec![sample("w", 2)], Some(Duration::ZERO), now),
+        ];
+        let e = evaluate(&q(&[("queue", "w")]), &snaps, &cfg(), now).unwrap_err();
+        assert!(
+            matches!(&e, QueryError::InvalidArgument(m) if m.starts_with("scalerMetadata.source")),
+            "{e}"
+        );
+        let r = evaluate(&q(&[("queue", "w"), ("source", "b")]), &snaps, &cfg(), now).unwrap();
+        assert_eq!(r.value, 2.0);
+        let e = evaluate(&q(&[("queue", "w"), ("source", "zz")]), &snaps, &cfg(), now).unwrap_err();
+        assert!(
+            matches!(&e, QueryError::InvalidArgument(m) if m.contains("configured sources: a, b")),
+            "{e}"
+        );
+
+        let mut in_v1 = sample("w", 1);
+        in_v1.vhost = Some("v1".into());
+        let mut in_v2 = sample("w", 3);
+        in_v2.vhost = Some("v2".into());
+        let rabbit = [snap("r", vec![in_v1, in_v2], Some(Duration::ZERO), now)];
+        let e = evaluate(&q(&[("queue", "w")]), &rabbit, &cfg(), now).unwrap_err();
+        assert!(
+            matches!(&e, QueryError::InvalidArgument(m) if m.starts_with("scalerMetadata.vhost")),
+            "{e}"
+        );
+        let r = evaluate(&q(&[("queue", "w"), ("vhost", "v2")]), &rabbit, &cfg(), now).unwrap();
+        assert_eq!(r.value, 3.0);
+    }
+
+    #[test]
+    fn unknown_values_are_unavailable_never_zero() {
+        let now = SystemTime::now();
+        let snaps = [snap(
+            "main",
+            vec![sample("w", 4)],
+            Some(Duration::ZERO),
+            now,
+        )];
+        for mode in ["Age", "Unacked", "Scheduled", "PublishRate", "DeliverRate"] {
+            let e =
+                evaluate(&q(&[("queue", "w"), ("mode", mode)]), &snaps, &cfg(), now).unwrap_err();
+            assert!(matches!(e, QueryError::Unavailable(_)), "{mode}: {e}");
+        }
+    }
+
+    #[test]
+    fn rates_and_lag() {
+        let now = SystemTime::now();
+        let mut stream = QueueSample {
+            kind: Some(QueueKind::Stream),
+            depth: Some(10),
+            groups: vec![
+                GroupSample {
+                    name: "g1".into(),
+                    lag: Some(4),
+                    pending: 0,
+                    consumers: 1,
+                },
+                GroupSample {
+                    name: "g2".into(),
+                    lag: None,
+                    pending: 0,
+                    consumers: 1,
+                },
+            ],
+            ..QueueSample::named("s")
+        };
+        stream.counters = Counters {
+            published: Some(100),
+            ..Counters::default()
+        };
+        let mut snapshot = Snapshot::initial("main", SourceKind::Redis, Duration::from_secs(1));
+        snapshot.last_success = Some(now);
+        snapshot.queues = Arc::from(vec![stream]);
+        let id = crate::snapshot::QueueId {
+            vhost: None,
+            name: "s".into(),
+        };
+        let point = |at: SystemTime, n: u64| {
+            let mut counters = HashMap::new();
+            counters.insert(
+                id.clone(),
+                Counters {
+                    published: Some(n),
+                    ..Counters::default()
+                },
+            );
+            CounterPoint { at, counters }
+        };
+        snapshot.history = Arc::new(
+            snapshot
+                .history
+                .with_point(point(now - Duration::from_secs(20), 40))
+                .with_point(point(now, 100)),
+        );
+        let snaps = [Arc::new(snapshot)];
+        let r = evaluate(
+            &q(&[("queue", "s"), ("mode", "PublishRate")]),
+            &snaps,
+            &cfg(),
+            now,
+        )
+        .unwrap();
+        assert!((r.value - 3.0).abs() < 1e-9, "{}", r.value);
+        let r = evaluate(
+            &q(&[("queue", "s"), ("mode", "Lag"), ("group", "g1")]),
+            &snaps,
+            &cfg(),
+            now,
+        )
+        .unwrap();
+        assert_eq!(r.value, 4.0);
+        let e = evaluate(
+            &q(&[("queue", "s"), ("mode", "Lag"), ("group", "g2")]),
+            &snaps,
+            &cfg(),
+            now,
+        )
+        .unwrap_err();
+        assert!(matches!(e, QueryError::Unavailable(_)), "{e}");
+        let e = evaluate(&q(&[("queue", "s"), ("mode", "Lag")]), &snaps, &cfg(), now).unwrap_err();
+        assert!(
+            matches!(&e, QueryError::InvalidArgument(m) if m.starts_with("scalerMetadata.group")),
+            "{e}"
+        );
+        let e = evaluate(
+            &q(&[("queue", "s"), ("mode", "Lag"), ("group", "nope")]),
+            &snaps,
+            &cfg(),
+            now,
+        )
+        .unwrap_err();
+        assert!(matches!(e, QueryError::NotFound(_)), "{e}");
+    }
+}

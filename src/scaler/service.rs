@@ -1,0 +1,486 @@
+//! The tonic implementation of KEDA's `ExternalScaler` service.
+//!
+//! Every answer is computed synchronously from the latest snapshots (no I/O,
+//! no waiting), so no handler blocks. Push streams wait only on the hub's
+//! change notification and on shutdown; they end when the client goes away
+//! (tonic drops them) or when shutdown fires.
+
+use std::collections::HashMap;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::{Instant, SystemTime};
+
+use futures_util::Stream;
+use prometheus_client::metrics::gauge::Gauge;
+use tokio::sync::watch;
+use tonic::{Code, Request, Response, Status};
+
+use crate::config::ScalerConfig;
+use crate::hub::Hub;
+use crate::scaler::metadata::{self, ScalerQuery};
+use crate::scaler::names;
+use crate::scaler::proto::external_scaler_server::ExternalScaler;
+use crate::scaler::proto::{
+    GetMetricSpecResponse, GetMetricsRequest, GetMetricsResponse, IsActiveResponse, MetricSpec,
+    MetricValue, ScaledObjectRef,
+};
+use crate::scaler::query::{self, QueryError, Reading};
+use crate::shutdown::Shutdown;
+use crate::telemetry::{GrpcLabels, MethodLabels, Telemetry};
+
+/// A boxed server stream, as tonic wants for streaming responses.
+type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
+
+/// The `ExternalScaler` service: a reader of the hub.
+#[derive(Debug, Clone)]
+pub struct Scaler {
+    /// Shared state; streams keep a clone after the RPC returns.
+    inner: Arc<Inner>,
+}
+
+/// What every handler and stream needs.
+#[derive(Debug)]
+struct Inner {
+    /// The snapshots, the only data source.
+    hub: Hub,
+    /// Staleness limits.
+    config: ScalerConfig,
+    /// RPC counters, durations and the open-stream gauge.
+    telemetry: Arc<Telemetry>,
+    /// Ends open streams.
+    shutdown: Shutdown,
+}
+
+impl Scaler {
+    /// Builds the service over `hub`.
+    pub fn new(
+        hub: Hub,
+        config: ScalerConfig,
+        telemetry: Arc<Telemetry>,
+        shutdown: Shutdown,
+    ) -> Self {
+        Scaler {
+            inner: Arc::new(Inner {
+                hub,
+                config,
+                telemetry,
+                shutdown,
+            }),
+        }
+    }
+}
+
+impl Inner {
+    /// Validates metadata, including what the config can tell (`source`).
+    fn parse(&self, meta: &HashMap<String, String>) -> Result<ScalerQuery, Status> {
+        let query = metadata::parse(meta).map_err(|e| Status::invalid_argument(e.to_string()))?;
+        query::check_static(&query, &self.hub.snapshots()).map_err(to_status)?;
+        Ok(query)
+    }
+
+    /// The query's value from the latest snapshots.
+    fn read(&self, query: &ScalerQuery) -> Result<Reading, Status> {
+        query::evaluate(
+            query,
+            &self.hub.snapshots(),
+            &self.config,
+            SystemTime::now(),
+        )
+        .map_err(to_status)
+    }
+
+    /// Counts one RPC by method and code, and times it if it was unary.
+    fn record(&self, method: &'static str, code: Code, started: Option<Instant>) {
+        self.telemetry
+            .grpc_requests
+            .get_or_create(&GrpcLabels {
+                method: method.to_string(),
+                code: code_name(code).to_string(),
+            })
+            .inc();
+        if let Some(started) = started {
+            self.telemetry
+                .grpc_duration
+                .get_or_create(&MethodLabels {
+                    method: method.to_string(),
+                })
+                .observe(started.elapsed().as_secs_f64());
+        }
+    }
+
+    /// Records a finished unary RPC and wraps its answer.
+    fn unary<T>(
+        &self,
+        method: &'static str,
+        started: Instant,
+        result: Result<T, Status>,
+    ) -> Result<Response<T>, Status> {
+        let code = result.as_ref().map_or_else(Status::code, |_| Code::Ok);
+        self.record(method, code, Some(started));
+        result.map(Response::new)
+    }
+
+    /// Registers an open stream in the gauge until the returned guard drops.
+    fn open_stream(&self, method: &'static str) -> OpenStream {
+        let gauge = self
+            .telemetry
+            .scaler_streams
+            .get_or_create(&MethodLabels {
+                method: method.to_string(),
+            })
+            .clone();
+        gauge.inc();
+        OpenStream { gauge }
+    }
+}
+
+/// Keeps `queue_exporter_scaler_streams{method}` counting one stream for as
+/// long as it is alive, whichever way it ends.
+#[derive(Debug)]
+struct OpenStream {
+    /// The method's gauge.
+    gauge: Gauge,
+}
+
+impl Drop for OpenStream {
+    fn drop(&mut self) {
+        self.gauge.dec();
+    }
+}
+
+/// `namespace/name` of the ScaledObject, for logs.
+fn who(r: &ScaledObjectRef) -> String {
+    format!("{}/{}", r.namespace, r.name)
+}
+
+/// Maps a query failure to its gRPC status.
+fn to_status(e: QueryError) -> Status {
+    match e {
+        QueryError::InvalidArgument(m) => Status::invalid_argument(m),
+        QueryError::NotFound(m) => Status::not_found(m),
+        QueryError::Unavailable(m) => Status::unavailable(m),
+    }
+}
+
+/// The canonical gRPC code name, the `code` label.
+fn code_name(code: Code) -> &'static str {
+    match code {
+        Code::Ok => "OK",
+        Code::Cancelled => "CANCELLED",
+        Code::Unknown => "UNKNOWN",
+        Code::InvalidArgument => "INVALID_ARGUMENT",
+        Code::DeadlineExceeded => "DEADLINE_EXCEEDED",
+        Code::NotFound => "NOT_FOUND",
+        Code::AlreadyExists => "ALREADY_EXISTS",
+        Code::PermissionDenied => "PERMISSION_DENIED",
+        Code::ResourceExhausted => "RESOURCE_EXHAUSTED",
+        Code::FailedPrecondition => "FAILED_PRECONDITION",
+        Code::Aborted => "ABORTED",
+        Code::OutOfRange => "OUT_OF_RANGE",
+        Code::Unimplemented => "UNIMPLEMENTED",
+        Code::Internal => "INTERNAL",
+        Code::Unavailable => "UNAVAILABLE",
+        Code::DataLoss => "DATA_LOSS",
+        Code::Unauthenticated => "UNAUTHENTICATED",
+    }
+}
+
+/// A count rounded up for the int64 fields; the float fields carry the exact value.
+fn ceil_i64(v: f64) -> i64 {
+    // `as` saturates at the i64 range, which only values beyond any real queue reach.
+    v.ceil() as i64
+}
+
+/// The spec KEDA turns into the HPA's metric: exactly one metric.
+fn spec_for(query: &ScalerQuery) -> GetMetricSpecResponse {
+    GetMetricSpecResponse {
+        metric_specs: vec![MetricSpec {
+            metric_name: names::metric_name(query),
+            target_size: ceil_i64(query.target),
+            target_size_float: query.target,
+        }],
+    }
+}
+
+/// Logs one decision at debug level.
+fn log_decision(
+    method: &'static str,
+    who: &str,
+    query: &ScalerQuery,
+    result: &Result<Reading, Status>,
+) {
+    match result {
+        Ok(r) => tracing::debug!(
+            method,
+            scaled_object = who,
+            queue = query.queue.text(),
+            mode = query.mode.as_str(),
+            value = r.value,
+            target = query.target,
+            activation = query.activation,
+            active = r.value > query.activation,
+            source = %r.source,
+            matched = r.matched,
+            data_age_seconds = r.data_age.as_secs_f64(),
+            "scaler decision"
+        ),
+        Err(s) => tracing::debug!(
+            method,
+            scaled_object = who,
+            queue = query.queue.text(),
+            mode = query.mode.as_str(),
+            target = query.target,
+            code = code_name(s.code()),
+            error = s.message(),
+            "scaler decision: no value"
+        ),
+    }
+}
+
+#[tonic::async_trait]
+impl ExternalScaler for Scaler {
+    async fn is_active(
+        &self,
+        request: Request<ScaledObjectRef>,
+    ) -> Result<Response<IsActiveResponse>, Status> {
+        const METHOD: &str = "IsActive";
+        let started = Instant::now();
+        let r = request.into_inner();
+        let result = self.inner.parse(&r.scaler_metadata).and_then(|query| {
+            let reading = self.inner.read(&query);
+            log_decision(METHOD, &who(&r), &query, &reading);
+            reading.map(|v| IsActiveResponse {
+                result: v.value > query.activation,
+            })
+        });
+        self.inner.unary(METHOD, started, result)
+    }
+
+    type StreamIsActiveStream = BoxStream<IsActiveResponse>;
+
+    async fn stream_is_active(
+        &self,
+        request: Request<ScaledObjectRef>,
+    ) -> Result<Response<Self::StreamIsActiveStream>, Status> {
+        const METHOD: &str = "StreamIsActive";
+        let r = request.into_inner();
+        let query = match self.inner.parse(&r.scaler_metadata) {
+            Ok(q) => q,
+            Err(e) => {
+                self.inner.record(METHOD, e.code(), None);
+                return Err(e);
+            }
+        };
+        self.inner.record(METHOD, Code::Ok, None);
+        let state = ActiveWatch {
+            _open: self.inner.open_stream(METHOD),
+            changes: subscribed(&self.inner.hub),
+            shutdown: self.inner.shutdown.clone(),
+            inner: self.inner.clone(),
+            who: who(&r),
+            query,
+            last: None,
+            started: false,
+            last_error: None,
+        };
+        tracing::debug!(scaled_object = %state.who, queue = state.query.queue.text(), "StreamIsActive opened");
+        let stream = futures_util::stream::unfold(state, |mut st| async move {
+            let item = st.next_activation().await?;
+            Some((item, st))
+        });
+        Ok(Response::new(Box::pin(stream)))
+    }
+
+    async fn get_metric_spec(
+        &self,
+        request: Request<ScaledObjectRef>,
+    ) -> Result<Response<GetMetricSpecResponse>, Status> {
+        const METHOD: &str = "GetMetricSpec";
+        let started = Instant::now();
+        let result = self
+            .inner
+            .parse(&request.get_ref().scaler_metadata)
+            .map(|q| spec_for(&q));
+        self.inner.unary(METHOD, started, result)
+    }
+
+    async fn get_metrics(
+        &self,
+        request: Request<GetMetricsRequest>,
+    ) -> Result<Response<GetMetricsResponse>, Status> {
+        const METHOD: &str = "GetMetrics";
+        let started = Instant::now();
+        let req = request.into_inner();
+        let result = get_metrics(&self.inner, &req);
+        self.inner.unary(METHOD, started, result)
+    }
+
+    type StreamMetricSpecStream = BoxStream<GetMetricSpecResponse>;
+
+    async fn stream_metric_spec(
+        &self,
+        request: Request<ScaledObjectRef>,
+    ) -> Result<Response<Self::StreamMetricSpecStream>, Status> {
+        const METHOD: &str = "StreamMetricSpec";
+        let r = request.into_inner();
+        let query = match self.inner.parse(&r.scaler_metadata) {
+            Ok(q) => q,
+            Err(e) => {
+                self.inner.record(METHOD, e.code(), None);
+                return Err(e);
+            }
+        };
+        self.inner.record(METHOD, Code::Ok, None);
+        let state = SpecWatch {
+            _open: self.inner.open_stream(METHOD),
+            changes: subscribed(&self.inner.hub),
+            shutdown: self.inner.shutdown.clone(),
+            query,
+            last: None,
+        };
+        let stream = futures_util::stream::unfold(state, |mut st| async move {
+            let item = st.next_spec().await?;
+            Some((Ok(item), st))
+        });
+        Ok(Response::new(Box::pin(stream)))
+    }
+}
+
+/// `GetMetrics`: one value, named like the spec, both fields set.
+fn get_metrics(inner: &Inner, req: &GetMetricsRequest) -> Result<GetMetricsResponse, Status> {
+    const METHOD: &str = "GetMetrics";
+    let r = req
+        .scaled_object_ref
+        .as_ref()
+        .ok_or_else(|| Status::invalid_argument("scaledObjectRef: required"))?;
+    let query = inner.parse(&r.scaler_metadata)?;
+    let name = names::metric_name(&query);
+    let asked = names::normalize_requested(&req.metric_name);
+    if !asked.is_empty() && asked != name {
+        return Err(Status::invalid_argument(format!(
+            "metricName: {:?} is not this trigger's metric; its metadata gives {name:?} (optionally prefixed sN-)",
+            req.metric_name
+        )));
+    }
+    let reading = inner.read(&query);
+    log_decision(METHOD, &who(r), &query, &reading);
+    let value = reading?.value;
+    Ok(GetMetricsResponse {
+        metric_values: vec![MetricValue {
+            metric_name: name,
+            metric_value: ceil_i64(value),
+            metric_value_float: value,
+        }],
+    })
+}
+
+/// A hub change receiver that reports only changes after this moment.
+fn subscribed(hub: &Hub) -> watch::Receiver<u64> {
+    let mut rx = hub.subscribe();
+    rx.borrow_and_update();
+    rx
+}
+
+/// State of one `StreamIsActive` stream.
+struct ActiveWatch {
+    /// Counts this stream in the gauge while it lives.
+    _open: OpenStream,
+    /// Wakes on every snapshot publish.
+    changes: watch::Receiver<u64>,
+    /// Ends the stream.
+    shutdown: Shutdown,
+    /// Handlers' shared state.
+    inner: Arc<Inner>,
+    /// `namespace/name`, for logs.
+    who: String,
+    /// The trigger.
+    query: ScalerQuery,
+    /// The last known activity; `None` until a value is known. Unknown
+    /// readings leave it alone, so a blip does not cause a repeated `true`.
+    last: Option<bool>,
+    /// Whether the opening evaluation has run.
+    started: bool,
+    /// The last error logged, so a lasting problem is logged once.
+    last_error: Option<String>,
+}
+
+impl ActiveWatch {
+    /// Waits for the next inactive→active transition (or the opening state
+    /// being active); `None` ends the stream.
+    async fn next_activation(&mut self) -> Option<Result<IsActiveResponse, Status>> {
+        loop {
+            if self.shutdown.is_shutdown() {
+                return None;
+            }
+            if self.started {
+                tokio::select! {
+                    biased;
+                    () = self.shutdown.recv() => return None,
+                    changed = self.changes.changed() => if changed.is_err() { return None },
+                }
+            }
+            self.started = true;
+            let reading = self.inner.read(&self.query);
+            match &reading {
+                Ok(r) => {
+                    self.last_error = None;
+                    let active = r.value > self.query.activation;
+                    let was = self.last.replace(active);
+                    if was != Some(active) {
+                        log_decision("StreamIsActive", &self.who, &self.query, &reading);
+                    }
+                    if active && was != Some(true) {
+                        return Some(Ok(IsActiveResponse { result: true }));
+                    }
+                }
+                // The stream stays open: the queue may appear or the source
+                // recover. Log each new problem once, not on every publish.
+                Err(e) if self.last_error.as_deref() != Some(e.message()) => {
+                    log_decision("StreamIsActive", &self.who, &self.query, &reading);
+                    self.last_error = Some(e.message().to_string());
+                }
+                Err(_) => {}
+            }
+        }
+    }
+}
+
+/// State of one `StreamMetricSpec` stream.
+struct SpecWatch {
+    /// Counts this stream in the gauge while it lives.
+    _open: OpenStream,
+    /// Wakes on every snapshot publish.
+    changes: watch::Receiver<u64>,
+    /// Ends the stream.
+    shutdown: Shutdown,
+    /// The trigger.
+    query: ScalerQuery,
+    /// The spec last sent; `None` before the first.
+    last: Option<GetMetricSpecResponse>,
+}
+
+impl SpecWatch {
+    /// The spec on open, then each time it differs from the last one sent;
+    /// `None` ends the stream. The spec is derived from the metadata only, so
+    /// today it is sent once; re-checking on every publish keeps the contract
+    /// if it ever depends on the data.
+    async fn next_spec(&mut self) -> Option<GetMetricSpecResponse> {
+        loop {
+            if self.shutdown.is_shutdown() {
+                return None;
+            }
+            if self.last.is_some() {
+                tokio::select! {
+                    biased;
+                    () = self.shutdown.recv() => return None,
+                    changed = self.changes.changed() => if changed.is_err() { return None },
+                }
+            }
+            let spec = spec_for(&self.query);
+            if self.last.as_ref() != Some(&spec) {
+                self.last = Some(spec.clone());
+                return Some(spec);
+            }
+        }
+    }
+}

@@ -1,0 +1,672 @@
+//! The KEDA external scaler's unary RPCs against a real Redis, through a
+//! tonic client generated from the same proto: values, KEDA's arithmetic,
+//! activation, globs, modes, errors, health, reflection and self-metrics.
+mod scaler_common;
+mod support;
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use scaler_common::*;
+use support::*;
+use tonic::Code;
+
+#[tokio::test]
+async fn twenty_items_with_target_five_scale_to_four_replicas() {
+    let redis = RedisServer::start();
+    set_list_len(&mut redis.conn(), "work-queue", 20);
+    let app = TestApp::start(&redis_config(
+        &redis.url,
+        "100ms",
+        "      - key: work-queue\n",
+    ))
+    .await;
+    let mut c = client(&app).await;
+    let trigger = [("queue", "work-queue"), ("value", "5")];
+    wait_value(&c, &trigger, 20.0).await;
+
+    let (name, target_int, target_float) = spec(&mut c, &trigger).await.unwrap();
+    assert_eq!(name, "queuelength-work-queue");
+    assert_eq!((target_int, target_float), (5, 5.0));
+
+    let (int, float) = metrics(&mut c, &trigger).await.unwrap();
+    assert_eq!((int, float), (20, 20.0));
+    assert_eq!(keda_replicas(keda_value(int, float), target_float), 4);
+
+    // KEDA's HPA name is `s{N}-name`, matched case-insensitively.
+    assert_eq!(
+        metrics_named(&mut c, &trigger, "s0-queuelength-work-queue")
+            .await
+            .unwrap(),
+        (20, 20.0)
+    );
+    assert_eq!(
+        metrics_named(&mut c, &trigger, "S3-QueueLength-Work-Queue")
+            .await
+            .unwrap(),
+        (20, 20.0)
+    );
+    let wrong = metrics_named(&mut c, &trigger, "s0-queuelength-other")
+        .await
+        .unwrap_err();
+    assert_eq!(wrong.code(), Code::InvalidArgument);
+    assert!(
+        wrong.message().contains("metricName"),
+        "{}",
+        wrong.message()
+    );
+
+    // A fractional target: both fields set, the int rounded up.
+    let (_, ti, tf) = spec(&mut c, &[("queue", "work-queue"), ("value", "2.5")])
+        .await
+        .unwrap();
+    assert_eq!((ti, tf), (3, 2.5));
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn activation_is_strictly_above_the_activation_value() {
+    let redis = RedisServer::start();
+    let mut conn = redis.conn();
+    set_list_len(&mut conn, "work-queue", 19);
+    let app = TestApp::start(&redis_config(
+        &redis.url,
+        "100ms",
+        "      - key: work-queue\n",
+    ))
+    .await;
+    let mut c = client(&app).await;
+    let trigger = [("queue", "work-queue"), ("activationValue", "20")];
+    for (n, expected) in [(19, false), (20, false), (21, true), (20, false)] {
+        set_list_len(&mut conn, "work-queue", n);
+        wait_value(&c, &trigger, n as f64).await;
+        assert_eq!(
+            active(&mut c, &trigger).await.unwrap(),
+            expected,
+            "{n} items"
+        );
+    }
+    // Default activationValue 0: an empty queue is inactive, one item active.
+    set_list_len(&mut conn, "work-queue", 0);
+    wait_value(&c, &[("queue", "work-queue")], 0.0).await;
+    assert!(!active(&mut c, &[("queue", "work-queue")]).await.unwrap());
+    // A known empty queue is a real 0, not an error.
+    assert_eq!(
+        metrics(&mut c, &[("queue", "work-queue")]).await.unwrap(),
+        (0, 0.0)
+    );
+    set_list_len(&mut conn, "work-queue", 1);
+    wait_value(&c, &[("queue", "work-queue")], 1.0).await;
+    assert!(active(&mut c, &[("queue", "work-queue")]).await.unwrap());
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn a_glob_aggregates_with_sum_max_and_avg() {
+    let redis = RedisServer::start();
+    let mut conn = redis.conn();
+    set_list_len(&mut conn, "jobs:pending:high", 6);
+    set_list_len(&mut conn, "jobs:pending:normal", 3);
+    set_list_len(&mut conn, "jobs:pending:low", 1);
+    set_list_len(&mut conn, "jobs:done", 100);
+    let app = TestApp::start(&redis_config(
+        &redis.url,
+        "100ms",
+        "      - pattern: \"jobs:*\"\n",
+    ))
+    .await;
+    let mut c = client(&app).await;
+    wait_value(&c, &[("queue", "jobs:pending:*")], 10.0).await;
+    assert_eq!(
+        metrics(&mut c, &[("queue", "jobs:pending:*"), ("operation", "sum")])
+            .await
+            .unwrap(),
+        (10, 10.0)
+    );
+    assert_eq!(
+        metrics(&mut c, &[("queue", "jobs:pending:*"), ("operation", "max")])
+            .await
+            .unwrap(),
+        (6, 6.0)
+    );
+    let (int, float) = metrics(&mut c, &[("queue", "jobs:pending:*"), ("operation", "avg")])
+        .await
+        .unwrap();
+    assert!((float - 10.0 / 3.0).abs() < 1e-9, "{float}");
+    assert_eq!(int, 4, "the int field is rounded up");
+    // Brace and character-class globs, and an exact name among them.
+    assert_eq!(
+        metrics(&mut c, &[("queue", "jobs:pending:{high,low}")])
+            .await
+            .unwrap()
+            .1,
+        7.0
+    );
+    assert_eq!(
+        metrics(&mut c, &[("queue", "jobs:pending:[hn]*")])
+            .await
+            .unwrap()
+            .1,
+        9.0
+    );
+    assert_eq!(
+        metrics(&mut c, &[("queue", "jobs:pending:normal")])
+            .await
+            .unwrap()
+            .1,
+        3.0
+    );
+    // The names differ per operation, deterministically.
+    let (sum_name, _, _) = spec(&mut c, &[("queue", "jobs:pending:*")]).await.unwrap();
+    let (max_name, _, _) = spec(&mut c, &[("queue", "jobs:pending:*"), ("operation", "max")])
+        .await
+        .unwrap();
+    assert_eq!(sum_name, "queuelength-jobs-pending");
+    assert_eq!(max_name, "queuelength-jobs-pending-max");
+    app.stop().await;
+}
+
+fn now_secs() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+}
+
+#[tokio::test]
+async fn age_mode_reports_the_oldest_waiting_item() {
+    let redis = RedisServer::start();
+    let mut conn = redis.conn();
+    let now = now_secs();
+    // Due two minutes ago, one minute ago, and one in the future (scheduled, not waiting).
+    let _: () = redis::cmd("ZADD")
+        .arg("delayed")
+        .arg(now - 120.0)
+        .arg("a")
+        .arg(now - 60.0)
+        .arg("b")
+        .arg(now + 3600.0)
+        .arg("c")
+        .query(&mut conn)
+        .unwrap();
+    let item = format!("{{\"id\":1,\"enqueued_at\":{}}}", now - 30.0);
+    let _: () = redis::cmd("RPUSH")
+        .arg("emails")
+        .arg(item)
+        .query(&mut conn)
+        .unwrap();
+    set_list_len(&mut conn, "plain", 3);
+    let app = TestApp::start(&redis_config(
+        &redis.url,
+        "100ms",
+        "      - key: delayed\n        score: timestamp\n      - key: emails\n        age: { end: head, field: enqueued_at, unit: seconds }\n      - key: plain\n",
+    ))
+    .await;
+    let mut c = client(&app).await;
+    wait_value(&c, &[("queue", "delayed")], 3.0).await;
+
+    let (name, _, _) = spec(
+        &mut c,
+        &[("queue", "delayed"), ("mode", "Age"), ("value", "60")],
+    )
+    .await
+    .unwrap();
+    assert_eq!(name, "age-delayed");
+    let (int, age) = metrics(
+        &mut c,
+        &[("queue", "delayed"), ("mode", "Age"), ("value", "60")],
+    )
+    .await
+    .unwrap();
+    assert!(
+        (119.0..135.0).contains(&age),
+        "oldest due item is ~120 s old, got {age}"
+    );
+    assert_eq!(int, age.ceil() as i64);
+    assert_eq!(keda_replicas(age, 60.0), 3);
+
+    let (_, age) = metrics(&mut c, &[("queue", "emails"), ("mode", "Age")])
+        .await
+        .unwrap();
+    assert!(
+        (29.0..45.0).contains(&age),
+        "peeked item is ~30 s old, got {age}"
+    );
+
+    // The other count modes on the timestamp zset.
+    assert_eq!(
+        metrics(&mut c, &[("queue", "delayed"), ("mode", "Ready")])
+            .await
+            .unwrap()
+            .1,
+        2.0
+    );
+    assert_eq!(
+        metrics(&mut c, &[("queue", "delayed"), ("mode", "Scheduled")])
+            .await
+            .unwrap()
+            .1,
+        1.0
+    );
+
+    // A list without `age:` has no known age: an error, never 0.
+    let e = metrics(&mut c, &[("queue", "plain"), ("mode", "Age")])
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::Unavailable, "{e:?}");
+    assert!(e.message().contains("age"), "{}", e.message());
+    // Max age over a glob.
+    let (_, max) = metrics(
+        &mut c,
+        &[
+            ("queue", "{delayed,emails}"),
+            ("mode", "Age"),
+            ("operation", "max"),
+        ],
+    )
+    .await
+    .unwrap();
+    assert!(max >= 119.0, "{max}");
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn publish_rate_follows_a_real_stream_publish_rate() {
+    let redis = RedisServer::start();
+    let mut conn = redis.conn();
+    let _: () = redis::cmd("XGROUP")
+        .arg("CREATE")
+        .arg("events")
+        .arg("workers")
+        .arg("$")
+        .arg("MKSTREAM")
+        .query(&mut conn)
+        .unwrap();
+    let app = TestApp::start(&redis_config(&redis.url, "200ms", "      - key: events\n")).await;
+    let mut c = client(&app).await;
+    let trigger = [
+        ("queue", "events"),
+        ("mode", "PublishRate"),
+        ("window", "2s"),
+        ("value", "10"),
+    ];
+    let (name, _, _) = spec(&mut c, &trigger).await.unwrap();
+    assert_eq!(name, "publishrate-events-2s");
+
+    // ~50 entries per second for 4 s: 5 every 100 ms.
+    let writer = std::thread::spawn({
+        let mut conn = redis.conn();
+        move || {
+            let started = std::time::Instant::now();
+            let mut added = 0u64;
+            while started.elapsed() < Duration::from_secs(4) {
+                for _ in 0..5 {
+                    let _: String = redis::cmd("XADD")
+                        .arg("events")
+                        .arg("*")
+                        .arg("k")
+                        .arg("v")
+                        .query(&mut conn)
+                        .unwrap();
+                    added += 1;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            (added, started.elapsed())
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(3000)).await;
+    let (int, rate) = metrics(&mut c, &trigger).await.unwrap();
+    let (added, took) = tokio::task::spawn_blocking(move || writer.join().unwrap())
+        .await
+        .unwrap();
+    let true_rate = added as f64 / took.as_secs_f64();
+    assert!(
+        rate > true_rate * 0.6 && rate < true_rate * 1.5,
+        "publish rate {rate}/s over a 2 s window, writer did {true_rate}/s"
+    );
+    assert_eq!(int, rate.ceil() as i64);
+    assert_eq!(keda_replicas(rate, 10.0), (rate / 10.0).ceil() as u64);
+
+    // Lag of the one group: everything added, nothing read.
+    let (_, lag) = metrics(&mut c, &[("queue", "events"), ("mode", "Lag")])
+        .await
+        .unwrap();
+    assert!(lag >= 1.0, "{lag}");
+    let (_, lag_named) = metrics(
+        &mut c,
+        &[("queue", "events"), ("mode", "Lag"), ("group", "workers")],
+    )
+    .await
+    .unwrap();
+    assert!(lag_named >= lag);
+    let e = metrics(
+        &mut c,
+        &[("queue", "events"), ("mode", "Lag"), ("group", "nobody")],
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(e.code(), Code::NotFound, "{e:?}");
+
+    // With publishing stopped, the rate over the window falls to a real 0.
+    wait_value(&c, &trigger, 0.0).await;
+    app.stop().await;
+}
+
+/// Bad metadata, the key the error must name, and the allowed values it must list.
+type BadCase<'a> = (&'a [(&'a str, &'a str)], &'a str, &'a str);
+
+#[tokio::test]
+async fn errors_name_the_problem_and_never_answer_zero() {
+    let mut redis = RedisServer::start();
+    set_list_len(&mut redis.conn(), "work-queue", 2);
+    let app = TestApp::start(&redis_config(
+        &redis.url,
+        "100ms",
+        "      - key: work-queue\n",
+    ))
+    .await;
+    let mut c = client(&app).await;
+    wait_value(&c, &[("queue", "work-queue")], 2.0).await;
+
+    // NOT_FOUND: nothing matches.
+    let e = metrics(&mut c, &[("queue", "no-such-queue")])
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::NotFound, "{e:?}");
+    assert!(e.message().contains("no-such-queue"));
+    let e = active(&mut c, &[("queue", "nothing:*")]).await.unwrap_err();
+    assert_eq!(e.code(), Code::NotFound, "{e:?}");
+
+    // INVALID_ARGUMENT: the message names the key and what is allowed.
+    let cases: [BadCase; 6] = [
+        (&[("mode", "QueueLength")], "queue", "required"),
+        (&[("queue", "work-queue"), ("value", "-5")], "value", "> 0"),
+        (
+            &[("queue", "work-queue"), ("mode", "Depth")],
+            "mode",
+            "QueueLength, Ready, Unacked, Scheduled, Age, PublishRate, DeliverRate, Lag",
+        ),
+        (
+            &[("queue", "work-queue"), ("activationvalue", "3")],
+            "activationvalue",
+            "accepted keys: queue, source, vhost, mode, value, activationValue, operation, window, group",
+        ),
+        (
+            &[("queue", "work-queue"), ("operation", "median")],
+            "operation",
+            "sum, max, avg",
+        ),
+        (
+            &[("queue", "work-queue"), ("source", "elsewhere")],
+            "source",
+            "configured sources: main",
+        ),
+    ];
+    for (pairs, key, allowed) in cases {
+        for e in [
+            spec(&mut c, pairs).await.unwrap_err(),
+            metrics_named(&mut c, pairs, "").await.unwrap_err(),
+            active(&mut c, pairs).await.unwrap_err(),
+            c.stream_is_active(obj(pairs))
+                .await
+                .map(|_| ())
+                .unwrap_err(),
+        ] {
+            assert_eq!(e.code(), Code::InvalidArgument, "{pairs:?}: {e:?}");
+            assert!(e.message().contains(key), "{pairs:?}: {}", e.message());
+            assert!(e.message().contains(allowed), "{pairs:?}: {}", e.message());
+        }
+    }
+
+    // KEDA's own keys are accepted silently.
+    let keda = [
+        ("queue", "work-queue"),
+        ("scalerAddress", "queue-exporter:9732"),
+        ("enableTLS", "false"),
+        ("unsafeSsl", "false"),
+        ("caCert", "-----BEGIN CERTIFICATE-----"),
+        ("tlsClientCert", "x"),
+        ("tlsClientKey", "y"),
+        ("hostFromEnv", "HOST"),
+    ];
+    assert_eq!(metrics(&mut c, &keda).await.unwrap(), (2, 2.0));
+
+    // UNAVAILABLE once the backend is gone for longer than max_staleness
+    // (3 × 100 ms, at least 2 s), never a stale or zero answer.
+    redis.stop();
+    let e = wait_code(
+        &c,
+        &[("queue", "work-queue")],
+        Code::Unavailable,
+        Duration::from_secs(15),
+    )
+    .await;
+    assert!(e.message().contains("main"), "{}", e.message());
+    assert_eq!(
+        active(&mut c, &[("queue", "work-queue")])
+            .await
+            .unwrap_err()
+            .code(),
+        Code::Unavailable
+    );
+    // Unknown queues are UNAVAILABLE too: a stale source cannot say they do not exist.
+    assert_eq!(
+        metrics(&mut c, &[("queue", "other")])
+            .await
+            .unwrap_err()
+            .code(),
+        Code::Unavailable
+    );
+    // The spec does not depend on data: KEDA can still build the HPA.
+    assert!(spec(&mut c, &[("queue", "work-queue")]).await.is_ok());
+
+    // Back: values again, from the new (empty) Redis.
+    redis.restart();
+    wait_value(&c, &[("queue", "work-queue")], 0.0).await;
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn never_polled_is_unavailable_and_health_not_serving() {
+    // Nothing listens on this port: the source never polls successfully.
+    let port = free_port();
+    let app = TestApp::start(&redis_config(
+        &format!("redis://127.0.0.1:{port}"),
+        "100ms",
+        "      - key: work-queue\n",
+    ))
+    .await;
+    let addr = app.app().grpc_addr.unwrap();
+    let mut c = client(&app).await;
+    let e = wait_code(
+        &c,
+        &[("queue", "work-queue")],
+        Code::Unavailable,
+        Duration::from_secs(5),
+    )
+    .await;
+    assert!(
+        e.message().contains("not polled successfully"),
+        "{}",
+        e.message()
+    );
+    assert_eq!(
+        active(&mut c, &[("queue", "work-queue")])
+            .await
+            .unwrap_err()
+            .code(),
+        Code::Unavailable
+    );
+    assert_eq!(health(addr, "").await, ServingStatus::NotServing);
+    assert_eq!(
+        health(addr, "externalscaler.ExternalScaler").await,
+        ServingStatus::NotServing
+    );
+    app.stop().await;
+}
+
+use tonic_health::pb::health_check_response::ServingStatus;
+
+async fn health(addr: std::net::SocketAddr, service: &str) -> ServingStatus {
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut h = tonic_health::pb::health_client::HealthClient::new(channel);
+    let r = h
+        .check(tonic_health::pb::HealthCheckRequest {
+            service: service.to_string(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    ServingStatus::try_from(r.status).unwrap()
+}
+
+#[tokio::test]
+async fn health_is_serving_after_the_first_poll_and_reflection_lists_services() {
+    let redis = RedisServer::start();
+    let app = TestApp::start(&redis_config(
+        &redis.url,
+        "100ms",
+        "      - key: work-queue\n",
+    ))
+    .await;
+    let addr = app.app().grpc_addr.unwrap();
+    wait_for("health SERVING", Duration::from_secs(10), || async {
+        (health(addr, "").await == ServingStatus::Serving).then_some(())
+    })
+    .await;
+    assert_eq!(
+        health(addr, "externalscaler.ExternalScaler").await,
+        ServingStatus::Serving
+    );
+
+    use tokio_stream::StreamExt;
+    use tonic_reflection::pb::v1::ServerReflectionRequest;
+    use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
+    use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
+    use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut r = ServerReflectionClient::new(channel);
+    let req = ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(MessageRequest::ListServices(String::new())),
+    };
+    let mut resp = r
+        .server_reflection_info(tokio_stream::iter([req]))
+        .await
+        .unwrap()
+        .into_inner();
+    let msg = resp.next().await.unwrap().unwrap();
+    let Some(MessageResponse::ListServicesResponse(list)) = msg.message_response else {
+        panic!("unexpected reflection answer {msg:?}");
+    };
+    let names: Vec<String> = list.service.into_iter().map(|s| s.name).collect();
+    assert!(
+        names.contains(&"externalscaler.ExternalScaler".to_string()),
+        "{names:?}"
+    );
+    assert!(
+        names.contains(&"grpc.health.v1.Health".to_string()),
+        "{names:?}"
+    );
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn a_name_in_two_sources_needs_source() {
+    let redis = RedisServer::start();
+    set_list_len(&mut redis.conn(), "work-queue", 4);
+    let yaml = format!(
+        "sources:\n  - name: a\n    type: redis\n    url: {u}\n    poll_interval: 100ms\n    queues:\n      - key: work-queue\n  - name: b\n    type: redis\n    url: {u}/0\n    poll_interval: 100ms\n    queues:\n      - key: work-queue\n",
+        u = redis.url
+    );
+    let app = TestApp::start(&yaml).await;
+    let mut c = client(&app).await;
+    wait_value(&c, &[("queue", "work-queue"), ("source", "b")], 4.0).await;
+    let e = wait_code(
+        &c,
+        &[("queue", "work-queue")],
+        Code::InvalidArgument,
+        Duration::from_secs(10),
+    )
+    .await;
+    assert!(
+        e.message().starts_with("scalerMetadata.source"),
+        "{}",
+        e.message()
+    );
+    assert!(e.message().contains("a, b"), "{}", e.message());
+    assert_eq!(
+        metrics(&mut c, &[("queue", "work-queue"), ("source", "a")])
+            .await
+            .unwrap(),
+        (4, 4.0)
+    );
+    let (name, _, _) = spec(&mut c, &[("queue", "work-queue"), ("source", "a")])
+        .await
+        .unwrap();
+    assert_eq!(name, "queuelength-a-work-queue");
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn rpcs_are_counted_and_timed_on_metrics() {
+    let redis = RedisServer::start();
+    set_list_len(&mut redis.conn(), "work-queue", 1);
+    let app = TestApp::start(&redis_config(
+        &redis.url,
+        "100ms",
+        "      - key: work-queue\n",
+    ))
+    .await;
+    let mut c = client(&app).await;
+    wait_value(&c, &[("queue", "work-queue")], 1.0).await;
+    let _ = metrics(&mut c, &[("queue", "missing")]).await;
+    let _ = active(&mut c, &[("queue", "work-queue")]).await;
+    let text = app.metrics().await;
+    let ok = sample(
+        &text,
+        "queue_exporter_grpc_requests_total",
+        &[("method", "GetMetrics"), ("code", "OK")],
+    )
+    .unwrap();
+    assert!(ok >= 1.0, "{ok}");
+    assert!(
+        sample(
+            &text,
+            "queue_exporter_grpc_requests_total",
+            &[("method", "GetMetricSpec"), ("code", "OK")]
+        )
+        .unwrap()
+            >= 1.0
+    );
+    assert_eq!(
+        sample(
+            &text,
+            "queue_exporter_grpc_requests_total",
+            &[("method", "IsActive"), ("code", "OK")]
+        ),
+        Some(1.0)
+    );
+    assert!(
+        text.contains("queue_exporter_grpc_request_duration_seconds_count{method=\"GetMetrics\"}"),
+        "{text}"
+    );
+    // GetMetrics for "missing" failed with NOT_FOUND after its spec succeeded.
+    assert_eq!(
+        sample(
+            &text,
+            "queue_exporter_grpc_requests_total",
+            &[("method", "GetMetrics"), ("code", "NOT_FOUND")]
+        ),
+        Some(1.0)
+    );
+    app.stop().await;
+}
