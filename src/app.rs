@@ -104,10 +104,22 @@ pub fn install_crypto_provider() {
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
 }
 
+/// Checks what the config can only tell by touching files: the gRPC TLS
+/// certificate and key (and client CA) must load. Used by `start` and `check`.
+pub fn preflight(config: &Config) -> Result<(), AppError> {
+    install_crypto_provider();
+    if config.listen.grpc.is_some()
+        && let Some(tls) = &config.scaler.tls
+    {
+        scaler::tls::server_config(tls)?;
+    }
+    Ok(())
+}
+
 impl App {
     /// Starts everything; returns once the listeners are bound.
     pub async fn start(config: Config) -> Result<App, AppError> {
-        install_crypto_provider();
+        preflight(&config)?;
         let sources = select_sources(&config).await;
         let mut builder = HubBuilder::default();
         let built = build(&sources, &mut builder);

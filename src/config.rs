@@ -50,6 +50,8 @@ pub struct Config {
     pub sources: Vec<SourceConfig>,
     /// True when no file was given and `sources` are the built-in local defaults.
     pub default_sources: bool,
+    /// Where the config came from (the file, or `<defaults>`), for messages.
+    pub origin: String,
 }
 
 /// The top level as written in YAML; `sources` are typed separately so that
@@ -605,6 +607,7 @@ impl Config {
             scaler: raw.scaler,
             sources,
             default_sources,
+            origin: origin.clone(),
         };
         if let Some(addr) = opts.listen_http {
             config.listen.http = addr;

@@ -84,7 +84,11 @@ async fn dispatch(command: Command, config: Config) -> anyhow::Result<ExitCode> 
             Ok(ExitCode::SUCCESS)
         }
         Command::Check { connect } => {
-            let origin = config_origin(&config);
+            let origin = config.origin.clone();
+            if let Err(e) = app::preflight(&config) {
+                println!("{origin}: {e}");
+                return Ok(ExitCode::from(2));
+            }
             if !connect {
                 println!("{origin}: ok ({} sources)", config.sources.len());
                 return Ok(ExitCode::SUCCESS);
@@ -109,8 +113,4 @@ async fn dispatch(command: Command, config: Config) -> anyhow::Result<ExitCode> 
             Ok(if report.failures.is_empty() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
         }
     }
-}
-
-fn config_origin(config: &Config) -> &'static str {
-    if config.default_sources { "<defaults>" } else { "config" }
 }

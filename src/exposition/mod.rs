@@ -59,6 +59,9 @@ impl Format {
     }
 }
 
+/// An encoded snapshot part and the hub epoch it was encoded at.
+type CachedPart = (u64, Arc<String>);
+
 /// Renders `/metrics` bodies from the hub's snapshots.
 #[derive(Debug)]
 pub struct Exposition {
@@ -66,8 +69,8 @@ pub struct Exposition {
     hub: Hub,
     /// Process-level metrics, encoded live after the snapshot part.
     telemetry: Arc<Telemetry>,
-    /// Encoded snapshot part per format, with the epoch it was encoded at.
-    cache: Mutex<[Option<(u64, Arc<String>)>; 2]>,
+    /// Encoded snapshot part per format (OpenMetrics, classic).
+    cache: Mutex<[Option<CachedPart>; 2]>,
 }
 
 impl Exposition {

@@ -61,10 +61,10 @@ impl RedisServer {
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
-            if let Ok(mut c) = self.try_conn() {
-                if redis::cmd("PING").query::<String>(&mut c).is_ok() {
-                    return;
-                }
+            if let Ok(mut c) = self.try_conn()
+                && redis::cmd("PING").query::<String>(&mut c).is_ok()
+            {
+                return;
             }
             assert!(Instant::now() < deadline, "redis-server did not start on {}", self.port);
             std::thread::sleep(Duration::from_millis(20));

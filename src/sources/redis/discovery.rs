@@ -65,9 +65,9 @@ pub async fn discover(
     for (i, spec) in config.queues.iter().enumerate() {
         if let Some(key) = &spec.key {
             let k = key.as_bytes().to_vec();
-            if !found.contains_key(&k) {
-                exact_order.push(k.clone());
-                found.insert(k, (i, true, None));
+            if let std::collections::btree_map::Entry::Vacant(slot) = found.entry(k.clone()) {
+                slot.insert((i, true, None));
+                exact_order.push(k);
             }
         }
     }
