@@ -381,6 +381,21 @@ pub enum RabbitMethod {
     Amqp,
 }
 
+/// How much the RabbitMQ source asks for per queue (methods `management`
+/// and `prometheus`; `amqp` always sees ready messages and consumers only).
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum RabbitStats {
+    /// Everything the contract has: depth, ready, unacked, consumers,
+    /// utilisation, oldest message age and the message counters.
+    #[default]
+    Full,
+    /// Only depth, ready and unacked (plus type and state from the management
+    /// API): `disable_stats=true&enable_queue_totals=true`, or only the
+    /// `queue_coarse_metrics` family. Several times cheaper at thousands of queues.
+    Totals,
+}
+
 /// TLS options for outgoing HTTPS/AMQPS connections.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -441,6 +456,9 @@ pub struct RabbitSourceConfig {
     /// Largest response body accepted, in bytes.
     #[serde(default = "default_max_response_bytes")]
     pub max_response_bytes: u64,
+    /// How much to ask for per queue: `full` (default) or `totals`.
+    #[serde(default)]
+    pub stats: RabbitStats,
     /// TLS for https:// and amqps://.
     #[serde(default)]
     pub tls: ClientTlsConfig,
@@ -769,6 +787,14 @@ fn validate_rabbit(
                 .to_lowercase(),
         ));
     }
+    // Never echo a URL here: it may carry a password.
+    let url_ok = match c.method {
+        RabbitMethod::Amqp => c.url.parse::<lapin::uri::AMQPUri>().is_ok(),
+        _ => reqwest::Url::parse(&c.url).is_ok_and(|u| u.has_host()),
+    };
+    if !url_ok {
+        return Err((at("url"), "is not a valid URL".into()));
+    }
     for (j, u) in c.urls.iter().enumerate() {
         if !(u.starts_with("http://") || u.starts_with("https://")) {
             return Err((
@@ -776,12 +802,37 @@ fn validate_rabbit(
                 "must start with http:// or https://".into(),
             ));
         }
+        if !reqwest::Url::parse(u).is_ok_and(|u| u.has_host()) {
+            return Err((at(&format!("urls[{j}]")), "is not a valid URL".into()));
+        }
+    }
+    if !c.urls.is_empty() && c.method != RabbitMethod::Prometheus {
+        return Err((
+            at("urls"),
+            "is only used by method prometheus (one URL per cluster node)".into(),
+        ));
     }
     if c.method == RabbitMethod::Amqp && c.queues.is_empty() {
         return Err((
             at("queues"),
             "method amqp needs the queue names to check".into(),
         ));
+    }
+    if c.method == RabbitMethod::Amqp && !c.vhosts.is_empty() {
+        return Err((
+            at("vhosts"),
+            "method amqp reads one vhost, from the url path (amqp://host:5672/vhost, %2F for /)"
+                .into(),
+        ));
+    }
+    if c.method == RabbitMethod::Amqp && c.tls.insecure_skip_verify {
+        return Err((
+            at("tls.insecure_skip_verify"),
+            "is not supported for amqps://; give the server's CA in tls.ca_file".into(),
+        ));
+    }
+    if c.max_response_bytes == 0 {
+        return Err((at("max_response_bytes"), "must be greater than 0".into()));
     }
     for (field, re) in [("include", &c.include), ("exclude", &c.exclude)] {
         if let Some(re) = re {
@@ -887,6 +938,7 @@ pub fn default_local_sources() -> Vec<SourceConfig> {
             poll_interval: default_rabbit_poll(),
             timeout: default_rabbit_timeout(),
             max_response_bytes: default_max_response_bytes(),
+            stats: RabbitStats::Full,
             tls: ClientTlsConfig::default(),
         }),
     ]
@@ -1071,5 +1123,55 @@ sources:
         let p = dir.path().join("pw");
         std::fs::write(&p, "s3cret\n").unwrap();
         assert_eq!(read_secret_file(&p).unwrap(), "s3cret");
+    }
+
+    #[test]
+    fn rabbitmq_sources_are_checked_per_method() {
+        let rabbit = |extra: &str| {
+            load_yaml(&format!(
+                "sources:\n  - name: r\n    type: rabbitmq\n{extra}"
+            ))
+        };
+        let c = rabbit("    stats: totals\n").unwrap();
+        let SourceConfig::RabbitMq(r) = &c.sources[0] else {
+            panic!("not rabbitmq")
+        };
+        assert_eq!(r.stats, RabbitStats::Totals);
+        assert_eq!(r.method, RabbitMethod::Management);
+
+        let amqp = "    method: amqp\n    url: amqp://u:p@h:5672/v\n    queues: [q]\n";
+        assert!(rabbit(amqp).is_ok());
+        let cases = [
+            (
+                format!("{amqp}    vhosts: [a]\n"),
+                "sources[0].vhosts: method amqp reads one vhost",
+            ),
+            (
+                format!("{amqp}    tls: {{ insecure_skip_verify: true }}\n"),
+                "sources[0].tls.insecure_skip_verify: ",
+            ),
+            (
+                "    urls: [\"http://n1:15692\"]\n".to_string(),
+                "sources[0].urls: is only used by method prometheus",
+            ),
+            (
+                "    method: prometheus\n    urls: [\"ftp://n1\"]\n".to_string(),
+                "sources[0].urls[0]: must start with http://",
+            ),
+            ("    stats: some\n".to_string(), "sources[0].stats"),
+            (
+                "    max_response_bytes: 0\n".to_string(),
+                "sources[0].max_response_bytes: ",
+            ),
+            (
+                "    url: \"http://user:hunter2@\"\n".to_string(),
+                "sources[0].url: is not a valid URL",
+            ),
+        ];
+        for (extra, want) in cases {
+            let e = rabbit(&extra).unwrap_err().to_string();
+            assert!(e.contains(want), "{extra}: {e}");
+            assert!(!e.contains("hunter2"), "{e}");
+        }
     }
 }

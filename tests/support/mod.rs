@@ -215,3 +215,160 @@ pub fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
             _ => f64::NAN,
         })
 }
+
+/// Management API of the local test RabbitMQ (guest/guest).
+pub const RABBIT_API: &str = "http://127.0.0.1:15672/api";
+/// AMQP address of the local test RabbitMQ, without a vhost.
+pub const RABBIT_AMQP: &str = "amqp://guest:guest@127.0.0.1:5672";
+
+/// Percent-encodes a string for one URL path segment (a vhost or queue name).
+pub fn pct(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'_' | b'.' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// A request to the RabbitMQ management API as guest; returns (status, body).
+pub async fn rabbit_api(
+    method: reqwest::Method,
+    path: &str,
+    body: Option<serde_json::Value>,
+) -> (u16, String) {
+    let mut req = reqwest::Client::new()
+        .request(method, format!("{RABBIT_API}{path}"))
+        .basic_auth("guest", Some("guest"));
+    if let Some(b) = body {
+        req = req.json(&b);
+    }
+    let resp = req
+        .send()
+        .await
+        .expect("RabbitMQ management API reachable on 15672");
+    let status = resp.status().as_u16();
+    (status, resp.text().await.unwrap_or_default())
+}
+
+/// A throw-away vhost on the local RabbitMQ where guest may do anything,
+/// made through the management API and deleted (with its queues) on drop.
+pub struct RabbitVhost {
+    /// The vhost's name.
+    pub name: String,
+}
+
+impl RabbitVhost {
+    /// Creates `qe-{tag}-{pid}` (deleting a leftover of the same name first).
+    pub async fn create(tag: &str) -> RabbitVhost {
+        Self::create_named(&format!("qe-{tag}-{}", std::process::id())).await
+    }
+
+    /// Creates a vhost with exactly this name.
+    pub async fn create_named(name: &str) -> RabbitVhost {
+        let path = format!("/vhosts/{}", pct(name));
+        let _ = rabbit_api(reqwest::Method::DELETE, &path, None).await;
+        let (status, body) = rabbit_api(reqwest::Method::PUT, &path, None).await;
+        assert!(
+            (200..300).contains(&status),
+            "create vhost {name:?}: {status} {body}"
+        );
+        let (status, body) = rabbit_api(
+            reqwest::Method::PUT,
+            &format!("/permissions/{}/guest", pct(name)),
+            Some(serde_json::json!({"configure": ".*", "write": ".*", "read": ".*"})),
+        )
+        .await;
+        assert!(
+            (200..300).contains(&status),
+            "grant guest on {name:?}: {status} {body}"
+        );
+        RabbitVhost {
+            name: name.to_string(),
+        }
+    }
+
+    /// `amqp://guest:guest@127.0.0.1:5672/{vhost}` with the vhost percent-encoded.
+    pub fn amqp_url(&self) -> String {
+        format!("{RABBIT_AMQP}/{}", pct(&self.name))
+    }
+
+    /// An AMQP connection to this vhost, for writing test data.
+    pub async fn connect(&self) -> lapin::Connection {
+        lapin::Connection::connect(&self.amqp_url(), lapin::ConnectionProperties::default())
+            .await
+            .expect("AMQP connection to the test RabbitMQ")
+    }
+}
+
+impl Drop for RabbitVhost {
+    fn drop(&mut self) {
+        // Runs on its own thread and runtime: the test's runtime may be gone.
+        let url = format!("{RABBIT_API}/vhosts/{}", pct(&self.name));
+        let _ = std::thread::spawn(move || {
+            if let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                rt.block_on(async {
+                    let _ = reqwest::Client::new()
+                        .delete(&url)
+                        .basic_auth("guest", Some("guest"))
+                        .send()
+                        .await;
+                });
+            }
+        })
+        .join();
+    }
+}
+
+/// Declares a durable queue with x-arguments (tests write; the exporter never does).
+pub async fn declare_queue(
+    ch: &lapin::Channel,
+    name: &str,
+    args: &[(&str, lapin::types::AMQPValue)],
+) {
+    let mut table = lapin::types::FieldTable::default();
+    for (k, v) in args {
+        table.insert((*k).into(), v.clone());
+    }
+    ch.queue_declare(
+        name.into(),
+        lapin::options::QueueDeclareOptions::durable(),
+        table,
+    )
+    .await
+    .unwrap_or_else(|e| panic!("declare {name}: {e}"));
+}
+
+/// A channel in confirm mode, so that published messages are enqueued when
+/// [`publish`] returns.
+pub async fn confirm_channel(conn: &lapin::Connection) -> lapin::Channel {
+    let ch = conn.create_channel().await.expect("channel");
+    ch.confirm_select(lapin::options::ConfirmSelectOptions::default())
+        .await
+        .expect("confirm.select");
+    ch
+}
+
+/// Publishes `n` messages to `queue` through the default exchange and waits for the confirms.
+pub async fn publish(ch: &lapin::Channel, queue: &str, n: usize, props: lapin::BasicProperties) {
+    let mut confirms = Vec::with_capacity(n);
+    for i in 0..n {
+        let confirm = ch
+            .basic_publish(
+                "".into(),
+                queue.into(),
+                lapin::options::BasicPublishOptions::default(),
+                format!("job {i}").as_bytes(),
+                props.clone(),
+            )
+            .await
+            .expect("publish");
+        confirms.push(confirm);
+    }
+    for c in confirms {
+        c.await.expect("confirm");
+    }
+}

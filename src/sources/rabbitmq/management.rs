@@ -1,0 +1,470 @@
+//! Method `management`: pages through `/api/queues[/{vhost}]` with
+//! `page_size=500` (the server's maximum), asking only for the columns it
+//! uses. With `stats: totals` it takes the fast path
+//! (`disable_stats=true&enable_queue_totals=true`), which skips the stats
+//! database: depth, ready and unacked only.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::SystemTime;
+
+use futures_util::future::join_all;
+use serde::{Deserialize, Deserializer};
+
+use super::credentials::{self, Credentials};
+use super::filter::QueueFilter;
+use super::http::{self, FetchError, HttpClient};
+use super::sample::{self, HeadTimestamp};
+use crate::config::{RabbitSourceConfig, RabbitStats};
+use crate::snapshot::{Counters, QueueSample};
+use crate::sources::{PollOutput, SourceError};
+
+/// Largest page the management API accepts; 501 is a 400.
+pub const PAGE_SIZE: u32 = 500;
+/// Vhost listings fetched at once.
+const VHOSTS_IN_FLIGHT: usize = 4;
+/// A `page_count` above this is not believed.
+const MAX_PAGES: u64 = 100_000;
+
+/// Columns asked for with `stats: full`.
+const FULL_COLUMNS: &str = "name,vhost,type,state,messages,messages_ready,\
+messages_unacknowledged,consumers,consumer_utilisation,head_message_timestamp,\
+message_stats.publish,message_stats.deliver_get,message_stats.ack,message_stats.redeliver";
+/// Columns asked for on the fast path; the others are not served there.
+const TOTALS_COLUMNS: &str =
+    "name,vhost,type,state,messages,messages_ready,messages_unacknowledged";
+
+/// State of the management method between polls.
+#[derive(Debug, Default)]
+pub struct Management {
+    /// Built on first use (reads the CA file); rebuilt after a config error.
+    client: Option<HttpClient>,
+    /// False once the server rejected `include` as a server-side regex
+    /// (Erlang's regex dialect differs from Rust's); then filtering is local only.
+    server_filter_broken: bool,
+}
+
+impl Management {
+    /// One poll: every configured vhost (or all), every page.
+    pub async fn poll(
+        &mut self,
+        config: &RabbitSourceConfig,
+        filter: &QueueFilter,
+    ) -> Result<PollOutput, SourceError> {
+        let client = match &self.client {
+            Some(c) => c.clone(),
+            None => {
+                let c = HttpClient::new(config)?;
+                self.client = Some(c.clone());
+                c
+            }
+        };
+        let creds = credentials::resolve(config)?;
+        let base = http::base_url(&config.url)?;
+        let listings: Vec<Option<&str>> = if config.vhosts.is_empty() {
+            vec![None]
+        } else {
+            config.vhosts.iter().map(|v| Some(v.as_str())).collect()
+        };
+        let server_filter = if self.server_filter_broken {
+            None
+        } else {
+            filter.include()
+        };
+        let request = Request {
+            client: &client,
+            creds: creds.as_ref(),
+            base: &base,
+            stats: config.stats,
+            server_filter,
+            regex_rejected: AtomicBool::new(false),
+        };
+        let mut results: Vec<(Option<&str>, Listed)> = Vec::new();
+        for chunk in listings.chunks(VHOSTS_IN_FLIGHT) {
+            let lists = join_all(chunk.iter().map(|v| request.list(*v))).await;
+            results.extend(chunk.iter().copied().zip(lists));
+        }
+
+        let now = SystemTime::now();
+        let mut out = PollOutput::default();
+        let mut seen: HashMap<(String, String), usize> = HashMap::new();
+        let mut missing = 0;
+        let mut answered_vhosts = Vec::new();
+        let mut first_error = None;
+        for (vhost, result) in results {
+            match result {
+                Ok(items) => {
+                    if let Some(v) = vhost {
+                        answered_vhosts.push(v.to_string());
+                    }
+                    for item in items {
+                        if !filter.keeps(&item.vhost, &item.name) {
+                            continue;
+                        }
+                        let key = (item.vhost.clone(), item.name.clone());
+                        let q = item.into_sample(config.stats, now);
+                        // Pages are cut from a live list: a queue created
+                        // between two pages can show up twice.
+                        match seen.get(&key) {
+                            Some(&i) => out.queues[i] = q,
+                            None => {
+                                seen.insert(key, out.queues.len());
+                                out.queues.push(q);
+                            }
+                        }
+                    }
+                }
+                Err(ListError::VhostNotFound(v)) => {
+                    tracing::debug!(source = %config.name, vhost = %v, "vhost not found");
+                    missing += 1;
+                    out.partial_errors.push("not_found");
+                }
+                Err(ListError::Source(e)) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        if request.regex_rejected.load(Ordering::Relaxed) {
+            tracing::warn!(
+                source = %config.name,
+                "the management API rejected `include` as a server-side regex; filtering locally only"
+            );
+            self.server_filter_broken = true;
+        }
+        if let Some(e) = first_error {
+            return Err(e);
+        }
+        if missing > 0 && missing == listings.len() {
+            return Err(SourceError::NotFound(
+                "none of the configured vhosts exists".into(),
+            ));
+        }
+        out.queues
+            .sort_by(|a, b| (&a.vhost, &a.name).cmp(&(&b.vhost, &b.name)));
+        out.stats = sample::stats(&out.queues, &answered_vhosts);
+        Ok(out)
+    }
+}
+
+/// One vhost's listing (or the all-vhosts listing).
+type Listed = Result<Vec<ApiQueue>, ListError>;
+
+/// Why one vhost's listing failed.
+#[derive(Debug)]
+enum ListError {
+    /// The vhost does not exist (404 on `/api/queues/{vhost}`).
+    VhostNotFound(String),
+    /// Anything else; fails the poll.
+    Source(SourceError),
+}
+
+/// What every page request of one poll shares.
+struct Request<'a> {
+    /// The HTTP client.
+    client: &'a HttpClient,
+    /// Basic auth, if any.
+    creds: Option<&'a Credentials>,
+    /// Management base URL without user info.
+    base: &'a reqwest::Url,
+    /// Which columns, and whether to take the fast path.
+    stats: RabbitStats,
+    /// `include`, sent as `name=…&use_regex=true`.
+    server_filter: Option<&'a str>,
+    /// Set when the server answered 400 to the regex (the listing is then
+    /// fetched again without it).
+    regex_rejected: AtomicBool,
+}
+
+impl Request<'_> {
+    /// Every page of one listing.
+    async fn list(&self, vhost: Option<&str>) -> Listed {
+        let mut items = Vec::new();
+        let mut page = 1u64;
+        let mut server_filter = self.server_filter;
+        loop {
+            let url = self.page_url(vhost, page, server_filter);
+            let body = match self.client.get(&url, self.creds).await {
+                Ok(b) => b,
+                Err(FetchError::Status(404)) if vhost.is_some() => {
+                    return Err(ListError::VhostNotFound(vhost.unwrap_or_default().into()));
+                }
+                Err(FetchError::Status(400)) if page == 1 && server_filter.is_some() => {
+                    self.regex_rejected.store(true, Ordering::Relaxed);
+                    server_filter = None;
+                    continue;
+                }
+                // The list shrank between two pages: what we have is complete.
+                Err(FetchError::Status(400)) if page > 1 => break,
+                Err(e) => return Err(ListError::Source(e.into_source_error(&url))),
+            };
+            let listing = parse_listing(&body).map_err(|e| {
+                ListError::Source(SourceError::Malformed(format!(
+                    "{}: {e}",
+                    http::display_url(&url)
+                )))
+            })?;
+            match listing {
+                // A server without pagination support sends everything at once.
+                Listing::All(all) => return Ok(all),
+                Listing::Page(p) => {
+                    items.extend(p.items);
+                    if p.page_count > MAX_PAGES {
+                        return Err(ListError::Source(SourceError::Malformed(format!(
+                            "page_count {} from {}",
+                            p.page_count,
+                            http::display_url(&url)
+                        ))));
+                    }
+                    if page >= p.page_count {
+                        break;
+                    }
+                    page += 1;
+                }
+            }
+        }
+        Ok(items)
+    }
+
+    fn page_url(
+        &self,
+        vhost: Option<&str>,
+        page: u64,
+        server_filter: Option<&str>,
+    ) -> reqwest::Url {
+        let mut url = match vhost {
+            Some(v) => http::join(self.base, &["api", "queues", v]),
+            None => http::join(self.base, &["api", "queues"]),
+        };
+        {
+            let mut q = url.query_pairs_mut();
+            q.append_pair("page", &page.to_string());
+            q.append_pair("page_size", &PAGE_SIZE.to_string());
+            match self.stats {
+                RabbitStats::Full => {
+                    q.append_pair("columns", FULL_COLUMNS);
+                }
+                RabbitStats::Totals => {
+                    q.append_pair("disable_stats", "true");
+                    q.append_pair("enable_queue_totals", "true");
+                    q.append_pair("columns", TOTALS_COLUMNS);
+                }
+            }
+            if let Some(re) = server_filter {
+                q.append_pair("name", re);
+                q.append_pair("use_regex", "true");
+            }
+        }
+        url
+    }
+}
+
+/// Parses one response: a page object, or a plain array from a server that
+/// ignores pagination.
+fn parse_listing(body: &[u8]) -> Result<Listing, serde_json::Error> {
+    let first = body.iter().find(|b| !b.is_ascii_whitespace());
+    if first == Some(&b'[') {
+        serde_json::from_slice(body).map(Listing::All)
+    } else {
+        serde_json::from_slice(body).map(Listing::Page)
+    }
+}
+
+/// One response of `/api/queues`.
+#[derive(Debug)]
+enum Listing {
+    /// A paginated answer.
+    Page(Page),
+    /// A plain array (servers that ignore pagination).
+    All(Vec<ApiQueue>),
+}
+
+/// A page of queues.
+#[derive(Debug, Deserialize)]
+struct Page {
+    /// The queues on this page.
+    items: Vec<ApiQueue>,
+    /// How many pages the listing has.
+    page_count: u64,
+}
+
+/// One queue as the management API reports it. Every figure is optional:
+/// a field RabbitMQ did not send (or sent in an unexpected shape) is unknown.
+#[derive(Debug, Deserialize)]
+struct ApiQueue {
+    /// Queue name.
+    name: String,
+    /// Its vhost.
+    vhost: String,
+    /// `classic`, `quorum` or `stream`.
+    #[serde(default, rename = "type", deserialize_with = "lenient_string")]
+    kind: Option<String>,
+    /// `running`, `idle`, `flow`, `down`, `minority`...
+    #[serde(default, deserialize_with = "lenient_string")]
+    state: Option<String>,
+    /// Ready + unacked.
+    #[serde(default, deserialize_with = "lenient_count")]
+    messages: Option<u64>,
+    /// Ready for delivery.
+    #[serde(default, deserialize_with = "lenient_count")]
+    messages_ready: Option<u64>,
+    /// Delivered, not yet acknowledged.
+    #[serde(default, deserialize_with = "lenient_count")]
+    messages_unacknowledged: Option<u64>,
+    /// Attached consumers.
+    #[serde(default, deserialize_with = "lenient_count")]
+    consumers: Option<u64>,
+    /// Fraction of time the queue could deliver immediately.
+    #[serde(default, deserialize_with = "lenient_f64")]
+    consumer_utilisation: Option<f64>,
+    /// Unix seconds of the head message's timestamp, `null` when none.
+    #[serde(default = "absent", deserialize_with = "head_timestamp")]
+    head_message_timestamp: HeadTimestamp,
+    /// Cumulative totals (and rates, which we ignore).
+    #[serde(default, deserialize_with = "lenient_stats")]
+    message_stats: Option<MessageStats>,
+}
+
+/// The cumulative `message_stats` totals used for counters.
+#[derive(Debug, Default, Deserialize)]
+struct MessageStats {
+    /// Messages published into the queue.
+    #[serde(default, deserialize_with = "lenient_count")]
+    publish: Option<u64>,
+    /// Messages delivered or fetched (acked or not).
+    #[serde(default, deserialize_with = "lenient_count")]
+    deliver_get: Option<u64>,
+    /// Messages acknowledged.
+    #[serde(default, deserialize_with = "lenient_count")]
+    ack: Option<u64>,
+    /// Messages delivered again.
+    #[serde(default, deserialize_with = "lenient_count")]
+    redeliver: Option<u64>,
+}
+
+impl ApiQueue {
+    fn into_sample(self, stats: RabbitStats, now: SystemTime) -> QueueSample {
+        let counters = self
+            .message_stats
+            .map(|m| Counters {
+                published: m.publish,
+                delivered: m.deliver_get,
+                acknowledged: m.ack,
+                redelivered: m.redeliver,
+            })
+            .unwrap_or_default();
+        let head = match stats {
+            RabbitStats::Full => self.head_message_timestamp,
+            RabbitStats::Totals => HeadTimestamp::Absent,
+        };
+        QueueSample {
+            oldest_age_seconds: sample::oldest_age(head, self.messages_ready, now),
+            kind: self.kind.as_deref().map(sample::queue_kind),
+            state: self.state,
+            depth: self.messages,
+            ready: self.messages_ready,
+            unacked: self.messages_unacknowledged,
+            consumers: self.consumers,
+            consumer_utilisation: self.consumer_utilisation.filter(|u| u.is_finite()),
+            counters,
+            vhost: Some(self.vhost),
+            name: self.name,
+            ..QueueSample::default()
+        }
+    }
+}
+
+fn absent() -> HeadTimestamp {
+    HeadTimestamp::Absent
+}
+
+fn head_timestamp<'de, D: Deserializer<'de>>(d: D) -> Result<HeadTimestamp, D::Error> {
+    Ok(match serde_json::Value::deserialize(d)? {
+        serde_json::Value::Number(n) => n
+            .as_f64()
+            .map_or(HeadTimestamp::NoValue, HeadTimestamp::Seconds),
+        _ => HeadTimestamp::NoValue,
+    })
+}
+
+fn lenient_string<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    Ok(match serde_json::Value::deserialize(d)? {
+        serde_json::Value::String(s) if !s.is_empty() => Some(s),
+        _ => None,
+    })
+}
+
+fn lenient_count<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    Ok(match serde_json::Value::deserialize(d)? {
+        serde_json::Value::Number(n) => n
+            .as_u64()
+            .or_else(|| n.as_f64().and_then(sample::count_from_f64)),
+        _ => None,
+    })
+}
+
+fn lenient_f64<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
+    Ok(match serde_json::Value::deserialize(d)? {
+        serde_json::Value::Number(n) => n.as_f64(),
+        _ => None,
+    })
+}
+
+/// `message_stats` is an object, but an empty one may come as `[]`.
+fn lenient_stats<'de, D: Deserializer<'de>>(d: D) -> Result<Option<MessageStats>, D::Error> {
+    Ok(match serde_json::Value::deserialize(d)? {
+        v @ serde_json::Value::Object(_) => serde_json::from_value(v).ok(),
+        _ => None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_page_with_missing_and_odd_fields_parses_to_unknowns() {
+        let body = r#"{"items":[
+            {"name":"q1","vhost":"/","type":"classic","state":"running","messages":3,
+             "messages_ready":2,"messages_unacknowledged":1,"consumers":1,
+             "consumer_utilisation":0.5,"head_message_timestamp":null,
+             "message_stats":{"publish":10,"deliver_get":7,"ack":"x"}},
+            {"name":"qq","vhost":"v","type":"quorum","message_stats":[]},
+            {"name":"e","vhost":"v","type":"classic","messages":0,"messages_ready":0,
+             "head_message_timestamp":null}
+        ],"page":1,"page_count":1,"page_size":500,"total_count":3}"#;
+        let Listing::Page(p) = parse_listing(body.as_bytes()).unwrap() else {
+            panic!("not a page")
+        };
+        let now = SystemTime::now();
+        let q: Vec<_> = p
+            .items
+            .into_iter()
+            .map(|i| i.into_sample(RabbitStats::Full, now))
+            .collect();
+        assert_eq!(q[0].depth, Some(3));
+        assert_eq!(q[0].unacked, Some(1));
+        assert_eq!(q[0].consumer_utilisation, Some(0.5));
+        assert_eq!(q[0].counters.published, Some(10));
+        assert_eq!(q[0].counters.acknowledged, None);
+        // Head message without a timestamp property: age unknown.
+        assert_eq!(q[0].oldest_age_seconds, None);
+        assert_eq!(q[0].vhost.as_deref(), Some("/"));
+        // Quorum queue before its first stats emission: nothing known, no zeros.
+        assert_eq!(q[1].depth, None);
+        assert_eq!(q[1].ready, None);
+        assert!(q[1].counters.is_empty());
+        assert_eq!(q[1].kind.as_ref().map(|k| k.as_str()), Some("quorum"));
+        // Empty classic queue: age 0.
+        assert_eq!(q[2].oldest_age_seconds, Some(0.0));
+    }
+
+    #[test]
+    fn plain_arrays_and_garbage() {
+        assert!(matches!(
+            parse_listing(br#" [{"name":"a","vhost":"/"}]"#),
+            Ok(Listing::All(_))
+        ));
+        assert!(parse_listing(br#"{"items":"nope"}"#).is_err());
+        assert!(parse_listing(b"<html>").is_err());
+    }
+}

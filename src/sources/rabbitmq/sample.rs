@@ -1,0 +1,107 @@
+//! Turning what RabbitMQ reports into [`QueueSample`] fields, shared by the
+//! three methods: queue types, the oldest message's age, and per-vhost counts.
+
+use std::collections::BTreeMap;
+use std::time::SystemTime;
+
+use crate::snapshot::{QueueKind, QueueSample, SourceStats};
+
+/// The `type` label for a RabbitMQ queue type (`classic`, `quorum`, `stream`).
+pub fn queue_kind(t: &str) -> QueueKind {
+    match t {
+        "stream" => QueueKind::Stream,
+        other => QueueKind::Other(other.to_string()),
+    }
+}
+
+/// What RabbitMQ said about the head message's timestamp.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum HeadTimestamp {
+    /// The field was not reported (quorum and stream queues, `stats: totals`).
+    Absent,
+    /// Reported without a value: the queue is empty, or its head message has
+    /// no `timestamp` property.
+    NoValue,
+    /// Unix seconds of the head message's `timestamp` property.
+    Seconds(f64),
+}
+
+/// Age of the oldest waiting message: `now − timestamp` when RabbitMQ reports
+/// one; 0 when it reports the field and nothing is ready (an empty queue has
+/// no waiting message); unknown otherwise, including a head message without a
+/// timestamp property.
+pub fn oldest_age(head: HeadTimestamp, ready: Option<u64>, now: SystemTime) -> Option<f64> {
+    match head {
+        HeadTimestamp::Seconds(ts) if ts.is_finite() && ts > 0.0 => {
+            let now = now
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .ok()?
+                .as_secs_f64();
+            Some((now - ts).max(0.0))
+        }
+        HeadTimestamp::Seconds(_) | HeadTimestamp::NoValue if ready == Some(0) => Some(0.0),
+        _ => None,
+    }
+}
+
+/// A count from a number that may arrive as a float (`3`, `3.0`); `None`
+/// for negatives, fractions, NaN and infinities.
+pub fn count_from_f64(v: f64) -> Option<u64> {
+    (v.is_finite() && v >= 0.0 && v.fract() == 0.0 && v <= u64::MAX as f64).then_some(v as u64)
+}
+
+/// Source-wide stats for a finished poll: tracked queues, and queues per
+/// vhost (`known_vhosts` get an entry even when they hold no queue).
+pub fn stats(queues: &[QueueSample], known_vhosts: &[String]) -> SourceStats {
+    let mut per_vhost: BTreeMap<String, u64> =
+        known_vhosts.iter().map(|v| (v.clone(), 0)).collect();
+    for q in queues {
+        if let Some(v) = &q.vhost {
+            *per_vhost.entry(v.clone()).or_insert(0) += 1;
+        }
+    }
+    SourceStats {
+        tracked_keys: queues.len() as u64,
+        queues_per_vhost: per_vhost,
+        ..SourceStats::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn age_is_known_only_when_rabbitmq_says_so() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1000);
+        let age = |h, r| oldest_age(h, r, now);
+        assert_eq!(age(HeadTimestamp::Seconds(990.0), Some(3)), Some(10.0));
+        assert_eq!(age(HeadTimestamp::Seconds(2000.0), Some(3)), Some(0.0));
+        assert_eq!(age(HeadTimestamp::NoValue, Some(0)), Some(0.0));
+        assert_eq!(age(HeadTimestamp::NoValue, Some(2)), None);
+        assert_eq!(age(HeadTimestamp::Absent, Some(0)), None);
+        assert_eq!(age(HeadTimestamp::Seconds(f64::NAN), Some(0)), Some(0.0));
+        assert_eq!(age(HeadTimestamp::Seconds(f64::NAN), None), None);
+    }
+
+    #[test]
+    fn counts_reject_non_integers() {
+        assert_eq!(count_from_f64(3.0), Some(3));
+        assert_eq!(count_from_f64(-1.0), None);
+        assert_eq!(count_from_f64(1.5), None);
+        assert_eq!(count_from_f64(f64::NAN), None);
+    }
+
+    #[test]
+    fn stats_count_per_vhost() {
+        let mut a = QueueSample::named("a");
+        a.vhost = Some("v1".into());
+        let s = stats(&[a.clone(), a], &["v1".into(), "v2".into()]);
+        assert_eq!(s.tracked_keys, 2);
+        assert_eq!(s.queues_per_vhost.get("v1"), Some(&2));
+        assert_eq!(s.queues_per_vhost.get("v2"), Some(&0));
+        assert_eq!(queue_kind("stream"), QueueKind::Stream);
+        assert_eq!(queue_kind("quorum").as_str(), "quorum");
+    }
+}

@@ -1,0 +1,388 @@
+//! The RabbitMQ source against a local misbehaving HTTP server (slow, 500,
+//! 401, 404, garbage, truncated, huge, refused) standing in for the
+//! management API and the Prometheus plugin. Each failure must be a counted
+//! error with its reason and `source_up` 0, never a panic, never invented
+//! zeros, never a leaked password, and must leave the other sources alone.
+mod support;
+
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use queue_exporter::config::SourceConfig;
+use queue_exporter::sources::Source;
+use queue_exporter::sources::rabbitmq::{self, RabbitSource};
+use support::*;
+
+/// The secret every source here logs in with; it must never show up.
+const SECRET: &str = "hunter2-s3cret";
+/// Body bound given to the sources.
+const MAX_BYTES: usize = 1024 * 1024;
+
+const PAGE: &str = include_str!("fixtures/rabbitmq/queues_page.json");
+const DETAILED: &str = include_str!("fixtures/rabbitmq/detailed.prom");
+
+/// Serves one behaviour per first path segment: `/{mode}/api/queues...` or
+/// `/{mode}/metrics/detailed`.
+async fn misbehave(uri: Uri) -> Response {
+    let path = uri.path().trim_start_matches('/');
+    let (mode, rest) = path.split_once('/').unwrap_or((path, ""));
+    let query = uri.query().unwrap_or("");
+    let good = || {
+        if rest.starts_with("metrics") {
+            DETAILED.into_response()
+        } else {
+            ([("content-type", "application/json")], PAGE).into_response()
+        }
+    };
+    match mode {
+        "slow" => {
+            tokio::time::sleep(Duration::from_secs(20)).await;
+            good()
+        }
+        "slowbody" => {
+            let chunks = futures_util::stream::unfold(0u32, |n| async move {
+                if n > 0 {
+                    tokio::time::sleep(Duration::from_secs(20)).await;
+                }
+                (n < 2).then(|| {
+                    (
+                        Ok::<_, std::io::Error>(bytes_of(&b"{\"items\":["[..])),
+                        n + 1,
+                    )
+                })
+            });
+            Body::from_stream(chunks).into_response()
+        }
+        "error500" => (StatusCode::INTERNAL_SERVER_ERROR, "boom").into_response(),
+        "unauthorized" => {
+            (StatusCode::UNAUTHORIZED, "{\"error\":\"not_authorised\"}").into_response()
+        }
+        "notfound" => (StatusCode::NOT_FOUND, "{\"error\":\"Object Not Found\"}").into_response(),
+        "garbage" => "<html><body>502 Bad Gateway {{{ \u{0} </body></html>".into_response(),
+        "truncated" => "{\"items\":[{\"name\":\"a\",\"vhost\":\"/\"".into_response(),
+        "wrongshape" => "{\"items\":{\"name\":\"a\"},\"page_count\":1}".into_response(),
+        "huge" => vec![b' '; MAX_BYTES + 10].into_response(),
+        "hugestream" => {
+            let chunks = futures_util::stream::iter(
+                (0..40).map(|_| Ok::<_, std::io::Error>(bytes_of(&[b'#'; 64 * 1024]))),
+            );
+            Body::from_stream(chunks).into_response()
+        }
+        "regex400" if query.contains("use_regex") => {
+            (StatusCode::BAD_REQUEST, "{\"error\":\"bad_request\"}").into_response()
+        }
+        "paged" => {
+            // Three pages cut from a list that moves: "b" shows up twice.
+            let page: u32 = query
+                .split('&')
+                .find_map(|kv| kv.strip_prefix("page="))
+                .and_then(|p| p.parse().ok())
+                .unwrap_or(1);
+            let names = [["a", "b"], ["b", "c"], ["d", "e"]];
+            let items: Vec<_> = names[(page as usize - 1).min(2)]
+                .iter()
+                .map(|n| serde_json::json!({"name": n, "vhost": "/", "messages": 1, "messages_ready": 1}))
+                .collect();
+            (
+                [("content-type", "application/json")],
+                serde_json::json!({"items": items, "page": page, "page_count": 3}).to_string(),
+            )
+                .into_response()
+        }
+        _ => good(),
+    }
+}
+
+fn bytes_of(b: &[u8]) -> axum::body::Bytes {
+    axum::body::Bytes::copy_from_slice(b)
+}
+
+/// Starts the misbehaving server; returns its base URL.
+async fn server() -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let app = axum::Router::new().fallback(misbehave);
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    format!("http://127.0.0.1:{}", addr.port())
+}
+
+/// A source entry with the secret in the URL, a short timeout and a 1 MiB bound.
+fn entry(name: &str, method: &str, url: &str, extra: &str) -> String {
+    let url = url.replacen("http://", &format!("http://guest:{SECRET}@"), 1);
+    format!(
+        "  - name: {name}\n    type: rabbitmq\n    method: {method}\n    url: {url}\n    timeout: 400ms\n    poll_interval: 200ms\n    max_response_bytes: {MAX_BYTES}\n{extra}"
+    )
+}
+
+fn rabbit_source(entry: &str) -> RabbitSource {
+    let (config, _dir) = load_config(&format!("sources:\n{entry}"));
+    match config.sources.into_iter().next() {
+        Some(SourceConfig::RabbitMq(c)) => RabbitSource::new(c),
+        _ => panic!("not a rabbitmq source"),
+    }
+}
+
+/// (mode, extra config, expected reason) for both HTTP methods.
+const CASES: &[(&str, &str, &str)] = &[
+    ("slow", "", "timeout"),
+    ("slowbody", "", "timeout"),
+    ("error500", "", "http_5xx"),
+    ("unauthorized", "", "auth"),
+    ("notfound", "", "http_4xx"),
+    ("garbage", "", "malformed"),
+    ("truncated", "", "malformed"),
+    ("huge", "", "too_large"),
+    ("hugestream", "", "too_large"),
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_failure_has_its_reason_and_hides_the_password() {
+    let base = server().await;
+    let refused = format!("http://127.0.0.1:{}", free_port());
+    let mut cases: Vec<(String, &str, &str, &str)> = Vec::new();
+    for (mode, extra, reason) in CASES {
+        for method in ["management", "prometheus"] {
+            cases.push((format!("{base}/{mode}"), method, extra, reason));
+        }
+    }
+    cases.push((format!("{base}/wrongshape"), "management", "", "malformed"));
+    cases.push((refused.clone(), "management", "", "connect"));
+    cases.push((refused, "prometheus", "", "connect"));
+    // Every configured vhost 404s: the source is down with not_found.
+    cases.push((
+        format!("{base}/notfound"),
+        "management",
+        "    vhosts: [a, b]\n",
+        "not_found",
+    ));
+    for (url, method, extra, reason) in cases {
+        let mut source = rabbit_source(&entry("r", method, &url, extra));
+        let started = std::time::Instant::now();
+        let result = tokio::time::timeout(source.poll_timeout(), source.poll()).await;
+        let e = match result {
+            Ok(Err(e)) => e,
+            Ok(Ok(out)) => panic!(
+                "{method} {url}: poll succeeded with {} queues",
+                out.queues.len()
+            ),
+            Err(_) => panic!("{method} {url}: poll ran past poll_timeout"),
+        };
+        let text = e.to_string();
+        eprintln!(
+            "{method} {url} -> {} ({text}) in {:?}",
+            e.reason(),
+            started.elapsed()
+        );
+        assert_eq!(e.reason(), reason, "{method} {url}: {text}");
+        assert!(!text.contains(SECRET), "{method} {url}: {text}");
+        assert!(!format!("{source:?}").contains(SECRET));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failing_sources_are_down_and_counted_and_leave_the_others_alone() {
+    let base = server().await;
+    let mut yaml = String::from("sources:\n");
+    for (mode, extra, _) in CASES {
+        yaml += &entry(
+            &format!("mgmt-{mode}"),
+            "management",
+            &format!("{base}/{mode}"),
+            extra,
+        );
+        yaml += &entry(
+            &format!("prom-{mode}"),
+            "prometheus",
+            &format!("{base}/{mode}"),
+            extra,
+        );
+    }
+    yaml += &entry("mgmt-good", "management", &format!("{base}/fixture"), "");
+    yaml += &entry("prom-good", "prometheus", &format!("{base}/fixture"), "");
+    // A cluster with one node failing is down as a whole: its queues would vanish.
+    yaml += &entry(
+        "prom-half",
+        "prometheus",
+        &base,
+        &format!("    urls: [\"{base}/fixture\", \"{base}/error500\"]\n"),
+    );
+    let app = TestApp::start(&yaml).await;
+
+    let text = wait_for(
+        "every failing source counted",
+        Duration::from_secs(20),
+        || async {
+            let text = app.metrics().await;
+            let counted = CASES.iter().all(|(mode, _, reason)| {
+                ["mgmt", "prom"].iter().all(|m| {
+                    let s = format!("{m}-{mode}");
+                    sample(
+                        &text,
+                        "queue_exporter_poll_errors_total",
+                        &[("source", &s), ("reason", reason)],
+                    )
+                    .is_some_and(|n| n >= 1.0)
+                })
+            });
+            let good_up = ["mgmt-good", "prom-good"]
+                .iter()
+                .all(|s| sample(&text, "queue_exporter_source_up", &[("source", s)]) == Some(1.0));
+            (counted && good_up).then_some(text)
+        },
+    )
+    .await;
+
+    assert!(!text.contains(SECRET));
+    for (mode, _, _) in CASES {
+        for m in ["mgmt", "prom"] {
+            let s = format!("{m}-{mode}");
+            assert_eq!(
+                sample(&text, "queue_exporter_source_up", &[("source", &s)]),
+                Some(0.0),
+                "{s}"
+            );
+            assert_eq!(sample(&text, "queue_depth", &[("source", &s)]), None, "{s}");
+            assert_eq!(
+                sample(&text, "queue_exporter_rabbitmq_queues", &[("source", &s)]),
+                None,
+                "{s}"
+            );
+        }
+    }
+    assert_eq!(
+        sample(
+            &text,
+            "queue_exporter_source_up",
+            &[("source", "prom-half")]
+        ),
+        Some(0.0)
+    );
+    assert_eq!(
+        sample(&text, "queue_depth", &[("source", "prom-half")]),
+        None
+    );
+
+    // The good management source: what the fixture says, unknowns absent.
+    let m = |q: &'static str| [("source", "mgmt-good"), ("vhost", "/"), ("queue", q)];
+    assert_eq!(sample(&text, "queue_depth", &m("orders")), Some(12.0));
+    assert_eq!(
+        sample(&text, "queue_messages_unacked", &m("orders")),
+        Some(2.0)
+    );
+    assert_eq!(
+        sample(&text, "queue_consumer_utilisation", &m("orders")),
+        Some(0.75)
+    );
+    assert_eq!(
+        sample(&text, "queue_messages_published_total", &m("orders")),
+        Some(40.0)
+    );
+    assert_eq!(
+        sample(&text, "queue_messages_redelivered_total", &m("orders")),
+        Some(1.0)
+    );
+    // A head message without a timestamp: age unknown.
+    assert_eq!(
+        sample(&text, "queue_oldest_message_age_seconds", &m("orders")),
+        None
+    );
+    // A quorum queue reported without figures: known type, no invented zeros.
+    assert_eq!(sample(&text, "queue_depth", &m("fresh-quorum")), None);
+    assert_eq!(
+        sample(&text, "queue_messages_ready", &m("fresh-quorum")),
+        None
+    );
+    assert_eq!(
+        sample(
+            &text,
+            "queue_info",
+            &[
+                ("source", "mgmt-good"),
+                ("queue", "fresh-quorum"),
+                ("type", "quorum")
+            ]
+        ),
+        Some(1.0)
+    );
+    // The good prometheus source: the line with an unescaped quote is skipped and counted.
+    let p = |q: &'static str| [("source", "prom-good"), ("vhost", "/"), ("queue", q)];
+    assert_eq!(sample(&text, "queue_depth", &p("orders")), Some(12.0));
+    assert_eq!(sample(&text, "queue_consumers", &p("orders")), Some(1.0));
+    assert!(
+        sample(
+            &text,
+            "queue_exporter_poll_errors_total",
+            &[("source", "prom-good"), ("reason", "malformed")]
+        )
+        .is_some_and(|n| n >= 1.0)
+    );
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn a_queue_named_oddly_and_a_string_where_a_number_belongs() {
+    // Labels hold the name exactly; a non-numeric `messages` is unknown, not 0.
+    let base = server().await;
+    let mut source = rabbit_source(&entry("r", "management", &format!("{base}/fixture"), ""));
+    let out = source.poll().await.expect("poll");
+    let weird = out
+        .queues
+        .iter()
+        .find(|q| q.name == "weird \"name\", with = signs")
+        .expect("weird queue");
+    assert_eq!(weird.vhost.as_deref(), Some("a/b c"));
+    assert_eq!(weird.depth, None);
+    assert_eq!(weird.ready, Some(1));
+    assert_eq!(weird.state.as_deref(), Some("flow"));
+    assert!(weird.counters.is_empty());
+    assert_eq!(out.stats.queues_per_vhost.get("a/b c"), Some(&1));
+}
+
+#[tokio::test]
+async fn moving_pages_are_deduplicated_and_a_rejected_regex_falls_back() {
+    let base = server().await;
+    let mut source = rabbit_source(&entry("r", "management", &format!("{base}/paged"), ""));
+    let out = source.poll().await.expect("poll");
+    let names: Vec<_> = out.queues.iter().map(|q| q.name.as_str()).collect();
+    assert_eq!(names, ["a", "b", "c", "d", "e"]);
+
+    // The server refuses the regex (Erlang's dialect): filter locally instead.
+    let mut source = rabbit_source(&entry(
+        "r",
+        "management",
+        &format!("{base}/regex400"),
+        "    include: '^ord'\n",
+    ));
+    for _ in 0..2 {
+        let out = source.poll().await.expect("poll");
+        let names: Vec<_> = out.queues.iter().map(|q| q.name.as_str()).collect();
+        assert_eq!(names, ["orders"]);
+    }
+}
+
+#[tokio::test]
+async fn the_default_probe_needs_a_management_api_that_answers() {
+    let base = server().await;
+    let probe = |url: String| async move {
+        let (config, _dir) = load_config(&format!(
+            "sources:\n  - name: r\n    type: rabbitmq\n    url: {url}\n    username: guest\n    password: guest\n"
+        ));
+        match config.sources.into_iter().next() {
+            Some(SourceConfig::RabbitMq(c)) => rabbitmq::probe_default(&c).await,
+            _ => panic!("not rabbitmq"),
+        }
+    };
+    assert!(
+        probe("http://127.0.0.1:15672".into()).await,
+        "local RabbitMQ management API"
+    );
+    assert!(!probe(format!("http://127.0.0.1:{}", free_port())).await);
+    assert!(!probe(format!("{base}/unauthorized")).await);
+    assert!(!probe(format!("{base}/slow")).await);
+}
