@@ -32,7 +32,11 @@ impl Drop for Server {
 }
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 fn median(mut v: Vec<Duration>) -> Duration {
@@ -45,7 +49,14 @@ async fn main() {
     let port = free_port();
     let _server = Server(
         Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--save", "", "--appendonly", "no"])
+            .args([
+                "--port",
+                &port.to_string(),
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
             .stdout(Stdio::null())
             .spawn()
             .expect("redis-server"),
@@ -58,7 +69,10 @@ async fn main() {
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
     eprintln!("filling {OTHER} other keys, {LISTS} lists, {ZSETS} zsets x {ITEMS} items...");
     for chunk in (0..OTHER).collect::<Vec<_>>().chunks(5000) {
         let mut p = redis::pipe();
@@ -69,7 +83,12 @@ async fn main() {
     }
     for i in 0..LISTS {
         let items: Vec<String> = (0..ITEMS).map(|j| format!("{{\"id\":{j}}}")).collect();
-        let _: () = redis::cmd("RPUSH").arg(format!("queue:list:{i}")).arg(items).query_async(&mut conn).await.unwrap();
+        let _: () = redis::cmd("RPUSH")
+            .arg(format!("queue:list:{i}"))
+            .arg(items)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
     }
     for (prefix, fractional) in [("queue:zset:", false), ("frac:zset:", true)] {
         for i in 0..ZSETS {
@@ -89,8 +108,13 @@ async fn main() {
         }
     }
 
-    println!("redis_poll: {LISTS} lists + {ZSETS} timestamp zsets x {ITEMS} items among {OTHER} other keys");
-    for (label, zset_pattern) in [("integer-second scores", "queue:zset:*"), ("fractional-second scores", "frac:zset:*")] {
+    println!(
+        "redis_poll: {LISTS} lists + {ZSETS} timestamp zsets x {ITEMS} items among {OTHER} other keys"
+    );
+    for (label, zset_pattern) in [
+        ("integer-second scores", "queue:zset:*"),
+        ("fractional-second scores", "frac:zset:*"),
+    ] {
         measure(&url, label, zset_pattern).await;
     }
     // Floor: the same 4,000 size commands, pipelined by a bare client.
@@ -111,7 +135,10 @@ async fn main() {
         floor.push(t.elapsed());
     }
 
-    println!("  floor: 4,000 LLEN/ZCARD pipelined by a bare client: median {:?}", median(floor));
+    println!(
+        "  floor: 4,000 LLEN/ZCARD pipelined by a bare client: median {:?}",
+        median(floor)
+    );
 }
 
 async fn measure(url: &str, label: &str, zset_pattern: &str) {
@@ -127,8 +154,24 @@ async fn measure(url: &str, label: &str, zset_pattern: &str) {
         scan_count: 1000,
         age_buckets: queue_exporter::config::default_age_buckets(),
         queues: vec![
-            QueueSpec { key: None, pattern: Some("queue:list:*".into()), labels: None, types: None, score: ScoreMode::Plain, score_unit: ScoreUnit::Seconds, age: None },
-            QueueSpec { key: None, pattern: Some(zset_pattern.into()), labels: None, types: None, score: ScoreMode::Timestamp, score_unit: ScoreUnit::Seconds, age: None },
+            QueueSpec {
+                key: None,
+                pattern: Some("queue:list:*".into()),
+                labels: None,
+                types: None,
+                score: ScoreMode::Plain,
+                score_unit: ScoreUnit::Seconds,
+                age: None,
+            },
+            QueueSpec {
+                key: None,
+                pattern: Some(zset_pattern.into()),
+                labels: None,
+                types: None,
+                score: ScoreMode::Timestamp,
+                score_unit: ScoreUnit::Seconds,
+                age: None,
+            },
         ],
     };
 
@@ -141,7 +184,11 @@ async fn measure(url: &str, label: &str, zset_pattern: &str) {
         let t = Instant::now();
         let (snap, ok) = poll_once(&mut source, &publisher).await;
         first.push(t.elapsed());
-        assert!(ok && snap.queues.len() == LISTS + ZSETS, "poll failed or wrong count: {}", snap.queues.len());
+        assert!(
+            ok && snap.queues.len() == LISTS + ZSETS,
+            "poll failed or wrong count: {}",
+            snap.queues.len()
+        );
     }
 
     // Steady polls.
@@ -174,7 +221,18 @@ async fn measure(url: &str, label: &str, zset_pattern: &str) {
     }
 
     println!("  [{label}]");
-    println!("    first poll incl. discovery (once): median {:?} (min {:?}, max {:?})", median(first.clone()), first.iter().min().unwrap(), first.iter().max().unwrap());
-    println!("    steady poll (7 age buckets):       median {:?}", median(steady));
-    println!("    steady poll (no age histogram):    median {:?}", median(steady_nohist));
+    println!(
+        "    first poll incl. discovery (once): median {:?} (min {:?}, max {:?})",
+        median(first.clone()),
+        first.iter().min().unwrap(),
+        first.iter().max().unwrap()
+    );
+    println!(
+        "    steady poll (7 age buckets):       median {:?}",
+        median(steady)
+    );
+    println!(
+        "    steady poll (no age histogram):    median {:?}",
+        median(steady_nohist)
+    );
 }

@@ -9,10 +9,10 @@ use tokio::task::JoinSet;
 
 use crate::config::{Config, ConfigError, SourceConfig};
 use crate::exposition::{Exposition, Format};
-use crate::hub::{Hub, HubBuilder, SnapshotPublisher};
 use crate::http::{self, HttpError, HttpState};
+use crate::hub::{Hub, HubBuilder, SnapshotPublisher};
 use crate::scaler::{self, ScalerError};
-use crate::shutdown::{Shutdown, ShutdownTrigger, DRAIN_TIMEOUT};
+use crate::shutdown::{DRAIN_TIMEOUT, Shutdown, ShutdownTrigger};
 use crate::snapshot::SourceKind;
 use crate::sources::rabbitmq::{self, RabbitSource};
 use crate::sources::redis::RedisSource;
@@ -82,13 +82,21 @@ async fn select_sources(config: &Config) -> Vec<SourceConfig> {
     chosen
 }
 
-fn build(configs: &[SourceConfig], hub: &mut HubBuilder) -> Vec<(Built, SnapshotPublisher, std::time::Duration)> {
+fn build(
+    configs: &[SourceConfig],
+    hub: &mut HubBuilder,
+) -> Vec<(Built, SnapshotPublisher, std::time::Duration)> {
     configs
         .iter()
         .map(|c| {
             let (kind, built) = match c {
-                SourceConfig::Redis(r) => (SourceKind::Redis, Built::Redis(RedisSource::new(r.clone()))),
-                SourceConfig::RabbitMq(r) => (SourceKind::RabbitMq, Built::Rabbit(RabbitSource::new(r.clone()))),
+                SourceConfig::Redis(r) => {
+                    (SourceKind::Redis, Built::Redis(RedisSource::new(r.clone())))
+                }
+                SourceConfig::RabbitMq(r) => (
+                    SourceKind::RabbitMq,
+                    Built::Rabbit(RabbitSource::new(r.clone())),
+                ),
             };
             let publisher = hub.add_source(c.name(), kind, c.poll_interval());
             (built, publisher, c.poll_interval())
@@ -156,7 +164,12 @@ impl App {
 
         let grpc_addr = match grpc {
             Some((listener, addr)) => {
-                let (hub, cfg, tel, shutdown) = (hub.clone(), config.scaler.clone(), telemetry.clone(), trigger.subscribe());
+                let (hub, cfg, tel, shutdown) = (
+                    hub.clone(),
+                    config.scaler.clone(),
+                    telemetry.clone(),
+                    trigger.subscribe(),
+                );
                 tasks.spawn(async move {
                     if let Err(e) = scaler::serve(listener, hub, cfg, tel, shutdown).await {
                         tracing::error!(error = %e, "gRPC listener stopped");
@@ -191,7 +204,12 @@ impl App {
     }
 }
 
-async fn run_source<S: Source>(source: S, publisher: SnapshotPublisher, interval: std::time::Duration, shutdown: Shutdown) {
+async fn run_source<S: Source>(
+    source: S,
+    publisher: SnapshotPublisher,
+    interval: std::time::Duration,
+    shutdown: Shutdown,
+) {
     sources::run(source, publisher, interval, shutdown).await;
 }
 

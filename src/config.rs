@@ -706,8 +706,7 @@ fn validate_redis(
     if c.scan_count == 0 {
         return Err((at("scan_count"), "must be greater than 0".into()));
     }
-    if c.age_buckets.windows(2).any(|w| w[0] >= w[1]) || c.age_buckets.iter().any(|d| d.is_zero())
-    {
+    if c.age_buckets.windows(2).any(|w| w[0] >= w[1]) || c.age_buckets.iter().any(|d| d.is_zero()) {
         return Err((
             at("age_buckets"),
             "must be positive and strictly increasing".into(),
@@ -763,10 +762,7 @@ fn validate_redis(
             && let Some(field) = &age.field
             && (field.is_empty() || field.split('.').any(str::is_empty))
         {
-            return Err((
-                qat("age.field"),
-                format!("invalid JSON path {field:?}"),
-            ));
+            return Err((qat("age.field"), format!("invalid JSON path {field:?}")));
         }
     }
     Ok(())
@@ -783,8 +779,12 @@ fn validate_rabbit(
     if !schemes.iter().any(|s| c.url.starts_with(s)) {
         return Err((
             at("url"),
-            format!("must start with {} for method {:?}", schemes.join(" or "), c.method)
-                .to_lowercase(),
+            format!(
+                "must start with {} for method {:?}",
+                schemes.join(" or "),
+                c.method
+            )
+            .to_lowercase(),
         ));
     }
     // Never echo a URL here: it may carry a password.
@@ -860,7 +860,10 @@ fn strip_origin(s: &str) -> String {
     one_line(s)
 }
 
-fn typed<T: DeserializeOwned>(value: serde_json::Value, prefix: &str) -> Result<T, (String, String)> {
+fn typed<T: DeserializeOwned>(
+    value: serde_json::Value,
+    prefix: &str,
+) -> Result<T, (String, String)> {
     serde_path_to_error::deserialize(value).map_err(|e| {
         let inner = e.path().to_string();
         let path = match (prefix.is_empty(), inner == ".") {
@@ -878,7 +881,10 @@ fn parse_source(i: usize, v: serde_json::Value) -> Result<SourceConfig, (String,
     let kind = match v.get("type") {
         Some(serde_json::Value::String(s)) => s.clone(),
         Some(other) => {
-            return Err((format!("{at}.type"), format!("expected a string, got {other}")));
+            return Err((
+                format!("{at}.type"),
+                format!("expected a string, got {other}"),
+            ));
         }
         None => {
             return Err((
@@ -1029,7 +1035,10 @@ sources:
         assert_eq!(r.poll_interval, Duration::from_secs(1));
         assert_eq!(r.queues.len(), 4);
         assert_eq!(r.queues[1].score, ScoreMode::Timestamp);
-        assert_eq!(r.queues[3].age.as_ref().unwrap().field.as_deref(), Some("enqueued_at"));
+        assert_eq!(
+            r.queues[3].age.as_ref().unwrap().field.as_deref(),
+            Some("enqueued_at")
+        );
         assert!(!c.default_sources);
     }
 
@@ -1062,10 +1071,15 @@ sources:
     fn key_and_pattern_are_exclusive_and_regex_is_checked() {
         let e = load_yaml(&FULL.replace("- key: work-queue", "- key: a\n        pattern: b"))
             .unwrap_err();
-        assert!(e.to_string().starts_with("config.yaml: sources[0].queues[0]: "), "{e}");
+        assert!(
+            e.to_string()
+                .starts_with("config.yaml: sources[0].queues[0]: "),
+            "{e}"
+        );
         let e = load_yaml(&FULL.replace("(?P<priority>[^:]+)", "(?P<priority>[")).unwrap_err();
         assert!(
-            e.to_string().starts_with("config.yaml: sources[0].queues[1].labels: "),
+            e.to_string()
+                .starts_with("config.yaml: sources[0].queues[1].labels: "),
             "{e}"
         );
         let e = load_yaml(&FULL.replace("(?P<priority>", "(?P<queue>")).unwrap_err();
@@ -1096,7 +1110,10 @@ sources:
 
     #[test]
     fn duplicate_names_and_missing_file() {
-        let two = format!("{FULL}{}", &FULL[FULL.find("  - name").unwrap()..].replace("sources:\n", ""));
+        let two = format!(
+            "{FULL}{}",
+            &FULL[FULL.find("  - name").unwrap()..].replace("sources:\n", "")
+        );
         let e = load_yaml(&two).unwrap_err();
         assert!(e.to_string().contains("sources[1].name: duplicate"), "{e}");
 
@@ -1114,7 +1131,10 @@ sources:
             Redacted("redis://user:secret@host:6379/0").to_string(),
             "redis://***@host:6379/0"
         );
-        assert_eq!(Redacted("redis://host:6379").to_string(), "redis://host:6379");
+        assert_eq!(
+            Redacted("redis://host:6379").to_string(),
+            "redis://host:6379"
+        );
     }
 
     #[test]

@@ -4,11 +4,11 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use axum::Router;
 use axum::extract::State;
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
-use axum::Router;
 use tower_http::compression::CompressionLayer;
 
 use crate::exposition::{Exposition, Format};
@@ -31,7 +31,13 @@ pub fn router(state: HttpState) -> Router {
         .route("/metrics", get(metrics))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
-        .layer(CompressionLayer::new().gzip(true).no_br().no_deflate().no_zstd())
+        .layer(
+            CompressionLayer::new()
+                .gzip(true)
+                .no_br()
+                .no_deflate()
+                .no_zstd(),
+        )
         .with_state(state)
 }
 
@@ -115,7 +121,13 @@ async fn readyz(State(state): State<HttpState>) -> Response {
 async fn landing(State(state): State<HttpState>) -> Html<String> {
     let mut rows = String::new();
     for s in state.hub.snapshots() {
-        let status = if s.up { "up" } else if s.polled { "down" } else { "pending" };
+        let status = if s.up {
+            "up"
+        } else if s.polled {
+            "down"
+        } else {
+            "pending"
+        };
         rows.push_str(&format!(
             "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             html_escape(&s.source),

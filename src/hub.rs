@@ -109,6 +109,8 @@ impl Hub {
 
     /// True once any source has published a successful poll.
     pub fn any_success(&self) -> bool {
-        self.sources.iter().any(|rx| rx.borrow().last_success.is_some())
+        self.sources
+            .iter()
+            .any(|rx| rx.borrow().last_success.is_some())
     }
 }

@@ -110,7 +110,11 @@ async fn dispatch(command: Command, config: Config) -> anyhow::Result<ExitCode> 
             for (source, reason) in &report.failures {
                 eprintln!("source {source}: poll failed ({reason})");
             }
-            Ok(if report.failures.is_empty() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+            Ok(if report.failures.is_empty() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            })
         }
     }
 }

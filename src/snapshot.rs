@@ -324,7 +324,10 @@ impl CounterHistory {
     ) -> Option<f64> {
         let newest = self.points.back()?;
         let last = pick(newest.counters.get(queue)?)?;
-        let start = newest.at.checked_sub(window).unwrap_or(SystemTime::UNIX_EPOCH);
+        let start = newest
+            .at
+            .checked_sub(window)
+            .unwrap_or(SystemTime::UNIX_EPOCH);
         let first = self
             .points
             .iter()
@@ -334,7 +337,11 @@ impl CounterHistory {
         if seconds <= 0.0 {
             return None;
         }
-        let delta = if last >= first.1 { last - first.1 } else { last };
+        let delta = if last >= first.1 {
+            last - first.1
+        } else {
+            last
+        };
         Some(delta as f64 / seconds)
     }
 }

@@ -8,9 +8,9 @@ use prometheus_client::encoding::{
 };
 use prometheus_client::metrics::MetricType;
 
-use super::labels::{QueueLabels, ReasonLabels, SourceLabels, VhostLabels};
 use super::Format;
-use crate::snapshot::{QueueSample, Snapshot, POLL_DURATION_BUCKETS};
+use super::labels::{QueueLabels, ReasonLabels, SourceLabels, VhostLabels};
+use crate::snapshot::{POLL_DURATION_BUCKETS, QueueSample, Snapshot};
 
 /// Name of the age gauge histogram family.
 pub const AGE_HISTOGRAM: &str = "queue_message_age_seconds";
@@ -107,13 +107,48 @@ impl SnapshotCollector {
     }
 
     fn encode_queues(&self, enc: &mut Enc<'_>) -> std::fmt::Result {
-        self.queue_gauge(enc, "queue_depth", "Items held by the queue (LLEN, ZCARD, HLEN, SCARD, XLEN, or RabbitMQ messages)", |q| q.depth)?;
-        self.queue_gauge(enc, "queue_messages_ready", "Items a worker could take now", |q| q.ready)?;
-        self.queue_gauge(enc, "queue_messages_unacked", "Items delivered to a consumer and not yet acknowledged", |q| q.unacked)?;
-        self.queue_gauge(enc, "queue_messages_scheduled", "Items waiting for a due time in the future", |q| q.scheduled)?;
-        self.queue_gauge(enc, "queue_consumers", "Consumers attached to the queue", |q| q.consumers)?;
-        self.queue_gauge(enc, "queue_consumer_utilisation", "Fraction of time the queue could deliver to consumers immediately (RabbitMQ)", |q| q.consumer_utilisation)?;
-        self.queue_gauge(enc, "queue_oldest_message_age_seconds", "Age of the oldest waiting item; 0 when none is waiting, absent when unknown", |q| q.oldest_age_seconds)?;
+        self.queue_gauge(
+            enc,
+            "queue_depth",
+            "Items held by the queue (LLEN, ZCARD, HLEN, SCARD, XLEN, or RabbitMQ messages)",
+            |q| q.depth,
+        )?;
+        self.queue_gauge(
+            enc,
+            "queue_messages_ready",
+            "Items a worker could take now",
+            |q| q.ready,
+        )?;
+        self.queue_gauge(
+            enc,
+            "queue_messages_unacked",
+            "Items delivered to a consumer and not yet acknowledged",
+            |q| q.unacked,
+        )?;
+        self.queue_gauge(
+            enc,
+            "queue_messages_scheduled",
+            "Items waiting for a due time in the future",
+            |q| q.scheduled,
+        )?;
+        self.queue_gauge(
+            enc,
+            "queue_consumers",
+            "Consumers attached to the queue",
+            |q| q.consumers,
+        )?;
+        self.queue_gauge(
+            enc,
+            "queue_consumer_utilisation",
+            "Fraction of time the queue could deliver to consumers immediately (RabbitMQ)",
+            |q| q.consumer_utilisation,
+        )?;
+        self.queue_gauge(
+            enc,
+            "queue_oldest_message_age_seconds",
+            "Age of the oldest waiting item; 0 when none is waiting, absent when unknown",
+            |q| q.oldest_age_seconds,
+        )?;
         self.encode_age_histogram(enc)?;
 
         let group_samples = |pick: fn(&crate::snapshot::GroupSample) -> Option<u64>| {
@@ -129,9 +164,27 @@ impl SnapshotCollector {
                 })
             })
         };
-        gauges(enc, "queue_stream_group_lag", "Stream entries not yet delivered to the consumer group", MetricType::Gauge, group_samples(|g| g.lag))?;
-        gauges(enc, "queue_stream_group_pending", "Stream entries delivered to the group and not yet acknowledged", MetricType::Gauge, group_samples(|g| Some(g.pending)))?;
-        gauges(enc, "queue_stream_group_consumers", "Consumers in the stream consumer group", MetricType::Gauge, group_samples(|g| Some(g.consumers)))?;
+        gauges(
+            enc,
+            "queue_stream_group_lag",
+            "Stream entries not yet delivered to the consumer group",
+            MetricType::Gauge,
+            group_samples(|g| g.lag),
+        )?;
+        gauges(
+            enc,
+            "queue_stream_group_pending",
+            "Stream entries delivered to the group and not yet acknowledged",
+            MetricType::Gauge,
+            group_samples(|g| Some(g.pending)),
+        )?;
+        gauges(
+            enc,
+            "queue_stream_group_consumers",
+            "Consumers in the stream consumer group",
+            MetricType::Gauge,
+            group_samples(|g| Some(g.consumers)),
+        )?;
 
         gauges(
             enc,
@@ -150,10 +203,30 @@ impl SnapshotCollector {
             }),
         )?;
 
-        self.queue_counter(enc, "queue_messages_published", "Messages published to the queue (RabbitMQ publish, Redis stream entries-added)", |q| q.counters.published)?;
-        self.queue_counter(enc, "queue_messages_delivered", "Messages delivered to consumers (RabbitMQ deliver_get)", |q| q.counters.delivered)?;
-        self.queue_counter(enc, "queue_messages_acknowledged", "Messages acknowledged by consumers", |q| q.counters.acknowledged)?;
-        self.queue_counter(enc, "queue_messages_redelivered", "Messages delivered again after a reject or a lost consumer", |q| q.counters.redelivered)?;
+        self.queue_counter(
+            enc,
+            "queue_messages_published",
+            "Messages published to the queue (RabbitMQ publish, Redis stream entries-added)",
+            |q| q.counters.published,
+        )?;
+        self.queue_counter(
+            enc,
+            "queue_messages_delivered",
+            "Messages delivered to consumers (RabbitMQ deliver_get)",
+            |q| q.counters.delivered,
+        )?;
+        self.queue_counter(
+            enc,
+            "queue_messages_acknowledged",
+            "Messages acknowledged by consumers",
+            |q| q.counters.acknowledged,
+        )?;
+        self.queue_counter(
+            enc,
+            "queue_messages_redelivered",
+            "Messages delivered again after a reject or a lost consumer",
+            |q| q.counters.redelivered,
+        )?;
         Ok(())
     }
 
@@ -171,7 +244,8 @@ impl SnapshotCollector {
         }
         match self.format {
             Format::OpenMetrics => {
-                let mut family = enc.encode_descriptor(AGE_HISTOGRAM, help, None, MetricType::Histogram)?;
+                let mut family =
+                    enc.encode_descriptor(AGE_HISTOGRAM, help, None, MetricType::Histogram)?;
                 for (s, q, h) in with_hist() {
                     // encode_histogram wants per-bucket counts, +Inf included.
                     let mut prev = 0;
@@ -193,7 +267,8 @@ impl SnapshotCollector {
             }
             Format::Classic => {
                 let bucket_name = format!("{AGE_HISTOGRAM}_bucket");
-                let mut family = enc.encode_descriptor(&bucket_name, help, None, MetricType::Unknown)?;
+                let mut family =
+                    enc.encode_descriptor(&bucket_name, help, None, MetricType::Unknown)?;
                 for (s, q, h) in with_hist() {
                     let bounds = h
                         .buckets
@@ -220,8 +295,23 @@ impl SnapshotCollector {
     }
 
     fn encode_self(&self, enc: &mut Enc<'_>) -> std::fmt::Result {
-        let src = || self.snapshots.iter().map(|s| (SourceLabels { source: s.source.to_string() }, s));
-        gauges(enc, "queue_exporter_source_up", "1 if the last poll of the source succeeded", MetricType::Gauge, src().map(|(l, s)| (l, u64::from(s.up))))?;
+        let src = || {
+            self.snapshots.iter().map(|s| {
+                (
+                    SourceLabels {
+                        source: s.source.to_string(),
+                    },
+                    s,
+                )
+            })
+        };
+        gauges(
+            enc,
+            "queue_exporter_source_up",
+            "1 if the last poll of the source succeeded",
+            MetricType::Gauge,
+            src().map(|(l, s)| (l, u64::from(s.up))),
+        )?;
         gauges(
             enc,
             "queue_exporter_last_success_timestamp_seconds",
@@ -232,18 +322,46 @@ impl SnapshotCollector {
                 Some((l, t.as_secs_f64()))
             }),
         )?;
-        gauges(enc, "queue_exporter_tracked_keys", "Queues (keys) the source is tracking", MetricType::Gauge, src().filter(|(_, s)| s.last_success.is_some()).map(|(l, s)| (l, s.stats.tracked_keys)))?;
-        gauges(enc, "queue_exporter_dropped_keys", "Queues (keys) found but not tracked because of max_keys", MetricType::Gauge, src().filter(|(_, s)| s.last_success.is_some()).map(|(l, s)| (l, s.stats.dropped_keys)))?;
-        counters(enc, "queue_exporter_age_parse_failures", "Peeked items whose timestamp could not be read", src().filter(|(_, s)| s.polled).map(|(l, s)| (l, s.stats.age_parse_failures)))?;
+        gauges(
+            enc,
+            "queue_exporter_tracked_keys",
+            "Queues (keys) the source is tracking",
+            MetricType::Gauge,
+            src()
+                .filter(|(_, s)| s.last_success.is_some())
+                .map(|(l, s)| (l, s.stats.tracked_keys)),
+        )?;
+        gauges(
+            enc,
+            "queue_exporter_dropped_keys",
+            "Queues (keys) found but not tracked because of max_keys",
+            MetricType::Gauge,
+            src()
+                .filter(|(_, s)| s.last_success.is_some())
+                .map(|(l, s)| (l, s.stats.dropped_keys)),
+        )?;
+        counters(
+            enc,
+            "queue_exporter_age_parse_failures",
+            "Peeked items whose timestamp could not be read",
+            src()
+                .filter(|(_, s)| s.polled)
+                .map(|(l, s)| (l, s.stats.age_parse_failures)),
+        )?;
         counters(
             enc,
             "queue_exporter_poll_errors",
             "Failed polls (and per-queue failures) by reason",
             self.snapshots.iter().flat_map(|s| {
-                s.telemetry
-                    .errors
-                    .iter()
-                    .map(move |(reason, n)| (ReasonLabels { source: s.source.to_string(), reason: reason.clone() }, *n))
+                s.telemetry.errors.iter().map(move |(reason, n)| {
+                    (
+                        ReasonLabels {
+                            source: s.source.to_string(),
+                            reason: reason.clone(),
+                        },
+                        *n,
+                    )
+                })
             }),
         )?;
         gauges(
@@ -252,14 +370,23 @@ impl SnapshotCollector {
             "RabbitMQ queues seen in the last poll, by vhost",
             MetricType::Gauge,
             self.snapshots.iter().filter(|s| s.up).flat_map(|s| {
-                s.stats
-                    .queues_per_vhost
-                    .iter()
-                    .map(move |(vhost, n)| (VhostLabels { source: s.source.to_string(), vhost: vhost.clone() }, *n))
+                s.stats.queues_per_vhost.iter().map(move |(vhost, n)| {
+                    (
+                        VhostLabels {
+                            source: s.source.to_string(),
+                            vhost: vhost.clone(),
+                        },
+                        *n,
+                    )
+                })
             }),
         )?;
 
-        let polled: Vec<_> = self.snapshots.iter().filter(|s| s.telemetry.duration_count > 0).collect();
+        let polled: Vec<_> = self
+            .snapshots
+            .iter()
+            .filter(|s| s.telemetry.duration_count > 0)
+            .collect();
         if !polled.is_empty() {
             let mut family = enc.encode_descriptor(
                 "queue_exporter_poll_duration_seconds",
@@ -281,8 +408,15 @@ impl SnapshotCollector {
                     .collect();
                 buckets.push((f64::INFINITY, t.duration_count.saturating_sub(prev)));
                 family
-                    .encode_family(&SourceLabels { source: s.source.to_string() })?
-                    .encode_histogram::<NoLabelSet>(t.duration_sum, t.duration_count, &buckets, None)?;
+                    .encode_family(&SourceLabels {
+                        source: s.source.to_string(),
+                    })?
+                    .encode_histogram::<NoLabelSet>(
+                        t.duration_sum,
+                        t.duration_count,
+                        &buckets,
+                        None,
+                    )?;
             }
         }
         Ok(())

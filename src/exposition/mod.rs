@@ -18,7 +18,7 @@ use prometheus_client::registry::Registry;
 
 use crate::hub::Hub;
 use crate::telemetry::Telemetry;
-pub use collector::{SnapshotCollector, AGE_HISTOGRAM};
+pub use collector::{AGE_HISTOGRAM, SnapshotCollector};
 
 /// Which text format a scrape gets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -90,7 +90,8 @@ impl Exposition {
         out.push_str(&part);
         let mut live = String::new();
         // Encoding into a String cannot fail: fmt::Write for String is infallible.
-        let _ = prometheus_client::encoding::text::encode_registry(&mut live, &self.telemetry.registry);
+        let _ =
+            prometheus_client::encoding::text::encode_registry(&mut live, &self.telemetry.registry);
         out.push_str(&finish(&live, format));
         if format == Format::OpenMetrics {
             out.push_str("# EOF\n");

@@ -100,7 +100,8 @@ impl SourceError {
 /// and discovery state between polls; the driver owns timing and publishing.
 pub trait Source: Send + 'static {
     /// Collects one round of samples. Must never write to the backend.
-    fn poll(&mut self) -> impl std::future::Future<Output = Result<PollOutput, SourceError>> + Send;
+    fn poll(&mut self)
+    -> impl std::future::Future<Output = Result<PollOutput, SourceError>> + Send;
 
     /// A bound on one poll, after which it counts as a timeout.
     fn poll_timeout(&self) -> Duration;
@@ -148,7 +149,10 @@ pub async fn run<S: Source>(
 
 /// Runs one poll and builds the next snapshot from the current one.
 /// Returns the snapshot and whether the poll succeeded.
-pub async fn poll_once<S: Source>(source: &mut S, publisher: &SnapshotPublisher) -> (Snapshot, bool) {
+pub async fn poll_once<S: Source>(
+    source: &mut S,
+    publisher: &SnapshotPublisher,
+) -> (Snapshot, bool) {
     let prev = publisher.current();
     let started = Instant::now();
     let result = match tokio::time::timeout(source.poll_timeout(), source.poll()).await {

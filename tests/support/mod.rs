@@ -52,7 +52,16 @@ impl RedisServer {
 
     fn spawn(&mut self) {
         let child = Command::new("redis-server")
-            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .args([
+                "--port",
+                &self.port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
             .args(&self.args)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -66,7 +75,11 @@ impl RedisServer {
             {
                 return;
             }
-            assert!(Instant::now() < deadline, "redis-server did not start on {}", self.port);
+            assert!(
+                Instant::now() < deadline,
+                "redis-server did not start on {}",
+                self.port
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -117,7 +130,11 @@ impl TestApp {
         let (config, dir) = load_config(yaml);
         let app = App::start(config).await.expect("app starts");
         let base = format!("http://{}", app.http_addr);
-        TestApp { app: Some(app), base, dir }
+        TestApp {
+            app: Some(app),
+            base,
+            dir,
+        }
     }
 
     /// The app.
@@ -167,8 +184,14 @@ pub fn write_file(dir: &tempfile::TempDir, name: &str, content: &str) -> PathBuf
 }
 
 /// GET with headers; returns (status, body, headers).
-pub async fn http_get(url: &str, headers: &[(&str, &str)]) -> (u16, String, reqwest::header::HeaderMap) {
-    let client = reqwest::Client::builder().no_gzip().build().expect("client");
+pub async fn http_get(
+    url: &str,
+    headers: &[(&str, &str)],
+) -> (u16, String, reqwest::header::HeaderMap) {
+    let client = reqwest::Client::builder()
+        .no_gzip()
+        .build()
+        .expect("client");
     let mut req = client.get(url);
     for (k, v) in headers {
         req = req.header(*k, *v);
@@ -198,7 +221,8 @@ where
 
 /// Parses classic text with the `prometheus-parse` crate.
 pub fn parse_classic(text: &str) -> prometheus_parse::Scrape {
-    prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_string()))).expect("parse exposition")
+    prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_string())))
+        .expect("parse exposition")
 }
 
 /// The value of the sample `name` whose labels include all of `labels`.

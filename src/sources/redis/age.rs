@@ -76,22 +76,40 @@ mod tests {
     #[test]
     fn json_field_in_every_unit() {
         let s = spec(Some("enqueued_at"), TimeUnit::Auto);
-        assert_eq!(item_timestamp(br#"{"enqueued_at":1700000000}"#, &s), Some(1.7e9));
-        assert_eq!(item_timestamp(br#"{"enqueued_at":1700000000000}"#, &s), Some(1.7e9));
-        assert_eq!(item_timestamp(br#"{"enqueued_at":1700000000000000}"#, &s), Some(1.7e9));
-        assert_eq!(item_timestamp(br#"{"enqueued_at":1700000000000000000}"#, &s), Some(1.7e9));
+        assert_eq!(
+            item_timestamp(br#"{"enqueued_at":1700000000}"#, &s),
+            Some(1.7e9)
+        );
+        assert_eq!(
+            item_timestamp(br#"{"enqueued_at":1700000000000}"#, &s),
+            Some(1.7e9)
+        );
+        assert_eq!(
+            item_timestamp(br#"{"enqueued_at":1700000000000000}"#, &s),
+            Some(1.7e9)
+        );
+        assert_eq!(
+            item_timestamp(br#"{"enqueued_at":1700000000000000000}"#, &s),
+            Some(1.7e9)
+        );
         assert_eq!(
             item_timestamp(br#"{"enqueued_at":"2023-11-14T22:13:20Z"}"#, &s),
             Some(1.7e9)
         );
         let ms = spec(Some("enqueued_at"), TimeUnit::Milliseconds);
-        assert_eq!(item_timestamp(br#"{"enqueued_at":"1700000000000"}"#, &ms), Some(1.7e9));
+        assert_eq!(
+            item_timestamp(br#"{"enqueued_at":"1700000000000"}"#, &ms),
+            Some(1.7e9)
+        );
     }
 
     #[test]
     fn dotted_paths_and_whole_items() {
         let s = spec(Some("meta.times.0"), TimeUnit::Seconds);
-        assert_eq!(item_timestamp(br#"{"meta":{"times":[12.5]}}"#, &s), Some(12.5));
+        assert_eq!(
+            item_timestamp(br#"{"meta":{"times":[12.5]}}"#, &s),
+            Some(12.5)
+        );
         let whole = spec(None, TimeUnit::Auto);
         assert_eq!(item_timestamp(b"1700000000", &whole), Some(1.7e9));
         assert_eq!(
@@ -106,7 +124,13 @@ mod tests {
         assert_eq!(item_timestamp(b"not json", &s), None);
         assert_eq!(item_timestamp(br#"{"other":1}"#, &s), None);
         assert_eq!(item_timestamp(br#"{"enqueued_at":true}"#, &s), None);
-        assert_eq!(item_timestamp(b"\xff\xfe", &spec(None, TimeUnit::Auto)), None);
-        assert_eq!(item_timestamp(b"yesterday", &spec(None, TimeUnit::Rfc3339)), None);
+        assert_eq!(
+            item_timestamp(b"\xff\xfe", &spec(None, TimeUnit::Auto)),
+            None
+        );
+        assert_eq!(
+            item_timestamp(b"yesterday", &spec(None, TimeUnit::Rfc3339)),
+            None
+        );
     }
 }

@@ -79,7 +79,10 @@ pub async fn discover(
         .enumerate()
         .filter_map(|(i, spec)| Some((i, spec, spec.pattern.as_deref()?)))
         .flat_map(|(i, spec, pattern)| match &spec.types {
-            Some(types) => types.iter().map(|t| (i, Some(*t), pattern)).collect::<Vec<_>>(),
+            Some(types) => types
+                .iter()
+                .map(|t| (i, Some(*t), pattern))
+                .collect::<Vec<_>>(),
             None => vec![(i, None, pattern)],
         })
         .collect();
@@ -183,7 +186,11 @@ async fn scan(
     let mut keys = Vec::new();
     loop {
         let mut cmd = redis::cmd("SCAN");
-        cmd.arg(cursor).arg("MATCH").arg(pattern).arg("COUNT").arg(count);
+        cmd.arg(cursor)
+            .arg("MATCH")
+            .arg(pattern)
+            .arg("COUNT")
+            .arg(count);
         if let Some(t) = key_type {
             cmd.arg("TYPE").arg(t.as_str());
         }

@@ -11,10 +11,10 @@ mod reply;
 
 use std::time::{Duration, Instant, SystemTime};
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::IntoConnectionInfo;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
-use crate::config::{read_secret_file, RedisSourceConfig, Redacted};
+use crate::config::{Redacted, RedisSourceConfig, read_secret_file};
 use crate::sources::{PollOutput, Source, SourceError};
 
 pub use discovery::TrackedKey;

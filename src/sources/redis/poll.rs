@@ -8,13 +8,13 @@
 use std::time::SystemTime;
 
 use futures_util::{StreamExt, TryStreamExt};
-use redis::aio::ConnectionManager;
 use redis::Value;
+use redis::aio::ConnectionManager;
 
 use super::age::item_timestamp;
-use super::discovery::{type_of, KeyState, TrackedKey};
+use super::discovery::{KeyState, TrackedKey, type_of};
 use super::reply;
-use super::{PIPELINES_IN_FLIGHT, PIPELINE_CHUNK};
+use super::{PIPELINE_CHUNK, PIPELINES_IN_FLIGHT};
 use crate::config::{KeyType, ListEnd, QueueSpec, RedisSourceConfig, ScoreMode, ScoreUnit};
 use crate::snapshot::{AgeHistogram, Counters, GroupSample, QueueKind, QueueSample};
 
@@ -97,7 +97,14 @@ pub async fn poll_keys(
             };
             offset += plan.len;
             let key = &mut tracked[i];
-            match read(key, &config.queues[key.spec], plan, r, now_secs, &config.age_buckets) {
+            match read(
+                key,
+                &config.queues[key.spec],
+                plan,
+                r,
+                now_secs,
+                &config.age_buckets,
+            ) {
                 Outcome::Sample(s, age_failed) => {
                     polled.age_parse_failures += u64::from(age_failed);
                     key.oldest_age_hint = s.oldest_age_seconds.map(|a| (a, now_secs));
@@ -186,7 +193,9 @@ fn plan(
             // Every waiting item is at most as old as the oldest one, so
             // buckets at or above its (predicted) age equal the due count
             // and need no ZCOUNT. `read` checks the prediction.
-            let predicted = key.oldest_age_hint.map(|(age, at)| age + (now_secs - at).max(0.0));
+            let predicted = key
+                .oldest_age_hint
+                .map(|(age, at)| age + (now_secs - at).max(0.0));
             for b in &config.age_buckets {
                 let secs = b.as_secs_f64();
                 if predicted.is_some_and(|p| secs >= p) {
@@ -291,12 +300,10 @@ fn read(
             if let Some(age) = &spec.age {
                 match (len, r.get(1)) {
                     (Some(0), _) => s.oldest_age_seconds = Some(0.0),
-                    (Some(_), Some(Value::BulkString(item))) => {
-                        match item_timestamp(item, age) {
-                            Some(ts) => s.oldest_age_seconds = Some((now_secs - ts).max(0.0)),
-                            None => age_failed = true,
-                        }
-                    }
+                    (Some(_), Some(Value::BulkString(item))) => match item_timestamp(item, age) {
+                        Some(ts) => s.oldest_age_seconds = Some((now_secs - ts).max(0.0)),
+                        None => age_failed = true,
+                    },
                     // The list emptied between LLEN and LINDEX.
                     (Some(_), Some(Value::Nil)) => s.oldest_age_seconds = Some(0.0),
                     _ => {}
@@ -408,7 +415,9 @@ fn read_stream(s: &mut QueueSample, r: &[Value]) {
     }
     if let Some(groups) = r.get(1).and_then(reply::as_array) {
         for g in groups {
-            let Some(p) = reply::as_pairs(g) else { continue };
+            let Some(p) = reply::as_pairs(g) else {
+                continue;
+            };
             let Some(name) = reply::field(&p, "name").and_then(reply::as_str) else {
                 continue;
             };
@@ -428,6 +437,10 @@ fn read_stream(s: &mut QueueSample, r: &[Value]) {
     s.ready = if s.groups.is_empty() {
         s.depth
     } else {
-        s.groups.iter().map(|g| g.lag).collect::<Option<Vec<_>>>().and_then(|l| l.into_iter().max())
+        s.groups
+            .iter()
+            .map(|g| g.lag)
+            .collect::<Option<Vec<_>>>()
+            .and_then(|l| l.into_iter().max())
     };
 }
