@@ -147,14 +147,13 @@ pub fn finish(om: &str, format: Format) -> String {
             Format::OpenMetrics => {
                 if line == hist_type {
                     let _ = writeln!(out, "# TYPE {AGE_HISTOGRAM} gaugehistogram");
-                } else if let Some(rest) = line.strip_prefix(&hist_count)
-                    && (rest.starts_with('{') || rest.starts_with(' '))
-                {
-                    let _ = writeln!(out, "{AGE_HISTOGRAM}_gcount{rest}");
-                } else if let Some(rest) = line.strip_prefix(&hist_sum)
-                    && (rest.starts_with('{') || rest.starts_with(' '))
-                {
-                    // The sum of ages is not known without reading every member.
+                } else if [&hist_count, &hist_sum].iter().any(|p| {
+                    line.strip_prefix(p.as_str())
+                        .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
+                }) {
+                    // OpenMetrics wants `_gcount` and `_gsum` together or not at
+                    // all, and the sum of ages is unknown without reading every
+                    // member; the `+Inf` bucket carries the count.
                 } else {
                     out.push_str(line);
                     out.push('\n');
@@ -226,8 +225,7 @@ mod tests {
         let om = "# HELP queue_message_age_seconds x\n# TYPE queue_message_age_seconds histogram\nqueue_message_age_seconds_sum{q=\"a\"} 0.0\nqueue_message_age_seconds_count{q=\"a\"} 3\nqueue_message_age_seconds_bucket{q=\"a\",le=\"+Inf\"} 3\n";
         let out = finish(om, Format::OpenMetrics);
         assert!(out.contains("# TYPE queue_message_age_seconds gaugehistogram\n"));
-        assert!(out.contains("queue_message_age_seconds_gcount{q=\"a\"} 3\n"));
-        assert!(!out.contains("_sum"));
+        assert!(!out.contains("_count") && !out.contains("_sum"));
         assert!(out.contains("_bucket{q=\"a\",le=\"+Inf\"} 3\n"));
     }
 }
