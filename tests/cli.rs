@@ -1,0 +1,190 @@
+//! The binary: config errors, `check`, `once`, env/flag overrides, SIGTERM.
+mod support;
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use support::*;
+
+const BIN: &str = env!("CARGO_BIN_EXE_queue-exporter");
+
+const GOOD: &str = "listen: { grpc: null }\nsources:\n  - name: main\n    type: redis\n    url: URL\n    poll_interval: 1s\n    queues:\n      - key: work-queue\n      - pattern: \"jobs:*\"\n";
+
+fn write_config(yaml: &str) -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_file(&dir, "config.yaml", yaml);
+    (dir, path)
+}
+
+fn run(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(BIN)
+        .args(args)
+        .env("RUST_LOG", "error")
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).to_string(),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    )
+}
+
+#[test]
+fn bad_configs_exit_nonzero_with_one_line_naming_file_field_and_problem() {
+    let cases: &[(&str, &str, &str)] = &[
+        (
+            "poll_interval: 1s",
+            "poll_interval: often",
+            r#"sources[0].poll_interval: invalid duration "often""#,
+        ),
+        (
+            "poll_interval: 1s",
+            "pol_interval: 1s",
+            "sources[0].pol_interval: unknown field `pol_interval`",
+        ),
+        (
+            "type: redis",
+            "type: memcached",
+            r#"sources[0].type: unknown source type "memcached""#,
+        ),
+        (
+            "- key: work-queue",
+            "- key: work-queue\n        pattern: \"x*\"",
+            "sources[0].queues[0]: set either key or pattern, not both",
+        ),
+        (
+            "- pattern: \"jobs:*\"",
+            "- pattern: \"jobs:*\"\n        labels: \"(?P<p>[\"",
+            "sources[0].queues[1].labels: ",
+        ),
+        (
+            "listen: { grpc: null }",
+            "listen: { grpc: null, htp: x }",
+            "listen.htp: unknown field `htp`",
+        ),
+    ];
+    for (from, to, want) in cases {
+        let (_dir, path) =
+            write_config(&GOOD.replace("URL", "redis://127.0.0.1:1").replace(from, to));
+        let p = path.to_str().unwrap();
+        for args in [vec!["check", "--config", p], vec!["--config", p]] {
+            let (code, _, err) = run(&args);
+            assert_ne!(code, 0, "{to}");
+            assert_eq!(err.lines().count(), 1, "one line expected: {err:?}");
+            assert!(
+                err.starts_with(&format!("{p}: {want}")),
+                "got {err:?}, want {p}: {want}"
+            );
+        }
+    }
+    let (code, _, err) = run(&["check", "--config", "/nonexistent/qe.yaml"]);
+    assert_ne!(code, 0);
+    assert_eq!(err.trim(), "/nonexistent/qe.yaml: file not found");
+}
+
+#[test]
+fn check_validates_and_connects_when_asked() {
+    let redis = RedisServer::start();
+    let (_dir, path) = write_config(&GOOD.replace("URL", &redis.url));
+    let p = path.to_str().unwrap();
+    let (code, out, _) = run(&["check", "--config", p]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("ok"));
+    let (code, out, _) = run(&["check", "--connect", "--config", p]);
+    assert_eq!(code, 0, "{out}");
+
+    let dead = format!("redis://127.0.0.1:{}", free_port());
+    let (_dir2, path2) = write_config(&GOOD.replace("URL", &dead));
+    let (code, out, _) = run(&["check", "--connect", "--config", path2.to_str().unwrap()]);
+    assert_ne!(code, 0);
+    assert!(out.contains("sources.main: cannot poll (connect)"), "{out}");
+}
+
+#[test]
+fn once_prints_the_exposition() {
+    let redis = RedisServer::start();
+    let _: () = redis::cmd("RPUSH")
+        .arg("work-queue")
+        .arg("a")
+        .arg("b")
+        .query(&mut redis.conn())
+        .unwrap();
+    let _: () = redis::cmd("RPUSH")
+        .arg("jobs:x")
+        .arg("a")
+        .query(&mut redis.conn())
+        .unwrap();
+    let (_dir, path) = write_config(&GOOD.replace("URL", &redis.url));
+    let (code, out, err) = run(&["once", "--config", path.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        sample(&out, "queue_depth", &[("queue", "work-queue")]),
+        Some(2.0)
+    );
+    assert_eq!(
+        sample(&out, "queue_depth", &[("queue", "jobs:x")]),
+        Some(1.0)
+    );
+    assert_eq!(
+        sample(&out, "queue_exporter_source_up", &[("source", "main")]),
+        Some(1.0)
+    );
+
+    // A down Redis: non-zero, but the output still says so.
+    let dead = format!("redis://127.0.0.1:{}", free_port());
+    let (_dir2, path2) = write_config(&GOOD.replace("URL", &dead));
+    let (code, out, err) = run(&["once", "--config", path2.to_str().unwrap()]);
+    assert_ne!(code, 0);
+    assert_eq!(
+        sample(&out, "queue_exporter_source_up", &[("source", "main")]),
+        Some(0.0)
+    );
+    assert!(!out.contains("queue_depth{"), "no made-up zeros: {out}");
+    assert!(err.contains("source main: poll failed"), "{err}");
+}
+
+#[tokio::test]
+async fn env_and_flags_override_listen_and_sigterm_stops_within_five_seconds() {
+    let redis = RedisServer::start();
+    let (_dir, path) = write_config(&GOOD.replace("URL", &redis.url));
+    for use_env in [true, false] {
+        let port = free_port();
+        let addr = format!("127.0.0.1:{port}");
+        let mut cmd = Command::new(BIN);
+        cmd.args(["--config", path.to_str().unwrap()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        if use_env {
+            cmd.env("QUEUE_EXPORTER__LISTEN__HTTP", &addr);
+        } else {
+            cmd.args(["--listen-http", &addr, "--log-format", "json"]);
+        }
+        let mut child = cmd.spawn().unwrap();
+        let url = format!("http://{addr}/healthz");
+        wait_for("serving", Duration::from_secs(20), || async {
+            reqwest::get(&url)
+                .await
+                .ok()
+                .filter(|r| r.status().is_success())
+                .map(|_| ())
+        })
+        .await;
+        let status = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let started = Instant::now();
+        let exit = loop {
+            if let Some(s) = child.try_wait().unwrap() {
+                break s;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(6),
+                "did not stop within 5 s of SIGTERM"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        assert!(exit.success(), "exit {exit:?}");
+    }
+}
