@@ -210,7 +210,15 @@ async fn run_source<S: Source>(
     interval: std::time::Duration,
     shutdown: Shutdown,
 ) {
-    sources::run(source, publisher, interval, shutdown).await;
+    let mut stop = shutdown.clone();
+    // `sources::run` notices shutdown only between polls; a poll stuck on a
+    // backend that does not answer would hold shutdown up to its timeout
+    // (4 × `timeout`), past the 5 s drain. Polls are read-only, so dropping
+    // one midway is safe.
+    tokio::select! {
+        () = sources::run(source, publisher, interval, shutdown) => {}
+        () = stop.recv() => {}
+    }
 }
 
 /// Runs until SIGTERM/SIGINT, then shuts down gracefully.

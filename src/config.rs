@@ -683,6 +683,15 @@ impl Config {
 /// Label names a capture group may not take, because the exporter sets them.
 pub const RESERVED_LABELS: [&str; 7] = ["source", "queue", "vhost", "group", "type", "state", "le"];
 
+/// True for a valid Prometheus label name: `[a-zA-Z_][a-zA-Z0-9_]*`.
+fn is_label_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
 fn validate_redis(
     c: &RedisSourceConfig,
     at: &dyn Fn(&str) -> String,
@@ -749,6 +758,17 @@ fn validate_redis(
                     return Err((
                         qat("labels"),
                         format!("capture name {name:?} must not start with __"),
+                    ));
+                }
+                // The regex crate accepts names such as `a.b`, `p[0]` or `ü`,
+                // which are not Prometheus label names and would make every
+                // scrape invalid.
+                if !is_label_name(name) {
+                    return Err((
+                        qat("labels"),
+                        format!(
+                            "capture name {name:?} is not a valid label name ([a-zA-Z_][a-zA-Z0-9_]*)"
+                        ),
                     ));
                 }
             }
@@ -1084,6 +1104,11 @@ sources:
         );
         let e = load_yaml(&FULL.replace("(?P<priority>", "(?P<queue>")).unwrap_err();
         assert!(e.to_string().contains("reserved"), "{e}");
+        for bad in ["prio.rity", "prio[0]", "prïo"] {
+            let e = load_yaml(&FULL.replace("(?P<priority>", &format!("(?P<{bad}>"))).unwrap_err();
+            assert!(e.to_string().contains("not a valid label name"), "{e}");
+        }
+        assert!(is_label_name("_p2") && !is_label_name("2p") && !is_label_name(""));
     }
 
     #[test]

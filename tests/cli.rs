@@ -62,12 +62,42 @@ fn bad_configs_exit_nonzero_with_one_line_naming_file_field_and_problem() {
             "listen: { grpc: null, htp: x }",
             "listen.htp: unknown field `htp`",
         ),
+        (
+            // The regex crate accepts this name; Prometheus does not.
+            "- pattern: \"jobs:*\"",
+            "- pattern: \"jobs:*\"\n        labels: \"jobs:(?P<prio.rity>.*)\"",
+            "sources[0].queues[1].labels: capture name \"prio.rity\" is not a valid label name",
+        ),
+        (
+            "- pattern: \"jobs:*\"",
+            "- pattern: \"jobs:*\"\n        labels: \"jobs:(?P<queue>.*)\"",
+            "sources[0].queues[1].labels: capture name \"queue\" is reserved",
+        ),
+        (
+            "poll_interval: 1s",
+            "poll_interval: 1s\n    score_unit: seconds",
+            "sources[0].score_unit: unknown field `score_unit`",
+        ),
+        (
+            "- key: work-queue",
+            "- key: work-queue\n        age: { unit: fortnights }",
+            "sources[0].queues[0].age.unit: unknown variant `fortnights`",
+        ),
+        (
+            "listen: { grpc: null }",
+            "listen: { grpc: null }\nlog: { format: xml }",
+            "log.format: unknown variant `xml`",
+        ),
     ];
     for (from, to, want) in cases {
         let (_dir, path) =
             write_config(&GOOD.replace("URL", "redis://127.0.0.1:1").replace(from, to));
         let p = path.to_str().unwrap();
-        for args in [vec!["check", "--config", p], vec!["--config", p]] {
+        for args in [
+            vec!["check", "--config", p],
+            vec!["once", "--config", p],
+            vec!["--config", p],
+        ] {
             let (code, _, err) = run(&args);
             assert_ne!(code, 0, "{to}");
             assert_eq!(err.lines().count(), 1, "one line expected: {err:?}");
@@ -129,6 +159,8 @@ fn once_prints_the_exposition() {
         sample(&out, "queue_exporter_source_up", &[("source", "main")]),
         Some(1.0)
     );
+    let (ok, lint) = promtool_check(&out);
+    assert!(ok, "promtool: {lint}\n{out}");
 
     // A down Redis: non-zero, but the output still says so.
     let dead = format!("redis://127.0.0.1:{}", free_port());
@@ -187,4 +219,117 @@ async fn env_and_flags_override_listen_and_sigterm_stops_within_five_seconds() {
         };
         assert!(exit.success(), "exit {exit:?}");
     }
+}
+
+#[tokio::test]
+async fn sigterm_stops_serve_promptly_even_while_a_poll_hangs() {
+    // A backend that accepts and never answers: the first poll is still in
+    // flight (its timeout is a minute away) when SIGTERM arrives.
+    let hung = SilentServer::start();
+    let (_dir, path) = write_config(
+        &GOOD
+            .replace("URL", &hung.redis_url())
+            .replace("poll_interval: 1s", "poll_interval: 1s\n    timeout: 60s"),
+    );
+    let addr = format!("127.0.0.1:{}", free_port());
+    let mut child = Command::new(BIN)
+        .args(["--config", path.to_str().unwrap(), "--listen-http", &addr])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let url = format!("http://{addr}/readyz");
+    // Serving, and the poll is pending (not ready yet).
+    wait_for("serving, poll pending", Duration::from_secs(20), || async {
+        let r = reqwest::get(&url).await.ok()?;
+        (r.status().as_u16() == 503).then_some(())
+    })
+    .await;
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let started = Instant::now();
+    let exit = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "did not stop after SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(exit.success(), "exit {exit:?}: {err}");
+    // The in-flight poll was abandoned, not waited for until the drain deadline.
+    assert!(!err.contains("did not stop"), "{err}");
+}
+
+#[test]
+fn check_connect_names_an_auth_failure() {
+    let redis = RedisServer::start();
+    let _: () = redis::cmd("ACL")
+        .arg(&[
+            "SETUSER",
+            "qe",
+            "on",
+            ">right",
+            "~*",
+            "-@all",
+            "+@read",
+            "+@connection",
+        ])
+        .query(&mut redis.conn())
+        .unwrap();
+    let url = redis.url.replace("redis://", "redis://qe:wrong@");
+    let (_dir, path) = write_config(&GOOD.replace("URL", &url));
+    let (code, out, _) = run(&["check", "--connect", "--config", path.to_str().unwrap()]);
+    assert_ne!(code, 0);
+    assert!(out.contains("sources.main: cannot poll (auth)"), "{out}");
+    // The password never shows up in what it prints.
+    assert!(!out.contains("wrong"), "{out}");
+
+    let (_dir, path) =
+        write_config(&GOOD.replace("URL", &redis.url.replace("redis://", "redis://qe:right@")));
+    let (code, out, _) = run(&["check", "--connect", "--config", path.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}");
+}
+
+#[test]
+fn log_flags_pick_json_lines_and_the_level() {
+    let dead = format!("redis://127.0.0.1:{}", free_port());
+    let (_dir, path) = write_config(&GOOD.replace("URL", &dead));
+    let p = path.to_str().unwrap();
+    // Without RUST_LOG (which `run` sets, and which would win over the flags).
+    let run = |args: &[&str]| {
+        let out = Command::new(BIN)
+            .args(args)
+            .env_remove("RUST_LOG")
+            .output()
+            .unwrap();
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).to_string(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
+    };
+    let (code, _, err) = run(&["once", "--config", p, "--log-format", "json"]);
+    assert_ne!(code, 0);
+    let logs: Vec<serde_json::Value> = err
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    assert!(
+        logs.iter()
+            .any(|l| l["level"] == "WARN" && l["fields"]["reason"] == "connect"),
+        "{err}"
+    );
+    // --log-level error hides the warning.
+    let (_, _, err) = run(&["once", "--config", p, "--log-level", "error"]);
+    assert!(!err.contains("WARN"), "{err}");
+    assert!(err.contains("source main: poll failed"), "{err}");
 }

@@ -22,6 +22,10 @@ fn fill_weird(redis: &RedisServer) -> Vec<Vec<u8>> {
         b"q:bad\xff".to_vec(),
         b"q:bad\xfe".to_vec(),
         b"q:comma,{brace}=x".to_vec(),
+        // Not UTF-8, and a UTF-8 key spelled like its rendering: one of the
+        // two is exported (and counted as dropped), never both.
+        b"q:twin\xff".to_vec(),
+        b"q:twin\\xff".to_vec(),
     ];
     let mut c = redis.conn();
     for k in &keys {
@@ -54,41 +58,16 @@ fn yaml(url: &str) -> String {
 
 async fn ready_app(redis: &RedisServer) -> TestApp {
     let app = TestApp::start(&yaml(&redis.url)).await;
-    wait_for("8 keys tracked", WAIT, || async {
+    wait_for("9 keys tracked", WAIT, || async {
         (sample(
             &app.metrics().await,
             "queue_exporter_tracked_keys",
             &[("source", "main")],
-        ) == Some(8.0))
+        ) == Some(9.0))
         .then_some(())
     })
     .await;
     app
-}
-
-fn promtool_check(text: &str) -> (bool, String) {
-    let mut child = Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("promtool (apt-get install prometheus)");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(text.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    (
-        out.status.success(),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    )
 }
 
 #[tokio::test]
@@ -111,7 +90,18 @@ async fn classic_text_passes_promtool_and_parses() {
     assert!(body.contains(r#"queue="q:back\\slash""#));
     assert!(body.contains("q:ünïcødé✓"));
     assert!(body.contains(r#"queue="q:bad\\xff""#) && body.contains(r#"queue="q:bad\\xfe""#));
-    assert_eq!(body.matches("queue_depth{").count(), 8);
+    assert_eq!(body.matches("queue_depth{").count(), 9);
+    assert_eq!(
+        body.lines()
+            .filter(|l| l.starts_with("queue_depth{") && l.contains(r#"queue="q:twin\\xff""#))
+            .count(),
+        1,
+        "one twin only"
+    );
+    assert_eq!(
+        sample(&body, "queue_exporter_dropped_keys", &[("source", "main")]),
+        Some(1.0)
+    );
     let scrape = parse_classic(&body);
     assert!(
         scrape
@@ -123,6 +113,44 @@ async fn classic_text_passes_promtool_and_parses() {
         sample(&body, "queue_messages_ready", &[("queue", "q:delayed")]),
         Some(1.0)
     );
+    // A parser that handles escapes gets every key back exactly.
+    let parsed = python_parse(&body, false).unwrap_or_else(|e| panic!("{e}\n{body}"));
+    let queues: std::collections::BTreeSet<&str> = parsed
+        .iter()
+        .filter(|s| s.name == "queue_depth")
+        .map(|s| s.labels["queue"].as_str())
+        .collect();
+    for q in [
+        "q:\"quoted\"",
+        "q:new\nline",
+        "q:back\\slash",
+        "q:ünïcødé✓",
+        "q:bad\\xff",
+        "q:bad\\xfe",
+        "q:comma,{brace}=x",
+    ] {
+        assert!(queues.contains(q), "{q:?} not in {queues:?}");
+    }
+    assert_eq!(
+        sample(
+            &body,
+            "queue_exporter_build_info",
+            &[("version", env!("CARGO_PKG_VERSION"))]
+        ),
+        Some(1.0)
+    );
+    // Every family has HELP and TYPE, counters end in _total.
+    for line in body.lines().filter(|l| l.starts_with("# TYPE ")) {
+        let mut it = line.split(' ').skip(2);
+        let (name, kind) = (it.next().unwrap(), it.next().unwrap());
+        assert!(
+            body.contains(&format!("# HELP {name} ")),
+            "no HELP for {name}"
+        );
+        if kind == "counter" {
+            assert!(name.ends_with("_total"), "{line}");
+        }
+    }
     app.stop().await;
 }
 
@@ -156,7 +184,7 @@ assert fams["queue_message_age_seconds"].type == "gaugehistogram", fams["queue_m
 assert fams["queue_exporter_poll_errors"].type == "counter" if "queue_exporter_poll_errors" in fams else True
 assert fams["queue_exporter_poll_duration_seconds"].type == "histogram"
 queues = {s.labels["queue"] for s in fams["queue_depth"].samples}
-assert len(queues) == 8, queues
+assert len(queues) == 9, queues
 assert 'q:new\nline' in queues and 'q:"quoted"' in queues and 'q:back\\slash' in queues, queues
 print("ok", len(fams))
 "#;
@@ -188,54 +216,96 @@ async fn gzip_when_accepted() {
     fill_weird(&redis);
     let app = ready_app(&redis).await;
     let client = reqwest::Client::builder().no_gzip().build().unwrap();
-    let resp = client
-        .get(format!("{}/metrics", app.base))
-        .header("accept-encoding", "gzip")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.headers()["content-encoding"], "gzip");
-    let bytes = resp.bytes().await.unwrap();
-    let mut text = String::new();
-    flate2::read::GzDecoder::new(&bytes[..])
-        .read_to_string(&mut text)
-        .unwrap();
-    assert!(text.contains("queue_depth{"));
-    let plain = app.metrics().await;
+    for accept in ["text/plain", OM] {
+        let resp = client
+            .get(format!("{}/metrics", app.base))
+            .header("accept", accept)
+            .header("accept-encoding", "gzip")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.headers()["content-encoding"], "gzip", "{accept}");
+        let bytes = resp.bytes().await.unwrap();
+        let mut text = String::new();
+        flate2::read::GzDecoder::new(&bytes[..])
+            .read_to_string(&mut text)
+            .unwrap();
+        assert!(text.contains("queue_depth{"), "{accept}");
+        assert_eq!(text.ends_with("# EOF\n"), accept == OM, "{accept}");
+    }
+    // Without Accept-Encoding: plain text.
+    let (_, plain, headers) = http_get(&format!("{}/metrics", app.base), &[]).await;
+    assert!(headers.get("content-encoding").is_none());
     assert!(plain.contains("queue_depth{"));
     app.stop().await;
 }
 
 #[tokio::test]
 async fn health_readiness_and_landing_page() {
-    let port = free_port(); // nothing listens: the source polls and fails
+    // One source answers; the other hangs until the test lets its first poll fail.
+    let redis = RedisServer::start();
+    let mut hung = SilentServer::start();
     let app = TestApp::start(&format!(
-        "listen: {{ grpc: null }}\nsources:\n  - name: dead\n    type: redis\n    url: redis://127.0.0.1:{port}\n    poll_interval: 100ms\n    queues: [{{ key: q }}]\n"
+        "listen: {{ grpc: null }}\nsources:\n  - name: live\n    type: redis\n    url: {}\n    poll_interval: 100ms\n    queues: [{{ key: q }}]\n  - name: hung\n    type: redis\n    url: {}\n    poll_interval: 100ms\n    timeout: 60s\n    queues: [{{ key: q }}]\n",
+        redis.url,
+        hung.redis_url()
     ))
     .await;
     let (s, body, _) = http_get(&format!("{}/healthz", app.base), &[]).await;
     assert_eq!((s, body.as_str()), (200, "ok\n"));
-    // Ready once every source polled once, even when it is down.
+    // Not ready while any source has not finished its first poll.
+    let body = wait_for("live up, hung pending", WAIT, || async {
+        let (s, body, _) = http_get(&format!("{}/readyz", app.base), &[]).await;
+        body.contains("live redis up").then_some((s, body))
+    })
+    .await;
+    assert_eq!(body.0, 503, "{}", body.1);
+    assert!(body.1.contains("hung redis pending"), "{}", body.1);
+    let (s, landing, _) = http_get(&format!("{}/", app.base), &[]).await;
+    assert_eq!(s, 200);
+    assert!(landing.contains("href=\"metrics\""), "{landing}");
+    assert!(landing.contains("href=\"healthz\"") && landing.contains("href=\"readyz\""));
+    assert!(
+        landing.contains("<td>hung</td><td>redis</td><td>pending</td>"),
+        "{landing}"
+    );
+
+    // The first poll fails: ready, even though that source is down.
+    hung.close();
     let body = wait_for("readyz 200", WAIT, || async {
         let (s, body, _) = http_get(&format!("{}/readyz", app.base), &[]).await;
         (s == 200).then_some(body)
     })
     .await;
-    assert!(body.contains("dead redis down"), "{body}");
-    let (s, body, _) = http_get(&format!("{}/", app.base), &[]).await;
-    assert_eq!(s, 200);
-    assert!(body.contains("href=\"metrics\"") && body.contains("dead"));
+    assert!(body.contains("hung redis down"), "{body}");
     let metrics = app.metrics().await;
     assert_eq!(
-        sample(&metrics, "queue_exporter_source_up", &[("source", "dead")]),
+        sample(&metrics, "queue_exporter_source_up", &[("source", "hung")]),
         Some(0.0)
     );
     assert_eq!(
-        sample(&metrics, "queue_depth", &[("queue", "q")]),
+        sample(&metrics, "queue_depth", &[("source", "hung")]),
         None,
         "no made-up zeros"
     );
+    assert_eq!(
+        sample(&metrics, "queue_depth", &[("source", "live")]),
+        Some(0.0)
+    );
     app.stop().await;
+}
+
+/// Result rows of an instant query, once the API answers.
+async fn prom_query(api: &str, query: &str) -> Option<Vec<serde_json::Value>> {
+    let v: serde_json::Value = reqwest::Client::new()
+        .get(format!("{api}/query?query={}", pct(query)))
+        .send()
+        .await
+        .ok()?
+        .json()
+        .await
+        .ok()?;
+    v["data"]["result"].as_array().cloned()
 }
 
 #[tokio::test]
@@ -253,58 +323,77 @@ async fn a_real_prometheus_scrapes_it_without_error() {
         ),
     );
     let port = free_port();
-    let mut prom = Command::new("prometheus")
-        .arg(format!("--config.file={}", cfg.display()))
-        .arg(format!(
-            "--storage.tsdb.path={}",
-            dir.path().join("data").display()
-        ))
-        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("prometheus (apt-get install prometheus)");
+    let _prom = KillOnDrop(
+        Command::new("prometheus")
+            .arg(format!("--config.file={}", cfg.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.path().join("data").display()
+            ))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("prometheus (apt-get install prometheus)"),
+    );
     let api = format!("http://127.0.0.1:{port}/api/v1");
-    let result = async {
-        let health = wait_for("target up", Duration::from_secs(60), || async {
-            let client = reqwest::Client::new();
-            let v: serde_json::Value = client
-                .get(format!("{api}/targets"))
-                .send()
-                .await
-                .ok()?
-                .json()
-                .await
-                .ok()?;
-            let t = v["data"]["activeTargets"].get(0)?.clone();
-            (t["health"] == "up").then_some(t)
-        })
-        .await;
-        assert_eq!(health["lastError"], "", "{health}");
-        let depths = wait_for("8 queue_depth series", Duration::from_secs(30), || async {
-            let client = reqwest::Client::new();
-            let v: serde_json::Value = client
-                .get(format!("{api}/query?query=queue_depth"))
-                .send()
-                .await
-                .ok()?
-                .json()
-                .await
-                .ok()?;
-            let r = v["data"]["result"].as_array()?.clone();
-            (r.len() == 8).then_some(r)
-        })
-        .await;
-        let names: Vec<String> = depths
-            .iter()
-            .map(|r| r["metric"]["queue"].as_str().unwrap().to_string())
-            .collect();
-        assert!(names.contains(&"q:new\nline".to_string()), "{names:?}");
-        assert!(names.contains(&"q:bad\\xff".to_string()), "{names:?}");
-    }
+    let depths = wait_for("9 queue_depth series", Duration::from_secs(60), || async {
+        let r = prom_query(&api, "queue_depth").await?;
+        (r.len() == 9).then_some(r)
+    })
     .await;
-    let _ = prom.kill();
-    let _ = prom.wait();
+    let names: Vec<String> = depths
+        .iter()
+        .map(|r| r["metric"]["queue"].as_str().unwrap().to_string())
+        .collect();
+    for want in [
+        "q:new\nline",
+        "q:\"quoted\"",
+        "q:back\\slash",
+        "q:ünïcødé✓",
+        "q:bad\\xff",
+        "q:bad\\xfe",
+        "q:comma,{brace}=x",
+    ] {
+        assert!(
+            names.contains(&want.to_string()),
+            "{want:?} not in {names:?}"
+        );
+    }
+    // The gauge histogram arrives as bucket series: 7 default bounds and +Inf.
+    let buckets = prom_query(
+        &api,
+        "queue_message_age_seconds_bucket{queue=\"q:delayed\"}",
+    )
+    .await
+    .unwrap();
+    assert_eq!(buckets.len(), 8, "{buckets:?}");
+    // Let it scrape a few more times, then: healthy, no error, nothing dropped.
+    wait_for("a few more scrapes", Duration::from_secs(30), || async {
+        let r = prom_query(&api, "count_over_time(up{job=\"qe\"}[1m])").await?;
+        let n: f64 = r.first()?["value"][1].as_str()?.parse().ok()?;
+        (n >= 3.0).then_some(())
+    })
+    .await;
+    let v: serde_json::Value = reqwest::get(format!("{api}/targets"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let t = &v["data"]["activeTargets"][0];
+    assert_eq!(t["health"], "up", "{t}");
+    assert_eq!(t["lastError"], "", "{t}");
+    // Prometheus' own counters of samples it refused (duplicates would land here).
+    let own = http_get(&format!("http://127.0.0.1:{port}/metrics"), &[])
+        .await
+        .1;
+    for counter in [
+        "prometheus_target_scrapes_sample_duplicate_timestamp_total",
+        "prometheus_target_scrapes_sample_out_of_bounds_total",
+        "prometheus_target_scrapes_sample_out_of_order_total",
+    ] {
+        assert_eq!(sample(&own, counter, &[]), Some(0.0), "{counter}");
+    }
     app.stop().await;
-    result
 }

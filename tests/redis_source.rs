@@ -29,6 +29,22 @@ fn run(redis: &RedisServer, args: &[&str]) {
     let _: redis::Value = c.query(&mut redis.conn()).unwrap();
 }
 
+/// Waits until the source `main` has finished `n` more polls.
+async fn wait_polls(app: &TestApp, n: f64) {
+    let polls = || async {
+        sample(
+            &app.metrics().await,
+            "queue_exporter_poll_duration_seconds_count",
+            &[("source", "main")],
+        )
+    };
+    let start = polls().await.unwrap_or(0.0);
+    wait_for(&format!("{n} more polls"), WAIT, || async {
+        (polls().await? >= start + n).then_some(())
+    })
+    .await;
+}
+
 /// Waits until `name{labels}` has the value `want`, and returns the body.
 async fn wait_value(app: &TestApp, name: &str, labels: &[(&str, &str)], want: f64) -> String {
     wait_for(&format!("{name}{labels:?} == {want}"), WAIT, || async {
@@ -258,8 +274,36 @@ async fn the_age_histogram_counts_waiting_items_per_bucket() {
     assert_eq!(bucket("1000.0"), Some(3.0));
     assert_eq!(bucket("3600.0"), Some(4.0));
     assert_eq!(bucket("+Inf"), Some(4.0));
+    // OpenMetrics carries the same cumulative counts in a gauge histogram.
+    let (_, om, _) = http_get(
+        &format!("{}/metrics", app.base),
+        &[("accept", "application/openmetrics-text; version=1.0.0")],
+    )
+    .await;
+    let parsed = python_parse(&om, true).unwrap_or_else(|e| panic!("{e}\n{om}"));
+    let om_buckets: Vec<(String, f64)> = parsed
+        .iter()
+        .filter(|s| s.name == "queue_message_age_seconds_bucket" && s.labels["queue"] == "delayed")
+        .map(|s| (s.labels["le"].clone(), s.value))
+        .collect();
+    assert!(
+        parsed
+            .iter()
+            .any(|s| s.family == "queue_message_age_seconds" && s.family_type == "gaugehistogram")
+    );
+    let want: Vec<(String, f64)> = [
+        ("10.0", 1.0),
+        ("100.0", 2.0),
+        ("1000.0", 3.0),
+        ("3600.0", 4.0),
+        ("+Inf", 4.0),
+    ]
+    .iter()
+    .map(|(l, v)| (l.to_string(), *v))
+    .collect();
+    assert_eq!(om_buckets, want);
     // Steady polls (which skip implied buckets) keep the same answer.
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    wait_polls(&app, 3.0).await;
     let body = app.metrics().await;
     assert_eq!(
         sample(
@@ -507,6 +551,31 @@ async fn a_key_that_changes_type_is_measured_right_without_waiting_for_discovery
         sample(&body, "queue_depth", &[("queue", "shape")]),
         Some(1.0)
     );
+    // Not a queue type: the type is shown, the depth is unknown (absent).
+    run(&redis, &["DEL", "shape"]);
+    run(&redis, &["SET", "shape", "plain string"]);
+    let body = wait_value(
+        &app,
+        "queue_info",
+        &[("queue", "shape"), ("type", "string")],
+        1.0,
+    )
+    .await;
+    assert_eq!(sample(&body, "queue_depth", &[("queue", "shape")]), None);
+    // And back to a stream.
+    run(&redis, &["DEL", "shape"]);
+    run(&redis, &["XADD", "shape", "*", "k", "v"]);
+    let body = wait_value(
+        &app,
+        "queue_info",
+        &[("queue", "shape"), ("type", "stream")],
+        1.0,
+    )
+    .await;
+    assert_eq!(
+        sample(&body, "queue_depth", &[("queue", "shape")]),
+        Some(1.0)
+    );
     app.stop().await;
 }
 
@@ -537,14 +606,35 @@ async fn a_restarted_redis_goes_up_down_up_and_values_are_right_after() {
         )
         .is_some()
     );
-    assert!(
+    let errors = |body: &str| {
         sample(
-            &body,
+            body,
             "queue_exporter_poll_errors_total",
-            &[("source", "main"), ("reason", "connect")]
+            &[("source", "main"), ("reason", "connect")],
         )
-        .unwrap_or(0.0)
-            >= 1.0
+    };
+    let first_errors = errors(&body).unwrap_or(0.0);
+    assert!(first_errors >= 1.0, "{body}");
+    let last_success = |body: &str| {
+        sample(
+            body,
+            "queue_exporter_last_success_timestamp_seconds",
+            &[("source", "main")],
+        )
+    };
+    let frozen = last_success(&body);
+    // More failed polls (retries keep going, the process keeps serving):
+    // the errors grow, the last success does not move, nothing reappears.
+    let body = wait_for("more connect errors", WAIT, || async {
+        let body = app.metrics().await;
+        (errors(&body)? >= first_errors + 2.0).then_some(body)
+    })
+    .await;
+    assert_eq!(last_success(&body), frozen);
+    assert_eq!(sample(&body, "queue_depth", &[("queue", "work")]), None);
+    assert_eq!(
+        sample(&body, "queue_exporter_source_up", &[("source", "main")]),
+        Some(0.0)
     );
 
     redis.restart();
@@ -554,6 +644,7 @@ async fn a_restarted_redis_goes_up_down_up_and_values_are_right_after() {
         sample(&body, "queue_exporter_source_up", &[("source", "main")]),
         Some(1.0)
     );
+    assert!(last_success(&body) > frozen);
     app.stop().await;
 }
 
@@ -602,7 +693,7 @@ async fn works_under_a_read_only_acl_and_sends_no_writes() {
         sample(&body, "queue_depth", &[("queue", "jobs:z")]),
         Some(1.0)
     );
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    wait_polls(&app, 5.0).await;
     let body = app.metrics().await;
     assert!(
         !body.contains("queue_exporter_poll_errors_total{"),
@@ -617,6 +708,35 @@ async fn works_under_a_read_only_acl_and_sends_no_writes() {
         }
     }
     assert!(!seen.is_empty(), "MONITOR saw nothing");
+    // Every command the exporter sent is one of these read-only ones
+    // (the monitoring connection itself sent nothing after MONITOR).
+    let allowed = [
+        "SCAN", "TYPE", "LLEN", "LINDEX", "ZCARD", "ZCOUNT", "ZRANGE", "HLEN", "SCARD", "XINFO",
+        "HELLO", "AUTH", "CLIENT", "PING", "SELECT",
+    ];
+    let mut names = std::collections::BTreeSet::new();
+    for line in &seen {
+        // `1700000000.123456 [0 127.0.0.1:5555] "SCAN" "0" ...`
+        let name = line
+            .split_once("] \"")
+            .and_then(|(_, rest)| rest.split('"').next())
+            .unwrap_or_default()
+            .to_ascii_uppercase();
+        assert!(
+            allowed.contains(&name.as_str()),
+            "unexpected command {name:?}: {line}"
+        );
+        names.insert(name);
+    }
+    for expected in ["SCAN", "LLEN", "ZCOUNT", "XINFO"] {
+        assert!(names.contains(expected), "{expected} not seen in {names:?}");
+    }
+    // Nothing was refused by the ACL either (a refused command is not shown by MONITOR).
+    let log: Vec<redis::Value> = redis::cmd("ACL")
+        .arg("LOG")
+        .query(&mut redis.conn())
+        .unwrap();
+    assert!(log.is_empty(), "ACL denials: {log:?}");
     let writes = [
         "\"SET\"",
         "\"DEL\"",
@@ -635,4 +755,388 @@ async fn works_under_a_read_only_acl_and_sends_no_writes() {
         );
     }
     assert!(seen.iter().any(|l| l.contains("\"SCAN\"")), "no SCAN seen");
+}
+
+#[tokio::test]
+async fn list_ages_in_every_unit_and_parse_failures_keep_counting() {
+    let redis = RedisServer::start();
+    let t = now();
+    let rfc = chrono::DateTime::from_timestamp((t - 200.0) as i64, 0)
+        .unwrap()
+        .with_timezone(&chrono::FixedOffset::east_opt(2 * 3600).unwrap())
+        .to_rfc3339();
+    let items: Vec<(&str, String, &str)> = vec![
+        // (key, head item, age spec)
+        ("u:s", format!("{:.3}", t - 10.5), "{ unit: seconds }"),
+        (
+            "u:ms",
+            format!("{{\"at\":{}}}", ((t - 20.0) * 1e3) as i64),
+            "{ field: at, unit: milliseconds }",
+        ),
+        (
+            "u:us",
+            format!("{{\"at\":{}}}", ((t - 30.0) * 1e6) as i64),
+            "{ field: at, unit: microseconds }",
+        ),
+        (
+            "u:ns",
+            format!("{{\"a\":{{\"b\":[{}]}}}}", ((t - 40.0) * 1e9) as i64),
+            "{ field: a.b.0, unit: nanoseconds }",
+        ),
+        (
+            "u:auto-ms-string",
+            format!("{{\"at\":\"{}\"}}", ((t - 50.0) * 1e3) as i64),
+            "{ field: at }",
+        ),
+        ("u:auto-rfc", rfc, "{ unit: auto }"),
+        (
+            "u:future",
+            format!("{}", (t + 3600.0) as i64),
+            "{ unit: seconds }",
+        ),
+        ("bad:no-field", "{\"other\":1}".to_string(), "{ field: at }"),
+        ("bad:rfc", "yesterday".to_string(), "{ unit: rfc3339 }"),
+    ];
+    let mut queues = String::new();
+    for (key, item, age) in &items {
+        // The oldest item at the head, a newer one behind it.
+        run(&redis, &["RPUSH", key, item, "newer"]);
+        queues.push_str(&format!("      - key: {key}\n        age: {age}\n"));
+    }
+    let app = TestApp::start(&config(&redis.url, &queues)).await;
+    let body = wait_value(&app, "queue_depth", &[("queue", "bad:rfc")], 2.0).await;
+    for (key, want) in [
+        ("u:s", 10.5),
+        ("u:ms", 20.0),
+        ("u:us", 30.0),
+        ("u:ns", 40.0),
+        ("u:auto-ms-string", 50.0),
+        ("u:auto-rfc", 200.0),
+    ] {
+        let age = sample(&body, "queue_oldest_message_age_seconds", &[("queue", key)])
+            .unwrap_or_else(|| panic!("{key}: no age\n{body}"));
+        assert!(
+            age >= want - 1.0 && age < want + 30.0,
+            "{key}: age {age}, want about {want}"
+        );
+    }
+    // A timestamp in the future (clock skew) is not a negative age.
+    assert_eq!(
+        sample(
+            &body,
+            "queue_oldest_message_age_seconds",
+            &[("queue", "u:future")]
+        ),
+        Some(0.0)
+    );
+    for key in ["bad:no-field", "bad:rfc"] {
+        assert_eq!(
+            sample(&body, "queue_oldest_message_age_seconds", &[("queue", key)]),
+            None,
+            "{key}: an unreadable item has no age, not 0"
+        );
+    }
+    // Two unreadable items per poll: the counter keeps growing.
+    let first = sample(
+        &body,
+        "queue_exporter_age_parse_failures_total",
+        &[("source", "main")],
+    )
+    .unwrap();
+    assert!(first >= 2.0, "{first}");
+    wait_for("parse failures grow", WAIT, || async {
+        let n = sample(
+            &app.metrics().await,
+            "queue_exporter_age_parse_failures_total",
+            &[("source", "main")],
+        )?;
+        (n >= first + 2.0).then_some(())
+    })
+    .await;
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn timestamp_zsets_with_nothing_due_fractional_scores_and_missing_keys() {
+    let redis = RedisServer::start();
+    let t = now();
+    let s = |off: f64| format!("{:.3}", t + off);
+    // Nothing due yet.
+    run(&redis, &["ZADD", "later", &s(100.0), "a", &s(200.0), "b"]);
+    // Fractional seconds, all due, well inside the first default bucket (1 s)
+    // apart from one that is 5 s old.
+    run(
+        &redis,
+        &["ZADD", "frac", &s(-0.25), "a", &s(-0.5), "b", &s(-5.0), "c"],
+    );
+    let app = TestApp::start(&config(
+        &redis.url,
+        "      - key: later\n        score: timestamp\n      - key: frac\n        score: timestamp\n      - key: gone\n        score: timestamp\n        score_unit: milliseconds\n",
+    ))
+    .await;
+    let body = wait_value(&app, "queue_depth", &[("queue", "frac")], 3.0).await;
+    let q = |name: &str, queue: &str| sample(&body, name, &[("queue", queue)]);
+    assert_eq!(q("queue_depth", "later"), Some(2.0));
+    assert_eq!(q("queue_messages_ready", "later"), Some(0.0));
+    assert_eq!(q("queue_messages_scheduled", "later"), Some(2.0));
+    // Nothing waiting: 0, which is known (not absent).
+    assert_eq!(q("queue_oldest_message_age_seconds", "later"), Some(0.0));
+    assert_eq!(q("queue_message_age_seconds_gcount", "later"), Some(0.0));
+
+    assert_eq!(q("queue_messages_ready", "frac"), Some(3.0));
+    assert_eq!(q("queue_messages_scheduled", "frac"), Some(0.0));
+    let age = q("queue_oldest_message_age_seconds", "frac").unwrap();
+    assert!((5.0..30.0).contains(&age), "{age}");
+    // Default buckets run from 1 s to 1 day.
+    let bucket = |queue: &str, le: &str| {
+        sample(
+            &body,
+            "queue_message_age_seconds_bucket",
+            &[("queue", queue), ("le", le)],
+        )
+    };
+    let les = [
+        "1.0", "10.0", "60.0", "300.0", "900.0", "3600.0", "86400.0", "+Inf",
+    ];
+    for le in les {
+        assert_eq!(bucket("later", le), Some(0.0), "later le={le}");
+        assert_eq!(bucket("gone", le), Some(0.0), "gone le={le}");
+    }
+    assert_eq!(bucket("frac", "10.0"), Some(3.0));
+    assert_eq!(bucket("frac", "+Inf"), Some(3.0));
+    assert!(bucket("frac", "1.0").is_some_and(|c| c <= 2.0));
+
+    // A configured timestamp zset that does not exist: empty, type none,
+    // every series present so dashboards and autoscalers see a 0.
+    assert_eq!(q("queue_depth", "gone"), Some(0.0));
+    assert_eq!(q("queue_messages_ready", "gone"), Some(0.0));
+    assert_eq!(q("queue_messages_scheduled", "gone"), Some(0.0));
+    assert_eq!(q("queue_oldest_message_age_seconds", "gone"), Some(0.0));
+    assert_eq!(
+        sample(&body, "queue_info", &[("queue", "gone"), ("type", "none")]),
+        Some(1.0)
+    );
+    // It appears: measured at once (in milliseconds), no discovery needed.
+    let ms = |off: f64| format!("{}", ((t + off) * 1000.0) as i64);
+    run(&redis, &["ZADD", "gone", &ms(-90.0), "a", &ms(90.0), "b"]);
+    let body = wait_value(&app, "queue_depth", &[("queue", "gone")], 2.0).await;
+    assert_eq!(
+        sample(&body, "queue_messages_ready", &[("queue", "gone")]),
+        Some(1.0)
+    );
+    assert_eq!(
+        sample(
+            &body,
+            "queue_message_age_seconds_bucket",
+            &[("queue", "gone"), ("le", "300.0")]
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        sample(
+            &body,
+            "queue_message_age_seconds_bucket",
+            &[("queue", "gone"), ("le", "60.0")]
+        ),
+        Some(0.0)
+    );
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn vanished_pattern_keys_read_zero_until_the_next_discovery() {
+    let redis = RedisServer::start();
+    let t = now();
+    run(&redis, &["RPUSH", "v:list", "a", "b"]);
+    run(&redis, &["ZADD", "v:zset", &format!("{}", t - 10.0), "a"]);
+    run(&redis, &["HSET", "v:hash", "f", "1"]);
+    run(&redis, &["SADD", "v:set", "m"]);
+    run(&redis, &["XADD", "v:stream", "*", "k", "v"]);
+    // Discovery every 3 s: long enough to see the zeros in between.
+    let yaml = config(
+        &redis.url,
+        "      - pattern: \"v:*\"\n        score: timestamp\n        age: { unit: seconds }\n",
+    )
+    .replace("discovery_interval: 300ms", "discovery_interval: 3s");
+    let app = TestApp::start(&yaml).await;
+    wait_value(
+        &app,
+        "queue_exporter_tracked_keys",
+        &[("source", "main")],
+        5.0,
+    )
+    .await;
+    wait_value(&app, "queue_depth", &[("queue", "v:stream")], 1.0).await;
+    let keys = ["v:list", "v:zset", "v:hash", "v:set", "v:stream"];
+    for k in keys {
+        run(&redis, &["DEL", k]);
+    }
+    // Deleted, but discovery has not confirmed it: 0, still tracked.
+    let body = wait_for("all five read 0", WAIT, || async {
+        let body = app.metrics().await;
+        keys.iter()
+            .all(|k| sample(&body, "queue_depth", &[("queue", k)]) == Some(0.0))
+            .then_some(body)
+    })
+    .await;
+    assert_eq!(
+        sample(&body, "queue_exporter_tracked_keys", &[("source", "main")]),
+        Some(5.0)
+    );
+    assert_eq!(
+        sample(&body, "queue_messages_ready", &[("queue", "v:zset")]),
+        Some(0.0)
+    );
+    assert_eq!(
+        sample(&body, "queue_messages_ready", &[("queue", "v:stream")]),
+        Some(0.0)
+    );
+    assert_eq!(
+        sample(&body, "queue_exporter_source_up", &[("source", "main")]),
+        Some(1.0),
+        "a vanished key is not an error"
+    );
+    // The next discovery forgets them.
+    let body = wait_value(
+        &app,
+        "queue_exporter_tracked_keys",
+        &[("source", "main")],
+        0.0,
+    )
+    .await;
+    for k in keys {
+        assert_eq!(sample(&body, "queue_depth", &[("queue", k)]), None, "{k}");
+        assert!(!body.contains(&format!("queue=\"{k}\"")), "{k} still shown");
+    }
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn a_redis_that_is_down_at_start_is_picked_up_when_it_comes_up() {
+    let mut redis = RedisServer::start();
+    redis.stop();
+    let app = TestApp::start(&config(&redis.url, "      - key: work\n")).await;
+    let body = wait_for("connect errors counted", WAIT, || async {
+        let body = app.metrics().await;
+        (sample(
+            &body,
+            "queue_exporter_poll_errors_total",
+            &[("source", "main"), ("reason", "connect")],
+        )? >= 2.0)
+            .then_some(body)
+    })
+    .await;
+    assert_eq!(
+        sample(&body, "queue_exporter_source_up", &[("source", "main")]),
+        Some(0.0)
+    );
+    // Never polled successfully: no queue series and no last success.
+    assert_eq!(sample(&body, "queue_depth", &[("queue", "work")]), None);
+    assert_eq!(
+        sample(
+            &body,
+            "queue_exporter_last_success_timestamp_seconds",
+            &[("source", "main")]
+        ),
+        None
+    );
+    redis.restart();
+    run(&redis, &["RPUSH", "work", "a", "b"]);
+    let body = wait_value(&app, "queue_depth", &[("queue", "work")], 2.0).await;
+    assert_eq!(
+        sample(&body, "queue_exporter_source_up", &[("source", "main")]),
+        Some(1.0)
+    );
+    assert!(
+        sample(
+            &body,
+            "queue_exporter_last_success_timestamp_seconds",
+            &[("source", "main")]
+        )
+        .is_some_and(|ts| (ts - now()).abs() < 60.0)
+    );
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn a_redis_that_never_answers_counts_timeouts() {
+    let silent = SilentServer::start();
+    let yaml = config(&silent.redis_url(), "      - key: work\n")
+        .replace("    queues:\n", "    timeout: 200ms\n    queues:\n");
+    let app = TestApp::start(&yaml).await;
+    let body = wait_for("a timeout counted", WAIT, || async {
+        let body = app.metrics().await;
+        (sample(
+            &body,
+            "queue_exporter_poll_errors_total",
+            &[("source", "main"), ("reason", "timeout")],
+        )? >= 1.0)
+            .then_some(body)
+    })
+    .await;
+    assert_eq!(
+        sample(&body, "queue_exporter_source_up", &[("source", "main")]),
+        Some(0.0)
+    );
+    // Still serving.
+    let (status, _, _) = http_get(&format!("{}/healthz", app.base), &[]).await;
+    assert_eq!(status, 200);
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn a_key_the_acl_does_not_cover_is_unknown_and_counted_not_zero() {
+    let redis = RedisServer::start();
+    // This user may read `q:*` only.
+    run(
+        &redis,
+        &[
+            "ACL",
+            "SETUSER",
+            "lim",
+            "on",
+            ">pw",
+            "~q:*",
+            "-@all",
+            "+@read",
+            "+@connection",
+        ],
+    );
+    run(&redis, &["RPUSH", "q:1", "a"]);
+    run(&redis, &["RPUSH", "secret", "a", "b", "c"]);
+    run(&redis, &["XADD", "secret:stream", "*", "k", "v"]);
+    let url = redis.url.replace("redis://", "redis://lim:pw@");
+    let app = TestApp::start(&config(
+        &url,
+        "      - key: q:1\n      - key: secret\n      - key: secret:stream\n      - key: q:missing\n",
+    ))
+    .await;
+    let body = wait_for("refusals counted", WAIT, || async {
+        let body = app.metrics().await;
+        (sample(
+            &body,
+            "queue_exporter_poll_errors_total",
+            &[("source", "main"), ("reason", "auth")],
+        )? >= 4.0)
+            .then_some(body)
+    })
+    .await;
+    // The readable keys are fine and the source is up.
+    assert_eq!(
+        sample(&body, "queue_exporter_source_up", &[("source", "main")]),
+        Some(1.0)
+    );
+    assert_eq!(sample(&body, "queue_depth", &[("queue", "q:1")]), Some(1.0));
+    assert_eq!(
+        sample(&body, "queue_depth", &[("queue", "q:missing")]),
+        Some(0.0)
+    );
+    // The refused ones are unknown: no made-up empty queue, no made-up type.
+    for key in ["secret", "secret:stream"] {
+        assert!(
+            !body.contains(&format!("queue=\"{key}\"")),
+            "{key} reported:\n{body}"
+        );
+    }
+    app.stop().await;
 }

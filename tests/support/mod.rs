@@ -240,6 +240,170 @@ pub fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
         })
 }
 
+/// A TCP server that accepts connections and never answers: a backend that
+/// hangs. [`SilentServer::close`] (or drop) closes every accepted connection
+/// and stops listening, so clients waiting on it fail at once.
+pub struct SilentServer {
+    /// Its port on 127.0.0.1.
+    pub port: u16,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl SilentServer {
+    /// Starts listening on a free port.
+    pub fn start() -> Self {
+        use std::sync::atomic::Ordering;
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        listener.set_nonblocking(true).expect("nonblocking");
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut held = Vec::new();
+            while !flag.load(Ordering::SeqCst) {
+                match listener.accept() {
+                    Ok((conn, _)) => held.push(conn),
+                    Err(_) => std::thread::sleep(Duration::from_millis(10)),
+                }
+            }
+            for c in &held {
+                let _ = c.shutdown(std::net::Shutdown::Both);
+            }
+        });
+        SilentServer {
+            port,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// `redis://127.0.0.1:{port}`.
+    pub fn redis_url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Closes every connection and the listener.
+    pub fn close(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for SilentServer {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+/// A child process killed (and reaped) on drop, even when a test panics.
+pub struct KillOnDrop(pub Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// One sample as read back by Python's `prometheus_client` parsers.
+#[derive(Debug, Clone)]
+pub struct PySample {
+    /// The family the sample belongs to.
+    pub family: String,
+    /// The family's type as the parser understood it (`gauge`, `gaugehistogram`…).
+    pub family_type: String,
+    /// The sample name (`queue_depth`, `queue_message_age_seconds_bucket`…).
+    pub name: String,
+    /// Labels, unescaped.
+    pub labels: std::collections::BTreeMap<String, String>,
+    /// The value.
+    pub value: f64,
+}
+
+/// Parses an exposition with Python's `prometheus_client`: the strict
+/// OpenMetrics parser when `openmetrics`, else the classic text parser.
+/// Label values come back unescaped, so odd key names can be compared exactly.
+/// Needs `python3 -m pip install prometheus-client`.
+pub fn python_parse(text: &str, openmetrics: bool) -> Result<Vec<PySample>, String> {
+    const SCRIPT: &str = r#"
+import json, sys
+if sys.argv[1] == "om":
+    from prometheus_client.openmetrics.parser import text_string_to_metric_families
+else:
+    from prometheus_client.parser import text_string_to_metric_families
+out = []
+for fam in text_string_to_metric_families(sys.stdin.read()):
+    for s in fam.samples:
+        out.append({"family": fam.name, "type": fam.type, "name": s.name,
+                    "labels": s.labels, "value": repr(float(s.value))})
+print(json.dumps(out))
+"#;
+    let mut child = Command::new("python3")
+        .args(["-c", SCRIPT, if openmetrics { "om" } else { "classic" }])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("python3: {e}"))?;
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(text.as_bytes())
+        .map_err(|e| format!("write to python3: {e}"))?;
+    let out = child.wait_with_output().map_err(|e| e.to_string())?;
+    if !out.status.success() {
+        return Err(format!(
+            "python prometheus_client parser rejected it (pip install prometheus-client): {}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    let rows: Vec<serde_json::Value> =
+        serde_json::from_slice(&out.stdout).map_err(|e| e.to_string())?;
+    Ok(rows
+        .into_iter()
+        .map(|r| PySample {
+            family: r["family"].as_str().unwrap_or_default().to_string(),
+            family_type: r["type"].as_str().unwrap_or_default().to_string(),
+            name: r["name"].as_str().unwrap_or_default().to_string(),
+            labels: serde_json::from_value(r["labels"].clone()).unwrap_or_default(),
+            value: r["value"]
+                .as_str()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(f64::NAN),
+        })
+        .collect())
+}
+
+/// Runs `promtool check metrics` on `text`; returns (passed, output).
+pub fn promtool_check(text: &str) -> (bool, String) {
+    let mut child = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool (apt-get install prometheus)");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(text.as_bytes())
+        .expect("write to promtool");
+    let out = child.wait_with_output().expect("promtool runs");
+    (
+        out.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
 /// Management API of the local test RabbitMQ (guest/guest).
 pub const RABBIT_API: &str = "http://127.0.0.1:15672/api";
 /// AMQP address of the local test RabbitMQ, without a vhost.

@@ -49,8 +49,10 @@ pub struct TrackedKey {
 pub struct Discovered {
     /// Keys to poll, exact keys first, then pattern keys in key order.
     pub tracked: Vec<TrackedKey>,
-    /// Keys found beyond `max_keys`.
+    /// Keys not tracked: found beyond `max_keys`, plus `collisions`.
     pub dropped: u64,
+    /// Keys not tracked because another key renders to the same `queue` label.
+    pub collisions: u64,
 }
 
 /// Runs one discovery round.
@@ -148,10 +150,22 @@ pub async fn discover(
     exact.sort_by_key(|k| exact_order.iter().position(|e| *e == k.key));
     let mut tracked = exact;
     tracked.extend(patterned);
+    // Two keys whose `queue` labels are equal (a non-UTF-8 key and a key
+    // spelled like its `\xNN` rendering) would be two series with one
+    // identity, which Prometheus rejects as duplicates. Keep the first; the
+    // other counts as dropped.
+    let mut names = std::collections::HashSet::with_capacity(tracked.len());
+    let before = tracked.len();
+    tracked.retain(|k| names.insert(k.name.clone()));
+    let collisions = (before - tracked.len()) as u64;
     let total = tracked.len();
-    let dropped = total.saturating_sub(config.max_keys) as u64;
+    let dropped = total.saturating_sub(config.max_keys) as u64 + collisions;
     tracked.truncate(config.max_keys);
-    Ok(Discovered { tracked, dropped })
+    Ok(Discovered {
+        tracked,
+        dropped,
+        collisions,
+    })
 }
 
 /// Labels from named captures; every capture name is present (empty when the

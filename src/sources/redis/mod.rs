@@ -165,12 +165,22 @@ impl Source for RedisSource {
                 );
             }
             if found.dropped > 0 && found.dropped != self.dropped {
-                tracing::warn!(
-                    source = %self.config.name,
-                    dropped = found.dropped,
-                    max_keys = self.config.max_keys,
-                    "more queue keys than max_keys; the excess is not tracked"
-                );
+                let over_max = found.dropped - found.collisions;
+                if over_max > 0 {
+                    tracing::warn!(
+                        source = %self.config.name,
+                        dropped = over_max,
+                        max_keys = self.config.max_keys,
+                        "more queue keys than max_keys; the excess is not tracked"
+                    );
+                }
+                if found.collisions > 0 {
+                    tracing::warn!(
+                        source = %self.config.name,
+                        dropped = found.collisions,
+                        "keys whose queue label renders the same as another key's (not UTF-8); only the first is tracked"
+                    );
+                }
             }
             self.tracked = found.tracked;
             self.dropped = found.dropped;
@@ -187,6 +197,8 @@ impl Source for RedisSource {
         out.stats.tracked_keys = self.tracked.len() as u64;
         out.stats.dropped_keys = self.dropped;
         out.stats.age_parse_failures = result.age_parse_failures;
+        // Keys Redis refused to answer for are counted without failing the poll.
+        out.partial_errors = result.key_errors;
         Ok(out)
     }
 

@@ -13,6 +13,7 @@ use redis::aio::ConnectionManager;
 
 use super::age::item_timestamp;
 use super::discovery::{KeyState, TrackedKey, type_of};
+use super::keyname::display_key;
 use super::reply;
 use super::{PIPELINE_CHUNK, PIPELINES_IN_FLIGHT};
 use crate::config::{KeyType, ListEnd, QueueSpec, RedisSourceConfig, ScoreMode, ScoreUnit};
@@ -25,6 +26,8 @@ pub struct Polled {
     pub queues: Vec<QueueSample>,
     /// Peeked items whose timestamp could not be read in this poll.
     pub age_parse_failures: u64,
+    /// One `reason` per key whose commands Redis refused (see [`key_error`]).
+    pub key_errors: Vec<&'static str>,
 }
 
 /// Sends `cmds` in pipelined chunks (several in flight) and returns one reply
@@ -117,6 +120,13 @@ pub async fn poll_keys(
                 }
                 Outcome::Retype | Outcome::Remeasure => {
                     // Changed under us twice within one poll: report what we know.
+                    samples[i] = Some(identity(key, None));
+                }
+                Outcome::Failed(reason) => {
+                    tracing::debug!(key = %key.name, reason, "Redis refused a command for this key");
+                    polled.key_errors.push(reason);
+                    key.oldest_age_hint = None;
+                    // Unknown: no values at all, never a made-up empty queue.
                     samples[i] = Some(identity(key, None));
                 }
             }
@@ -245,6 +255,27 @@ enum Outcome {
     Retype,
     /// Skipped age buckets turned out to matter; measure again in full.
     Remeasure,
+    /// Redis answered an error for this key; the `reason` label to count.
+    Failed(&'static str),
+}
+
+/// The `reason` for an error reply to a per-key command, or `None` when the
+/// reply is not an error we must surface. `WRONGTYPE` means a type change
+/// (handled by re-typing) and `no such key` a deleted stream (an empty queue);
+/// anything else, such as `NOPERM` from an ACL that does not cover the key or
+/// `LOADING` while Redis restarts, means the value is unknown. Before this,
+/// such keys read as depth 0 (a TYPE error looked like `none`), which would
+/// tell an autoscaler that the queue is empty.
+fn key_error(v: &Value) -> Option<&'static str> {
+    let Value::ServerError(e) = v else {
+        return None;
+    };
+    match e.code() {
+        "WRONGTYPE" => None,
+        _ if e.details().is_some_and(|d| d.contains("no such key")) => None,
+        "NOPERM" | "NOAUTH" | "WRONGPASS" => Some("auth"),
+        _ => Some("backend"),
+    }
 }
 
 /// A sample with only the identity and type filled in.
@@ -268,6 +299,9 @@ fn read(
     if r.iter().any(reply::is_wrongtype) {
         return Outcome::Retype;
     }
+    if let Some(reason) = r.iter().find_map(key_error) {
+        return Outcome::Failed(reason);
+    }
     // A missing key (or one that was deleted) makes some commands answer
     // "no such key"; for streams that is an error, for the rest an empty value.
     let no_such_key = r
@@ -287,7 +321,7 @@ fn read(
                 return Outcome::Retype;
             }
             match &key.state {
-                KeyState::Missing => missing(key, spec),
+                KeyState::Missing => missing(key, spec, age_buckets),
                 KeyState::Unsupported(t) => identity(key, Some(QueueKind::Other(t.clone()))),
                 KeyState::Typed(_) => identity(key, None),
             }
@@ -392,12 +426,20 @@ fn read(
 }
 
 /// A configured key that does not exist: empty, which is true.
-fn missing(key: &TrackedKey, spec: &QueueSpec) -> QueueSample {
+fn missing(key: &TrackedKey, spec: &QueueSpec, age_buckets: &[std::time::Duration]) -> QueueSample {
     let mut s = identity(key, Some(QueueKind::Missing));
     s.depth = Some(0);
     s.ready = Some(0);
     if spec.score == ScoreMode::Timestamp {
         s.scheduled = Some(0);
+        // Empty buckets, as a tracked zset that was emptied (and so deleted
+        // by Redis) reports: the series must not vanish while the queue is empty.
+        if !age_buckets.is_empty() {
+            s.age_histogram = Some(AgeHistogram {
+                buckets: age_buckets.iter().map(|b| (b.as_secs_f64(), 0)).collect(),
+                count: 0,
+            });
+        }
     }
     if spec.age.is_some() || spec.score == ScoreMode::Timestamp {
         s.oldest_age_seconds = Some(0.0);
@@ -418,11 +460,13 @@ fn read_stream(s: &mut QueueSample, r: &[Value]) {
             let Some(p) = reply::as_pairs(g) else {
                 continue;
             };
-            let Some(name) = reply::field(&p, "name").and_then(reply::as_str) else {
+            // Group names are binary-safe like keys: render them the same way
+            // rather than skipping a group whose name is not UTF-8.
+            let Some(name) = reply::field(&p, "name").and_then(reply::as_bytes) else {
                 continue;
             };
             s.groups.push(GroupSample {
-                name: name.to_string(),
+                name: display_key(name),
                 lag: reply::field(&p, "lag").and_then(reply::as_u64),
                 pending: reply::field(&p, "pending")
                     .and_then(reply::as_u64)

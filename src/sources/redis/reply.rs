@@ -35,6 +35,16 @@ pub fn as_str(v: &Value) -> Option<&str> {
     }
 }
 
+/// A string reply's raw bytes (binary-safe, unlike [`as_str`]).
+pub fn as_bytes(v: &Value) -> Option<&[u8]> {
+    match v {
+        Value::BulkString(b) => Some(b),
+        Value::SimpleString(s) => Some(s.as_bytes()),
+        Value::VerbatimString { text, .. } => Some(text.as_bytes()),
+        _ => None,
+    }
+}
+
 /// A field/value reply (RESP2 flat array or RESP3 map) as pairs.
 pub fn as_pairs(v: &Value) -> Option<Vec<(&str, &Value)>> {
     match v {
