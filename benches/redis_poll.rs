@@ -13,6 +13,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use queue_exporter::config::{QueueSpec, RedisSourceConfig, ScoreMode, ScoreUnit};
+use queue_exporter::exposition::{Format, encode_snapshots};
 use queue_exporter::hub::HubBuilder;
 use queue_exporter::snapshot::SourceKind;
 use queue_exporter::sources::poll_once;
@@ -139,6 +140,73 @@ async fn main() {
         "  floor: 4,000 LLEN/ZCARD pipelined by a bare client: median {:?}",
         median(floor)
     );
+
+    // The peer, in the same run on the same data: redis_exporter with
+    // -check-keys over the same 4,000 keys (Debian package
+    // prometheus-redis-exporter), when installed.
+    let mut admin = conn.clone();
+    peer(&url, &mut admin).await;
+}
+
+/// Times scrapes of redis_exporter `-check-keys` against our server.
+async fn peer(url: &str, admin: &mut redis::aio::MultiplexedConnection) {
+    let Some(bin) = ["prometheus-redis-exporter", "redis_exporter"]
+        .into_iter()
+        .find(|b| Command::new(b).arg("-version").output().is_ok())
+    else {
+        println!(
+            "  peer: redis_exporter not installed (apt install prometheus-redis-exporter); skipped"
+        );
+        return;
+    };
+    let listen = format!("127.0.0.1:{}", free_port());
+    let _peer = Server(
+        Command::new(bin)
+            .args([
+                "-redis.addr",
+                url,
+                "-web.listen-address",
+                &listen,
+                "-check-keys",
+                "queue:list:*,queue:zset:*",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis_exporter"),
+    );
+    let http = reqwest::Client::new();
+    let metrics = format!("http://{listen}/metrics");
+    for _ in 0..100 {
+        if http.get(&metrics).send().await.is_ok() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut scrapes = Vec::new();
+    let mut series = 0;
+    let before = server_usec(admin).await;
+    for _ in 0..5 {
+        let t = Instant::now();
+        let body = http
+            .get(&metrics)
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        scrapes.push(t.elapsed());
+        series = body
+            .lines()
+            .filter(|l| l.starts_with("redis_key_size{"))
+            .count();
+    }
+    let busy = (server_usec(admin).await - before) / 5.0 / 1000.0;
+    println!(
+        "  peer: {bin} -check-keys (integer zsets + lists): scrape median {:?} (Redis busy {busy:.1} ms/scrape, {series} key_size series), repeated for every scrape",
+        median(scrapes)
+    );
 }
 
 async fn measure(url: &str, label: &str, zset_pattern: &str) {
@@ -153,6 +221,7 @@ async fn measure(url: &str, label: &str, zset_pattern: &str) {
         max_keys: 10_000,
         scan_count: 1000,
         age_buckets: queue_exporter::config::default_age_buckets(),
+        age_histogram_interval: queue_exporter::config::default_age_histogram_interval(),
         queues: vec![
             QueueSpec {
                 key: None,
@@ -191,48 +260,91 @@ async fn measure(url: &str, label: &str, zset_pattern: &str) {
         );
     }
 
-    // Steady polls.
+    let client = redis::Client::open(url).unwrap();
+    let mut admin = client.get_multiplexed_async_connection().await.unwrap();
+
+    // Steady polls with the default configuration: polls 1 s apart (the
+    // default poll_interval) over one full age_histogram_interval plus one,
+    // so every key's histogram is re-measured once, spread over the polls.
+    let (steady, steady_server, encode, lines) = steady_polls(&config, &mut admin, 16).await;
+    // Histogram measured on every poll (age_histogram_interval: 0s). Every
+    // variant is paced the same way: back-to-back polls run faster (warm
+    // caches) than polls a second apart.
+    let mut every = config.clone();
+    every.age_histogram_interval = Duration::ZERO;
+    let (every, every_server, _, _) = steady_polls(&every, &mut admin, 16).await;
+    // No histogram at all (age_buckets: []).
+    let mut no_hist = config.clone();
+    no_hist.age_buckets.clear();
+    let (no_hist, no_hist_server, _, _) = steady_polls(&no_hist, &mut admin, 16).await;
+
+    println!("  [{label}]");
+    println!(
+        "    first poll incl. discovery (once):     median {:?} (min {:?}, max {:?})",
+        median(first.clone()),
+        first.iter().min().unwrap(),
+        first.iter().max().unwrap()
+    );
+    println!("    encoding the snapshot for a scrape (uncached, {lines} lines): {encode:?}");
+    for (what, polls, server) in [
+        ("default (histogram every 15 s)", steady, steady_server),
+        ("histogram every poll (0s)     ", every, every_server),
+        ("no histogram (age_buckets: [])", no_hist, no_hist_server),
+    ] {
+        println!(
+            "    steady, {what}: median {:?}, max {:?} (Redis busy {:.1} ms/poll)",
+            median(polls.clone()),
+            polls.iter().max().unwrap(),
+            server
+        );
+    }
+}
+
+/// Runs `n` steady polls 1 s apart (as the exporter does) after a first one,
+/// and returns their durations and Redis's mean busy time per poll in ms.
+async fn steady_polls(
+    config: &RedisSourceConfig,
+    admin: &mut redis::aio::MultiplexedConnection,
+    n: usize,
+) -> (Vec<Duration>, f64, Duration, usize) {
     let mut hub = HubBuilder::default();
     let publisher = hub.add_source("bench", SourceKind::Redis, Duration::from_secs(1));
     let mut source = RedisSource::new(config.clone());
     let (s, _) = poll_once(&mut source, &publisher).await;
     publisher.publish(s);
-    let mut steady = Vec::new();
-    for _ in 0..20 {
+    let mut polls = Vec::new();
+    let server_before = server_usec(admin).await;
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    tick.tick().await;
+    for _ in 0..n {
+        tick.tick().await;
         let t = Instant::now();
         let (s, ok) = poll_once(&mut source, &publisher).await;
-        steady.push(t.elapsed());
+        polls.push(t.elapsed());
         assert!(ok);
         publisher.publish(s);
     }
+    let server = (server_usec(admin).await - server_before) / n as f64 / 1000.0;
+    // A reader's cost: encoding the latest snapshot (uncached; repeated
+    // scrapes of the same snapshot are served from the cache).
+    let hub = hub.build();
+    let t = Instant::now();
+    let body = encode_snapshots(&hub, Format::Classic);
+    let encode = t.elapsed();
+    assert!(body.contains("queue_depth{"));
+    (polls, server, encode, body.lines().count())
+}
 
-    // Steady polls without the age histogram (age_buckets: []).
-    let mut no_hist = config.clone();
-    no_hist.age_buckets.clear();
-    let mut source = RedisSource::new(no_hist);
-    let (s, _) = poll_once(&mut source, &publisher).await;
-    publisher.publish(s);
-    let mut steady_nohist = Vec::new();
-    for _ in 0..20 {
-        let t = Instant::now();
-        let (s, _) = poll_once(&mut source, &publisher).await;
-        steady_nohist.push(t.elapsed());
-        publisher.publish(s);
-    }
-
-    println!("  [{label}]");
-    println!(
-        "    first poll incl. discovery (once): median {:?} (min {:?}, max {:?})",
-        median(first.clone()),
-        first.iter().min().unwrap(),
-        first.iter().max().unwrap()
-    );
-    println!(
-        "    steady poll (7 age buckets):       median {:?}",
-        median(steady)
-    );
-    println!(
-        "    steady poll (no age histogram):    median {:?}",
-        median(steady_nohist)
-    );
+/// Microseconds Redis has spent executing commands so far (INFO commandstats;
+/// the bench's private server, not something the exporter ever asks).
+async fn server_usec(conn: &mut redis::aio::MultiplexedConnection) -> f64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(conn)
+        .await
+        .unwrap();
+    info.lines()
+        .filter_map(|l| l.split(",usec=").nth(1))
+        .filter_map(|rest| rest.split(',').next()?.parse::<f64>().ok())
+        .sum()
 }

@@ -209,6 +209,16 @@ pub struct RedisSourceConfig {
     /// Upper bounds of `queue_message_age_seconds`.
     #[serde(default = "default_age_buckets", deserialize_with = "de_durations")]
     pub age_buckets: Vec<Duration>,
+    /// How often each key's age histogram is measured (staggered across
+    /// polls); between measurements the last one is served. The histogram
+    /// costs one ZCOUNT per bucket, each a scan of the due items of a small
+    /// zset, so measuring it every poll would dominate the poll. `0s`
+    /// measures on every poll.
+    #[serde(
+        default = "default_age_histogram_interval",
+        deserialize_with = "de_duration"
+    )]
+    pub age_histogram_interval: Duration,
     /// Which keys to watch.
     #[serde(default)]
     pub queues: Vec<QueueSpec>,
@@ -469,6 +479,10 @@ fn default_redis_url() -> String {
 }
 fn default_redis_poll() -> Duration {
     Duration::from_secs(1)
+}
+/// The default `age_histogram_interval`: a common Prometheus scrape interval.
+pub fn default_age_histogram_interval() -> Duration {
+    Duration::from_secs(15)
 }
 fn default_discovery() -> Duration {
     Duration::from_secs(30)
@@ -938,6 +952,7 @@ pub fn default_local_sources() -> Vec<SourceConfig> {
             max_keys: default_max_keys(),
             scan_count: default_scan_count(),
             age_buckets: default_age_buckets(),
+            age_histogram_interval: default_age_histogram_interval(),
             queues: vec![QueueSpec {
                 key: None,
                 pattern: Some("*".into()),
@@ -1060,6 +1075,16 @@ sources:
             Some("enqueued_at")
         );
         assert!(!c.default_sources);
+        assert_eq!(r.age_histogram_interval, Duration::from_secs(15));
+        let c = load_yaml(&FULL.replace(
+            "poll_interval: 1s",
+            "poll_interval: 1s\n    age_histogram_interval: 0s",
+        ))
+        .unwrap();
+        let SourceConfig::Redis(r) = &c.sources[0] else {
+            panic!("not redis")
+        };
+        assert_eq!(r.age_histogram_interval, Duration::ZERO);
     }
 
     #[test]

@@ -252,7 +252,8 @@ async fn the_age_histogram_counts_waiting_items_per_bucket() {
     )
     .replace(
         "    queues:\n",
-        "    age_buckets: [10s, 100s, 1000s, 1h]\n    queues:\n",
+        // Measured on every poll here; the cadence has its own test below.
+        "    age_buckets: [10s, 100s, 1000s, 1h]\n    age_histogram_interval: 0s\n    queues:\n",
     );
     let app = TestApp::start(&yaml).await;
     let body = wait_value(
@@ -346,6 +347,71 @@ async fn the_age_histogram_counts_waiting_items_per_bucket() {
         ),
         Some(5.0)
     );
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn the_age_histogram_is_remeasured_every_interval_and_at_once_when_drained() {
+    let redis = RedisServer::start();
+    let t = now();
+    let s = |off: f64| format!("{:.3}", t - off);
+    // Ages 200 s and 2000 s.
+    run(
+        &redis,
+        &["ZADD", "delayed", &s(200.0), "a", &s(2000.0), "b"],
+    );
+    let yaml = config(
+        &redis.url,
+        "      - key: delayed\n        score: timestamp\n",
+    )
+    .replace(
+        "    queues:\n",
+        "    age_buckets: [100s, 1000s, 1h]\n    age_histogram_interval: 5s\n    queues:\n",
+    );
+    let app = TestApp::start(&yaml).await;
+    let bucket = |body: &str, le: &str| {
+        sample(
+            body,
+            "queue_message_age_seconds_bucket",
+            &[("queue", "delayed"), ("le", le)],
+        )
+    };
+    let body = wait_value(&app, "queue_messages_ready", &[("queue", "delayed")], 2.0).await;
+    assert_eq!(bucket(&body, "1000.0"), Some(1.0));
+    assert_eq!(bucket(&body, "+Inf"), Some(2.0));
+
+    // A new item: depth and ready follow on the next poll, while the
+    // histogram keeps its last measurement until the interval has passed.
+    run(&redis, &["ZADD", "delayed", &s(20.0), "c"]);
+    let body = wait_value(&app, "queue_messages_ready", &[("queue", "delayed")], 3.0).await;
+    // (This poll lands well within the 5 s interval of the first one.)
+    assert_eq!(bucket(&body, "+Inf"), Some(2.0), "{body}");
+    let body = wait_value(
+        &app,
+        "queue_message_age_seconds_gcount",
+        &[("queue", "delayed")],
+        3.0,
+    )
+    .await;
+    assert_eq!(bucket(&body, "100.0"), Some(1.0));
+    assert_eq!(bucket(&body, "1000.0"), Some(2.0));
+    assert_eq!(bucket(&body, "3600.0"), Some(3.0));
+
+    // Drained: every bucket is 0 at once, not after the interval.
+    run(&redis, &["ZREM", "delayed", "a", "b", "c"]);
+    let body = wait_value(&app, "queue_messages_ready", &[("queue", "delayed")], 0.0).await;
+    for le in ["100.0", "1000.0", "3600.0", "+Inf"] {
+        assert_eq!(bucket(&body, le), Some(0.0), "le={le}\n{body}");
+    }
+    // Only young items (all under the smallest bound): exact at once too.
+    run(
+        &redis,
+        &["ZADD", "delayed", &s(5.0), "d", &s(-100.0), "later"],
+    );
+    let body = wait_value(&app, "queue_messages_ready", &[("queue", "delayed")], 1.0).await;
+    for le in ["100.0", "1000.0", "3600.0", "+Inf"] {
+        assert_eq!(bucket(&body, le), Some(1.0), "le={le}\n{body}");
+    }
     app.stop().await;
 }
 

@@ -12,6 +12,7 @@ use super::keyname::display_key;
 use super::poll::pipelined;
 use super::reply;
 use crate::config::{KeyType, RedisSourceConfig};
+use crate::snapshot::AgeHistogram;
 
 /// What a tracked key is, as last learned.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,6 +43,24 @@ pub struct TrackedKey {
     /// `(oldest age, when)` from the last poll, in seconds: lets the next
     /// poll skip age-bucket ZCOUNTs whose answer is implied (checked after).
     pub oldest_age_hint: Option<(f64, f64)>,
+    /// The last measured age histogram (timestamp zsets), served between
+    /// measurements; see `age_histogram_interval`.
+    pub histogram: Option<AgeHistogram>,
+    /// Unix seconds at which the histogram is measured again.
+    pub histogram_next_at: f64,
+}
+
+impl TrackedKey {
+    /// Keeps what polls learned about `old`, the same key before this
+    /// discovery round, so rediscovery neither forgets the age hint nor makes
+    /// every histogram due at once.
+    pub fn carry_over(&mut self, old: &TrackedKey) {
+        if old.key == self.key && old.spec == self.spec && old.state == self.state {
+            self.oldest_age_hint = old.oldest_age_hint;
+            self.histogram = old.histogram.clone();
+            self.histogram_next_at = old.histogram_next_at;
+        }
+    }
 }
 
 /// The outcome of one discovery round.
@@ -139,6 +158,8 @@ pub async fn discover(
             state,
             exact: is_exact,
             oldest_age_hint: None,
+            histogram: None,
+            histogram_next_at: 0.0,
         };
         if is_exact {
             exact.push(tk);

@@ -182,7 +182,15 @@ impl Source for RedisSource {
                     );
                 }
             }
-            self.tracked = found.tracked;
+            let previous: std::collections::HashMap<&[u8], &TrackedKey> =
+                self.tracked.iter().map(|k| (k.key.as_slice(), k)).collect();
+            let mut tracked = found.tracked;
+            for k in &mut tracked {
+                if let Some(old) = previous.get(k.key.as_slice()) {
+                    k.carry_over(old);
+                }
+            }
+            self.tracked = tracked;
             self.dropped = found.dropped;
             self.last_discovery = Some(Instant::now());
         }

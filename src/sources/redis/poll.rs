@@ -72,6 +72,7 @@ pub async fn poll_keys(
         .duration_since(SystemTime::UNIX_EPOCH)
         .map(|d| d.as_secs_f64())
         .unwrap_or(0.0);
+    let histogram_interval = config.age_histogram_interval.as_secs_f64();
     let mut polled = Polled::default();
     let mut samples: Vec<Option<QueueSample>> = vec![None; tracked.len()];
     let mut pending: Vec<usize> = (0..tracked.len()).collect();
@@ -111,6 +112,18 @@ pub async fn poll_keys(
                 Outcome::Sample(s, age_failed) => {
                     polled.age_parse_failures += u64::from(age_failed);
                     key.oldest_age_hint = s.oldest_age_seconds.map(|a| (a, now_secs));
+                    if plan.measure_histogram && s.age_histogram.is_some() {
+                        // A key's first measurement schedules the next one at
+                        // a point in the interval picked by its name's hash,
+                        // so later polls each measure an even share of keys.
+                        let share = if key.histogram_next_at == 0.0 {
+                            phase(&key.key)
+                        } else {
+                            1.0
+                        };
+                        key.histogram_next_at = now_secs + histogram_interval * share;
+                    }
+                    key.histogram = s.age_histogram.clone();
                     samples[i] = Some(*s);
                 }
                 Outcome::Retype if round == 0 => retype.push(i),
@@ -126,6 +139,7 @@ pub async fn poll_keys(
                     tracing::debug!(key = %key.name, reason, "Redis refused a command for this key");
                     polled.key_errors.push(reason);
                     key.oldest_age_hint = None;
+                    key.histogram = None;
                     // Unknown: no values at all, never a made-up empty queue.
                     samples[i] = Some(identity(key, None));
                 }
@@ -139,6 +153,8 @@ pub async fn poll_keys(
         for (&i, state) in retype.iter().zip(states) {
             if tracked[i].state != state {
                 tracing::debug!(key = %tracked[i].name, from = ?tracked[i].state, to = ?state, "key changed type");
+                tracked[i].histogram = None;
+                tracked[i].histogram_next_at = 0.0;
             }
             tracked[i].state = state;
         }
@@ -160,6 +176,9 @@ struct Plan {
     /// How many leading `age_buckets` were asked with ZCOUNT (timestamp
     /// zsets); the rest are implied by the oldest item's age.
     queried_buckets: usize,
+    /// Whether this poll measures the key's age histogram (it is due), or
+    /// serves the last measurement.
+    measure_histogram: bool,
 }
 
 fn cmd(name: &str, key: &[u8]) -> redis::Cmd {
@@ -177,6 +196,7 @@ fn plan(
 ) -> Plan {
     let k = key.key.as_slice();
     let mut queried_buckets = 0;
+    let mut measure_histogram = false;
     let cmds = match &key.state {
         KeyState::Missing | KeyState::Unsupported(_) => vec![cmd("TYPE", k)],
         KeyState::Typed(KeyType::List) => {
@@ -200,21 +220,31 @@ fn plan(
             let mut oldest = cmd("ZRANGE", k);
             oldest.arg(0).arg(0).arg("WITHSCORES");
             v.push(oldest);
-            // Every waiting item is at most as old as the oldest one, so
-            // buckets at or above its (predicted) age equal the due count
-            // and need no ZCOUNT. `read` checks the prediction.
-            let predicted = key
-                .oldest_age_hint
-                .map(|(age, at)| age + (now_secs - at).max(0.0));
-            for b in &config.age_buckets {
-                let secs = b.as_secs_f64();
-                if predicted.is_some_and(|p| secs >= p) {
-                    break;
+            measure_histogram = !config.age_buckets.is_empty()
+                && (key.histogram.is_none() || now_secs >= key.histogram_next_at);
+            if measure_histogram {
+                // Every waiting item is at most as old as the oldest one, so
+                // buckets at or above its (predicted) age equal the due count
+                // and need no ZCOUNT. `read` checks the prediction.
+                let predicted = key
+                    .oldest_age_hint
+                    .map(|(age, at)| age + (now_secs - at).max(0.0));
+                for b in &config.age_buckets {
+                    let secs = b.as_secs_f64();
+                    if predicted.is_some_and(|p| secs >= p) {
+                        break;
+                    }
+                    // Items older than the bound (score < now - b); the bucket
+                    // is `due` minus these. Redis scans a small (listpack) zset
+                    // from its oldest item up to the range's end, so counting
+                    // the old side reads only the items older than `b`, where
+                    // ZCOUNT (now-b) now would read every due item.
+                    let mut c = cmd("ZCOUNT", k);
+                    c.arg("-inf")
+                        .arg(format!("({}", score_arg(spec.score_unit, now_secs - secs)));
+                    v.push(c);
+                    queried_buckets += 1;
                 }
-                let mut c = cmd("ZCOUNT", k);
-                c.arg(score_arg(spec.score_unit, now_secs - secs)).arg(&now);
-                v.push(c);
-                queried_buckets += 1;
             }
             v
         }
@@ -234,6 +264,7 @@ fn plan(
     Plan {
         len,
         queried_buckets,
+        measure_histogram,
     }
 }
 
@@ -362,33 +393,47 @@ fn read(
                 }
                 _ => None,
             };
-            let counts: Option<Vec<u64>> = r
-                .get(3..3 + plan.queried_buckets)
-                .and_then(|c| c.iter().map(reply::as_u64).collect());
-            if let (Some(mut counts), Some(due), false) = (counts, due, age_buckets.is_empty()) {
-                if counts.len() < age_buckets.len() {
-                    let first_skipped = age_buckets[counts.len()].as_secs_f64();
-                    match s.oldest_age_seconds {
-                        Some(oldest) if oldest <= first_skipped => {
-                            counts.resize(age_buckets.len(), due);
-                        }
-                        _ => return Outcome::Remeasure,
-                    }
+            s.age_histogram = match (due, s.oldest_age_seconds) {
+                _ if age_buckets.is_empty() => None,
+                // Every due item is younger than the smallest bound (or there
+                // are none): each bucket holds them all, known without a query.
+                (Some(due), Some(oldest)) if due == 0 || oldest <= age_buckets[0].as_secs_f64() => {
+                    Some(uniform_histogram(age_buckets, due))
                 }
-                s.age_histogram = Some(AgeHistogram {
-                    buckets: age_buckets
-                        .iter()
-                        .map(|b| b.as_secs_f64())
-                        // ZCOUNTs run one after another; keep the series monotonic.
-                        .zip(counts.iter().map(|c| (*c).min(due)))
-                        .scan(0u64, |floor, (b, c)| {
-                            *floor = (*floor).max(c);
-                            Some((b, *floor))
-                        })
-                        .collect(),
-                    count: due,
-                });
-            }
+                (Some(due), _) if plan.measure_histogram => {
+                    let older: Option<Vec<u64>> = r
+                        .get(3..3 + plan.queried_buckets)
+                        .and_then(|c| c.iter().map(reply::as_u64).collect());
+                    let Some(mut older) = older else {
+                        return Outcome::Sample(Box::new(s), age_failed);
+                    };
+                    if older.len() < age_buckets.len() {
+                        let first_skipped = age_buckets[older.len()].as_secs_f64();
+                        match s.oldest_age_seconds {
+                            Some(oldest) if oldest <= first_skipped => {
+                                older.resize(age_buckets.len(), 0);
+                            }
+                            _ => return Outcome::Remeasure,
+                        }
+                    }
+                    Some(AgeHistogram {
+                        buckets: age_buckets
+                            .iter()
+                            .map(|b| b.as_secs_f64())
+                            .zip(older.iter().map(|o| due.saturating_sub(*o)))
+                            // ZCOUNTs run one after another; keep the series monotonic.
+                            .scan(0u64, |floor, (b, c)| {
+                                *floor = (*floor).max(c);
+                                Some((b, *floor))
+                            })
+                            .collect(),
+                        count: due,
+                    })
+                }
+                // Not due for measurement: the last one, as measured.
+                (Some(_), _) => key.histogram.clone(),
+                (None, _) => None,
+            };
             s
         }
         KeyState::Typed(KeyType::Zset) => {
@@ -435,16 +480,29 @@ fn missing(key: &TrackedKey, spec: &QueueSpec, age_buckets: &[std::time::Duratio
         // Empty buckets, as a tracked zset that was emptied (and so deleted
         // by Redis) reports: the series must not vanish while the queue is empty.
         if !age_buckets.is_empty() {
-            s.age_histogram = Some(AgeHistogram {
-                buckets: age_buckets.iter().map(|b| (b.as_secs_f64(), 0)).collect(),
-                count: 0,
-            });
+            s.age_histogram = Some(uniform_histogram(age_buckets, 0));
         }
     }
     if spec.age.is_some() || spec.score == ScoreMode::Timestamp {
         s.oldest_age_seconds = Some(0.0);
     }
     s
+}
+
+/// A fraction in (0, 1], spread evenly over keys and stable for a key.
+fn phase(key: &[u8]) -> f64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    key.hash(&mut h);
+    (h.finish() % 1024 + 1) as f64 / 1024.0
+}
+
+/// A histogram whose every bucket holds all `due` items.
+fn uniform_histogram(age_buckets: &[std::time::Duration], due: u64) -> AgeHistogram {
+    AgeHistogram {
+        buckets: age_buckets.iter().map(|b| (b.as_secs_f64(), due)).collect(),
+        count: due,
+    }
 }
 
 fn read_stream(s: &mut QueueSample, r: &[Value]) {
