@@ -10,14 +10,16 @@
 //! Run: `cargo bench --bench redis_poll`.
 
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use queue_exporter::config::{QueueSpec, RedisSourceConfig, ScoreMode, ScoreUnit};
-use queue_exporter::exposition::{Format, encode_snapshots};
+use queue_exporter::exposition::{Exposition, Format, encode_snapshots};
 use queue_exporter::hub::HubBuilder;
 use queue_exporter::snapshot::SourceKind;
 use queue_exporter::sources::poll_once;
 use queue_exporter::sources::redis::RedisSource;
+use queue_exporter::telemetry::Telemetry;
 
 const LISTS: usize = 2000;
 const ZSETS: usize = 2000;
@@ -244,21 +246,12 @@ async fn measure(url: &str, label: &str, zset_pattern: &str) {
         ],
     };
 
-    // First poll, discovery included (the `once` path), fresh source each run.
-    let mut first = Vec::new();
-    for _ in 0..5 {
-        let mut hub = HubBuilder::default();
-        let publisher = hub.add_source("bench", SourceKind::Redis, Duration::from_secs(1));
-        let mut source = RedisSource::new(config.clone());
-        let t = Instant::now();
-        let (snap, ok) = poll_once(&mut source, &publisher).await;
-        first.push(t.elapsed());
-        assert!(
-            ok && snap.queues.len() == LISTS + ZSETS,
-            "poll failed or wrong count: {}",
-            snap.queues.len()
-        );
-    }
+    // First poll, discovery included (the `once` path), fresh source each
+    // run; also without the histogram, to show what discovery costs.
+    let first = first_polls(&config).await;
+    let mut no_hist = config.clone();
+    no_hist.age_buckets.clear();
+    let first_no_hist = first_polls(&no_hist).await;
 
     let client = redis::Client::open(url).unwrap();
     let mut admin = client.get_multiplexed_async_connection().await.unwrap();
@@ -266,26 +259,36 @@ async fn measure(url: &str, label: &str, zset_pattern: &str) {
     // Steady polls with the default configuration: polls 1 s apart (the
     // default poll_interval) over one full age_histogram_interval plus one,
     // so every key's histogram is re-measured once, spread over the polls.
-    let (steady, steady_server, encode, lines) = steady_polls(&config, &mut admin, 16).await;
+    let (steady, steady_server, render) = steady_polls(&config, &mut admin, 16).await;
     // Histogram measured on every poll (age_histogram_interval: 0s). Every
     // variant is paced the same way: back-to-back polls run faster (warm
     // caches) than polls a second apart.
     let mut every = config.clone();
     every.age_histogram_interval = Duration::ZERO;
-    let (every, every_server, _, _) = steady_polls(&every, &mut admin, 16).await;
+    let (every, every_server, _) = steady_polls(&every, &mut admin, 16).await;
     // No histogram at all (age_buckets: []).
     let mut no_hist = config.clone();
     no_hist.age_buckets.clear();
-    let (no_hist, no_hist_server, _, _) = steady_polls(&no_hist, &mut admin, 16).await;
+    let (no_hist, no_hist_server, _) = steady_polls(&no_hist, &mut admin, 16).await;
 
     println!("  [{label}]");
+    for (what, first) in [("", first), (", no histogram", first_no_hist)] {
+        println!(
+            "    first poll incl. discovery (once{what}): median {:?} (min {:?}, max {:?})",
+            median(first.clone()),
+            first.iter().min().unwrap(),
+            first.iter().max().unwrap()
+        );
+    }
     println!(
-        "    first poll incl. discovery (once):     median {:?} (min {:?}, max {:?})",
-        median(first.clone()),
-        first.iter().min().unwrap(),
-        first.iter().max().unwrap()
+        "    a scrape: encode {:?} ({} lines, {} bytes) once per snapshot; gzip: first {:?}, then {:?} ({} bytes)",
+        render.encode,
+        render.lines,
+        render.plain_bytes,
+        render.gzip_first,
+        render.gzip_again,
+        render.gzip_bytes
     );
-    println!("    encoding the snapshot for a scrape (uncached, {lines} lines): {encode:?}");
     for (what, polls, server) in [
         ("default (histogram every 15 s)", steady, steady_server),
         ("histogram every poll (0s)     ", every, every_server),
@@ -300,13 +303,32 @@ async fn measure(url: &str, label: &str, zset_pattern: &str) {
     }
 }
 
+/// Five first polls (discovery included) of fresh sources.
+async fn first_polls(config: &RedisSourceConfig) -> Vec<Duration> {
+    let mut first = Vec::new();
+    for _ in 0..5 {
+        let mut hub = HubBuilder::default();
+        let publisher = hub.add_source("bench", SourceKind::Redis, Duration::from_secs(1));
+        let mut source = RedisSource::new(config.clone());
+        let t = Instant::now();
+        let (snap, ok) = poll_once(&mut source, &publisher).await;
+        first.push(t.elapsed());
+        assert!(
+            ok && snap.queues.len() == LISTS + ZSETS,
+            "poll failed or wrong count: {}",
+            snap.queues.len()
+        );
+    }
+    first
+}
+
 /// Runs `n` steady polls 1 s apart (as the exporter does) after a first one,
 /// and returns their durations and Redis's mean busy time per poll in ms.
 async fn steady_polls(
     config: &RedisSourceConfig,
     admin: &mut redis::aio::MultiplexedConnection,
     n: usize,
-) -> (Vec<Duration>, f64, Duration, usize) {
+) -> (Vec<Duration>, f64, RenderStats) {
     let mut hub = HubBuilder::default();
     let publisher = hub.add_source("bench", SourceKind::Redis, Duration::from_secs(1));
     let mut source = RedisSource::new(config.clone());
@@ -332,7 +354,43 @@ async fn steady_polls(
     let body = encode_snapshots(&hub, Format::Classic);
     let encode = t.elapsed();
     assert!(body.contains("queue_depth{"));
-    (polls, server, encode, body.lines().count())
+    // Gzip scrapes through the exposition: the first of a snapshot
+    // compresses the snapshot part, later ones reuse it.
+    let exposition = Exposition::new(hub, Arc::new(Telemetry::new()));
+    let t = Instant::now();
+    let first = exposition.render_gzip(Format::Classic).unwrap();
+    let gzip_first = t.elapsed();
+    let mut again = Vec::new();
+    for _ in 0..10 {
+        let t = Instant::now();
+        let gz = exposition.render_gzip(Format::Classic).unwrap();
+        again.push(t.elapsed());
+        assert_eq!(gz.len(), first.len());
+    }
+    let stats = RenderStats {
+        encode,
+        lines: body.lines().count(),
+        gzip_first,
+        gzip_again: median(again),
+        gzip_bytes: first.len(),
+        plain_bytes: body.len(),
+    };
+    (polls, server, stats)
+}
+
+/// What a reader pays for one snapshot.
+struct RenderStats {
+    /// Encoding the snapshot as text (first scrape of a snapshot).
+    encode: Duration,
+    /// Lines of the body.
+    lines: usize,
+    /// First gzip scrape of a snapshot (encode + compress).
+    gzip_first: Duration,
+    /// Later gzip scrapes of the same snapshot.
+    gzip_again: Duration,
+    /// Sizes.
+    gzip_bytes: usize,
+    plain_bytes: usize,
 }
 
 /// Microseconds Redis has spent executing commands so far (INFO commandstats;

@@ -6,12 +6,12 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
 use tower_http::compression::CompressionLayer;
 
-use crate::exposition::{Exposition, Format};
+use crate::exposition::{Exposition, Format, accepts_gzip};
 use crate::hub::Hub;
 use crate::shutdown::Shutdown;
 
@@ -80,13 +80,47 @@ pub async fn serve(
         .map_err(HttpError::Serve)
 }
 
+/// A rendered `/metrics` body.
+enum MetricsBody {
+    /// Already gzip-compressed.
+    Gzip(Vec<u8>),
+    /// Plain text.
+    Plain(String),
+}
+
 async fn metrics(State(state): State<HttpState>, headers: HeaderMap) -> Response {
-    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
-    let format = Format::negotiate(accept);
+    let header_str = |name| {
+        headers
+            .get(name)
+            .and_then(|v: &HeaderValue| v.to_str().ok())
+    };
+    let format = Format::negotiate(header_str(header::ACCEPT));
+    let gzip = accepts_gzip(header_str(header::ACCEPT_ENCODING));
     // Encoding thousands of series is CPU work; keep it off the reactor.
     let exposition = state.exposition.clone();
-    match tokio::task::spawn_blocking(move || exposition.render(format)).await {
-        Ok(body) => ([(header::CONTENT_TYPE, format.content_type())], body).into_response(),
+    let rendered = tokio::task::spawn_blocking(move || {
+        // The gzip body reuses the snapshot part compressed once per
+        // snapshot. If compression fails, the plain body is served (and the
+        // compression layer compresses it).
+        match gzip.then(|| exposition.render_gzip(format)).flatten() {
+            Some(gz) => MetricsBody::Gzip(gz),
+            None => MetricsBody::Plain(exposition.render(format)),
+        }
+    })
+    .await;
+    let content_type = (header::CONTENT_TYPE, format.content_type());
+    match rendered {
+        // With Content-Encoding set, the compression layer leaves it alone.
+        Ok(MetricsBody::Gzip(gz)) => (
+            [
+                content_type,
+                (header::CONTENT_ENCODING, "gzip"),
+                (header::VARY, "accept-encoding"),
+            ],
+            gz,
+        )
+            .into_response(),
+        Ok(MetricsBody::Plain(body)) => ([content_type], body).into_response(),
         Err(e) => {
             tracing::error!(error = %e, "rendering /metrics failed");
             (StatusCode::INTERNAL_SERVER_ERROR, "rendering failed\n").into_response()

@@ -210,6 +210,17 @@ print("ok", len(fams))
     app.stop().await;
 }
 
+async fn resp_vary(client: &reqwest::Client, base: &str, accept: &str) -> String {
+    let resp = client
+        .get(format!("{base}/metrics"))
+        .header("accept", accept)
+        .header("accept-encoding", "gzip")
+        .send()
+        .await
+        .unwrap();
+    resp.headers()["vary"].to_str().unwrap().to_string()
+}
+
 #[tokio::test]
 async fn gzip_when_accepted() {
     let redis = RedisServer::start();
@@ -232,7 +243,49 @@ async fn gzip_when_accepted() {
             .unwrap();
         assert!(text.contains("queue_depth{"), "{accept}");
         assert_eq!(text.ends_with("# EOF\n"), accept == OM, "{accept}");
+        assert_eq!(
+            resp_vary(&client, &app.base, accept).await,
+            "accept-encoding"
+        );
+        // Exactly one gzip member that zlib decodes to the same text, with
+        // nothing after it (the cached snapshot part and the live part are
+        // one deflate stream under one CRC).
+        let mut py = std::process::Command::new("python3")
+            .args([
+                "-c",
+                "import sys,zlib\nd=zlib.decompressobj(31)\nout=d.decompress(sys.stdin.buffer.read())\nassert d.eof and not d.unused_data, 'not one complete member'\nsys.stdout.buffer.write(out)",
+            ])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        use std::io::Write as _;
+        py.stdin.take().unwrap().write_all(&bytes).unwrap();
+        let out = py.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(String::from_utf8(out.stdout).unwrap(), text, "{accept}");
+        // The plain body has the same series (values move between polls).
+        let (_, plain, _) = http_get(&format!("{}/metrics", app.base), &[("accept", accept)]).await;
+        let series = |body: &str| -> Vec<String> {
+            body.lines()
+                .map(|l| l.rsplit_once(' ').map_or(l, |(s, _)| s).to_string())
+                .collect()
+        };
+        assert_eq!(series(&plain), series(&text), "{accept}");
     }
+    // Refused gzip: plain.
+    let resp = client
+        .get(format!("{}/metrics", app.base))
+        .header("accept-encoding", "gzip;q=0, identity")
+        .send()
+        .await
+        .unwrap();
+    assert!(resp.headers().get("content-encoding").is_none());
     // Without Accept-Encoding: plain text.
     let (_, plain, headers) = http_get(&format!("{}/metrics", app.base), &[]).await;
     assert!(headers.get("content-encoding").is_none());

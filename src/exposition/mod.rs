@@ -9,6 +9,7 @@
 //! escaping and numbers are always the crate's.
 
 mod collector;
+mod gzip;
 mod labels;
 
 use std::fmt::Write as _;
@@ -32,21 +33,12 @@ pub enum Format {
 impl Format {
     /// Picks the format from an `Accept` header: OpenMetrics when asked for.
     pub fn negotiate(accept: Option<&str>) -> Format {
-        match accept {
-            Some(a)
-                if a.split(',').any(|part| {
-                    let mut it = part.split(';');
-                    let media = it.next().unwrap_or("").trim();
-                    let q_zero = it.any(|p| {
-                        let p = p.trim();
-                        p == "q=0" || p == "q=0.0" || p == "q=0.00" || p == "q=0.000"
-                    });
-                    media.eq_ignore_ascii_case("application/openmetrics-text") && !q_zero
-                }) =>
-            {
-                Format::OpenMetrics
-            }
-            _ => Format::Classic,
+        if accepts(accept, |media| {
+            media.eq_ignore_ascii_case("application/openmetrics-text")
+        }) {
+            Format::OpenMetrics
+        } else {
+            Format::Classic
         }
     }
 
@@ -59,8 +51,43 @@ impl Format {
     }
 }
 
+/// The encoded snapshot part of a body, for one format and hub epoch.
+#[derive(Debug)]
+struct EncodedPart {
+    /// The text.
+    text: String,
+    /// The text deflated up to a sync flush, made on the first gzip scrape
+    /// of this epoch; `None` inside if compression failed (served plain).
+    deflated: std::sync::OnceLock<Option<gzip::Deflated>>,
+}
+
+/// True when an `Accept`-style header (`Accept`, `Accept-Encoding`) lists a
+/// value for which `wanted` holds, without `q=0`.
+fn accepts(header: Option<&str>, wanted: impl Fn(&str) -> bool) -> bool {
+    header.is_some_and(|h| {
+        h.split(',').any(|part| {
+            let mut it = part.split(';');
+            let value = it.next().unwrap_or("").trim();
+            let q_zero = it.any(|p| {
+                p.trim()
+                    .strip_prefix("q=")
+                    .and_then(|q| q.trim().parse::<f64>().ok())
+                    .is_some_and(|q| q == 0.0)
+            });
+            wanted(value) && !q_zero
+        })
+    })
+}
+
+/// True when an `Accept-Encoding` header allows gzip.
+pub fn accepts_gzip(accept_encoding: Option<&str>) -> bool {
+    accepts(accept_encoding, |coding| {
+        coding.eq_ignore_ascii_case("gzip") || coding.eq_ignore_ascii_case("x-gzip")
+    })
+}
+
 /// An encoded snapshot part and the hub epoch it was encoded at.
-type CachedPart = (u64, Arc<String>);
+type CachedPart = (u64, Arc<EncodedPart>);
 
 /// Renders `/metrics` bodies from the hub's snapshots.
 #[derive(Debug)]
@@ -86,20 +113,42 @@ impl Exposition {
     /// The full body for one scrape.
     pub fn render(&self, format: Format) -> String {
         let part = self.snapshot_part(format);
-        let mut out = String::with_capacity(part.len() + 4096);
-        out.push_str(&part);
+        let live = self.live_part(format);
+        let mut out = String::with_capacity(part.text.len() + live.len());
+        out.push_str(&part.text);
+        out.push_str(&live);
+        out
+    }
+
+    /// The full body for one scrape, gzip-compressed, or `None` if
+    /// compression failed (serve [`Exposition::render`] instead).
+    ///
+    /// The snapshot part is compressed once per snapshot epoch and format;
+    /// a scrape only compresses the small live part (process metrics) and
+    /// appends it, so repeated scrapes cost little however many series there are.
+    pub fn render_gzip(&self, format: Format) -> Option<Vec<u8>> {
+        let part = self.snapshot_part(format);
+        let deflated = part
+            .deflated
+            .get_or_init(|| gzip::Deflated::new(&part.text))
+            .as_ref()?;
+        deflated.finish(self.live_part(format).as_bytes())
+    }
+
+    /// Process-level metrics (encoded on every scrape), plus `# EOF`.
+    fn live_part(&self, format: Format) -> String {
         let mut live = String::new();
         // Encoding into a String cannot fail: fmt::Write for String is infallible.
         let _ =
             prometheus_client::encoding::text::encode_registry(&mut live, &self.telemetry.registry);
-        out.push_str(&finish(&live, format));
+        let mut out = finish(&live, format);
         if format == Format::OpenMetrics {
             out.push_str("# EOF\n");
         }
         out
     }
 
-    fn snapshot_part(&self, format: Format) -> Arc<String> {
+    fn snapshot_part(&self, format: Format) -> Arc<EncodedPart> {
         let slot = match format {
             Format::OpenMetrics => 0,
             Format::Classic => 1,
@@ -114,7 +163,10 @@ impl Exposition {
         {
             return body.clone();
         }
-        let body = Arc::new(encode_snapshots(&self.hub, format));
+        let body = Arc::new(EncodedPart {
+            text: encode_snapshots(&self.hub, format),
+            deflated: std::sync::OnceLock::new(),
+        });
         if let Ok(mut cache) = self.cache.lock() {
             cache[slot] = Some((epoch, body.clone()));
         }
@@ -208,6 +260,16 @@ mod tests {
             Format::negotiate(Some("application/openmetrics-text;q=0, text/plain")),
             Format::Classic
         );
+    }
+
+    #[test]
+    fn gzip_is_accepted_unless_refused() {
+        assert!(accepts_gzip(Some("gzip")));
+        assert!(accepts_gzip(Some("br;q=1.0, GZIP;q=0.5, *;q=0.1")));
+        assert!(!accepts_gzip(None));
+        assert!(!accepts_gzip(Some("identity")));
+        assert!(!accepts_gzip(Some("gzip;q=0")));
+        assert!(!accepts_gzip(Some("gzip; q=0.000")));
     }
 
     #[test]

@@ -1,0 +1,116 @@
+//! Gzip bodies from a cached prefix: the snapshot part of `/metrics` is
+//! deflated once per snapshot and ended with a sync flush (byte-aligned, not
+//! final), so each scrape only deflates its small live part as a fresh raw
+//! deflate stream and appends it. The blocks of both form one valid deflate
+//! stream (the second part never refers back into the first), framed as a
+//! single gzip member (RFC 1952) whose CRC-32 covers both parts.
+
+use flate2::{Compress, Compression, FlushCompress, Status};
+
+/// The gzip member header: magic, CM = deflate, no flags, no mtime, no
+/// extra flags, OS = unknown.
+const HEADER: [u8; 10] = [0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 0xff];
+
+/// A deflated prefix, ready to be finished with any suffix.
+#[derive(Debug)]
+pub struct Deflated {
+    /// Raw deflate blocks of the prefix, ending in a sync flush.
+    blocks: Vec<u8>,
+    /// CRC-32 state after the prefix.
+    crc: crc32fast::Hasher,
+    /// Length of the prefix in bytes.
+    len: usize,
+}
+
+impl Deflated {
+    /// Deflates `prefix`; `None` if the compressor fails.
+    pub fn new(prefix: &str) -> Option<Deflated> {
+        let blocks = deflate(prefix.as_bytes(), FlushCompress::Sync)?;
+        let mut crc = crc32fast::Hasher::new();
+        crc.update(prefix.as_bytes());
+        Some(Deflated {
+            blocks,
+            crc,
+            len: prefix.len(),
+        })
+    }
+
+    /// A complete gzip member of the prefix followed by `suffix`.
+    pub fn finish(&self, suffix: &[u8]) -> Option<Vec<u8>> {
+        let tail = deflate(suffix, FlushCompress::Finish)?;
+        let mut crc = self.crc.clone();
+        crc.update(suffix);
+        let mut out = Vec::with_capacity(HEADER.len() + self.blocks.len() + tail.len() + 8);
+        out.extend_from_slice(&HEADER);
+        out.extend_from_slice(&self.blocks);
+        out.extend_from_slice(&tail);
+        out.extend_from_slice(&crc.finalize().to_le_bytes());
+        // ISIZE is the length modulo 2^32 (RFC 1952): truncation intended.
+        let isize = (self.len + suffix.len()) as u32;
+        out.extend_from_slice(&isize.to_le_bytes());
+        Some(out)
+    }
+}
+
+/// Raw-deflates all of `input`, ending with `flush` (`Sync`: byte-aligned
+/// and open; `Finish`: a final block).
+fn deflate(input: &[u8], flush: FlushCompress) -> Option<Vec<u8>> {
+    let mut c = Compress::new(Compression::default(), false);
+    let mut out = Vec::with_capacity(input.len() / 4 + 64);
+    loop {
+        if out.capacity() - out.len() < 64 {
+            out.reserve(out.capacity().max(4096));
+        }
+        let consumed = usize::try_from(c.total_in()).ok()?;
+        let status = c
+            .compress_vec(input.get(consumed..)?, &mut out, flush)
+            .ok()?;
+        let all_in = usize::try_from(c.total_in()).ok()? == input.len();
+        match (flush, status) {
+            (FlushCompress::Finish, Status::StreamEnd) => return Some(out),
+            // A sync flush is complete once all input is in and the
+            // compressor stopped with room to spare in the output.
+            (FlushCompress::Sync, _) if all_in && out.len() < out.capacity() => return Some(out),
+            _ => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read;
+
+    fn gunzip(bytes: &[u8]) -> String {
+        let mut text = String::new();
+        // A single-member decoder: it checks the CRC and length, and would
+        // stop after a first member.
+        flate2::read::GzDecoder::new(bytes)
+            .read_to_string(&mut text)
+            .unwrap();
+        text
+    }
+
+    #[test]
+    fn a_cached_prefix_and_a_fresh_suffix_make_one_valid_member() {
+        let prefix: String = (0..20_000)
+            .map(|i| format!("queue_depth{{queue=\"q{i}\"}} {i}\n"))
+            .collect();
+        let cached = Deflated::new(&prefix).unwrap();
+        for suffix in [
+            "",
+            "# EOF\n",
+            "queue_exporter_build_info{version=\"0.1.0\"} 1\n# EOF\n",
+        ] {
+            let gz = cached.finish(suffix.as_bytes()).unwrap();
+            assert_eq!(gunzip(&gz), format!("{prefix}{suffix}"));
+            assert!(gz.len() < prefix.len() / 5, "compressed: {}", gz.len());
+        }
+    }
+
+    #[test]
+    fn an_empty_prefix_works_too() {
+        let gz = Deflated::new("").unwrap().finish(b"x 1\n").unwrap();
+        assert_eq!(gunzip(&gz), "x 1\n");
+    }
+}
