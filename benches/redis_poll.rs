@@ -351,19 +351,19 @@ async fn steady_polls(
     // scrapes of the same snapshot are served from the cache).
     let hub = hub.build();
     let t = Instant::now();
-    let body = encode_snapshots(&hub, Format::Classic);
+    let body = encode_snapshots(&hub, Format::Classic).unwrap();
     let encode = t.elapsed();
     assert!(body.contains("queue_depth{"));
     // Gzip scrapes through the exposition: the first of a snapshot
     // compresses the snapshot part, later ones reuse it.
     let exposition = Exposition::new(hub, Arc::new(Telemetry::new()));
     let t = Instant::now();
-    let first = exposition.render_gzip(Format::Classic).unwrap();
+    let first = exposition.render_gzip(Format::Classic).unwrap().unwrap();
     let gzip_first = t.elapsed();
     let mut again = Vec::new();
     for _ in 0..10 {
         let t = Instant::now();
-        let gz = exposition.render_gzip(Format::Classic).unwrap();
+        let gz = exposition.render_gzip(Format::Classic).unwrap().unwrap();
         again.push(t.elapsed());
         assert_eq!(gz.len(), first.len());
     }

@@ -104,18 +104,10 @@ fn build(
         .collect()
 }
 
-/// Chooses rustls' process-wide crypto provider. Several dependencies enable
-/// different providers (ring via tonic, aws-lc-rs via reqwest), and rustls then
-/// refuses to guess; without this, the first TLS connection would fail.
-pub fn install_crypto_provider() {
-    // Err only means a provider is already installed, which is what we want.
-    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
-}
-
 /// Checks what the config can only tell by touching files: the gRPC TLS
 /// certificate and key (and client CA) must load. Used by `start` and `check`.
 pub fn preflight(config: &Config) -> Result<(), AppError> {
-    install_crypto_provider();
+    crate::tls::install_crypto_provider();
     if config.listen.grpc.is_some()
         && let Some(tls) = &config.scaler.tls
     {
@@ -241,7 +233,7 @@ pub struct OnceReport {
 
 /// Discovers and polls every source once, and renders the result.
 pub async fn once(config: &Config) -> OnceReport {
-    install_crypto_provider();
+    crate::tls::install_crypto_provider();
     let sources = select_sources(config).await;
     let mut builder = HubBuilder::default();
     let built = build(&sources, &mut builder);
@@ -259,8 +251,9 @@ pub async fn once(config: &Config) -> OnceReport {
         publisher.publish(snapshot);
     }
     let exposition = Exposition::new(hub, Arc::new(Telemetry::new()));
-    OnceReport {
-        text: exposition.render(Format::Classic),
-        failures,
-    }
+    let text = exposition.render(Format::Classic).unwrap_or_else(|e| {
+        failures.push(("exposition".to_string(), e.to_string()));
+        String::new()
+    });
+    OnceReport { text, failures }
 }

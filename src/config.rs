@@ -21,7 +21,7 @@ pub const ENV_PREFIX: &str = "QUEUE_EXPORTER";
 #[derive(Debug, thiserror::Error)]
 #[error("{origin}: {}{message}", path_prefix(.path))]
 pub struct ConfigError {
-    /// The file (or `<defaults>` / `<env>`) the problem is in.
+    /// The file, `<defaults>`, or `environment variable NAME` the problem is in.
     pub origin: String,
     /// Dotted path of the field, e.g. `sources[0].poll_interval`; empty for file-level problems.
     pub path: String,
@@ -583,10 +583,31 @@ impl Config {
             Some(f) => f.display().to_string(),
             None => "<defaults>".to_string(),
         };
-        let err = |path: &str, message: String| ConfigError {
-            origin: origin.clone(),
-            path: path.to_string(),
-            message,
+        // `listen.http` for `QUEUE_EXPORTER__LISTEN__HTTP`, to blame problems
+        // that an environment override introduced on it rather than the file.
+        let env_paths: Vec<(String, String)> = env
+            .iter()
+            .filter_map(|(k, _)| {
+                let rest = k.strip_prefix(&format!("{ENV_PREFIX}__"))?;
+                Some((rest.to_lowercase().replace("__", "."), k.clone()))
+            })
+            .collect();
+        let err = |path: &str, message: String| {
+            let dotted = path.replace('[', ".").replace(']', "");
+            let from_env = env_paths.iter().find(|(p, _)| {
+                !path.is_empty()
+                    && (dotted == *p
+                        || dotted.starts_with(&format!("{p}."))
+                        || p.starts_with(&format!("{dotted}.")))
+            });
+            ConfigError {
+                origin: match from_env {
+                    Some((_, var)) => format!("environment variable {var}"),
+                    None => origin.clone(),
+                },
+                path: path.to_string(),
+                message,
+            }
         };
 
         let mut builder = config::Config::builder();
@@ -600,7 +621,7 @@ impl Config {
                     .required(true),
             );
         }
-        let env_map: config::Map<String, String> = env.into_iter().collect();
+        let env_map: config::Map<String, String> = env.iter().cloned().collect();
         builder = builder.add_source(
             config::Environment::with_prefix(ENV_PREFIX)
                 .separator("__")
@@ -1033,7 +1054,9 @@ mod tests {
             ..LoadOptions::default()
         };
         Config::load_with_env(&opts, env).map_err(|mut e| {
-            e.origin = "config.yaml".into();
+            if !e.origin.starts_with("environment") {
+                e.origin = "config.yaml".into();
+            }
             e
         })
     }
@@ -1148,6 +1171,37 @@ sources:
         .unwrap();
         assert_eq!(c.listen.http, "0.0.0.0:9999".parse().unwrap());
         assert_eq!(c.log.format, LogFormat::Json);
+        // A bad or unknown override is blamed on its variable, not the file.
+        let e = load_yaml_env(
+            FULL,
+            vec![("QUEUE_EXPORTER__LISTEN__HTTPX".into(), "1".into())],
+        )
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "environment variable QUEUE_EXPORTER__LISTEN__HTTPX: listen.httpx: unknown field `httpx`, expected `http` or `grpc`"
+        );
+        let e = load_yaml_env(
+            FULL,
+            vec![("QUEUE_EXPORTER__LOG__FORMAT".into(), "xml".into())],
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("environment variable QUEUE_EXPORTER__LOG__FORMAT: log.format: "),
+            "{e}"
+        );
+        // Problems in the file still name the file.
+        let e = load_yaml_env(
+            &FULL.replace("poll_interval: 1s", "poll_interval: often"),
+            vec![("QUEUE_EXPORTER__LOG__FORMAT".into(), "json".into())],
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("config.yaml: sources[0].poll_interval"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -102,16 +102,16 @@ async fn metrics(State(state): State<HttpState>, headers: HeaderMap) -> Response
         // The gzip body reuses the snapshot part compressed once per
         // snapshot. If compression fails, the plain body is served (and the
         // compression layer compresses it).
-        match gzip.then(|| exposition.render_gzip(format)).flatten() {
-            Some(gz) => MetricsBody::Gzip(gz),
-            None => MetricsBody::Plain(exposition.render(format)),
+        if gzip && let Some(gz) = exposition.render_gzip(format)? {
+            return Ok(MetricsBody::Gzip(gz));
         }
+        exposition.render(format).map(MetricsBody::Plain)
     })
     .await;
     let content_type = (header::CONTENT_TYPE, format.content_type());
     match rendered {
         // With Content-Encoding set, the compression layer leaves it alone.
-        Ok(MetricsBody::Gzip(gz)) => (
+        Ok(Ok(MetricsBody::Gzip(gz))) => (
             [
                 content_type,
                 (header::CONTENT_ENCODING, "gzip"),
@@ -120,12 +120,16 @@ async fn metrics(State(state): State<HttpState>, headers: HeaderMap) -> Response
             gz,
         )
             .into_response(),
-        Ok(MetricsBody::Plain(body)) => ([content_type], body).into_response(),
-        Err(e) => {
-            tracing::error!(error = %e, "rendering /metrics failed");
-            (StatusCode::INTERNAL_SERVER_ERROR, "rendering failed\n").into_response()
-        }
+        Ok(Ok(MetricsBody::Plain(body))) => ([content_type], body).into_response(),
+        // Never a truncated body: a scraper would take it for missing series.
+        Ok(Err(e)) => rendering_failed(&e),
+        Err(e) => rendering_failed(&e),
     }
+}
+
+fn rendering_failed(error: &dyn std::error::Error) -> Response {
+    tracing::error!(error = %error, "rendering /metrics failed");
+    (StatusCode::INTERNAL_SERVER_ERROR, "rendering failed\n").into_response()
 }
 
 async fn healthz() -> &'static str {

@@ -18,3 +18,4 @@ pub mod shutdown;
 pub mod snapshot;
 pub mod sources;
 pub mod telemetry;
+pub mod tls;

@@ -192,6 +192,22 @@ pub struct QueueId {
     pub name: String,
 }
 
+/// Every `reason` a poll error can have (`SourceError::reason`). Each source
+/// exports all of them from the start (at 0), so `rate()` and `increase()`
+/// alerts work before the first error.
+pub const POLL_ERROR_REASONS: [&str; 10] = [
+    "connect",
+    "auth",
+    "timeout",
+    "backend",
+    "malformed",
+    "http_5xx",
+    "http_4xx",
+    "too_large",
+    "not_found",
+    "config",
+];
+
 /// A gauge histogram of waiting items' ages.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AgeHistogram {

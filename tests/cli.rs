@@ -333,3 +333,70 @@ fn log_flags_pick_json_lines_and_the_level() {
     assert!(!err.contains("WARN"), "{err}");
     assert!(err.contains("source main: poll failed"), "{err}");
 }
+
+/// Without a config file, `once` watches the local Redis on 6379 (started by
+/// `scripts/setup-services`) and discovers list, zset and stream keys, but
+/// not hashes or strings. Keys carry a unique prefix, so other users of that
+/// Redis do not matter.
+#[test]
+fn once_without_a_config_discovers_local_lists_zsets_and_streams() {
+    let prefix = format!(
+        "qe-default-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    );
+    let client = redis::Client::open("redis://127.0.0.1:6379").unwrap();
+    let mut conn = client
+        .get_connection()
+        .expect("a Redis on 127.0.0.1:6379 (scripts/setup-services starts one)");
+    let key = |k: &str| format!("{prefix}:{k}");
+    let setup: &[&[&str]] = &[
+        &["RPUSH", &key("list"), "a", "b", "c"],
+        &["ZADD", &key("zset"), "1", "a", "2", "b"],
+        &["XADD", &key("stream"), "*", "k", "v"],
+        &["HSET", &key("hash"), "f", "v"],
+        &["SET", &key("string"), "v"],
+    ];
+    for args in setup {
+        let mut c = redis::cmd(args[0]);
+        for a in &args[1..] {
+            c.arg(*a);
+        }
+        let _: redis::Value = c.query(&mut conn).unwrap();
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(BIN)
+        .arg("once")
+        .current_dir(dir.path())
+        .env("RUST_LOG", "error")
+        .output()
+        .unwrap();
+    let _: redis::Value = redis::cmd("DEL")
+        .arg(key("list"))
+        .arg(key("zset"))
+        .arg(key("stream"))
+        .arg(key("hash"))
+        .arg(key("string"))
+        .query(&mut conn)
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let depth = |k: &str| {
+        sample(
+            &text,
+            "queue_depth",
+            &[("source", "redis"), ("queue", &key(k))],
+        )
+    };
+    assert_eq!(depth("list"), Some(3.0), "{text}");
+    assert_eq!(depth("zset"), Some(2.0));
+    assert_eq!(depth("stream"), Some(1.0));
+    assert_eq!(depth("hash"), None, "hashes are not queues by default");
+    assert_eq!(depth("string"), None);
+    assert_eq!(
+        sample(&text, "queue_exporter_source_up", &[("source", "redis")]),
+        Some(1.0)
+    );
+}

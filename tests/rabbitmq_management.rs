@@ -183,7 +183,9 @@ async fn pagination_past_500_with_include_and_exclude() {
     );
     // No per-queue errors on any source.
     assert!(
-        !text.contains("queue_exporter_poll_errors_total{source=\"everything\""),
+        text.lines()
+            .filter(|l| l.starts_with("queue_exporter_poll_errors_total{source=\"everything\""))
+            .all(|l| l.ends_with(" 0")),
         "{}",
         errors(&text)
     );

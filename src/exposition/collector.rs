@@ -10,7 +10,7 @@ use prometheus_client::metrics::MetricType;
 
 use super::Format;
 use super::labels::{QueueLabels, ReasonLabels, SourceLabels, VhostLabels};
-use crate::snapshot::{POLL_DURATION_BUCKETS, QueueSample, Snapshot};
+use crate::snapshot::{POLL_DURATION_BUCKETS, POLL_ERROR_REASONS, QueueSample, Snapshot};
 
 /// Name of the age gauge histogram family.
 pub const AGE_HISTOGRAM: &str = "queue_message_age_seconds";
@@ -353,13 +353,25 @@ impl SnapshotCollector {
             "queue_exporter_poll_errors",
             "Failed polls (and per-queue failures) by reason",
             self.snapshots.iter().flat_map(|s| {
-                s.telemetry.errors.iter().map(move |(reason, n)| {
+                // Every known reason at 0 until it happens, then any other
+                // reason a source counted.
+                let known = POLL_ERROR_REASONS.iter().map(move |reason| {
+                    let n = s.telemetry.errors.get(*reason).copied().unwrap_or(0);
+                    (reason.to_string(), n)
+                });
+                let other = s
+                    .telemetry
+                    .errors
+                    .iter()
+                    .filter(|(reason, _)| !POLL_ERROR_REASONS.contains(&reason.as_str()))
+                    .map(|(reason, n)| (reason.clone(), *n));
+                known.chain(other).map(move |(reason, n)| {
                     (
                         ReasonLabels {
                             source: s.source.to_string(),
-                            reason: reason.clone(),
+                            reason,
                         },
-                        *n,
+                        n,
                     )
                 })
             }),

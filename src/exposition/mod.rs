@@ -111,13 +111,13 @@ impl Exposition {
     }
 
     /// The full body for one scrape.
-    pub fn render(&self, format: Format) -> String {
-        let part = self.snapshot_part(format);
-        let live = self.live_part(format);
+    pub fn render(&self, format: Format) -> Result<String, EncodeError> {
+        let part = self.snapshot_part(format)?;
+        let live = self.live_part(format)?;
         let mut out = String::with_capacity(part.text.len() + live.len());
         out.push_str(&part.text);
         out.push_str(&live);
-        out
+        Ok(out)
     }
 
     /// The full body for one scrape, gzip-compressed, or `None` if
@@ -126,29 +126,28 @@ impl Exposition {
     /// The snapshot part is compressed once per snapshot epoch and format;
     /// a scrape only compresses the small live part (process metrics) and
     /// appends it, so repeated scrapes cost little however many series there are.
-    pub fn render_gzip(&self, format: Format) -> Option<Vec<u8>> {
-        let part = self.snapshot_part(format);
-        let deflated = part
+    pub fn render_gzip(&self, format: Format) -> Result<Option<Vec<u8>>, EncodeError> {
+        let part = self.snapshot_part(format)?;
+        let live = self.live_part(format)?;
+        Ok(part
             .deflated
             .get_or_init(|| gzip::Deflated::new(&part.text))
-            .as_ref()?;
-        deflated.finish(self.live_part(format).as_bytes())
+            .as_ref()
+            .and_then(|deflated| deflated.finish(live.as_bytes())))
     }
 
     /// Process-level metrics (encoded on every scrape), plus `# EOF`.
-    fn live_part(&self, format: Format) -> String {
+    fn live_part(&self, format: Format) -> Result<String, EncodeError> {
         let mut live = String::new();
-        // Encoding into a String cannot fail: fmt::Write for String is infallible.
-        let _ =
-            prometheus_client::encoding::text::encode_registry(&mut live, &self.telemetry.registry);
+        prometheus_client::encoding::text::encode_registry(&mut live, &self.telemetry.registry)?;
         let mut out = finish(&live, format);
         if format == Format::OpenMetrics {
             out.push_str("# EOF\n");
         }
-        out
+        Ok(out)
     }
 
-    fn snapshot_part(&self, format: Format) -> Arc<EncodedPart> {
+    fn snapshot_part(&self, format: Format) -> Result<Arc<EncodedPart>, EncodeError> {
         let slot = match format {
             Format::OpenMetrics => 0,
             Format::Classic => 1,
@@ -161,30 +160,34 @@ impl Exposition {
             && let Some((e, body)) = &cache[slot]
             && *e == epoch
         {
-            return body.clone();
+            return Ok(body.clone());
         }
         let body = Arc::new(EncodedPart {
-            text: encode_snapshots(&self.hub, format),
+            text: encode_snapshots(&self.hub, format)?,
             deflated: std::sync::OnceLock::new(),
         });
         if let Ok(mut cache) = self.cache.lock() {
             cache[slot] = Some((epoch, body.clone()));
         }
-        body
+        Ok(body)
     }
 }
 
+/// Encoding failed: an encoder refused a value. Never served truncated.
+#[derive(Debug, thiserror::Error)]
+#[error("encoding the exposition failed")]
+pub struct EncodeError(#[from] std::fmt::Error);
+
 /// Encodes every snapshot of `hub` (no EOF marker).
-pub fn encode_snapshots(hub: &Hub, format: Format) -> String {
+pub fn encode_snapshots(hub: &Hub, format: Format) -> Result<String, EncodeError> {
     let mut registry = Registry::default();
     registry.register_collector(Box::new(SnapshotCollector {
         snapshots: hub.snapshots(),
         format,
     }));
     let mut text = String::new();
-    // Encoding into a String cannot fail: fmt::Write for String is infallible.
-    let _ = prometheus_client::encoding::text::encode_registry(&mut text, &registry);
-    finish(&text, format)
+    prometheus_client::encoding::text::encode_registry(&mut text, &registry)?;
+    Ok(finish(&text, format))
 }
 
 /// Adapts `prometheus-client` OpenMetrics output (without `# EOF`) to `format`.

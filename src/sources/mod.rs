@@ -79,6 +79,10 @@ pub enum SourceError {
 }
 
 impl SourceError {
+    /// Every `reason` label [`SourceError::reason`] can give (kept in the
+    /// snapshot model, where readers find it).
+    pub const REASONS: [&'static str; 10] = crate::snapshot::POLL_ERROR_REASONS;
+
     /// The `reason` label for this error.
     pub fn reason(&self) -> &'static str {
         match self {
@@ -207,4 +211,82 @@ fn counter_point(at: SystemTime, queues: &[QueueSample]) -> CounterPoint {
         .map(|q| (q.id(), q.counters))
         .collect();
     CounterPoint { at, counters }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hub::HubBuilder;
+    use crate::shutdown::ShutdownTrigger;
+    use crate::snapshot::SourceKind;
+    use std::sync::Mutex;
+
+    /// Fails its first `failures` polls, then succeeds; records when it was polled.
+    struct Flaky {
+        failures: usize,
+        polled_at: Arc<Mutex<Vec<tokio::time::Instant>>>,
+    }
+
+    impl Source for Flaky {
+        async fn poll(&mut self) -> Result<PollOutput, SourceError> {
+            let mut at = self.polled_at.lock().unwrap();
+            at.push(tokio::time::Instant::now());
+            if at.len() <= self.failures {
+                Err(SourceError::Connect {
+                    target: "x".into(),
+                    cause: "refused".into(),
+                })
+            } else {
+                Ok(PollOutput::default())
+            }
+        }
+        fn poll_timeout(&self) -> Duration {
+            Duration::from_secs(1)
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn retries_back_off_doubling_up_to_two_seconds_then_poll_on_the_interval() {
+        let polled_at = Arc::new(Mutex::new(Vec::new()));
+        let source = Flaky {
+            failures: 7,
+            polled_at: polled_at.clone(),
+        };
+        let mut hub = HubBuilder::default();
+        let interval = Duration::from_secs(10);
+        let publisher = hub.add_source("s", SourceKind::Redis, interval);
+        let trigger = ShutdownTrigger::new();
+        let task = tokio::spawn(run(source, publisher, interval, trigger.subscribe()));
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        trigger.fire();
+        task.await.unwrap();
+        let at = polled_at.lock().unwrap();
+        let gaps: Vec<u128> = at.windows(2).map(|w| (w[1] - w[0]).as_millis()).collect();
+        // 7 failures: 200, 400, 800, 1600, then capped at 2000 ms; after the
+        // first success, the poll interval.
+        assert_eq!(gaps[..7], [200, 400, 800, 1600, 2000, 2000, 2000]);
+        assert!(gaps[7..].iter().all(|g| *g == 10_000), "{gaps:?}");
+        assert!(gaps.len() >= 8, "{gaps:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failing_source_never_waits_longer_than_its_poll_interval() {
+        let polled_at = Arc::new(Mutex::new(Vec::new()));
+        let source = Flaky {
+            failures: usize::MAX,
+            polled_at: polled_at.clone(),
+        };
+        let mut hub = HubBuilder::default();
+        let interval = Duration::from_millis(500);
+        let publisher = hub.add_source("s", SourceKind::Redis, interval);
+        let trigger = ShutdownTrigger::new();
+        let task = tokio::spawn(run(source, publisher, interval, trigger.subscribe()));
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        trigger.fire();
+        task.await.unwrap();
+        let at = polled_at.lock().unwrap();
+        let gaps: Vec<u128> = at.windows(2).map(|w| (w[1] - w[0]).as_millis()).collect();
+        assert_eq!(gaps[..3], [200, 400, 500]);
+        assert!(gaps[2..].iter().all(|g| *g == 500), "{gaps:?}");
+    }
 }

@@ -184,7 +184,7 @@ impl Amqp {
                         .with_max_delay(Duration::from_secs(1))
                         .with_max_times(3)
                 });
-            crate::app::install_crypto_provider();
+            crate::tls::install_crypto_provider();
             let connect = Connection::connect_uri_with_config(uri, props, tls, runtime);
             let conn = match tokio::time::timeout(config.timeout, connect).await {
                 Ok(Ok(c)) => c,

@@ -60,7 +60,7 @@ impl HttpClient {
         timeout: Duration,
         max_bytes: u64,
     ) -> Result<Self, SourceError> {
-        crate::app::install_crypto_provider();
+        crate::tls::install_crypto_provider();
         let mut builder = reqwest::Client::builder()
             .connect_timeout(timeout)
             .timeout(timeout)

@@ -119,12 +119,13 @@ impl RedisSource {
     }
 
     fn map_error(&self, e: redis::RedisError) -> SourceError {
-        map_redis_error(e, &self.target())
+        map_redis_error(e, &self.target(), self.config.timeout)
     }
 }
 
 /// Maps a client error to a [`SourceError`] whose reason label fits.
-pub fn map_redis_error(e: redis::RedisError, target: &str) -> SourceError {
+/// `timeout` is the per-command response timeout, for the message.
+pub fn map_redis_error(e: redis::RedisError, target: &str, timeout: Duration) -> SourceError {
     let code = e.code().unwrap_or_default().to_string();
     if matches!(code.as_str(), "NOAUTH" | "WRONGPASS" | "NOPERM")
         || e.kind() == redis::ErrorKind::AuthenticationFailed
@@ -135,7 +136,7 @@ pub fn map_redis_error(e: redis::RedisError, target: &str) -> SourceError {
         };
     }
     if e.is_timeout() {
-        return SourceError::Timeout(Duration::ZERO);
+        return SourceError::Timeout(timeout);
     }
     if e.is_connection_refusal() || e.is_io_error() || e.is_connection_dropped() {
         return SourceError::Connect {
