@@ -176,7 +176,7 @@ fn once_prints_the_exposition() {
 }
 
 #[tokio::test]
-async fn env_and_flags_override_listen_and_sigterm_stops_within_five_seconds() {
+async fn env_and_flags_override_listen_and_sigterm_or_sigint_stop_within_five_seconds() {
     let redis = RedisServer::start();
     let (_dir, path) = write_config(&GOOD.replace("URL", &redis.url));
     for use_env in [true, false] {
@@ -201,23 +201,35 @@ async fn env_and_flags_override_listen_and_sigterm_stops_within_five_seconds() {
                 .map(|_| ())
         })
         .await;
-        let status = Command::new("kill")
-            .args(["-TERM", &child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(status.success());
-        let started = Instant::now();
-        let exit = loop {
-            if let Some(s) = child.try_wait().unwrap() {
-                break s;
-            }
-            assert!(
-                started.elapsed() < Duration::from_secs(6),
-                "did not stop within 5 s of SIGTERM"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        };
-        assert!(exit.success(), "exit {exit:?}");
+        // SIGTERM (Kubernetes) for the env run, SIGINT (Ctrl-C) for the other.
+        let signal = if use_env { "-TERM" } else { "-INT" };
+        let exit = signal_and_wait(&mut child, signal, Duration::from_secs(6));
+        assert!(exit.success(), "exit {exit:?} after {signal}");
+    }
+}
+
+/// Sends `signal` (`-TERM`, `-INT`) to `child` and waits for it to exit,
+/// failing the test if that takes longer than `limit`.
+fn signal_and_wait(
+    child: &mut std::process::Child,
+    signal: &str,
+    limit: Duration,
+) -> std::process::ExitStatus {
+    let status = Command::new("kill")
+        .args([signal, &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let started = Instant::now();
+    loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            return s;
+        }
+        assert!(
+            started.elapsed() < limit,
+            "did not stop within {limit:?} of {signal}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
     }
 }
 
@@ -245,22 +257,7 @@ async fn sigterm_stops_serve_promptly_even_while_a_poll_hangs() {
         (r.status().as_u16() == 503).then_some(())
     })
     .await;
-    let status = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let started = Instant::now();
-    let exit = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "did not stop after SIGTERM"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let exit = signal_and_wait(&mut child, "-TERM", Duration::from_secs(10));
     let mut err = String::new();
     std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
     assert!(exit.success(), "exit {exit:?}: {err}");

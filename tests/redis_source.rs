@@ -29,6 +29,15 @@ fn run(redis: &RedisServer, args: &[&str]) {
     let _: redis::Value = c.query(&mut redis.conn()).unwrap();
 }
 
+/// `queue_message_age_seconds_bucket{queue, le}`.
+fn bucket(body: &str, queue: &str, le: &str) -> Option<f64> {
+    sample(
+        body,
+        "queue_message_age_seconds_bucket",
+        &[("queue", queue), ("le", le)],
+    )
+}
+
 /// Waits until the source `main` has finished `n` more polls.
 async fn wait_polls(app: &TestApp, n: f64) {
     let polls = || async {
@@ -263,18 +272,11 @@ async fn the_age_histogram_counts_waiting_items_per_bucket() {
         4.0,
     )
     .await;
-    let bucket = |le: &str| {
-        sample(
-            &body,
-            "queue_message_age_seconds_bucket",
-            &[("queue", "delayed"), ("le", le)],
-        )
-    };
-    assert_eq!(bucket("10.0"), Some(1.0));
-    assert_eq!(bucket("100.0"), Some(2.0));
-    assert_eq!(bucket("1000.0"), Some(3.0));
-    assert_eq!(bucket("3600.0"), Some(4.0));
-    assert_eq!(bucket("+Inf"), Some(4.0));
+    assert_eq!(bucket(&body, "delayed", "10.0"), Some(1.0));
+    assert_eq!(bucket(&body, "delayed", "100.0"), Some(2.0));
+    assert_eq!(bucket(&body, "delayed", "1000.0"), Some(3.0));
+    assert_eq!(bucket(&body, "delayed", "3600.0"), Some(4.0));
+    assert_eq!(bucket(&body, "delayed", "+Inf"), Some(4.0));
     // OpenMetrics carries the same cumulative counts in a gauge histogram.
     let (_, om, _) = http_get(
         &format!("{}/metrics", app.base),
@@ -306,22 +308,8 @@ async fn the_age_histogram_counts_waiting_items_per_bucket() {
     // Steady polls (which skip implied buckets) keep the same answer.
     wait_polls(&app, 3.0).await;
     let body = app.metrics().await;
-    assert_eq!(
-        sample(
-            &body,
-            "queue_message_age_seconds_bucket",
-            &[("queue", "delayed"), ("le", "1000.0")]
-        ),
-        Some(3.0)
-    );
-    assert_eq!(
-        sample(
-            &body,
-            "queue_message_age_seconds_bucket",
-            &[("queue", "delayed"), ("le", "3600.0")]
-        ),
-        Some(4.0)
-    );
+    assert_eq!(bucket(&body, "delayed", "1000.0"), Some(3.0));
+    assert_eq!(bucket(&body, "delayed", "3600.0"), Some(4.0));
     // An older item arriving after the hint was learned is still counted right.
     run(&redis, &["ZADD", "delayed", &s(3000.0), "f"]);
     let body = wait_value(
@@ -331,22 +319,8 @@ async fn the_age_histogram_counts_waiting_items_per_bucket() {
         5.0,
     )
     .await;
-    assert_eq!(
-        sample(
-            &body,
-            "queue_message_age_seconds_bucket",
-            &[("queue", "delayed"), ("le", "1000.0")]
-        ),
-        Some(3.0)
-    );
-    assert_eq!(
-        sample(
-            &body,
-            "queue_message_age_seconds_bucket",
-            &[("queue", "delayed"), ("le", "3600.0")]
-        ),
-        Some(5.0)
-    );
+    assert_eq!(bucket(&body, "delayed", "1000.0"), Some(3.0));
+    assert_eq!(bucket(&body, "delayed", "3600.0"), Some(5.0));
     app.stop().await;
 }
 
@@ -369,16 +343,9 @@ async fn the_age_histogram_is_remeasured_every_interval_and_at_once_when_drained
         "    age_buckets: [100s, 1000s, 1h]\n    age_histogram_interval: 5s\n    queues:\n",
     );
     let app = TestApp::start(&yaml).await;
-    let bucket = |body: &str, le: &str| {
-        sample(
-            body,
-            "queue_message_age_seconds_bucket",
-            &[("queue", "delayed"), ("le", le)],
-        )
-    };
     let body = wait_value(&app, "queue_messages_ready", &[("queue", "delayed")], 2.0).await;
-    assert_eq!(bucket(&body, "1000.0"), Some(1.0));
-    assert_eq!(bucket(&body, "+Inf"), Some(2.0));
+    assert_eq!(bucket(&body, "delayed", "1000.0"), Some(1.0));
+    assert_eq!(bucket(&body, "delayed", "+Inf"), Some(2.0));
 
     // The key's first re-measurement comes at its own point within the
     // interval (keys are spread over it); after that, once per interval.
@@ -394,7 +361,7 @@ async fn the_age_histogram_is_remeasured_every_interval_and_at_once_when_drained
     // while the histogram keeps its measurement until the 5 s interval ends.
     run(&redis, &["ZADD", "delayed", &s(30.0), "d"]);
     let body = wait_value(&app, "queue_messages_ready", &[("queue", "delayed")], 4.0).await;
-    assert_eq!(bucket(&body, "+Inf"), Some(3.0), "{body}");
+    assert_eq!(bucket(&body, "delayed", "+Inf"), Some(3.0), "{body}");
     let body = wait_value(
         &app,
         "queue_message_age_seconds_gcount",
@@ -402,15 +369,15 @@ async fn the_age_histogram_is_remeasured_every_interval_and_at_once_when_drained
         4.0,
     )
     .await;
-    assert_eq!(bucket(&body, "100.0"), Some(2.0));
-    assert_eq!(bucket(&body, "1000.0"), Some(3.0));
-    assert_eq!(bucket(&body, "3600.0"), Some(4.0));
+    assert_eq!(bucket(&body, "delayed", "100.0"), Some(2.0));
+    assert_eq!(bucket(&body, "delayed", "1000.0"), Some(3.0));
+    assert_eq!(bucket(&body, "delayed", "3600.0"), Some(4.0));
 
     // Drained: every bucket is 0 at once, not after the interval.
     run(&redis, &["ZREM", "delayed", "a", "b", "c", "d"]);
     let body = wait_value(&app, "queue_messages_ready", &[("queue", "delayed")], 0.0).await;
     for le in ["100.0", "1000.0", "3600.0", "+Inf"] {
-        assert_eq!(bucket(&body, le), Some(0.0), "le={le}\n{body}");
+        assert_eq!(bucket(&body, "delayed", le), Some(0.0), "le={le}\n{body}");
     }
     // Only young items (all under the smallest bound): exact at once too.
     run(
@@ -419,7 +386,7 @@ async fn the_age_histogram_is_remeasured_every_interval_and_at_once_when_drained
     );
     let body = wait_value(&app, "queue_messages_ready", &[("queue", "delayed")], 1.0).await;
     for le in ["100.0", "1000.0", "3600.0", "+Inf"] {
-        assert_eq!(bucket(&body, le), Some(1.0), "le={le}\n{body}");
+        assert_eq!(bucket(&body, "delayed", le), Some(1.0), "le={le}\n{body}");
     }
     app.stop().await;
 }
@@ -985,23 +952,16 @@ async fn timestamp_zsets_with_nothing_due_fractional_scores_and_missing_keys() {
     let age = q("queue_oldest_message_age_seconds", "frac").unwrap();
     assert!((5.0..30.0).contains(&age), "{age}");
     // Default buckets run from 1 s to 1 day.
-    let bucket = |queue: &str, le: &str| {
-        sample(
-            &body,
-            "queue_message_age_seconds_bucket",
-            &[("queue", queue), ("le", le)],
-        )
-    };
     let les = [
         "1.0", "10.0", "60.0", "300.0", "900.0", "3600.0", "86400.0", "+Inf",
     ];
     for le in les {
-        assert_eq!(bucket("later", le), Some(0.0), "later le={le}");
-        assert_eq!(bucket("gone", le), Some(0.0), "gone le={le}");
+        assert_eq!(bucket(&body, "later", le), Some(0.0), "later le={le}");
+        assert_eq!(bucket(&body, "gone", le), Some(0.0), "gone le={le}");
     }
-    assert_eq!(bucket("frac", "10.0"), Some(3.0));
-    assert_eq!(bucket("frac", "+Inf"), Some(3.0));
-    assert!(bucket("frac", "1.0").is_some_and(|c| c <= 2.0));
+    assert_eq!(bucket(&body, "frac", "10.0"), Some(3.0));
+    assert_eq!(bucket(&body, "frac", "+Inf"), Some(3.0));
+    assert!(bucket(&body, "frac", "1.0").is_some_and(|c| c <= 2.0));
 
     // A configured timestamp zset that does not exist: empty, type none,
     // every series present so dashboards and autoscalers see a 0.
@@ -1021,22 +981,8 @@ async fn timestamp_zsets_with_nothing_due_fractional_scores_and_missing_keys() {
         sample(&body, "queue_messages_ready", &[("queue", "gone")]),
         Some(1.0)
     );
-    assert_eq!(
-        sample(
-            &body,
-            "queue_message_age_seconds_bucket",
-            &[("queue", "gone"), ("le", "300.0")]
-        ),
-        Some(1.0)
-    );
-    assert_eq!(
-        sample(
-            &body,
-            "queue_message_age_seconds_bucket",
-            &[("queue", "gone"), ("le", "60.0")]
-        ),
-        Some(0.0)
-    );
+    assert_eq!(bucket(&body, "gone", "300.0"), Some(1.0));
+    assert_eq!(bucket(&body, "gone", "60.0"), Some(0.0));
     app.stop().await;
 }
 

@@ -245,47 +245,43 @@ mod tests {
         }
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn retries_back_off_doubling_up_to_two_seconds_then_poll_on_the_interval() {
+    /// Runs a source that fails its first `failures` polls for `run_for`
+    /// of (paused, auto-advancing) time; returns the gaps between polls in ms.
+    async fn poll_gaps(failures: usize, interval: Duration, run_for: Duration) -> Vec<u128> {
         let polled_at = Arc::new(Mutex::new(Vec::new()));
         let source = Flaky {
-            failures: 7,
+            failures,
             polled_at: polled_at.clone(),
         };
         let mut hub = HubBuilder::default();
-        let interval = Duration::from_secs(10);
         let publisher = hub.add_source("s", SourceKind::Redis, interval);
         let trigger = ShutdownTrigger::new();
         let task = tokio::spawn(run(source, publisher, interval, trigger.subscribe()));
-        tokio::time::sleep(Duration::from_secs(30)).await;
+        tokio::time::sleep(run_for).await;
         trigger.fire();
         task.await.unwrap();
         let at = polled_at.lock().unwrap();
-        let gaps: Vec<u128> = at.windows(2).map(|w| (w[1] - w[0]).as_millis()).collect();
+        at.windows(2).map(|w| (w[1] - w[0]).as_millis()).collect()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn retries_back_off_doubling_up_to_two_seconds_then_poll_on_the_interval() {
+        let gaps = poll_gaps(7, Duration::from_secs(10), Duration::from_secs(30)).await;
         // 7 failures: 200, 400, 800, 1600, then capped at 2000 ms; after the
         // first success, the poll interval.
+        assert!(gaps.len() >= 8, "{gaps:?}");
         assert_eq!(gaps[..7], [200, 400, 800, 1600, 2000, 2000, 2000]);
         assert!(gaps[7..].iter().all(|g| *g == 10_000), "{gaps:?}");
-        assert!(gaps.len() >= 8, "{gaps:?}");
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_failing_source_never_waits_longer_than_its_poll_interval() {
-        let polled_at = Arc::new(Mutex::new(Vec::new()));
-        let source = Flaky {
-            failures: usize::MAX,
-            polled_at: polled_at.clone(),
-        };
-        let mut hub = HubBuilder::default();
-        let interval = Duration::from_millis(500);
-        let publisher = hub.add_source("s", SourceKind::Redis, interval);
-        let trigger = ShutdownTrigger::new();
-        let task = tokio::spawn(run(source, publisher, interval, trigger.subscribe()));
-        tokio::time::sleep(Duration::from_secs(5)).await;
-        trigger.fire();
-        task.await.unwrap();
-        let at = polled_at.lock().unwrap();
-        let gaps: Vec<u128> = at.windows(2).map(|w| (w[1] - w[0]).as_millis()).collect();
+        let gaps = poll_gaps(
+            usize::MAX,
+            Duration::from_millis(500),
+            Duration::from_secs(5),
+        )
+        .await;
         assert_eq!(gaps[..3], [200, 400, 500]);
         assert!(gaps[2..].iter().all(|g| *g == 500), "{gaps:?}");
     }
