@@ -2,6 +2,7 @@
 //! type reports, discovery, type changes, odd key names and outages.
 mod support;
 
+use std::collections::BTreeSet;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use support::*;
@@ -1182,4 +1183,68 @@ async fn a_key_the_acl_does_not_cover_is_unknown_and_counted_not_zero() {
         );
     }
     app.stop().await;
+}
+
+#[tokio::test]
+async fn patterns_without_types_share_one_scan_and_the_first_spec_wins() {
+    let redis = RedisServer::start();
+    let t = now();
+    run(&redis, &["RPUSH", "queue:list:1", "a", "b"]);
+    run(
+        &redis,
+        &["ZADD", "queue:zset:1", &format!("{}", t - 30.0), "a"],
+    );
+    run(
+        &redis,
+        &["ZADD", "queue:zset:2", &format!("{}", t + 60.0), "a"],
+    );
+    run(&redis, &["RPUSH", "other:list", "a"]);
+    for i in 0..50 {
+        run(&redis, &["SET", &format!("cache:{i}"), "v"]);
+    }
+    // Watch the SCANs the exporter sends.
+    let client = redis::Client::open(redis.url.as_str()).unwrap();
+    let mut monitor = client.get_connection().unwrap();
+    redis::cmd("MONITOR").exec(&mut monitor).unwrap();
+    monitor
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    // `queue:zset:*` is claimed by the timestamp spec (listed first); the
+    // catch-all `queue:*` gets the rest; `other:*` has its own glob.
+    let yaml = config(
+        &redis.url,
+        "      - pattern: \"queue:z?et:*\"\n        score: timestamp\n      - pattern: \"queue:*\"\n      - pattern: \"other:*\"\n",
+    )
+    .replace("discovery_interval: 300ms", "discovery_interval: 1h");
+    let app = TestApp::start(&yaml).await;
+    let body = wait_value(
+        &app,
+        "queue_exporter_tracked_keys",
+        &[("source", "main")],
+        4.0,
+    )
+    .await;
+    let q = |name: &str, queue: &str| sample(&body, name, &[("queue", queue)]);
+    assert_eq!(q("queue_depth", "queue:list:1"), Some(2.0));
+    assert_eq!(q("queue_depth", "other:list"), Some(1.0));
+    // Timestamp semantics prove the first spec claimed the zsets.
+    assert_eq!(q("queue_messages_ready", "queue:zset:1"), Some(1.0));
+    assert_eq!(q("queue_messages_scheduled", "queue:zset:2"), Some(1.0));
+    assert_eq!(q("queue_depth", "cache:1"), None);
+    app.stop().await;
+
+    let mut scans = BTreeSet::new();
+    while let Ok(v) = monitor.recv_response() {
+        if let redis::Value::SimpleString(line) = v
+            && line.contains("\"SCAN\"")
+        {
+            // The MATCH argument of each SCAN call.
+            let args: Vec<&str> = line.split('"').skip(1).step_by(2).collect();
+            if let Some(i) = args.iter().position(|a| a.eq_ignore_ascii_case("MATCH")) {
+                scans.insert(args[i + 1].to_string());
+            }
+        }
+    }
+    // One pass over the three globs' common prefix: the empty prefix here.
+    assert_eq!(scans, BTreeSet::from(["*".to_string()]), "{scans:?}");
 }

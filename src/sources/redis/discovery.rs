@@ -1,13 +1,15 @@
 //! Discovery: which keys to poll, and what type each one is.
 //!
-//! Runs every `discovery_interval`: SCAN (bounded COUNT, never KEYS) for each
-//! pattern, then one pipelined TYPE batch for keys whose type SCAN did not
-//! already tell us. Exact keys are always tracked, even when missing.
+//! Runs every `discovery_interval`: SCAN (bounded COUNT, never KEYS) for the
+//! patterns (one shared pass for those without `types`), then one pipelined
+//! TYPE batch for keys whose type SCAN did not already tell us. Exact keys
+//! are always tracked, even when missing.
 
 use std::collections::BTreeMap;
 
 use redis::aio::ConnectionManager;
 
+use super::glob;
 use super::keyname::display_key;
 use super::poll::pipelined;
 use super::reply;
@@ -107,11 +109,45 @@ pub async fn discover(
             None => vec![(i, None, pattern)],
         })
         .collect();
-    let results = futures_util::future::try_join_all(scans.iter().map(|(_, t, pattern)| {
-        let mut conn = conn.clone();
-        async move { scan(&mut conn, pattern, *t, config.scan_count).await }
-    }))
+    // A SCAN pass costs Redis the same whatever it MATCHes, so patterns
+    // without a TYPE filter share one pass over their common literal prefix
+    // and are told apart here, exactly as SCAN MATCH would.
+    let untyped: Vec<usize> = (0..scans.len()).filter(|&j| scans[j].1.is_none()).collect();
+    let shared = (untyped.len() >= 2)
+        .then(|| glob::covering_pattern(untyped.iter().map(|&j| scans[j].2.as_bytes())));
+    let separate: Vec<usize> = (0..scans.len())
+        .filter(|j| shared.is_none() || !untyped.contains(j))
+        .collect();
+    let (separate_keys, shared_keys) = futures_util::future::try_join(
+        futures_util::future::try_join_all(separate.iter().map(|&j| {
+            let mut conn = conn.clone();
+            let (_, t, pattern) = scans[j];
+            async move { scan(&mut conn, pattern.as_bytes(), t, config.scan_count).await }
+        })),
+        async {
+            match &shared {
+                Some(p) => scan(&mut conn.clone(), p, None, config.scan_count)
+                    .await
+                    .map(Some),
+                None => Ok(None),
+            }
+        },
+    )
     .await?;
+    let mut results: Vec<Vec<Vec<u8>>> = vec![Vec::new(); scans.len()];
+    for (&j, keys) in separate.iter().zip(separate_keys) {
+        results[j] = keys;
+    }
+    if let Some(keys) = shared_keys {
+        for &j in &untyped {
+            let pattern = scans[j].2.as_bytes();
+            results[j] = keys
+                .iter()
+                .filter(|k| glob::matches(pattern, k))
+                .cloned()
+                .collect();
+        }
+    }
     for ((i, t, _), keys) in scans.iter().zip(results) {
         for k in keys {
             found.entry(k).or_insert((*i, false, *t));
@@ -213,7 +249,7 @@ pub fn capture_labels(re: Option<&regex::Regex>, name: &str) -> Vec<(String, Str
 /// Full SCAN over the keyspace with MATCH (and TYPE), COUNT-bounded.
 async fn scan(
     conn: &mut ConnectionManager,
-    pattern: &str,
+    pattern: &[u8],
     key_type: Option<KeyType>,
     count: u32,
 ) -> redis::RedisResult<Vec<Vec<u8>>> {

@@ -5,6 +5,7 @@
 
 mod age;
 mod discovery;
+pub mod glob;
 pub mod keyname;
 mod poll;
 mod reply;
