@@ -248,13 +248,12 @@ async fn measure(url: &str, label: &str, zset_pattern: &str) {
 
     // First poll, discovery included (the `once` path), fresh source each
     // run; also without the histogram, to show what discovery costs.
-    let first = first_polls(&config).await;
-    let mut no_hist = config.clone();
-    no_hist.age_buckets.clear();
-    let first_no_hist = first_polls(&no_hist).await;
-
     let client = redis::Client::open(url).unwrap();
     let mut admin = client.get_multiplexed_async_connection().await.unwrap();
+    let first = first_polls(&config, &mut admin).await;
+    let mut no_hist = config.clone();
+    no_hist.age_buckets.clear();
+    let first_no_hist = first_polls(&no_hist, &mut admin).await;
 
     // Steady polls with the default configuration: polls 1 s apart (the
     // default poll_interval) over one full age_histogram_interval plus one,
@@ -272,9 +271,9 @@ async fn measure(url: &str, label: &str, zset_pattern: &str) {
     let (no_hist, no_hist_server, _) = steady_polls(&no_hist, &mut admin, 16).await;
 
     println!("  [{label}]");
-    for (what, first) in [("", first), (", no histogram", first_no_hist)] {
+    for (what, (first, busy)) in [("", first), (", no histogram", first_no_hist)] {
         println!(
-            "    first poll incl. discovery (once{what}): median {:?} (min {:?}, max {:?})",
+            "    first poll incl. discovery (once{what}): median {:?} (min {:?}, max {:?}; Redis busy {busy:.1} ms)",
             median(first.clone()),
             first.iter().min().unwrap(),
             first.iter().max().unwrap()
@@ -303,8 +302,13 @@ async fn measure(url: &str, label: &str, zset_pattern: &str) {
     }
 }
 
-/// Five first polls (discovery included) of fresh sources.
-async fn first_polls(config: &RedisSourceConfig) -> Vec<Duration> {
+/// Five first polls (discovery included) of fresh sources, and Redis's mean
+/// busy time per first poll in ms.
+async fn first_polls(
+    config: &RedisSourceConfig,
+    admin: &mut redis::aio::MultiplexedConnection,
+) -> (Vec<Duration>, f64) {
+    let before = server_usec(admin).await;
     let mut first = Vec::new();
     for _ in 0..5 {
         let mut hub = HubBuilder::default();
@@ -319,7 +323,8 @@ async fn first_polls(config: &RedisSourceConfig) -> Vec<Duration> {
             snap.queues.len()
         );
     }
-    first
+    let busy = (server_usec(admin).await - before) / 5.0 / 1000.0;
+    (first, busy)
 }
 
 /// Runs `n` steady polls 1 s apart (as the exporter does) after a first one,
