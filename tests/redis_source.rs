@@ -30,6 +30,21 @@ fn run(redis: &RedisServer, args: &[&str]) {
     let _: redis::Value = c.query(&mut redis.conn()).unwrap();
 }
 
+/// Waits until source `main` has counted `min` errors with `reason`, and
+/// returns the body.
+async fn wait_errors(app: &TestApp, reason: &str, min: f64) -> String {
+    wait_for(&format!("{min} {reason} errors counted"), WAIT, || async {
+        let body = app.metrics().await;
+        let n = sample(
+            &body,
+            "queue_exporter_poll_errors_total",
+            &[("source", "main"), ("reason", reason)],
+        )?;
+        (n >= min).then_some(body)
+    })
+    .await
+}
+
 /// `queue_message_age_seconds_bucket{queue, le}`.
 fn bucket(body: &str, queue: &str, le: &str) -> Option<f64> {
     sample(
@@ -1060,16 +1075,7 @@ async fn a_redis_that_is_down_at_start_is_picked_up_when_it_comes_up() {
     let mut redis = RedisServer::start();
     redis.stop();
     let app = TestApp::start(&config(&redis.url, "      - key: work\n")).await;
-    let body = wait_for("connect errors counted", WAIT, || async {
-        let body = app.metrics().await;
-        (sample(
-            &body,
-            "queue_exporter_poll_errors_total",
-            &[("source", "main"), ("reason", "connect")],
-        )? >= 2.0)
-            .then_some(body)
-    })
-    .await;
+    let body = wait_errors(&app, "connect", 2.0).await;
     assert_eq!(
         sample(&body, "queue_exporter_source_up", &[("source", "main")]),
         Some(0.0)
@@ -1108,16 +1114,7 @@ async fn a_redis_that_never_answers_counts_timeouts() {
     let yaml = config(&silent.redis_url(), "      - key: work\n")
         .replace("    queues:\n", "    timeout: 200ms\n    queues:\n");
     let app = TestApp::start(&yaml).await;
-    let body = wait_for("a timeout counted", WAIT, || async {
-        let body = app.metrics().await;
-        (sample(
-            &body,
-            "queue_exporter_poll_errors_total",
-            &[("source", "main"), ("reason", "timeout")],
-        )? >= 1.0)
-            .then_some(body)
-    })
-    .await;
+    let body = wait_errors(&app, "timeout", 1.0).await;
     assert_eq!(
         sample(&body, "queue_exporter_source_up", &[("source", "main")]),
         Some(0.0)
@@ -1155,16 +1152,7 @@ async fn a_key_the_acl_does_not_cover_is_unknown_and_counted_not_zero() {
         "      - key: q:1\n      - key: secret\n      - key: secret:stream\n      - key: q:missing\n",
     ))
     .await;
-    let body = wait_for("refusals counted", WAIT, || async {
-        let body = app.metrics().await;
-        (sample(
-            &body,
-            "queue_exporter_poll_errors_total",
-            &[("source", "main"), ("reason", "auth")],
-        )? >= 4.0)
-            .then_some(body)
-    })
-    .await;
+    let body = wait_errors(&app, "auth", 4.0).await;
     // The readable keys are fine and the source is up.
     assert_eq!(
         sample(&body, "queue_exporter_source_up", &[("source", "main")]),
