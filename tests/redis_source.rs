@@ -30,6 +30,28 @@ fn run(redis: &RedisServer, args: &[&str]) {
     let _: redis::Value = c.query(&mut redis.conn()).unwrap();
 }
 
+/// A connection in MONITOR mode on `redis`, read with [`monitored`].
+fn start_monitor(redis: &RedisServer) -> redis::Connection {
+    let client = redis::Client::open(redis.url.as_str()).unwrap();
+    let mut monitor = client.get_connection().unwrap();
+    redis::cmd("MONITOR").exec(&mut monitor).unwrap();
+    monitor
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    monitor
+}
+
+/// Every command line MONITOR reported so far (until it goes quiet).
+fn monitored(monitor: &mut redis::Connection) -> Vec<String> {
+    let mut seen = Vec::new();
+    while let Ok(v) = monitor.recv_response() {
+        if let redis::Value::SimpleString(line) = v {
+            seen.push(line);
+        }
+    }
+    seen
+}
+
 /// Waits until source `main` has counted `min` errors with `reason`, and
 /// returns the body.
 async fn wait_errors(app: &TestApp, reason: &str, min: f64) -> String {
@@ -750,12 +772,7 @@ async fn works_under_a_read_only_acl_and_sends_no_writes() {
         let _: redis::Value = c.query(&mut db1).unwrap();
     }
     // Watch every command the server receives.
-    let client = redis::Client::open(redis.url.as_str()).unwrap();
-    let mut monitor = client.get_connection().unwrap();
-    redis::cmd("MONITOR").exec(&mut monitor).unwrap();
-    monitor
-        .set_read_timeout(Some(Duration::from_millis(200)))
-        .unwrap();
+    let mut monitor = start_monitor(&redis);
 
     let dir = tempfile::tempdir().unwrap();
     let pw = write_file(&dir, "pw", "s3cret\n");
@@ -781,12 +798,7 @@ async fn works_under_a_read_only_acl_and_sends_no_writes() {
     assert!(errors.is_empty(), "errors under read-only ACL: {errors:?}");
     app.stop().await;
 
-    let mut seen = Vec::new();
-    while let Ok(v) = monitor.recv_response() {
-        if let redis::Value::SimpleString(s) = v {
-            seen.push(s);
-        }
-    }
+    let seen = monitored(&mut monitor);
     assert!(!seen.is_empty(), "MONITOR saw nothing");
     // Every command the exporter sent is one of these read-only ones
     // (the monitoring connection itself sent nothing after MONITOR).
@@ -1191,12 +1203,7 @@ async fn patterns_without_types_share_one_scan_and_the_first_spec_wins() {
         run(&redis, &["SET", &format!("cache:{i}"), "v"]);
     }
     // Watch the SCANs the exporter sends.
-    let client = redis::Client::open(redis.url.as_str()).unwrap();
-    let mut monitor = client.get_connection().unwrap();
-    redis::cmd("MONITOR").exec(&mut monitor).unwrap();
-    monitor
-        .set_read_timeout(Some(Duration::from_millis(200)))
-        .unwrap();
+    let mut monitor = start_monitor(&redis);
     // `queue:zset:*` is claimed by the timestamp spec (listed first); the
     // catch-all `queue:*` gets the rest; `other:*` has its own glob.
     let yaml = config(
@@ -1222,10 +1229,8 @@ async fn patterns_without_types_share_one_scan_and_the_first_spec_wins() {
     app.stop().await;
 
     let mut scans = BTreeSet::new();
-    while let Ok(v) = monitor.recv_response() {
-        if let redis::Value::SimpleString(line) = v
-            && line.contains("\"SCAN\"")
-        {
+    for line in monitored(&mut monitor) {
+        if line.contains("\"SCAN\"") {
             // The MATCH argument of each SCAN call.
             let args: Vec<&str> = line.split('"').skip(1).step_by(2).collect();
             if let Some(i) = args.iter().position(|a| a.eq_ignore_ascii_case("MATCH")) {
