@@ -1,4 +1,4 @@
-//! The example KEDA manifests in `deploy/keda/` validate against KEDA's CRDs
+//! The example KEDA manifests in `deploy/kubernetes/examples/keda/` validate against KEDA's CRDs
 //! (in `../shared/schemas/crds/`, never copied into the project), and every
 //! external trigger's metadata is accepted by the scaler's own parser.
 
@@ -121,7 +121,7 @@ fn errors(doc: &Value) -> Vec<String> {
 }
 
 fn manifests() -> Vec<(PathBuf, Value)> {
-    let dir = root().join("deploy/keda");
+    let dir = root().join("deploy/kubernetes/examples/keda");
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
         .unwrap()
         .map(|e| e.unwrap().path())
