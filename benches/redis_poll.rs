@@ -17,8 +17,8 @@ use queue_exporter::config::{QueueSpec, RedisSourceConfig, ScoreMode, ScoreUnit}
 use queue_exporter::exposition::{Exposition, Format, encode_snapshots};
 use queue_exporter::hub::HubBuilder;
 use queue_exporter::snapshot::SourceKind;
-use queue_exporter::sources::poll_once;
 use queue_exporter::sources::redis::RedisSource;
+use queue_exporter::sources::{Source, poll_once};
 use queue_exporter::telemetry::Telemetry;
 
 const LISTS: usize = 2000;
@@ -312,8 +312,13 @@ async fn first_polls(
     let mut first = Vec::new();
     for _ in 0..5 {
         let mut hub = HubBuilder::default();
-        let publisher = hub.add_source("bench", SourceKind::Redis, Duration::from_secs(1));
         let mut source = RedisSource::new(config.clone());
+        let publisher = hub.add_source(
+            "bench",
+            SourceKind::Redis,
+            Duration::from_secs(1),
+            source.scope(),
+        );
         let t = Instant::now();
         let (snap, ok) = poll_once(&mut source, &publisher).await;
         first.push(t.elapsed());
@@ -335,8 +340,13 @@ async fn steady_polls(
     n: usize,
 ) -> (Vec<Duration>, f64, RenderStats) {
     let mut hub = HubBuilder::default();
-    let publisher = hub.add_source("bench", SourceKind::Redis, Duration::from_secs(1));
     let mut source = RedisSource::new(config.clone());
+    let publisher = hub.add_source(
+        "bench",
+        SourceKind::Redis,
+        Duration::from_secs(1),
+        source.scope(),
+    );
     let (s, _) = poll_once(&mut source, &publisher).await;
     publisher.publish(s);
     let mut polls = Vec::new();

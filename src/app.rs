@@ -98,7 +98,11 @@ fn build(
                     Built::Rabbit(RabbitSource::new(r.clone())),
                 ),
             };
-            let publisher = hub.add_source(c.name(), kind, c.poll_interval());
+            let scope = match &built {
+                Built::Redis(s) => s.scope(),
+                Built::Rabbit(s) => s.scope(),
+            };
+            let publisher = hub.add_source(c.name(), kind, c.poll_interval(), scope);
             (built, publisher, c.poll_interval())
         })
         .collect()

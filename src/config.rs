@@ -580,6 +580,7 @@ impl Config {
         env: Vec<(String, String)>,
     ) -> Result<Config, ConfigError> {
         let origin = match &opts.file {
+            Some(f) if is_stdin(f) => "<stdin>".to_string(),
             Some(f) => f.display().to_string(),
             None => "<defaults>".to_string(),
         };
@@ -612,14 +613,13 @@ impl Config {
 
         let mut builder = config::Config::builder();
         if let Some(file) = &opts.file {
-            if !file.exists() {
-                return Err(err("", "file not found".into()));
-            }
-            builder = builder.add_source(
-                config::File::from(file.as_path())
-                    .format(config::FileFormat::Yaml)
-                    .required(true),
-            );
+            // Read here rather than by `config::File`, which wants a regular
+            // file: `-` and `/dev/stdin` from a pipe are valid config files.
+            let text = read_config_text(file).map_err(|e| match e.kind() {
+                std::io::ErrorKind::NotFound => err("", "file not found".into()),
+                _ => err("", format!("cannot read: {e}")),
+            })?;
+            builder = builder.add_source(config::File::from_str(&text, config::FileFormat::Yaml));
         }
         let env_map: config::Map<String, String> = env.iter().cloned().collect();
         builder = builder.add_source(
@@ -712,6 +712,22 @@ impl Config {
             ));
         }
         Ok(())
+    }
+}
+
+/// Whether `path` names standard input (`-`).
+fn is_stdin(path: &Path) -> bool {
+    path.as_os_str() == "-"
+}
+
+/// The config file's text; `-` reads standard input.
+fn read_config_text(path: &Path) -> std::io::Result<String> {
+    if is_stdin(path) {
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)?;
+        Ok(text)
+    } else {
+        std::fs::read_to_string(path)
     }
 }
 

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use crate::snapshot::{Snapshot, SourceKind};
+use crate::snapshot::{QueueScope, Snapshot, SourceKind};
 
 /// Read side: the latest snapshot of every source.
 #[derive(Debug, Clone)]
@@ -49,14 +49,18 @@ impl Default for HubBuilder {
 }
 
 impl HubBuilder {
-    /// Registers a source and returns the publisher it must use.
+    /// Registers a source and returns the publisher it must use. `scope`
+    /// says which queue names the source's configuration can report; it
+    /// travels with every snapshot.
     pub fn add_source(
         &mut self,
         name: &str,
         kind: SourceKind,
         poll_interval: Duration,
+        scope: Arc<dyn QueueScope>,
     ) -> SnapshotPublisher {
-        let (tx, rx) = watch::channel(Arc::new(Snapshot::initial(name, kind, poll_interval)));
+        let initial = Snapshot::initial(name, kind, poll_interval).with_scope(scope);
+        let (tx, rx) = watch::channel(Arc::new(initial));
         self.sources.push(rx);
         SnapshotPublisher {
             slot: tx,

@@ -86,7 +86,7 @@ async fn dispatch(command: Command, config: Config) -> anyhow::Result<ExitCode> 
         Command::Check { connect } => {
             let origin = config.origin.clone();
             if let Err(e) = app::preflight(&config) {
-                println!("{origin}: {e}");
+                eprintln!("{origin}: {e}");
                 return Ok(ExitCode::from(2));
             }
             if !connect {
@@ -95,7 +95,7 @@ async fn dispatch(command: Command, config: Config) -> anyhow::Result<ExitCode> 
             }
             let report = app::once(&config).await;
             for (source, reason) in &report.failures {
-                println!("{origin}: sources.{source}: cannot poll ({reason})");
+                eprintln!("{origin}: sources.{source}: cannot poll ({reason})");
             }
             if report.failures.is_empty() {
                 println!("{origin}: ok ({} sources reachable)", config.sources.len());

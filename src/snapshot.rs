@@ -4,6 +4,7 @@
 //! Nothing in here talks to a backend.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -54,6 +55,9 @@ pub struct Snapshot {
     pub telemetry: Arc<PollTelemetry>,
     /// Recent counter readings, oldest first, for rate computations.
     pub history: Arc<CounterHistory>,
+    /// Which queue names the source's configuration can ever report; the
+    /// scaler uses it to tell a drained queue (0) from a typo (`NOT_FOUND`).
+    pub scope: Arc<dyn QueueScope>,
 }
 
 impl Snapshot {
@@ -71,13 +75,77 @@ impl Snapshot {
             stats: SourceStats::default(),
             telemetry: Arc::new(PollTelemetry::default()),
             history: Arc::new(CounterHistory::default()),
+            scope: Arc::new(AnyName),
         }
+    }
+
+    /// The same snapshot with the source's configured scope.
+    pub fn with_scope(self, scope: Arc<dyn QueueScope>) -> Self {
+        Snapshot { scope, ..self }
     }
 
     /// Age of the queue data, or `None` if there never was a successful poll.
     pub fn data_age(&self, now: SystemTime) -> Option<Duration> {
         self.last_success
             .map(|t| now.duration_since(t).unwrap_or(Duration::ZERO))
+    }
+}
+
+/// A queue name or glob a reader asks about, in the terms a [`QueueScope`]
+/// needs. Readers build it; sources' scopes answer it.
+#[derive(Clone, Copy)]
+pub struct NameQuery<'a> {
+    /// The text as given: an exact name, or a glob.
+    pub text: &'a str,
+    /// Whether `text` is a glob (else it names one queue exactly).
+    pub is_glob: bool,
+    /// What every name the glob matches starts with (the whole text when exact).
+    pub literal_prefix: &'a str,
+    /// Whether the query selects this queue name.
+    pub selects: &'a dyn Fn(&str) -> bool,
+    /// The RabbitMQ vhost the query is restricted to, if any.
+    pub vhost: Option<&'a str>,
+}
+
+impl fmt::Debug for NameQuery<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("NameQuery")
+            .field("text", &self.text)
+            .field("is_glob", &self.is_glob)
+            .field("vhost", &self.vhost)
+            .finish()
+    }
+}
+
+/// How far a source's configuration reaches over the names a query selects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reach {
+    /// No name the query selects can ever be reported by this source: a
+    /// typo, as far as this source is concerned.
+    Never,
+    /// Some selected names might be reported (or the scope cannot tell).
+    Some,
+    /// Every name the query selects would be reported if it existed, so a
+    /// name that does not exist right now is an empty queue (Redis deletes
+    /// a key when it empties).
+    All,
+}
+
+/// What queue names a source's *configuration* can produce, independent of
+/// what exists right now. Implemented by each source kind from its config.
+pub trait QueueScope: fmt::Debug + Send + Sync {
+    /// How far this source reaches over the names `query` selects.
+    fn reach(&self, query: &NameQuery<'_>) -> Reach;
+}
+
+/// The scope of a source that says nothing about its names: it might hold
+/// anything and covers nothing (the scope of [`Snapshot::initial`]).
+#[derive(Debug, Clone, Copy)]
+pub struct AnyName;
+
+impl QueueScope for AnyName {
+    fn reach(&self, _query: &NameQuery<'_>) -> Reach {
+        Reach::Some
     }
 }
 
@@ -327,6 +395,21 @@ impl CounterHistory {
             }
         }
         CounterHistory { points }
+    }
+
+    /// Whether the readings span `window`: a reading older than the newest
+    /// lies inside it, so a queue without counters in them has a rate of 0.
+    pub fn spans(&self, window: Duration) -> bool {
+        let Some(newest) = self.points.back() else {
+            return false;
+        };
+        let start = newest
+            .at
+            .checked_sub(window)
+            .unwrap_or(SystemTime::UNIX_EPOCH);
+        self.points
+            .iter()
+            .any(|p| p.at >= start && p.at < newest.at)
     }
 
     /// Per-second rate of `pick(counters)` for `queue` over `window`, from the

@@ -103,10 +103,18 @@ pub fn init_logging(config: &LogConfig) {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(colour_logs())
         .with_writer(std::io::stderr);
     // A second init (tests) is harmless; ignore it.
     let _ = match config.format {
         LogFormat::Json => builder.json().try_init(),
         LogFormat::Text => builder.try_init(),
     };
+}
+
+/// Colour only on a terminal, and never when `NO_COLOR` is set to anything
+/// (<https://no-color.org>): `kubectl logs` and CI logs show raw escapes.
+fn colour_logs() -> bool {
+    use std::io::IsTerminal;
+    std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
 }

@@ -125,9 +125,111 @@ fn check_validates_and_connects_when_asked() {
 
     let dead = format!("redis://127.0.0.1:{}", free_port());
     let (_dir2, path2) = write_config(&GOOD.replace("URL", &dead));
-    let (code, out, _) = run(&["check", "--connect", "--config", path2.to_str().unwrap()]);
+    let (code, out, err) = run(&["check", "--connect", "--config", path2.to_str().unwrap()]);
     assert_ne!(code, 0);
-    assert!(out.contains("sources.main: cannot poll (connect)"), "{out}");
+    // Errors go to stderr; stdout holds only a success summary.
+    assert!(err.contains("sources.main: cannot poll (connect)"), "{err}");
+    assert_eq!(out, "");
+}
+
+/// Runs the binary with `stdin` piped in.
+fn run_with_stdin(args: &[&str], stdin: &str) -> (i32, String, String) {
+    let mut child = Command::new(BIN)
+        .args(args)
+        .env("RUST_LOG", "error")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(&mut child.stdin.take().unwrap(), stdin.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).to_string(),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    )
+}
+
+#[test]
+fn check_reads_the_config_from_a_pipe_as_dash_or_dev_stdin() {
+    let yaml = GOOD.replace("URL", "redis://127.0.0.1:1");
+    for path in ["-", "/dev/stdin"] {
+        let (code, out, err) = run_with_stdin(&["check", "--config", path], &yaml);
+        assert_eq!(code, 0, "{path}: {err}");
+        assert!(out.contains("ok (1 sources)"), "{path}: {out}");
+    }
+    // Errors name standard input as the file.
+    let bad = yaml.replace("poll_interval: 1s", "poll_interval: often");
+    let (code, out, err) = run_with_stdin(&["check", "--config", "-"], &bad);
+    assert_eq!(code, 2);
+    assert_eq!(out, "");
+    assert_eq!(
+        err.trim(),
+        r#"<stdin>: sources[0].poll_interval: invalid duration "often""#
+    );
+}
+
+#[test]
+fn check_writes_tls_file_errors_to_stderr() {
+    let (_dir, path) = write_config(
+        r#"listen: { grpc: 127.0.0.1:0 }
+scaler:
+  tls: { cert_file: /nonexistent/c.pem, key_file: /nonexistent/k.pem }
+sources: []
+"#,
+    );
+    let (code, out, err) = run(&["check", "--config", path.to_str().unwrap()]);
+    assert_eq!(code, 2);
+    assert_eq!(out, "", "nothing but a success summary on stdout");
+    assert!(err.contains("/nonexistent/c.pem"), "{err}");
+}
+
+#[test]
+fn logs_carry_no_colour_codes_when_stderr_is_not_a_terminal() {
+    let dead = format!("redis://127.0.0.1:{}", free_port());
+    let (_dir, path) = write_config(&GOOD.replace("URL", &dead));
+    let out = Command::new(BIN)
+        .args(["once", "--config", path.to_str().unwrap()])
+        .env_remove("RUST_LOG")
+        .env_remove("NO_COLOR")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("WARN"), "a warning is logged: {err}");
+    assert!(
+        !err.contains('\x1b'),
+        "no ANSI escapes in piped logs: {err:?}"
+    );
+}
+
+#[test]
+fn logs_are_coloured_on_a_terminal_unless_no_color_is_set() {
+    let dead = format!("redis://127.0.0.1:{}", free_port());
+    let (_dir, path) = write_config(&GOOD.replace("URL", &dead));
+    // `script` runs the command on a pseudo-terminal.
+    let on_tty = |no_color: Option<&str>| {
+        let cmd = format!("{BIN} once --config {} 2>&1 >/dev/null", path.display());
+        let mut c = Command::new("script");
+        c.args(["-qec", &cmd, "/dev/null"]).env_remove("RUST_LOG");
+        match no_color {
+            Some(v) => c.env("NO_COLOR", v),
+            None => c.env_remove("NO_COLOR"),
+        };
+        let out = c
+            .output()
+            .expect("script (util-linux) runs a command on a pty");
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    let coloured = on_tty(None);
+    assert!(coloured.contains("WARN"), "{coloured:?}");
+    assert!(
+        coloured.contains('\x1b'),
+        "colour on a terminal: {coloured:?}"
+    );
+    let plain = on_tty(Some("1"));
+    assert!(plain.contains("WARN"), "{plain:?}");
+    assert!(!plain.contains('\x1b'), "NO_COLOR=1: {plain:?}");
 }
 
 #[test]
@@ -283,11 +385,14 @@ fn check_connect_names_an_auth_failure() {
         .unwrap();
     let url = redis.url.replace("redis://", "redis://qe:wrong@");
     let (_dir, path) = write_config(&GOOD.replace("URL", &url));
-    let (code, out, _) = run(&["check", "--connect", "--config", path.to_str().unwrap()]);
+    let (code, out, err) = run(&["check", "--connect", "--config", path.to_str().unwrap()]);
     assert_ne!(code, 0);
-    assert!(out.contains("sources.main: cannot poll (auth)"), "{out}");
+    assert!(err.contains("sources.main: cannot poll (auth)"), "{err}");
     // The password never shows up in what it prints.
-    assert!(!out.contains("wrong"), "{out}");
+    assert!(
+        !out.contains("wrong") && !err.contains("wrong"),
+        "{out}{err}"
+    );
 
     let (_dir, path) =
         write_config(&GOOD.replace("URL", &redis.url.replace("redis://", "redis://qe:right@")));

@@ -449,13 +449,13 @@ async fn errors_name_the_problem_and_never_answer_zero() {
             .code(),
         Code::Unavailable
     );
-    // Unknown queues are UNAVAILABLE too: a stale source cannot say they do not exist.
+    // A name the stale source could never hold is still a typo: NOT_FOUND.
     assert_eq!(
         metrics(&mut c, &[("queue", "other")])
             .await
             .unwrap_err()
             .code(),
-        Code::Unavailable
+        Code::NotFound
     );
     // The spec does not depend on data: KEDA can still build the HPA.
     assert!(spec(&mut c, &[("queue", "work-queue")]).await.is_ok());

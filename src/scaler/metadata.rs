@@ -183,6 +183,19 @@ impl QueueSelector {
     pub fn matches(&self, name: &str) -> bool {
         name == self.text || self.glob.as_ref().is_some_and(|g| g.is_match(name))
     }
+
+    /// What every name the selector matches starts with: the text before
+    /// its first glob metacharacter, or the whole text when it is exact.
+    pub fn literal_prefix(&self) -> &str {
+        if !self.is_glob() {
+            return &self.text;
+        }
+        let end = self
+            .text
+            .find(['*', '?', '[', '{', '\\'])
+            .unwrap_or(self.text.len());
+        &self.text[..end]
+    }
 }
 
 /// A validated trigger: what to measure and how to turn it into replicas.

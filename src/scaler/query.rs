@@ -10,7 +10,7 @@ use std::time::{Duration, SystemTime};
 
 use crate::config::ScalerConfig;
 use crate::scaler::metadata::{Mode, Operation, ScalerQuery};
-use crate::snapshot::{QueueKind, QueueSample, Snapshot};
+use crate::snapshot::{NameQuery, QueueKind, QueueSample, Reach, Snapshot};
 
 /// The answer to a query.
 #[derive(Debug, Clone, PartialEq)]
@@ -81,7 +81,7 @@ pub fn evaluate(
         .collect();
 
     let (snapshot, queues) = match matches.as_slice() {
-        [] => return Err(nothing_matched(query, &candidates, config, now)),
+        [] => return read_absent(query, &candidates, config, now),
         [one] => one,
         several => {
             let names: Vec<&str> = several.iter().map(|(s, _)| &*s.source).collect();
@@ -111,19 +111,111 @@ pub fn evaluate(
 
     let mut values = Vec::with_capacity(queues.len());
     for q in queues {
-        values.push(queue_value(query, snapshot, q)?);
+        let value = if q.kind == Some(QueueKind::Missing) {
+            empty_value(query, snapshot)?
+        } else {
+            queue_value(query, snapshot, q)?
+        };
+        values.push(value);
     }
-    let value = match query.operation {
-        Operation::Sum => values.iter().sum(),
-        Operation::Max => values.iter().copied().fold(f64::NEG_INFINITY, f64::max),
-        Operation::Avg => values.iter().sum::<f64>() / values.len() as f64,
-    };
     Ok(Reading {
-        value,
+        value: combine(query.operation, &values),
         source: snapshot.source.clone(),
         matched: values.len(),
         data_age,
     })
+}
+
+/// Several queues' values as one; 0 over no queues at all.
+fn combine(operation: Operation, values: &[f64]) -> f64 {
+    if values.is_empty() {
+        return 0.0;
+    }
+    match operation {
+        Operation::Sum => values.iter().sum(),
+        Operation::Max => values.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+        Operation::Avg => values.iter().sum::<f64>() / values.len() as f64,
+    }
+}
+
+/// How far `snapshot`'s configuration reaches over the query's names.
+fn reach(query: &ScalerQuery, snapshot: &Snapshot) -> Reach {
+    let selects = |name: &str| query.queue.matches(name);
+    snapshot.scope.reach(&NameQuery {
+        text: query.queue.text(),
+        is_glob: query.queue.is_glob(),
+        literal_prefix: query.queue.literal_prefix(),
+        selects: &selects,
+        vhost: query.vhost.as_deref(),
+    })
+}
+
+/// The answer when no queue in the data matches. A source whose
+/// configuration covers every selected name reads as an empty queue (Redis
+/// deletes drained keys); otherwise `NOT_FOUND`, or `UNAVAILABLE` when a
+/// source that could hold the queue has no fresh data. Sources whose
+/// configuration can never produce the name are left out, so neither a typo
+/// nor a broken unrelated source hides the other.
+fn read_absent(
+    query: &ScalerQuery,
+    candidates: &[&Arc<Snapshot>],
+    config: &ScalerConfig,
+    now: SystemTime,
+) -> Result<Reading, QueryError> {
+    let reached: Vec<(&Arc<Snapshot>, Reach)> = candidates
+        .iter()
+        .map(|s| (*s, reach(query, s)))
+        .filter(|(_, r)| *r != Reach::Never)
+        .collect();
+    let covering: Vec<&Arc<Snapshot>> = reached
+        .iter()
+        .filter(|(_, r)| *r == Reach::All)
+        .map(|(s, _)| *s)
+        .collect();
+    match covering.as_slice() {
+        [] => {}
+        [snapshot] => {
+            let data_age = fresh_age(snapshot, config, now)?;
+            return Ok(Reading {
+                value: empty_value(query, snapshot)?,
+                source: snapshot.source.clone(),
+                matched: 0,
+                data_age,
+            });
+        }
+        several => {
+            let names: Vec<&str> = several.iter().map(|s| &*s.source).collect();
+            return Err(QueryError::InvalidArgument(format!(
+                "scalerMetadata.source: queue {:?} may be in several sources ({}); set source to one of them",
+                query.queue.text(),
+                names.join(", ")
+            )));
+        }
+    }
+    for (s, _) in &reached {
+        if let Err(QueryError::Unavailable(why)) = fresh_age(s, config, now) {
+            return Err(QueryError::Unavailable(format!(
+                "no queue matches {:?} in the data at hand, and {why}",
+                query.queue.text()
+            )));
+        }
+    }
+    Err(not_found(query, reached.is_empty()))
+}
+
+/// An empty queue's value: 0 for every count and for Age (nothing waits);
+/// a rate is 0 once the source's readings span the window, unknown before.
+fn empty_value(query: &ScalerQuery, s: &Snapshot) -> Result<f64, QueryError> {
+    if query.mode.is_rate() && !s.history.spans(query.window) {
+        return Err(QueryError::Unavailable(format!(
+            "{} of {:?} in source {} is unknown until two polls lie within window {}",
+            query.mode,
+            query.queue.text(),
+            s.source,
+            humantime::format_duration(query.window)
+        )));
+    }
+    Ok(0.0)
 }
 
 /// Queues of one snapshot that the query selects.
@@ -159,30 +251,22 @@ fn fresh_age(s: &Snapshot, config: &ScalerConfig, now: SystemTime) -> Result<Dur
     }
 }
 
-/// `NOT_FOUND` if every candidate source has fresh data and none has the
-/// queue; `UNAVAILABLE` if some source cannot tell.
-fn nothing_matched(
-    query: &ScalerQuery,
-    candidates: &[&Arc<Snapshot>],
-    config: &ScalerConfig,
-    now: SystemTime,
-) -> QueryError {
-    for s in candidates {
-        if let Err(QueryError::Unavailable(why)) = fresh_age(s, config, now) {
-            return QueryError::Unavailable(format!(
-                "no queue matches {:?} in the data at hand, and {why}",
-                query.queue.text()
-            ));
-        }
-    }
+/// `NOT_FOUND`, naming the query's scope; `unreachable` when no configured
+/// source could ever produce the name (a typo, most likely).
+fn not_found(query: &ScalerQuery, unreachable: bool) -> QueryError {
     let scope = match (&query.source, &query.vhost) {
         (Some(s), Some(v)) => format!(" in source {s}, vhost {v:?}"),
         (Some(s), None) => format!(" in source {s}"),
         (None, Some(v)) => format!(" in vhost {v:?}"),
         (None, None) => String::new(),
     };
+    let why = if unreachable {
+        "; no configured key, pattern or queue filter can produce that name"
+    } else {
+        ""
+    };
     QueryError::NotFound(format!(
-        "no queue matches scalerMetadata.queue {:?}{scope}",
+        "no queue matches scalerMetadata.queue {:?}{scope}{why}",
         query.queue.text()
     ))
 }
@@ -315,6 +399,124 @@ mod tests {
 
     fn cfg() -> ScalerConfig {
         ScalerConfig::default()
+    }
+
+    /// A scope that answers the same reach for every query.
+    #[derive(Debug)]
+    struct Fixed(Reach);
+
+    impl crate::snapshot::QueueScope for Fixed {
+        fn reach(&self, _query: &NameQuery<'_>) -> Reach {
+            self.0
+        }
+    }
+
+    fn scoped(s: Arc<Snapshot>, reach: Reach) -> Arc<Snapshot> {
+        Arc::new((*s).clone().with_scope(Arc::new(Fixed(reach))))
+    }
+
+    #[test]
+    fn a_covered_name_without_data_is_an_empty_queue_in_every_mode() {
+        let now = SystemTime::now();
+        let fresh = scoped(snap("main", vec![], Some(Duration::ZERO), now), Reach::All);
+        for mode in ["QueueLength", "Ready", "Unacked", "Scheduled", "Age", "Lag"] {
+            for op in ["sum", "max", "avg"] {
+                let r = evaluate(
+                    &q(&[("queue", "jp:*"), ("mode", mode), ("operation", op)]),
+                    std::slice::from_ref(&fresh),
+                    &cfg(),
+                    now,
+                )
+                .unwrap();
+                assert_eq!((r.value, r.matched), (0.0, 0), "{mode} {op}");
+            }
+        }
+        // A rate needs readings spanning the window first.
+        let rate = q(&[
+            ("queue", "jp:*"),
+            ("mode", "PublishRate"),
+            ("window", "10s"),
+        ]);
+        let e = evaluate(&rate, std::slice::from_ref(&fresh), &cfg(), now).unwrap_err();
+        assert!(matches!(e, QueryError::Unavailable(_)), "{e}");
+        let mut spanned = (*fresh).clone();
+        let empty_point = |at| CounterPoint {
+            at,
+            counters: HashMap::new(),
+        };
+        spanned.history = Arc::new(
+            spanned
+                .history
+                .with_point(empty_point(now - Duration::from_secs(5)))
+                .with_point(empty_point(now)),
+        );
+        let r = evaluate(&rate, &[Arc::new(spanned)], &cfg(), now).unwrap();
+        assert_eq!(r.value, 0.0);
+
+        // Stale data never reads 0.
+        let stale = scoped(
+            snap("main", vec![], Some(Duration::from_secs(60)), now),
+            Reach::All,
+        );
+        let e = evaluate(&q(&[("queue", "jp:*")]), &[stale], &cfg(), now).unwrap_err();
+        assert!(matches!(e, QueryError::Unavailable(_)), "{e}");
+    }
+
+    #[test]
+    fn only_sources_that_could_hold_the_name_decide_not_found_or_unavailable() {
+        let now = SystemTime::now();
+        let healthy = scoped(
+            snap("redis", vec![], Some(Duration::ZERO), now),
+            Reach::Never,
+        );
+        let down_unrelated = scoped(snap("rabbit", vec![], None, now), Reach::Never);
+        let e = evaluate(
+            &q(&[("queue", "typo")]),
+            &[healthy.clone(), down_unrelated],
+            &cfg(),
+            now,
+        )
+        .unwrap_err();
+        assert!(matches!(e, QueryError::NotFound(_)), "{e}");
+
+        let down_related = scoped(snap("rabbit", vec![], None, now), Reach::Some);
+        let e = evaluate(
+            &q(&[("queue", "typo")]),
+            &[healthy, down_related],
+            &cfg(),
+            now,
+        )
+        .unwrap_err();
+        assert!(
+            matches!(&e, QueryError::Unavailable(m) if m.contains("source rabbit")),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn two_sources_covering_the_name_need_source() {
+        let now = SystemTime::now();
+        let a = scoped(snap("a", vec![], Some(Duration::ZERO), now), Reach::All);
+        let b = scoped(snap("b", vec![], Some(Duration::ZERO), now), Reach::All);
+        let e = evaluate(
+            &q(&[("queue", "jp:*")]),
+            &[a.clone(), b.clone()],
+            &cfg(),
+            now,
+        )
+        .unwrap_err();
+        assert!(
+            matches!(&e, QueryError::InvalidArgument(m) if m.starts_with("scalerMetadata.source")),
+            "{e}"
+        );
+        let r = evaluate(
+            &q(&[("queue", "jp:*"), ("source", "b")]),
+            &[a, b],
+            &cfg(),
+            now,
+        )
+        .unwrap();
+        assert_eq!((&*r.source, r.value), ("b", 0.0));
     }
 
     #[test]

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use crate::hub::SnapshotPublisher;
 use crate::shutdown::Shutdown;
-use crate::snapshot::{CounterPoint, QueueSample, Snapshot, SourceStats};
+use crate::snapshot::{CounterPoint, QueueSample, QueueScope, Snapshot, SourceStats};
 
 /// What a successful poll produced.
 #[derive(Debug, Clone, Default)]
@@ -109,6 +109,9 @@ pub trait Source: Send + 'static {
 
     /// A bound on one poll, after which it counts as a timeout.
     fn poll_timeout(&self) -> Duration;
+
+    /// Which queue names this source's configuration can ever report.
+    fn scope(&self) -> Arc<dyn QueueScope>;
 }
 
 /// Cap on the retry delay after a failed poll.
@@ -243,6 +246,9 @@ mod tests {
         fn poll_timeout(&self) -> Duration {
             Duration::from_secs(1)
         }
+        fn scope(&self) -> Arc<dyn QueueScope> {
+            Arc::new(crate::snapshot::AnyName)
+        }
     }
 
     /// Runs a source that fails its first `failures` polls for `run_for`
@@ -254,7 +260,7 @@ mod tests {
             polled_at: polled_at.clone(),
         };
         let mut hub = HubBuilder::default();
-        let publisher = hub.add_source("s", SourceKind::Redis, interval);
+        let publisher = hub.add_source("s", SourceKind::Redis, interval, source.scope());
         let trigger = ShutdownTrigger::new();
         let task = tokio::spawn(run(source, publisher, interval, trigger.subscribe()));
         tokio::time::sleep(run_for).await;

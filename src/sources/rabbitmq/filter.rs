@@ -5,6 +5,7 @@
 use std::collections::HashSet;
 
 use crate::config::RabbitSourceConfig;
+use crate::snapshot::{NameQuery, QueueScope, Reach};
 
 /// The compiled queue filter of one source.
 #[derive(Debug, Clone, Default)]
@@ -35,8 +36,12 @@ impl QueueFilter {
 
     /// Whether the queue `name` in `vhost` is reported.
     pub fn keeps(&self, vhost: &str, name: &str) -> bool {
-        (self.vhosts.is_empty() || self.vhosts.contains(vhost))
-            && (self.names.is_empty() || self.names.contains(name))
+        (self.vhosts.is_empty() || self.vhosts.contains(vhost)) && self.keeps_name(name)
+    }
+
+    /// Whether a queue named `name` passes the name filters (not vhosts).
+    fn keeps_name(&self, name: &str) -> bool {
+        (self.names.is_empty() || self.names.contains(name))
             && self.include.as_ref().is_none_or(|re| re.is_match(name))
             && !self.exclude.as_ref().is_some_and(|re| re.is_match(name))
     }
@@ -44,6 +49,31 @@ impl QueueFilter {
     /// The `include` regex, for a server-side pre-filter.
     pub fn include(&self) -> Option<&str> {
         self.include.as_ref().map(regex::Regex::as_str)
+    }
+}
+
+/// A RabbitMQ source may report a queue only if its filters keep it. It
+/// never covers a name it has not seen: RabbitMQ keeps a drained queue, so
+/// a queue that is not there was deleted or misspelled (`NOT_FOUND`).
+impl QueueScope for QueueFilter {
+    fn reach(&self, query: &NameQuery<'_>) -> Reach {
+        if let Some(v) = query.vhost
+            && !self.vhosts.is_empty()
+            && !self.vhosts.contains(v)
+        {
+            return Reach::Never;
+        }
+        let possible = if !query.is_glob {
+            self.keeps_name(query.text)
+        } else if !self.names.is_empty() {
+            self.names
+                .iter()
+                .any(|n| (query.selects)(n) && self.keeps_name(n))
+        } else {
+            // A glob against include/exclude regexes: cannot tell, so maybe.
+            true
+        };
+        if possible { Reach::Some } else { Reach::Never }
     }
 }
 
@@ -72,5 +102,39 @@ mod tests {
         let f = QueueFilter::new(&config("queues: [x, y]\n"));
         assert!(f.keeps("any", "x") && !f.keeps("any", "z"));
         assert!(QueueFilter::new(&config("")).keeps("v", "anything"));
+    }
+
+    fn reach(f: &QueueFilter, text: &str, vhost: Option<&str>) -> Reach {
+        let is_glob = text.contains('*');
+        let prefix = text.split('*').next().unwrap_or_default();
+        let selects = |n: &str| {
+            if is_glob {
+                n.starts_with(prefix)
+            } else {
+                n == text
+            }
+        };
+        f.reach(&NameQuery {
+            text,
+            is_glob,
+            literal_prefix: prefix,
+            selects: &selects,
+            vhost,
+        })
+    }
+
+    #[test]
+    fn the_scope_is_what_the_filters_keep_and_never_covers_a_missing_queue() {
+        let f = QueueFilter::new(&config("vhosts: [a]\ninclude: '^work\\.'\n"));
+        assert_eq!(reach(&f, "work.1", None), Reach::Some);
+        assert_eq!(reach(&f, "work.1", Some("a")), Reach::Some);
+        assert_eq!(reach(&f, "work.1", Some("b")), Reach::Never);
+        assert_eq!(reach(&f, "other", None), Reach::Never);
+        assert_eq!(reach(&f, "anything*", None), Reach::Some);
+
+        let f = QueueFilter::new(&config("queues: [x.1, y]\n"));
+        assert_eq!(reach(&f, "x.*", None), Reach::Some);
+        assert_eq!(reach(&f, "z.*", None), Reach::Never);
+        assert_eq!(reach(&f, "z", None), Reach::Never);
     }
 }

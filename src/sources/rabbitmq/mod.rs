@@ -17,9 +17,11 @@ mod management;
 mod prometheus;
 mod sample;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::config::{RabbitMethod, RabbitSourceConfig, Redacted};
+use crate::snapshot::QueueScope;
 use crate::sources::{PollOutput, Source, SourceError};
 
 pub use filter::QueueFilter;
@@ -29,9 +31,8 @@ pub use management::PAGE_SIZE;
 pub struct RabbitSource {
     /// The source's configuration.
     config: RabbitSourceConfig,
-    /// Which queues to report (boxed: regexes and sets are large, and
-    /// sources are held side by side in one enum).
-    filter: Box<QueueFilter>,
+    /// Which queues to report; shared with readers as the source's scope.
+    filter: Arc<QueueFilter>,
     /// The method's own state (HTTP client, AMQP connection).
     method: Method,
 }
@@ -68,7 +69,7 @@ impl RabbitSource {
             RabbitMethod::Amqp => Method::Amqp(amqp::Amqp::default()),
         };
         RabbitSource {
-            filter: Box::new(QueueFilter::new(&config)),
+            filter: Arc::new(QueueFilter::new(&config)),
             config,
             method,
         }
@@ -100,6 +101,10 @@ impl Source for RabbitSource {
             Method::Prometheus(p) => p.poll(&self.config, &self.filter).await,
             Method::Amqp(a) => a.poll(&self.config, &self.filter).await,
         }
+    }
+
+    fn scope(&self) -> Arc<dyn QueueScope> {
+        self.filter.clone()
     }
 
     fn poll_timeout(&self) -> Duration {

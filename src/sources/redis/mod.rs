@@ -9,16 +9,20 @@ pub mod glob;
 pub mod keyname;
 mod poll;
 mod reply;
+mod scope;
 
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use redis::IntoConnectionInfo;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
 use crate::config::{Redacted, RedisSourceConfig, read_secret_file};
+use crate::snapshot::QueueScope;
 use crate::sources::{PollOutput, Source, SourceError};
 
 pub use discovery::TrackedKey;
+pub use scope::RedisScope;
 
 /// Commands per pipelined round trip.
 pub const PIPELINE_CHUNK: usize = 1000;
@@ -216,5 +220,9 @@ impl Source for RedisSource {
         // Discovery of a large keyspace takes many SCAN round trips; bound the
         // whole poll generously, individual commands by `timeout`.
         (self.config.timeout * 4).max(self.config.poll_interval)
+    }
+
+    fn scope(&self) -> Arc<dyn QueueScope> {
+        Arc::new(RedisScope::new(&self.config))
     }
 }
