@@ -198,6 +198,30 @@ fn the_dashboard_has_a_current_schema_a_uid_a_title_and_label_values_variables()
 }
 
 #[test]
+fn panels_fit_the_24_column_grid_without_overlapping() {
+    let d = dashboard();
+    let mut cells = BTreeSet::new();
+    for p in d["panels"].as_array().unwrap() {
+        let g = &p["gridPos"];
+        let [x, y, w, h] = ["x", "y", "w", "h"].map(|k| g[k].as_i64().unwrap());
+        assert!(
+            x >= 0 && w > 0 && x + w <= 24,
+            "{} is off the grid",
+            p["title"]
+        );
+        for cx in x..x + w {
+            for cy in y..y + h {
+                assert!(
+                    cells.insert((cx, cy)),
+                    "{} overlaps another panel at ({cx}, {cy})",
+                    p["title"]
+                );
+            }
+        }
+    }
+}
+
+#[test]
 fn every_range_in_a_dashboard_query_is_the_rate_interval() {
     for t in targets(&dashboard()) {
         let ranges: Vec<&str> = t
