@@ -1046,10 +1046,68 @@ fn the_dockerfile_builds_a_minimal_non_root_image_that_hadolint_accepts() {
         }
     }
 
+    // Cargo refuses a manifest whose declared targets are missing, so every
+    // explicit target in Cargo.toml must be inside what the build copies.
+    let copied: Vec<String> = of("COPY")
+        .iter()
+        .filter(|c| !c.starts_with("--from"))
+        .flat_map(|c| {
+            let parts: Vec<&str> = c.split_whitespace().collect();
+            parts[..parts.len() - 1]
+                .iter()
+                .map(|p| p.to_string())
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    for target in cargo_target_paths() {
+        let top = target.split('/').next().unwrap();
+        assert!(
+            copied.iter().any(|c| c == top || c == &target),
+            "Cargo.toml declares {target}, which the Dockerfile does not copy: {copied:?}"
+        );
+    }
+
     let lint = run("hadolint", &["Dockerfile"], &root());
     assert!(
         lint.status.success(),
         "hadolint Dockerfile:\n{}",
         text(&lint)
     );
+}
+
+/// The files of the targets Cargo.toml declares explicitly (`[[bench]]`,
+/// `[[bin]]`, `[[example]]`, `[[test]]`), at their `path` or default place.
+fn cargo_target_paths() -> Vec<String> {
+    let manifest = std::fs::read_to_string(root().join("Cargo.toml")).unwrap();
+    let mut out = Vec::new();
+    let mut section: Option<(&str, Option<String>, Option<String>)> = None;
+    let mut flush = |s: Option<(&str, Option<String>, Option<String>)>| {
+        if let Some((dir, name, path)) = s {
+            let name = name.expect("a declared target has a name");
+            out.push(path.unwrap_or_else(|| format!("{dir}/{name}.rs")));
+        }
+    };
+    for line in manifest.lines().map(str::trim) {
+        if line.starts_with('[') {
+            flush(section.take());
+            section = match line {
+                "[[bench]]" => Some(("benches", None, None)),
+                "[[bin]]" => Some(("src/bin", None, None)),
+                "[[example]]" => Some(("examples", None, None)),
+                "[[test]]" => Some(("tests", None, None)),
+                _ => None,
+            };
+        } else if let Some((_, name, path)) = section.as_mut()
+            && let Some((key, value)) = line.split_once('=')
+        {
+            let value = value.trim().trim_matches('"').to_string();
+            match key.trim() {
+                "name" => *name = Some(value),
+                "path" => *path = Some(value),
+                _ => {}
+            }
+        }
+    }
+    flush(section);
+    out
 }
