@@ -66,7 +66,7 @@ async fn select_sources(config: &Config) -> Vec<SourceConfig> {
     for s in &config.sources {
         match s {
             SourceConfig::Redis(r) => {
-                tracing::info!(source = %r.name, url = %crate::config::Redacted(&r.url), "default source: local Redis, discovering list, zset and stream keys");
+                tracing::info!(source = %r.name, url = %r.url.redacted(), "default source: local Redis, discovering list, zset and stream keys");
                 chosen.push(s.clone());
             }
             SourceConfig::RabbitMq(r) => {
@@ -111,7 +111,7 @@ fn build(
 /// Checks what the config can only tell by touching files: the gRPC TLS
 /// certificate and key (and client CA) must load. Used by `start` and `check`.
 pub fn preflight(config: &Config) -> Result<(), AppError> {
-    crate::tls::install_crypto_provider();
+    crate::crypto::install_crypto_provider();
     if config.listen.grpc.is_some()
         && let Some(tls) = &config.scaler.tls
     {
@@ -132,9 +132,11 @@ impl App {
         let trigger = ShutdownTrigger::new();
         let mut tasks = JoinSet::new();
 
-        let (http_listener, http_addr) = http::bind(config.listen.http).await?;
+        let (http_listener, http_addr) = crate::listen::bind(config.listen.http)
+            .await
+            .map_err(HttpError::from)?;
         let grpc = match config.listen.grpc {
-            Some(addr) => Some(scaler::bind(addr).await?),
+            Some(addr) => Some(crate::listen::bind(addr).await.map_err(ScalerError::from)?),
             None => None,
         };
 
@@ -237,7 +239,7 @@ pub struct OnceReport {
 
 /// Discovers and polls every source once, and renders the result.
 pub async fn once(config: &Config) -> OnceReport {
-    crate::tls::install_crypto_provider();
+    crate::crypto::install_crypto_provider();
     let sources = select_sources(config).await;
     let mut builder = HubBuilder::default();
     let built = build(&sources, &mut builder);
@@ -249,7 +251,7 @@ pub async fn once(config: &Config) -> OnceReport {
             Built::Rabbit(mut s) => sources::poll_once(&mut s, &publisher).await,
         };
         if !ok {
-            let reasons: Vec<_> = snapshot.telemetry.errors.keys().cloned().collect();
+            let reasons: Vec<_> = snapshot.polls.errors.keys().map(|r| r.as_str()).collect();
             failures.push((snapshot.source.to_string(), reasons.join(",")));
         }
         publisher.publish(snapshot);

@@ -1,7 +1,6 @@
 //! The HTTP listener: `/metrics`, `/healthz`, `/readyz` and a landing page.
 //! Handlers only read snapshots; none of them reaches a backend.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::Router;
@@ -45,27 +44,11 @@ pub fn router(state: HttpState) -> Router {
 #[derive(Debug, thiserror::Error)]
 pub enum HttpError {
     /// The address could not be bound.
-    #[error("cannot listen on {addr}: {source}")]
-    Bind {
-        /// The address.
-        addr: SocketAddr,
-        /// The OS error.
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    Bind(#[from] crate::listen::BindError),
     /// The server failed while running.
     #[error("HTTP server failed: {0}")]
     Serve(#[source] std::io::Error),
-}
-
-/// Binds `addr`, returning the listener and the bound address (port 0 picks a free one).
-pub async fn bind(addr: SocketAddr) -> Result<(tokio::net::TcpListener, SocketAddr), HttpError> {
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .map_err(|source| HttpError::Bind { addr, source })?;
-    let local = listener
-        .local_addr()
-        .map_err(|source| HttpError::Bind { addr, source })?;
-    Ok((listener, local))
 }
 
 /// Serves until shutdown; in-flight requests are given time to finish.

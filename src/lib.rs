@@ -10,12 +10,13 @@
 
 pub mod app;
 pub mod config;
+pub mod crypto;
 pub mod exposition;
 pub mod http;
 pub mod hub;
+pub mod listen;
 pub mod scaler;
 pub mod shutdown;
 pub mod snapshot;
 pub mod sources;
 pub mod telemetry;
-pub mod tls;

@@ -51,8 +51,8 @@ pub struct Snapshot {
     pub last_success: Option<SystemTime>,
     /// Source-wide facts such as tracked and dropped keys.
     pub stats: SourceStats,
-    /// Cumulative poll telemetry (durations and errors by reason).
-    pub telemetry: Arc<PollTelemetry>,
+    /// Cumulative record of the source's polls (durations, errors by reason).
+    pub polls: Arc<PollRecord>,
     /// Recent counter readings, oldest first, for rate computations.
     pub history: Arc<CounterHistory>,
     /// Which queue names the source's configuration can ever report; the
@@ -73,7 +73,7 @@ impl Snapshot {
             queues: Arc::from(Vec::new()),
             last_success: None,
             stats: SourceStats::default(),
-            telemetry: Arc::new(PollTelemetry::default()),
+            polls: Arc::new(PollRecord::default()),
             history: Arc::new(CounterHistory::default()),
             scope: Arc::new(AnyName),
         }
@@ -260,21 +260,71 @@ pub struct QueueId {
     pub name: String,
 }
 
-/// Every `reason` a poll error can have (`SourceError::reason`). Each source
-/// exports all of them from the start (at 0), so `rate()` and `increase()`
-/// alerts work before the first error.
-pub const POLL_ERROR_REASONS: [&str; 10] = [
-    "connect",
-    "auth",
-    "timeout",
-    "backend",
-    "malformed",
-    "http_5xx",
-    "http_4xx",
-    "too_large",
-    "not_found",
-    "config",
-];
+/// Why a poll (or one queue of a poll) failed: the `reason` label of
+/// `queue_exporter_poll_errors_total`. One enum, so a typo cannot create a
+/// new series; each source exports every reason from the start (at 0), so
+/// `rate()` and `increase()` alerts work before the first error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Reason {
+    /// Could not connect (refused, DNS, TLS handshake, connection dropped).
+    Connect,
+    /// Credentials or permissions refused (`NOAUTH`, `WRONGPASS`, `NOPERM`, 401/403).
+    Auth,
+    /// No answer in time.
+    Timeout,
+    /// The backend answered with an error.
+    Backend,
+    /// An answer we could not understand.
+    Malformed,
+    /// An HTTP 5xx status.
+    Http5xx,
+    /// Any other unusable HTTP status.
+    Http4xx,
+    /// A response over the size bound.
+    TooLarge,
+    /// A queue or vhost that is gone.
+    NotFound,
+    /// A local problem, such as an unreadable secret file.
+    Config,
+}
+
+impl Reason {
+    /// Every reason, in the order they are exported.
+    pub const ALL: [Reason; 10] = [
+        Reason::Connect,
+        Reason::Auth,
+        Reason::Timeout,
+        Reason::Backend,
+        Reason::Malformed,
+        Reason::Http5xx,
+        Reason::Http4xx,
+        Reason::TooLarge,
+        Reason::NotFound,
+        Reason::Config,
+    ];
+
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::Connect => "connect",
+            Reason::Auth => "auth",
+            Reason::Timeout => "timeout",
+            Reason::Backend => "backend",
+            Reason::Malformed => "malformed",
+            Reason::Http5xx => "http_5xx",
+            Reason::Http4xx => "http_4xx",
+            Reason::TooLarge => "too_large",
+            Reason::NotFound => "not_found",
+            Reason::Config => "config",
+        }
+    }
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
 
 /// A gauge histogram of waiting items' ages.
 #[derive(Debug, Clone, PartialEq)]
@@ -321,9 +371,9 @@ impl Counters {
     }
 }
 
-/// Cumulative poll telemetry of one source.
+/// Cumulative record of one source's polls.
 #[derive(Debug, Clone, Default)]
-pub struct PollTelemetry {
+pub struct PollRecord {
     /// Poll duration histogram: cumulative counts per bucket of [`POLL_DURATION_BUCKETS`].
     pub duration_bucket_counts: Vec<u64>,
     /// Sum of all poll durations in seconds.
@@ -331,7 +381,7 @@ pub struct PollTelemetry {
     /// Number of polls measured.
     pub duration_count: u64,
     /// Failed polls (and per-queue failures) by reason.
-    pub errors: BTreeMap<String, u64>,
+    pub errors: BTreeMap<Reason, u64>,
 }
 
 /// Upper bounds (seconds) of the poll duration histogram.
@@ -339,7 +389,7 @@ pub const POLL_DURATION_BUCKETS: [f64; 12] = [
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
 ];
 
-impl PollTelemetry {
+impl PollRecord {
     /// Records one poll's duration.
     pub fn observe(&mut self, seconds: f64) {
         if self.duration_bucket_counts.len() != POLL_DURATION_BUCKETS.len() {
@@ -358,8 +408,8 @@ impl PollTelemetry {
     }
 
     /// Counts one error with a reason label.
-    pub fn count_error(&mut self, reason: &str) {
-        *self.errors.entry(reason.to_string()).or_insert(0) += 1;
+    pub fn count_error(&mut self, reason: Reason) {
+        *self.errors.entry(reason).or_insert(0) += 1;
     }
 }
 
@@ -497,8 +547,8 @@ mod tests {
     }
 
     #[test]
-    fn poll_telemetry_histogram_is_cumulative() {
-        let mut t = PollTelemetry::default();
+    fn poll_record_histogram_is_cumulative() {
+        let mut t = PollRecord::default();
         t.observe(0.003);
         t.observe(0.2);
         assert_eq!(t.duration_count, 2);

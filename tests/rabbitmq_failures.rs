@@ -112,14 +112,24 @@ async fn server() -> String {
     format!("http://127.0.0.1:{}", addr.port())
 }
 
-/// A source entry with the secret in the URL, a short timeout and a 1 MiB bound.
+/// A source entry for `sources:` with the secret in the URL, a short
+/// timeout and a 1 MiB bound, plus `extra` settings (YAML lines).
 fn entry(name: &str, method: &str, url: &str, extra: &str) -> String {
     let url = url.replacen("http://", &format!("http://guest:{SECRET}@"), 1);
     format!(
-        "  - name: {name}\n    type: rabbitmq\n    method: {method}\n    url: {url}\n    timeout: 400ms\n    poll_interval: 200ms\n    max_response_bytes: {MAX_BYTES}\n{extra}"
+        r#"  - name: {name}
+    type: rabbitmq
+    method: {method}
+    url: {url}
+    timeout: 400ms
+    poll_interval: 200ms
+    max_response_bytes: {MAX_BYTES}
+{extra}"#,
+        extra = indent(extra, 4)
     )
 }
 
+/// Builds a source from one entry made by [`entry`].
 fn rabbit_source(entry: &str) -> RabbitSource {
     let (config, _dir) = load_config(&format!("sources:\n{entry}"));
     match config.sources.into_iter().next() {
@@ -158,7 +168,7 @@ async fn each_failure_has_its_reason_and_hides_the_password() {
     cases.push((
         format!("{base}/notfound"),
         "management",
-        "    vhosts: [a, b]\n",
+        "vhosts: [a, b]",
         "not_found",
     ));
     for (url, method, extra, reason) in cases {
@@ -179,14 +189,18 @@ async fn each_failure_has_its_reason_and_hides_the_password() {
             e.reason(),
             started.elapsed()
         );
-        assert_eq!(e.reason(), reason, "{method} {url}: {text}");
+        assert_eq!(e.reason().as_str(), reason, "{method} {url}: {text}");
         assert!(!text.contains(SECRET), "{method} {url}: {text}");
         assert!(!format!("{source:?}").contains(SECRET));
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn failing_sources_are_down_and_counted_and_leave_the_others_alone() {
+/// An app with a management and a prometheus source per failure mode
+/// (`mgmt-{mode}`, `prom-{mode}`), two good ones on the fixture
+/// (`mgmt-good`, `prom-good`) and `prom-half`, a two-node cluster whose
+/// second node fails. Returns once every failing source has counted its
+/// error and both good ones are up.
+async fn failing_and_good_sources() -> (TestApp, Scrape) {
     let base = server().await;
     let mut yaml = String::from("sources:\n");
     for (mode, extra, _) in CASES {
@@ -205,102 +219,101 @@ async fn failing_sources_are_down_and_counted_and_leave_the_others_alone() {
     }
     yaml += &entry("mgmt-good", "management", &format!("{base}/fixture"), "");
     yaml += &entry("prom-good", "prometheus", &format!("{base}/fixture"), "");
-    // A cluster with one node failing is down as a whole: its queues would vanish.
     yaml += &entry(
         "prom-half",
         "prometheus",
         &base,
-        &format!("    urls: [\"{base}/fixture\", \"{base}/error500\"]\n"),
+        &format!(r#"urls: ["{base}/fixture", "{base}/error500"]"#),
     );
     let app = TestApp::start(&yaml).await;
+    let scrape = app
+        .scrape_until(
+            "every failing source counted",
+            Duration::from_secs(20),
+            |scrape| {
+                let counted = CASES.iter().all(|(mode, _, reason)| {
+                    ["mgmt", "prom"].iter().all(|m| {
+                        scrape
+                            .errors(&format!("{m}-{mode}"), reason)
+                            .is_some_and(|n| n >= 1.0)
+                    })
+                });
+                let good_up = ["mgmt-good", "prom-good"]
+                    .iter()
+                    .all(|s| scrape.source_up(s) == Some(1.0));
+                counted && good_up
+            },
+        )
+        .await;
+    (app, scrape)
+}
 
-    let text = wait_for(
-        "every failing source counted",
-        Duration::from_secs(20),
-        || async {
-            let text = app.metrics().await;
-            let counted = CASES.iter().all(|(mode, _, reason)| {
-                ["mgmt", "prom"].iter().all(|m| {
-                    let s = format!("{m}-{mode}");
-                    sample(
-                        &text,
-                        "queue_exporter_poll_errors_total",
-                        &[("source", &s), ("reason", reason)],
-                    )
-                    .is_some_and(|n| n >= 1.0)
-                })
-            });
-            let good_up = ["mgmt-good", "prom-good"]
-                .iter()
-                .all(|s| sample(&text, "queue_exporter_source_up", &[("source", s)]) == Some(1.0));
-            (counted && good_up).then_some(text)
-        },
-    )
-    .await;
-
-    assert!(!text.contains(SECRET));
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failing_sources_are_down_with_no_queue_series_and_no_password_shown() {
+    let (app, scrape) = failing_and_good_sources().await;
+    assert!(!scrape.text().contains(SECRET));
     for (mode, _, _) in CASES {
         for m in ["mgmt", "prom"] {
             let s = format!("{m}-{mode}");
+            assert_eq!(scrape.source_up(&s), Some(0.0), "{s}");
+            assert_eq!(scrape.value("queue_depth", &[("source", &s)]), None, "{s}");
             assert_eq!(
-                sample(&text, "queue_exporter_source_up", &[("source", &s)]),
-                Some(0.0),
-                "{s}"
-            );
-            assert_eq!(sample(&text, "queue_depth", &[("source", &s)]), None, "{s}");
-            assert_eq!(
-                sample(&text, "queue_exporter_rabbitmq_queues", &[("source", &s)]),
+                scrape.value("queue_exporter_rabbitmq_queues", &[("source", &s)]),
                 None,
                 "{s}"
             );
         }
     }
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_with_one_failing_node_is_down_as_a_whole() {
+    // Otherwise that node's queues would vanish.
+    let (app, scrape) = failing_and_good_sources().await;
+    assert_eq!(scrape.source_up("prom-half"), Some(0.0));
     assert_eq!(
-        sample(
-            &text,
-            "queue_exporter_source_up",
-            &[("source", "prom-half")]
-        ),
-        Some(0.0)
-    );
-    assert_eq!(
-        sample(&text, "queue_depth", &[("source", "prom-half")]),
+        scrape.value("queue_depth", &[("source", "prom-half")]),
         None
     );
+    app.stop().await;
+}
 
-    // The good management source: what the fixture says, unknowns absent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_good_management_source_beside_failing_ones_reports_what_it_reads() {
+    // What the fixture says, unknowns absent.
+    let (app, scrape) = failing_and_good_sources().await;
     let m = |q: &'static str| [("source", "mgmt-good"), ("vhost", "/"), ("queue", q)];
-    assert_eq!(sample(&text, "queue_depth", &m("orders")), Some(12.0));
+    assert_eq!(scrape.value("queue_depth", &m("orders")), Some(12.0));
     assert_eq!(
-        sample(&text, "queue_messages_unacked", &m("orders")),
+        scrape.value("queue_messages_unacked", &m("orders")),
         Some(2.0)
     );
     assert_eq!(
-        sample(&text, "queue_consumer_utilisation", &m("orders")),
+        scrape.value("queue_consumer_utilisation", &m("orders")),
         Some(0.75)
     );
     assert_eq!(
-        sample(&text, "queue_messages_published_total", &m("orders")),
+        scrape.value("queue_messages_published_total", &m("orders")),
         Some(40.0)
     );
     assert_eq!(
-        sample(&text, "queue_messages_redelivered_total", &m("orders")),
+        scrape.value("queue_messages_redelivered_total", &m("orders")),
         Some(1.0)
     );
     // A head message without a timestamp: age unknown.
     assert_eq!(
-        sample(&text, "queue_oldest_message_age_seconds", &m("orders")),
+        scrape.value("queue_oldest_message_age_seconds", &m("orders")),
         None
     );
     // A quorum queue reported without figures: known type, no invented zeros.
-    assert_eq!(sample(&text, "queue_depth", &m("fresh-quorum")), None);
+    assert_eq!(scrape.value("queue_depth", &m("fresh-quorum")), None);
     assert_eq!(
-        sample(&text, "queue_messages_ready", &m("fresh-quorum")),
+        scrape.value("queue_messages_ready", &m("fresh-quorum")),
         None
     );
     assert_eq!(
-        sample(
-            &text,
+        scrape.value(
             "queue_info",
             &[
                 ("source", "mgmt-good"),
@@ -310,17 +323,20 @@ async fn failing_sources_are_down_and_counted_and_leave_the_others_alone() {
         ),
         Some(1.0)
     );
-    // The good prometheus source: the line with an unescaped quote is skipped and counted.
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_good_prometheus_source_skips_and_counts_a_malformed_line() {
+    // The fixture has a line with an unescaped quote.
+    let (app, scrape) = failing_and_good_sources().await;
     let p = |q: &'static str| [("source", "prom-good"), ("vhost", "/"), ("queue", q)];
-    assert_eq!(sample(&text, "queue_depth", &p("orders")), Some(12.0));
-    assert_eq!(sample(&text, "queue_consumers", &p("orders")), Some(1.0));
+    assert_eq!(scrape.value("queue_depth", &p("orders")), Some(12.0));
+    assert_eq!(scrape.value("queue_consumers", &p("orders")), Some(1.0));
     assert!(
-        sample(
-            &text,
-            "queue_exporter_poll_errors_total",
-            &[("source", "prom-good"), ("reason", "malformed")]
-        )
-        .is_some_and(|n| n >= 1.0)
+        scrape
+            .errors("prom-good", "malformed")
+            .is_some_and(|n| n >= 1.0)
     );
     app.stop().await;
 }
@@ -345,19 +361,23 @@ async fn a_queue_named_oddly_and_a_string_where_a_number_belongs() {
 }
 
 #[tokio::test]
-async fn moving_pages_are_deduplicated_and_a_rejected_regex_falls_back() {
+async fn pages_of_a_moving_list_are_deduplicated() {
     let base = server().await;
     let mut source = rabbit_source(&entry("r", "management", &format!("{base}/paged"), ""));
     let out = source.poll().await.expect("poll");
     let names: Vec<_> = out.queues.iter().map(|q| q.name.as_str()).collect();
     assert_eq!(names, ["a", "b", "c", "d", "e"]);
+}
 
-    // The server refuses the regex (Erlang's dialect): filter locally instead.
+#[tokio::test]
+async fn an_include_regex_the_server_rejects_is_applied_locally_instead() {
+    // The server refuses the regex (Erlang's dialect).
+    let base = server().await;
     let mut source = rabbit_source(&entry(
         "r",
         "management",
         &format!("{base}/regex400"),
-        "    include: '^ord'\n",
+        "include: '^ord'",
     ));
     for _ in 0..2 {
         let out = source.poll().await.expect("poll");
@@ -371,7 +391,14 @@ async fn the_default_probe_needs_a_management_api_that_answers() {
     let base = server().await;
     let probe = |url: String| async move {
         let (config, _dir) = load_config(&format!(
-            "sources:\n  - name: r\n    type: rabbitmq\n    url: {url}\n    username: guest\n    password: guest\n"
+            r#"
+            sources:
+              - name: r
+                type: rabbitmq
+                url: {url}
+                username: guest
+                password: guest
+            "#
         ));
         match config.sources.into_iter().next() {
             Some(SourceConfig::RabbitMq(c)) => rabbitmq::probe_default(&c).await,

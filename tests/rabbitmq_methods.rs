@@ -16,11 +16,6 @@ use support::*;
 /// Long enough for management stats (5 s steps) and quorum queue stats.
 const SETTLE: Duration = Duration::from_secs(40);
 
-/// The value of `name{labels}` in a fresh scrape.
-async fn value(app: &TestApp, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
-    sample(&app.metrics().await, name, labels)
-}
-
 /// Queues of the agreement test and their ready counts.
 const QUEUES: [(&str, usize); 4] = [("classic", 5), ("quorum", 3), ("priority", 4), ("empty", 0)];
 
@@ -47,105 +42,116 @@ async fn fill(vh: &RabbitVhost) -> lapin::Connection {
     conn
 }
 
+/// Two vhosts with odd names (`/` and spaces), each filled with [`QUEUES`]
+/// and watched by three sources, one per method: `mgmt{i}`, `prom{i}` and
+/// `amqp{i}` (which is also asked for a queue `missing`).
+struct OddVhosts {
+    vhosts: [RabbitVhost; 2],
+    app: TestApp,
+    _conns: Vec<lapin::Connection>,
+}
+
+impl OddVhosts {
+    /// `tag` keeps the vhost names apart from other tests'.
+    async fn start(tag: &str) -> OddVhosts {
+        let pid = std::process::id();
+        let vhosts = [
+            RabbitVhost::create_named(&format!("qe {tag}/{pid}")).await,
+            RabbitVhost::create_named(&format!("qe/two words {tag} {pid}")).await,
+        ];
+        let mut conns = Vec::new();
+        let mut yaml = String::from("sources:\n");
+        for (i, vh) in vhosts.iter().enumerate() {
+            conns.push(fill(vh).await);
+            let v = &vh.name;
+            yaml += &format!(
+                r#"  - name: mgmt{i}
+    type: rabbitmq
+    url: http://guest:guest@127.0.0.1:15672
+    vhosts: ["{v}"]
+    poll_interval: 500ms
+  - name: prom{i}
+    type: rabbitmq
+    method: prometheus
+    urls: ["http://127.0.0.1:15692"]
+    vhosts: ["{v}"]
+    stats: totals
+    poll_interval: 500ms
+  - name: amqp{i}
+    type: rabbitmq
+    method: amqp
+    url: {url}
+    queues: [classic, quorum, priority, empty, missing]
+    poll_interval: 500ms
+"#,
+                url = vh.amqp_url(),
+            );
+        }
+        let app = TestApp::start(&yaml).await;
+        OddVhosts {
+            vhosts,
+            app,
+            _conns: conns,
+        }
+    }
+
+    /// Waits until each of `sources` reports every queue of [`QUEUES`] in
+    /// vhost `vh` with its ready count; returns that scrape.
+    async fn wait_ready(&self, vh: &RabbitVhost, sources: &[String]) -> Scrape {
+        let v = vh.name.as_str();
+        let mut last = None;
+        for (queue, ready) in QUEUES {
+            let want = Some(ready as f64);
+            let scrape = self
+                .app
+                .scrape_until(
+                    &format!("{queue} in {v:?}: {sources:?} say {ready}"),
+                    SETTLE,
+                    |scrape| {
+                        sources.iter().all(|s| {
+                            scrape.value(
+                                "queue_messages_ready",
+                                &[("source", s), ("vhost", v), ("queue", queue)],
+                            ) == want
+                        })
+                    },
+                )
+                .await;
+            last = Some(scrape);
+        }
+        last.expect("queues")
+    }
+
+    async fn stop(self) {
+        self.app.stop().await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_methods_agree_on_ready_counts_in_odd_vhost_names() {
-    let pid = std::process::id();
-    let a = RabbitVhost::create_named(&format!("qe agree/{pid}")).await;
-    let b = RabbitVhost::create_named(&format!("qe/two words {pid}")).await;
-    let _ca = fill(&a).await;
-    let _cb = fill(&b).await;
-
-    let mut yaml = String::from("sources:\n");
-    for (i, vh) in [&a, &b].into_iter().enumerate() {
-        let v = &vh.name;
-        yaml += &format!(
-            "  - name: mgmt{i}\n    type: rabbitmq\n    url: http://guest:guest@127.0.0.1:15672\n    vhosts: [\"{v}\"]\n    poll_interval: 500ms\n\
-             \x20 - name: prom{i}\n    type: rabbitmq\n    method: prometheus\n    urls: [\"http://127.0.0.1:15692\"]\n    vhosts: [\"{v}\"]\n    stats: totals\n    poll_interval: 500ms\n\
-             \x20 - name: amqp{i}\n    type: rabbitmq\n    method: amqp\n    url: {url}\n    queues: [classic, quorum, priority, empty, missing]\n    poll_interval: 500ms\n",
-            url = vh.amqp_url(),
-        );
-    }
-    let owned = TestApp::start(&yaml).await;
-    let app = &owned;
-
-    for (i, vh) in [&a, &b].into_iter().enumerate() {
+    let odd = OddVhosts::start("agree").await;
+    for (i, vh) in odd.vhosts.iter().enumerate() {
         let v = vh.name.as_str();
+        let methods = [format!("mgmt{i}"), format!("prom{i}"), format!("amqp{i}")];
+        let scrape = odd.wait_ready(vh, &methods).await;
         for (queue, ready) in QUEUES {
-            let names = [format!("mgmt{i}"), format!("prom{i}"), format!("amqp{i}")];
-            let want = Some(ready as f64);
-            let got = wait_for(
-                &format!("{queue} in {v:?}: every method says {ready}"),
-                SETTLE,
-                || {
-                    let names = &names;
-                    async move {
-                        let text = app.metrics().await;
-                        let got: Vec<_> = names
-                            .iter()
-                            .map(|s| {
-                                sample(
-                                    &text,
-                                    "queue_messages_ready",
-                                    &[("source", s), ("vhost", v), ("queue", queue)],
-                                )
-                            })
-                            .collect();
-                        got.iter().all(|g| *g == want).then_some(got)
-                    }
-                },
-            )
-            .await;
-            assert_eq!(got.len(), 3);
+            let got: Vec<_> = methods
+                .iter()
+                .map(|s| {
+                    scrape.value(
+                        "queue_messages_ready",
+                        &[("source", s), ("vhost", v), ("queue", queue)],
+                    )
+                })
+                .collect();
+            assert_eq!(got, [Some(ready as f64); 3], "{queue} in {v:?}");
         }
-        let text = app.metrics().await;
-        let amqp = format!("amqp{i}");
-        let labels = |q: &'static str| [("source", amqp.as_str()), ("vhost", v), ("queue", q)];
-        // AMQP sees ready messages and consumers, nothing else.
-        assert_eq!(
-            sample(&text, "queue_consumers", &labels("classic")),
-            Some(0.0)
-        );
-        assert_eq!(sample(&text, "queue_depth", &labels("classic")), None);
-        assert_eq!(
-            sample(&text, "queue_messages_unacked", &labels("classic")),
-            None
-        );
-        // The missing queue is counted, not shown, and disturbs nothing.
-        assert_eq!(
-            sample(&text, "queue_messages_ready", &labels("missing")),
-            None
-        );
-        let not_found = sample(
-            &text,
-            "queue_exporter_poll_errors_total",
-            &[("source", amqp.as_str()), ("reason", "not_found")],
-        )
-        .expect("not_found counted");
-        assert!(not_found >= 1.0);
-        assert_eq!(
-            sample(
-                &text,
-                "queue_exporter_source_up",
-                &[("source", amqp.as_str())]
-            ),
-            Some(1.0)
-        );
-        assert_eq!(
-            sample(
-                &text,
-                "queue_exporter_rabbitmq_queues",
-                &[("source", amqp.as_str()), ("vhost", v)]
-            ),
-            Some(4.0)
-        );
         // Depth agrees too where both methods see it.
-        let prom = format!("prom{i}");
-        let mgmt = format!("mgmt{i}");
+        let [mgmt, prom, _] = &methods;
         for (queue, ready) in QUEUES {
             for s in [&prom, &mgmt] {
                 assert_eq!(
-                    sample(
-                        &text,
+                    scrape.value(
                         "queue_depth",
                         &[("source", s.as_str()), ("vhost", v), ("queue", queue)]
                     ),
@@ -156,21 +162,71 @@ async fn three_methods_agree_on_ready_counts_in_odd_vhost_names() {
         }
     }
     // The vhost label is the name exactly as RabbitMQ has it.
-    assert!(
-        value(
-            app,
-            "queue_depth",
-            &[("vhost", a.name.as_str()), ("queue", "classic")]
-        )
-        .await
-        .is_some()
-    );
-    owned.stop().await;
+    assert!(odd.app.scrape().await.has(
+        "queue_depth",
+        &[("vhost", odd.vhosts[0].name.as_str()), ("queue", "classic")]
+    ));
+    odd.stop().await;
 }
 
-/// Builds a source from one YAML source entry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn amqp_sees_ready_messages_and_consumers_and_nothing_else() {
+    let odd = OddVhosts::start("amqp-sees").await;
+    for (i, vh) in odd.vhosts.iter().enumerate() {
+        let v = vh.name.as_str();
+        let amqp = format!("amqp{i}");
+        let scrape = odd.wait_ready(vh, std::slice::from_ref(&amqp)).await;
+        let labels = |q: &'static str| [("source", amqp.as_str()), ("vhost", v), ("queue", q)];
+        assert_eq!(
+            scrape.value("queue_consumers", &labels("classic")),
+            Some(0.0)
+        );
+        assert_eq!(scrape.value("queue_depth", &labels("classic")), None);
+        assert_eq!(
+            scrape.value("queue_messages_unacked", &labels("classic")),
+            None
+        );
+        assert_eq!(
+            scrape.value(
+                "queue_exporter_rabbitmq_queues",
+                &[("source", amqp.as_str()), ("vhost", v)]
+            ),
+            Some(4.0)
+        );
+    }
+    odd.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn amqp_counts_a_missing_queue_without_showing_it_or_going_down() {
+    let odd = OddVhosts::start("amqp-missing").await;
+    for (i, vh) in odd.vhosts.iter().enumerate() {
+        let v = vh.name.as_str();
+        let amqp = format!("amqp{i}");
+        let scrape = odd.wait_ready(vh, std::slice::from_ref(&amqp)).await;
+        assert_eq!(
+            scrape.value(
+                "queue_messages_ready",
+                &[
+                    ("source", amqp.as_str()),
+                    ("vhost", v),
+                    ("queue", "missing")
+                ]
+            ),
+            None
+        );
+        let not_found = scrape
+            .errors(&amqp, "not_found")
+            .expect("not_found counted");
+        assert!(not_found >= 1.0);
+        assert_eq!(scrape.source_up(&amqp), Some(1.0));
+    }
+    odd.stop().await;
+}
+
+/// Builds a source from one YAML source entry (flush left or indented).
 fn rabbit_source(entry: &str) -> RabbitSource {
-    let (config, _dir) = load_config(&format!("sources:\n{entry}"));
+    let (config, _dir) = load_config(&format!("sources:\n{}", indent(entry, 2)));
     match config.sources.into_iter().next() {
         Some(SourceConfig::RabbitMq(c)) => RabbitSource::new(c),
         _ => panic!("not a rabbitmq source"),
@@ -201,29 +257,49 @@ async fn amqp_failures_have_reasons_and_no_secrets() {
     ];
     for (url, reason, secret) in cases {
         let mut source = rabbit_source(&format!(
-            "  - name: r\n    type: rabbitmq\n    method: amqp\n    url: {url}\n    queues: [q]\n    timeout: 2s\n"
+            r#"
+            - name: r
+              type: rabbitmq
+              method: amqp
+              url: {url}
+              queues: [q]
+              timeout: 2s
+            "#
         ));
         let e = source.poll().await.expect_err("poll must fail");
         let text = e.to_string();
-        assert_eq!(e.reason(), reason, "{text}");
+        assert_eq!(e.reason().as_str(), reason, "{text}");
         assert!(!text.contains(secret), "{text}");
         assert!(!format!("{source:?}").contains(secret));
     }
     drop(vh);
 }
 
-#[tokio::test]
-async fn amqp_connection_is_reused_and_survives_a_missing_queue() {
-    let vh = RabbitVhost::create("amqp-reuse").await;
+/// A vhost with queues `a` (empty) and `b` (2 messages), and an AMQP
+/// source `r` asked for those and three queues that do not exist.
+async fn amqp_with_missing_queues(tag: &str) -> (RabbitVhost, lapin::Connection, RabbitSource) {
+    let vh = RabbitVhost::create(tag).await;
     let conn = vh.connect().await;
     let ch = confirm_channel(&conn).await;
     declare_queue(&ch, "a", &[]).await;
     declare_queue(&ch, "b", &[]).await;
     publish(&ch, "b", 2, BasicProperties::default()).await;
-    let mut source = rabbit_source(&format!(
-        "  - name: r\n    type: rabbitmq\n    method: amqp\n    url: {}\n    queues: [nope1, a, nope2, b, nope3]\n",
-        vh.amqp_url()
+    let source = rabbit_source(&format!(
+        r#"
+        - name: r
+          type: rabbitmq
+          method: amqp
+          url: {url}
+          queues: [nope1, a, nope2, b, nope3]
+        "#,
+        url = vh.amqp_url()
     ));
+    (vh, conn, source)
+}
+
+#[tokio::test]
+async fn amqp_reads_the_queues_that_exist_and_counts_each_missing_one() {
+    let (vh, _conn, mut source) = amqp_with_missing_queues("amqp-missing").await;
     for _ in 0..3 {
         let out = source.poll().await.expect("poll");
         let got: Vec<_> = out
@@ -232,9 +308,23 @@ async fn amqp_connection_is_reused_and_survives_a_missing_queue() {
             .map(|q| (q.name.as_str(), q.ready))
             .collect();
         assert_eq!(got, [("a", Some(0)), ("b", Some(2))]);
-        assert_eq!(out.partial_errors, ["not_found"; 3]);
+        assert_eq!(
+            out.partial_errors
+                .iter()
+                .map(|r| r.as_str())
+                .collect::<Vec<_>>(),
+            ["not_found"; 3]
+        );
     }
-    // One connection for all three polls.
+    drop(vh);
+}
+
+#[tokio::test]
+async fn amqp_reuses_one_connection_across_polls_despite_missing_queues() {
+    let (vh, _conn, mut source) = amqp_with_missing_queues("amqp-reuse").await;
+    for _ in 0..3 {
+        source.poll().await.expect("poll");
+    }
     let (_, body) = rabbit_api(
         reqwest::Method::GET,
         "/connections?columns=vhost,client_properties",

@@ -10,7 +10,7 @@ use prometheus_client::metrics::MetricType;
 
 use super::Format;
 use super::labels::{QueueLabels, ReasonLabels, SourceLabels, VhostLabels};
-use crate::snapshot::{POLL_DURATION_BUCKETS, POLL_ERROR_REASONS, QueueSample, Snapshot};
+use crate::snapshot::{POLL_DURATION_BUCKETS, QueueSample, Reason, Snapshot};
 
 /// Name of the age gauge histogram family.
 pub const AGE_HISTOGRAM: &str = "queue_message_age_seconds";
@@ -353,23 +353,13 @@ impl SnapshotCollector {
             "queue_exporter_poll_errors",
             "Failed polls (and per-queue failures) by reason",
             self.snapshots.iter().flat_map(|s| {
-                // Every known reason at 0 until it happens, then any other
-                // reason a source counted.
-                let known = POLL_ERROR_REASONS.iter().map(move |reason| {
-                    let n = s.telemetry.errors.get(*reason).copied().unwrap_or(0);
-                    (reason.to_string(), n)
-                });
-                let other = s
-                    .telemetry
-                    .errors
-                    .iter()
-                    .filter(|(reason, _)| !POLL_ERROR_REASONS.contains(&reason.as_str()))
-                    .map(|(reason, n)| (reason.clone(), *n));
-                known.chain(other).map(move |(reason, n)| {
+                // Every reason, at 0 until it happens.
+                Reason::ALL.into_iter().map(move |reason| {
+                    let n = s.polls.errors.get(&reason).copied().unwrap_or(0);
                     (
                         ReasonLabels {
                             source: s.source.to_string(),
-                            reason,
+                            reason: reason.as_str().to_string(),
                         },
                         n,
                     )
@@ -397,7 +387,7 @@ impl SnapshotCollector {
         let polled: Vec<_> = self
             .snapshots
             .iter()
-            .filter(|s| s.telemetry.duration_count > 0)
+            .filter(|s| s.polls.duration_count > 0)
             .collect();
         if !polled.is_empty() {
             let mut family = enc.encode_descriptor(
@@ -407,7 +397,7 @@ impl SnapshotCollector {
                 MetricType::Histogram,
             )?;
             for s in polled {
-                let t = &s.telemetry;
+                let t = &s.polls;
                 let mut prev = 0;
                 let mut buckets: Vec<(f64, u64)> = POLL_DURATION_BUCKETS
                     .iter()

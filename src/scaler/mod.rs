@@ -17,7 +17,6 @@ pub mod query;
 pub mod service;
 pub mod tls;
 
-use std::net::SocketAddr;
 use std::pin::pin;
 use std::sync::Arc;
 use std::time::Duration;
@@ -68,13 +67,8 @@ const FORCE_CLOSE_AFTER: Duration = Duration::from_secs(3);
 #[derive(Debug, thiserror::Error)]
 pub enum ScalerError {
     /// The address could not be bound.
-    #[error("cannot listen on {addr}: {source}")]
-    Bind {
-        /// The address.
-        addr: SocketAddr,
-        /// The OS error.
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    Bind(#[from] crate::listen::BindError),
     /// A TLS file (certificate, key or client CA) could not be read.
     #[error("scaler.tls.{field}: cannot read {}: {source}", .path.display())]
     TlsFile {
@@ -94,17 +88,6 @@ pub enum ScalerError {
     /// The server failed while running.
     #[error("gRPC server: {0}")]
     Serve(#[source] tonic::transport::Error),
-}
-
-/// Binds the gRPC listener (port 0 picks a free one).
-pub async fn bind(addr: SocketAddr) -> Result<(tokio::net::TcpListener, SocketAddr), ScalerError> {
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .map_err(|source| ScalerError::Bind { addr, source })?;
-    let local = listener
-        .local_addr()
-        .map_err(|source| ScalerError::Bind { addr, source })?;
-    Ok((listener, local))
 }
 
 /// Serves the external scaler, grpc.health.v1 and reflection until shutdown.

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use crate::hub::SnapshotPublisher;
 use crate::shutdown::Shutdown;
-use crate::snapshot::{CounterPoint, QueueSample, QueueScope, Snapshot, SourceStats};
+use crate::snapshot::{CounterPoint, QueueSample, QueueScope, Reason, Snapshot, SourceStats};
 
 /// What a successful poll produced.
 #[derive(Debug, Clone, Default)]
@@ -20,9 +20,9 @@ pub struct PollOutput {
     pub queues: Vec<QueueSample>,
     /// Source-wide facts.
     pub stats: SourceStats,
-    /// Per-queue problems that did not fail the poll (reason → count), such
-    /// as a RabbitMQ queue that is gone (`not_found`).
-    pub partial_errors: Vec<&'static str>,
+    /// One reason per queue whose problem did not fail the poll, such as a
+    /// RabbitMQ queue that is gone ([`Reason::NotFound`]).
+    pub partial_errors: Vec<Reason>,
 }
 
 /// Why a poll failed. Each variant maps to a `reason` label of
@@ -79,23 +79,19 @@ pub enum SourceError {
 }
 
 impl SourceError {
-    /// Every `reason` label [`SourceError::reason`] can give (kept in the
-    /// snapshot model, where readers find it).
-    pub const REASONS: [&'static str; 10] = crate::snapshot::POLL_ERROR_REASONS;
-
     /// The `reason` label for this error.
-    pub fn reason(&self) -> &'static str {
+    pub fn reason(&self) -> Reason {
         match self {
-            SourceError::Connect { .. } => "connect",
-            SourceError::Auth { .. } => "auth",
-            SourceError::Timeout(_) => "timeout",
-            SourceError::Backend(_) => "backend",
-            SourceError::Malformed(_) => "malformed",
-            SourceError::HttpStatus { status, .. } if *status >= 500 => "http_5xx",
-            SourceError::HttpStatus { .. } => "http_4xx",
-            SourceError::TooLarge { .. } => "too_large",
-            SourceError::NotFound(_) => "not_found",
-            SourceError::Config(_) => "config",
+            SourceError::Connect { .. } => Reason::Connect,
+            SourceError::Auth { .. } => Reason::Auth,
+            SourceError::Timeout(_) => Reason::Timeout,
+            SourceError::Backend(_) => Reason::Backend,
+            SourceError::Malformed(_) => Reason::Malformed,
+            SourceError::HttpStatus { status, .. } if *status >= 500 => Reason::Http5xx,
+            SourceError::HttpStatus { .. } => Reason::Http4xx,
+            SourceError::TooLarge { .. } => Reason::TooLarge,
+            SourceError::NotFound(_) => Reason::NotFound,
+            SourceError::Config(_) => Reason::Config,
         }
     }
 }
@@ -167,8 +163,8 @@ pub async fn poll_once<S: Source>(
         Err(_) => Err(SourceError::Timeout(source.poll_timeout())),
     };
     let elapsed = started.elapsed().as_secs_f64();
-    let mut telemetry = (*prev.telemetry).clone();
-    telemetry.observe(elapsed);
+    let mut polls = (*prev.polls).clone();
+    polls.observe(elapsed);
     let mut next = Snapshot {
         generation: prev.generation + 1,
         polled: true,
@@ -177,7 +173,7 @@ pub async fn poll_once<S: Source>(
     let ok = match result {
         Ok(out) => {
             for reason in &out.partial_errors {
-                telemetry.count_error(reason);
+                polls.count_error(*reason);
             }
             let now = SystemTime::now();
             if !prev.up {
@@ -193,17 +189,17 @@ pub async fn poll_once<S: Source>(
             true
         }
         Err(e) => {
-            telemetry.count_error(e.reason());
+            polls.count_error(e.reason());
             if prev.up || !prev.polled {
-                tracing::warn!(source = %prev.source, reason = e.reason(), error = %e, "poll failed; source is down");
+                tracing::warn!(source = %prev.source, reason = %e.reason(), error = %e, "poll failed; source is down");
             } else {
-                tracing::debug!(source = %prev.source, reason = e.reason(), error = %e, "poll failed again");
+                tracing::debug!(source = %prev.source, reason = %e.reason(), error = %e, "poll failed again");
             }
             next.up = false;
             false
         }
     };
-    next.telemetry = Arc::new(telemetry);
+    next.polls = Arc::new(polls);
     (next, ok)
 }
 

@@ -5,6 +5,7 @@
 //! channel that saw an error is replaced and the other queues are not
 //! disturbed. The reply carries ready messages and consumers only.
 
+use crate::snapshot::Reason;
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -48,7 +49,7 @@ impl std::fmt::Debug for Amqp {
 
 /// What a passive declare said about one queue.
 #[derive(Debug, Clone, Copy)]
-enum Outcome {
+enum DeclareOutcome {
     /// The queue exists.
     Found {
         /// Ready messages (not unacked).
@@ -98,7 +99,7 @@ impl Amqp {
         };
         let results = join_all((0..workers).map(|_| ctx.run())).await;
 
-        let mut outcomes: Vec<Option<Outcome>> = vec![None; names.len()];
+        let mut outcomes: Vec<Option<DeclareOutcome>> = vec![None; names.len()];
         for r in results {
             for (i, o) in r? {
                 outcomes[i] = Some(o);
@@ -108,7 +109,7 @@ impl Amqp {
         let mut unseen = HashSet::new();
         for (name, outcome) in names.iter().zip(outcomes) {
             match outcome {
-                Some(Outcome::Found { ready, consumers }) => {
+                Some(DeclareOutcome::Found { ready, consumers }) => {
                     let mut q = QueueSample::named(*name);
                     q.vhost = Some(vhost.clone());
                     // A passive declare reports ready messages only: depth
@@ -117,19 +118,19 @@ impl Amqp {
                     q.consumers = Some(u64::from(consumers));
                     out.queues.push(q);
                 }
-                Some(Outcome::Missing) => {
+                Some(DeclareOutcome::Missing) => {
                     if !self.unseen.contains(*name) {
                         tracing::warn!(source = %config.name, queue = %name, vhost = %vhost, "queue not found; counted as not_found while it is missing");
                     }
                     unseen.insert(name.to_string());
-                    out.partial_errors.push("not_found");
+                    out.partial_errors.push(Reason::NotFound);
                 }
-                Some(Outcome::Refused) => {
+                Some(DeclareOutcome::Refused) => {
                     if !self.unseen.contains(*name) {
                         tracing::warn!(source = %config.name, queue = %name, vhost = %vhost, "access to queue refused; counted as auth");
                     }
                     unseen.insert(name.to_string());
-                    out.partial_errors.push("auth");
+                    out.partial_errors.push(Reason::Auth);
                 }
                 None => {}
             }
@@ -184,7 +185,7 @@ impl Amqp {
                         .with_max_delay(Duration::from_secs(1))
                         .with_max_times(3)
                 });
-            crate::tls::install_crypto_provider();
+            crate::crypto::install_crypto_provider();
             let connect = Connection::connect_uri_with_config(uri, props, tls, runtime);
             let conn = match tokio::time::timeout(config.timeout, connect).await {
                 Ok(Ok(c)) => c,
@@ -219,7 +220,7 @@ struct Worker<'a> {
 
 impl Worker<'_> {
     /// Takes queues from the shared list until it is empty.
-    async fn run(&self) -> Result<Vec<(usize, Outcome)>, SourceError> {
+    async fn run(&self) -> Result<Vec<(usize, DeclareOutcome)>, SourceError> {
         let mut channel: Option<Channel> = None;
         let mut done = Vec::new();
         let result = loop {
@@ -246,7 +247,7 @@ impl Worker<'_> {
                 Err(_) => break Err(SourceError::Timeout(self.timeout)),
                 Ok(Ok(q)) => done.push((
                     i,
-                    Outcome::Found {
+                    DeclareOutcome::Found {
                         ready: q.message_count(),
                         consumers: q.consumer_count(),
                     },
@@ -255,11 +256,11 @@ impl Worker<'_> {
                     // The server closed this channel; the next queue gets a new one.
                     Some(404) => {
                         channel = None;
-                        done.push((i, Outcome::Missing));
+                        done.push((i, DeclareOutcome::Missing));
                     }
                     Some(403) => {
                         channel = None;
-                        done.push((i, Outcome::Refused));
+                        done.push((i, DeclareOutcome::Refused));
                     }
                     _ => break Err(map_error(&e, self.target, self.secret)),
                 },

@@ -61,23 +61,9 @@ pub fn resolve(config: &RabbitSourceConfig) -> Result<Option<Credentials>, Sourc
 
 /// Percent-decodes URL user info (`%40` → `@`); invalid UTF-8 is kept lossily.
 fn decode(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let hex = |i: usize| bytes.get(i).and_then(|b| (*b as char).to_digit(16));
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while let Some(&b) = bytes.get(i) {
-        if b == b'%'
-            && let (Some(hi), Some(lo)) = (hex(i + 1), hex(i + 2))
-        {
-            // Two hex digits make a value below 256.
-            out.push((hi * 16 + lo) as u8);
-            i += 3;
-        } else {
-            out.push(b);
-            i += 1;
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    percent_encoding::percent_decode_str(s)
+        .decode_utf8_lossy()
+        .into_owned()
 }
 
 #[cfg(test)]
@@ -85,7 +71,7 @@ mod tests {
     use super::*;
 
     fn config(url: &str) -> RabbitSourceConfig {
-        let yaml = format!("name: r\ntype: rabbitmq\nurl: {url}\n");
+        let yaml = format!("name: r\nurl: {url}\n");
         let v: serde_json::Value = serde_norway::from_str(&yaml).unwrap();
         serde_json::from_value(v).unwrap()
     }
@@ -115,7 +101,10 @@ mod tests {
             ("admin", "from-file")
         );
         c.password_file = Some(dir.path().join("missing"));
-        assert_eq!(resolve(&c).unwrap_err().reason(), "config");
+        assert_eq!(
+            resolve(&c).unwrap_err().reason(),
+            crate::snapshot::Reason::Config
+        );
     }
 
     #[test]

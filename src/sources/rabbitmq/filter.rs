@@ -4,7 +4,7 @@
 
 use std::collections::HashSet;
 
-use crate::config::RabbitSourceConfig;
+use crate::config::{NameRegex, RabbitSourceConfig};
 use crate::snapshot::{NameQuery, QueueScope, Reach};
 
 /// The compiled queue filter of one source.
@@ -21,15 +21,13 @@ pub struct QueueFilter {
 }
 
 impl QueueFilter {
-    /// Compiles the filter. The regexes were compiled once during config
-    /// validation, so compiling them again cannot fail; a failure would only
-    /// drop that regex.
+    /// The filter of a source's configuration (its regexes are compiled at load).
     pub fn new(config: &RabbitSourceConfig) -> Self {
-        let compile = |re: &Option<String>| re.as_deref().and_then(|r| regex::Regex::new(r).ok());
+        let regex = |re: &Option<NameRegex>| re.as_ref().map(|r| r.regex().clone());
         QueueFilter {
             vhosts: config.vhosts.iter().cloned().collect(),
-            include: compile(&config.include),
-            exclude: compile(&config.exclude),
+            include: regex(&config.include),
+            exclude: regex(&config.exclude),
             names: config.queues.iter().cloned().collect(),
         }
     }
@@ -82,7 +80,7 @@ mod tests {
     use super::*;
 
     fn config(extra: &str) -> RabbitSourceConfig {
-        let yaml = format!("name: r\ntype: rabbitmq\n{extra}");
+        let yaml = format!("name: r\n{extra}");
         let v: serde_json::Value = serde_norway::from_str(&yaml).unwrap();
         serde_json::from_value(v).unwrap()
     }

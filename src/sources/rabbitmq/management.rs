@@ -4,6 +4,7 @@
 //! (`disable_stats=true&enable_queue_totals=true`), which skips the stats
 //! database: depth, ready and unacked only.
 
+use crate::snapshot::Reason;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::SystemTime;
@@ -11,9 +12,9 @@ use std::time::SystemTime;
 use futures_util::future::join_all;
 use serde::{Deserialize, Deserializer};
 
+use super::client::{self, FetchError, HttpClient};
 use super::credentials::{self, Credentials};
 use super::filter::QueueFilter;
-use super::http::{self, FetchError, HttpClient};
 use super::sample::{self, HeadTimestamp};
 use crate::config::{RabbitSourceConfig, RabbitStats};
 use crate::snapshot::{Counters, QueueSample};
@@ -51,16 +52,9 @@ impl Management {
         config: &RabbitSourceConfig,
         filter: &QueueFilter,
     ) -> Result<PollOutput, SourceError> {
-        let client = match &self.client {
-            Some(c) => c.clone(),
-            None => {
-                let c = HttpClient::new(config)?;
-                self.client = Some(c.clone());
-                c
-            }
-        };
+        let client = HttpClient::lazily(&mut self.client, config)?;
         let creds = credentials::resolve(config)?;
-        let base = http::base_url(&config.url)?;
+        let base = client::base_url(&config.url)?;
         let listings: Vec<Option<&str>> = if config.vhosts.is_empty() {
             vec![None]
         } else {
@@ -117,7 +111,7 @@ impl Management {
                 Err(ListError::VhostNotFound(v)) => {
                     tracing::debug!(source = %config.name, vhost = %v, "vhost not found");
                     missing += 1;
-                    out.partial_errors.push("not_found");
+                    out.partial_errors.push(Reason::NotFound);
                 }
                 Err(ListError::Source(e)) => {
                     first_error.get_or_insert(e);
@@ -200,7 +194,7 @@ impl Request<'_> {
             let listing = parse_listing(&body).map_err(|e| {
                 ListError::Source(SourceError::Malformed(format!(
                     "{}: {e}",
-                    http::display_url(&url)
+                    client::display_url(&url)
                 )))
             })?;
             match listing {
@@ -212,7 +206,7 @@ impl Request<'_> {
                         return Err(ListError::Source(SourceError::Malformed(format!(
                             "page_count {} from {}",
                             p.page_count,
-                            http::display_url(&url)
+                            client::display_url(&url)
                         ))));
                     }
                     if page >= p.page_count {
@@ -232,8 +226,8 @@ impl Request<'_> {
         server_filter: Option<&str>,
     ) -> reqwest::Url {
         let mut url = match vhost {
-            Some(v) => http::join(self.base, &["api", "queues", v]),
-            None => http::join(self.base, &["api", "queues"]),
+            Some(v) => client::join(self.base, &["api", "queues", v]),
+            None => client::join(self.base, &["api", "queues"]),
         };
         {
             let mut q = url.query_pairs_mut();

@@ -10,9 +10,9 @@
 //! Only GETs and passive declares are ever sent: the source never writes.
 
 mod amqp;
+mod client;
 mod credentials;
 mod filter;
-mod http;
 mod management;
 mod prometheus;
 mod sample;
@@ -80,17 +80,17 @@ impl RabbitSource {
 /// a success within about a second. Used only with no config file, to decide
 /// whether the default RabbitMQ source is live.
 pub async fn probe_default(config: &RabbitSourceConfig) -> bool {
-    let Ok(client) = http::HttpClient::with_bounds(config, Duration::from_secs(1), 1024 * 1024)
+    let Ok(client) = client::HttpClient::with_bounds(config, Duration::from_secs(1), 1024 * 1024)
     else {
         return false;
     };
     let Ok(creds) = credentials::resolve(config) else {
         return false;
     };
-    let Ok(base) = http::base_url(&config.url) else {
+    let Ok(base) = client::base_url(&config.url) else {
         return false;
     };
-    let url = http::join(&base, &["api", "overview"]);
+    let url = client::join(&base, &["api", "overview"]);
     client.get(&url, creds.as_ref()).await.is_ok()
 }
 

@@ -8,14 +8,15 @@
 //! invalid; when the whole text does not parse, it is parsed line by line and
 //! the invalid lines are skipped and counted (`reason="malformed"`).
 
+use crate::snapshot::Reason;
 use std::collections::HashMap;
 use std::time::SystemTime;
 
 use futures_util::future::join_all;
 
+use super::client::{self, HttpClient};
 use super::credentials::{self, Credentials};
 use super::filter::QueueFilter;
-use super::http::{self, HttpClient};
 use super::sample::{self, HeadTimestamp};
 use crate::config::{RabbitSourceConfig, RabbitStats};
 use crate::snapshot::QueueSample;
@@ -50,14 +51,7 @@ impl Prometheus {
         config: &RabbitSourceConfig,
         filter: &QueueFilter,
     ) -> Result<PollOutput, SourceError> {
-        let client = match &self.client {
-            Some(c) => c.clone(),
-            None => {
-                let c = HttpClient::new(config)?;
-                self.client = Some(c.clone());
-                c
-            }
-        };
+        let client = HttpClient::lazily(&mut self.client, config)?;
         let creds = credentials::resolve(config)?;
         let nodes: Vec<&str> = if config.urls.is_empty() {
             vec![config.url.as_str()]
@@ -81,7 +75,7 @@ impl Prometheus {
                     lines = node.skipped_lines,
                     "skipped invalid lines (queue names with quotes or backslashes?)"
                 );
-                out.partial_errors.push("malformed");
+                out.partial_errors.push(Reason::Malformed);
             }
             for (key, q) in node.queues {
                 if !filter.keeps(&key.0, &key.1) {
@@ -106,14 +100,14 @@ impl Prometheus {
 /// `{node}/metrics/detailed?family=…&vhost=…`. A node URL that already ends
 /// in `/metrics` or `/metrics/detailed` is accepted too.
 fn endpoint(node: &str, config: &RabbitSourceConfig) -> Result<reqwest::Url, SourceError> {
-    let base = http::base_url(node)?;
+    let base = client::base_url(node)?;
     let path = base.path().trim_end_matches('/').to_string();
     let mut url = if path.ends_with("/metrics/detailed") {
         base
     } else if path.ends_with("/metrics") {
-        http::join(&base, &["detailed"])
+        client::join(&base, &["detailed"])
     } else {
-        http::join(&base, &["metrics", "detailed"])
+        client::join(&base, &["metrics", "detailed"])
     };
     {
         let mut q = url.query_pairs_mut();
@@ -151,10 +145,10 @@ async fn scrape(
         .await
         .map_err(|e| e.into_source_error(url))?;
     let text = std::str::from_utf8(&body).map_err(|_| {
-        SourceError::Malformed(format!("{}: not UTF-8 text", http::display_url(url)))
+        SourceError::Malformed(format!("{}: not UTF-8 text", client::display_url(url)))
     })?;
     parse(text, now)
-        .map_err(|why| SourceError::Malformed(format!("{}: {why}", http::display_url(url))))
+        .map_err(|why| SourceError::Malformed(format!("{}: {why}", client::display_url(url))))
 }
 
 /// One parsed sample: metric name, labels, value.
@@ -438,9 +432,7 @@ rabbitmq_identity_info{rabbitmq_node="rabbit@localhost"} 1
     #[test]
     fn endpoints() {
         let c = |url: &str| {
-            let yaml = format!(
-                "name: r\ntype: rabbitmq\nmethod: prometheus\nurl: {url}\nvhosts: [\"/\"]\n"
-            );
+            let yaml = format!("name: r\nmethod: prometheus\nurl: {url}\nvhosts: [\"/\"]\n");
             let v: serde_json::Value = serde_norway::from_str(&yaml).unwrap();
             let cfg: RabbitSourceConfig = serde_json::from_value(v).unwrap();
             endpoint(&cfg.url, &cfg).unwrap().to_string()

@@ -5,17 +5,9 @@ use crate::config::{AgeSpec, TimeUnit};
 /// The item's timestamp in unix seconds, or `None` if it cannot be read.
 pub fn item_timestamp(item: &[u8], spec: &AgeSpec) -> Option<f64> {
     match &spec.field {
-        Some(path) => {
+        Some(field) => {
             let json: serde_json::Value = serde_json::from_slice(item).ok()?;
-            let mut v = &json;
-            for part in path.split('.') {
-                v = match v {
-                    serde_json::Value::Object(m) => m.get(part)?,
-                    serde_json::Value::Array(a) => a.get(part.parse::<usize>().ok()?)?,
-                    _ => return None,
-                };
-            }
-            match v {
+            match json.pointer(field.pointer())? {
                 serde_json::Value::Number(n) => number_to_seconds(n.as_f64()?, spec.unit),
                 serde_json::Value::String(s) => text_to_seconds(s, spec.unit),
                 _ => None,
@@ -68,7 +60,7 @@ mod tests {
     fn spec(field: Option<&str>, unit: TimeUnit) -> AgeSpec {
         AgeSpec {
             end: ListEnd::Head,
-            field: field.map(str::to_string),
+            field: field.map(|f| crate::config::JsonField::new(f).unwrap()),
             unit,
         }
     }

@@ -9,61 +9,12 @@ use std::collections::BTreeMap;
 
 use redis::aio::ConnectionManager;
 
+use super::commands::{scan, type_of};
 use super::glob;
+use super::histogram::HistogramState;
 use super::keyname::display_key;
-use super::poll::pipelined;
-use super::reply;
+use super::tracked::{KeyState, TrackedKey, carry_over_all};
 use crate::config::{KeyType, RedisSourceConfig};
-use crate::snapshot::AgeHistogram;
-
-/// What a tracked key is, as last learned.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum KeyState {
-    /// A queue type we can measure.
-    Typed(KeyType),
-    /// The key does not exist (exact keys only; reported as depth 0).
-    Missing,
-    /// The key exists with a type we cannot measure (e.g. `string`).
-    Unsupported(String),
-}
-
-/// One key being polled.
-#[derive(Debug, Clone)]
-pub struct TrackedKey {
-    /// The raw key.
-    pub key: Vec<u8>,
-    /// The `queue` label value.
-    pub name: String,
-    /// Labels from the spec's named captures.
-    pub labels: Vec<(String, String)>,
-    /// Index of the `queues` entry that claimed this key.
-    pub spec: usize,
-    /// The key's type as last learned.
-    pub state: KeyState,
-    /// True for configured exact keys (kept and reported while missing).
-    pub exact: bool,
-    /// `(oldest age, when)` from the last poll, in seconds: lets the next
-    /// poll skip age-bucket ZCOUNTs whose answer is implied (checked after).
-    pub oldest_age_hint: Option<(f64, f64)>,
-    /// The last measured age histogram (timestamp zsets), served between
-    /// measurements; see `age_histogram_interval`.
-    pub histogram: Option<AgeHistogram>,
-    /// Unix seconds at which the histogram is measured again.
-    pub histogram_next_at: f64,
-}
-
-impl TrackedKey {
-    /// Keeps what polls learned about `old`, the same key before this
-    /// discovery round, so rediscovery neither forgets the age hint nor makes
-    /// every histogram due at once.
-    pub fn carry_over(&mut self, old: &TrackedKey) {
-        if old.key == self.key && old.spec == self.spec && old.state == self.state {
-            self.oldest_age_hint = old.oldest_age_hint;
-            self.histogram = old.histogram.clone();
-            self.histogram_next_at = old.histogram_next_at;
-        }
-    }
-}
 
 /// The outcome of one discovery round.
 #[derive(Debug)]
@@ -80,13 +31,12 @@ pub struct Discovered {
 pub async fn discover(
     conn: &mut ConnectionManager,
     config: &RedisSourceConfig,
-    label_regexes: &[Option<regex::Regex>],
 ) -> redis::RedisResult<Discovered> {
     // key → (spec index, exact, type if already known)
     let mut found: BTreeMap<Vec<u8>, (usize, bool, Option<KeyType>)> = BTreeMap::new();
     let mut exact_order: Vec<Vec<u8>> = Vec::new();
     for (i, spec) in config.queues.iter().enumerate() {
-        if let Some(key) = &spec.key {
+        if let Some(key) = spec.key() {
             let k = key.as_bytes().to_vec();
             if let std::collections::btree_map::Entry::Vacant(slot) = found.entry(k.clone()) {
                 slot.insert((i, true, None));
@@ -100,7 +50,7 @@ pub async fn discover(
         .queues
         .iter()
         .enumerate()
-        .filter_map(|(i, spec)| Some((i, spec, spec.pattern.as_deref()?)))
+        .filter_map(|(i, spec)| Some((i, spec, spec.pattern()?)))
         .flat_map(|(i, spec, pattern)| match &spec.types {
             Some(types) => types
                 .iter()
@@ -185,7 +135,8 @@ pub async fn discover(
             }
         }
         let name = display_key(&key);
-        let labels = capture_labels(label_regexes.get(spec).and_then(Option::as_ref), &name);
+        let regex = config.queues[spec].labels.as_ref().map(|l| l.regex());
+        let labels = capture_labels(regex, &name);
         let tk = TrackedKey {
             key,
             name,
@@ -193,9 +144,7 @@ pub async fn discover(
             spec,
             state,
             exact: is_exact,
-            oldest_age_hint: None,
-            histogram: None,
-            histogram_next_at: 0.0,
+            histogram: HistogramState::default(),
         };
         if is_exact {
             exact.push(tk);
@@ -246,57 +195,44 @@ pub fn capture_labels(re: Option<&regex::Regex>, name: &str) -> Vec<(String, Str
     labels
 }
 
-/// Full SCAN over the keyspace with MATCH (and TYPE), COUNT-bounded.
-async fn scan(
+/// Runs a discovery round and makes it the tracked set: what polls learned
+/// about keys still tracked is carried over, and changes are logged (the
+/// `max_keys` and collision warnings once per change, not every round).
+pub async fn rediscover(
     conn: &mut ConnectionManager,
-    pattern: &[u8],
-    key_type: Option<KeyType>,
-    count: u32,
-) -> redis::RedisResult<Vec<Vec<u8>>> {
-    let mut cursor: u64 = 0;
-    let mut keys = Vec::new();
-    loop {
-        let mut cmd = redis::cmd("SCAN");
-        cmd.arg(cursor)
-            .arg("MATCH")
-            .arg(pattern)
-            .arg("COUNT")
-            .arg(count);
-        if let Some(t) = key_type {
-            cmd.arg("TYPE").arg(t.as_str());
-        }
-        let (next, batch): (u64, Vec<Vec<u8>>) = cmd.query_async(conn).await?;
-        keys.extend(batch);
-        if next == 0 {
-            break;
-        }
-        cursor = next;
+    config: &RedisSourceConfig,
+    tracked: &mut Vec<TrackedKey>,
+    dropped: &mut u64,
+) -> redis::RedisResult<()> {
+    let mut found = discover(conn, config).await?;
+    if found.tracked.len() != tracked.len() || found.dropped != *dropped {
+        tracing::debug!(
+            source = %config.name,
+            tracked = found.tracked.len(),
+            dropped = found.dropped,
+            "discovery finished"
+        );
     }
-    Ok(keys)
-}
-
-/// TYPE for each key, pipelined.
-pub async fn type_of(
-    conn: &mut ConnectionManager,
-    keys: &[Vec<u8>],
-) -> redis::RedisResult<Vec<KeyState>> {
-    let cmds: Vec<redis::Cmd> = keys
-        .iter()
-        .map(|k| {
-            let mut c = redis::cmd("TYPE");
-            c.arg(k.as_slice());
-            c
-        })
-        .collect();
-    let replies = pipelined(conn, cmds).await?;
-    Ok(replies
-        .iter()
-        .map(|v| match reply::as_str(v) {
-            Some("none") | None => KeyState::Missing,
-            Some(t) => match KeyType::from_redis(t) {
-                Some(kt) => KeyState::Typed(kt),
-                None => KeyState::Unsupported(t.to_string()),
-            },
-        })
-        .collect())
+    if found.dropped > 0 && found.dropped != *dropped {
+        let over_max = found.dropped - found.collisions;
+        if over_max > 0 {
+            tracing::warn!(
+                source = %config.name,
+                dropped = over_max,
+                max_keys = config.max_keys,
+                "more queue keys than max_keys; the excess is not tracked"
+            );
+        }
+        if found.collisions > 0 {
+            tracing::warn!(
+                source = %config.name,
+                dropped = found.collisions,
+                "keys whose queue label renders the same as another key's (not UTF-8); only the first is tracked"
+            );
+        }
+    }
+    carry_over_all(tracked, &mut found.tracked);
+    *tracked = found.tracked;
+    *dropped = found.dropped;
+    Ok(())
 }

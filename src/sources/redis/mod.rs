@@ -4,37 +4,33 @@
 //! works under the ACL `-@all +@read +@connection`.
 
 mod age;
+mod commands;
 mod discovery;
 pub mod glob;
+mod histogram;
 pub mod keyname;
 mod poll;
 mod reply;
 mod scope;
+mod tracked;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use redis::IntoConnectionInfo;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
-use crate::config::{Redacted, RedisSourceConfig, read_secret_file};
+use crate::config::{RedisSourceConfig, read_secret_file};
 use crate::snapshot::QueueScope;
 use crate::sources::{PollOutput, Source, SourceError};
 
-pub use discovery::TrackedKey;
+pub use commands::PIPELINE_CHUNK;
 pub use scope::RedisScope;
-
-/// Commands per pipelined round trip.
-pub const PIPELINE_CHUNK: usize = 1000;
-/// Pipelined round trips in flight at once on the multiplexed connection.
-const PIPELINES_IN_FLIGHT: usize = 4;
+pub use tracked::TrackedKey;
 
 /// A Redis server being watched.
 pub struct RedisSource {
     /// The source's configuration.
     config: RedisSourceConfig,
-    /// Compiled label regexes, one per `queues` entry.
-    label_regexes: Vec<Option<regex::Regex>>,
     /// The connection, created lazily and reconnecting on its own.
     conn: Option<ConnectionManager>,
     /// Keys being polled, learned at discovery.
@@ -49,7 +45,7 @@ impl std::fmt::Debug for RedisSource {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedisSource")
             .field("name", &self.config.name)
-            .field("url", &Redacted(&self.config.url).to_string())
+            .field("url", &self.config.url)
             .field("tracked", &self.tracked.len())
             .finish()
     }
@@ -58,15 +54,8 @@ impl std::fmt::Debug for RedisSource {
 impl RedisSource {
     /// Builds the source; no connection is made until the first poll.
     pub fn new(config: RedisSourceConfig) -> Self {
-        let label_regexes = config
-            .queues
-            .iter()
-            // Regexes were compiled once during config validation, so this cannot fail.
-            .map(|q| q.labels.as_deref().and_then(|r| regex::Regex::new(r).ok()))
-            .collect();
         RedisSource {
             config,
-            label_regexes,
             conn: None,
             tracked: Vec::new(),
             dropped: 0,
@@ -85,7 +74,7 @@ impl RedisSource {
     }
 
     fn target(&self) -> String {
-        Redacted(&self.config.url).to_string()
+        self.config.url.redacted()
     }
 
     fn connection(&mut self) -> Result<ConnectionManager, SourceError> {
@@ -93,12 +82,7 @@ impl RedisSource {
             return Ok(c.clone());
         }
         let target = self.target();
-        let mut info = self
-            .config
-            .url
-            .as_str()
-            .into_connection_info()
-            .map_err(|e| SourceError::Config(format!("invalid url {target}: {:?}", e.kind())))?;
+        let mut info = self.config.url.info().clone();
         if let Some(path) = &self.config.password_file {
             let password = read_secret_file(path).map_err(|e| {
                 SourceError::Config(format!("cannot read password_file {}: {e}", path.display()))
@@ -128,11 +112,16 @@ impl RedisSource {
     }
 }
 
+/// Whether a Redis error code means our credentials or permissions were
+/// refused: the one place these codes are classified.
+pub(crate) fn is_auth_error_code(code: &str) -> bool {
+    matches!(code, "NOAUTH" | "WRONGPASS" | "NOPERM")
+}
+
 /// Maps a client error to a [`SourceError`] whose reason label fits.
 /// `timeout` is the per-command response timeout, for the message.
 pub fn map_redis_error(e: redis::RedisError, target: &str, timeout: Duration) -> SourceError {
-    let code = e.code().unwrap_or_default().to_string();
-    if matches!(code.as_str(), "NOAUTH" | "WRONGPASS" | "NOPERM")
+    if e.code().is_some_and(is_auth_error_code)
         || e.kind() == redis::ErrorKind::AuthenticationFailed
     {
         return SourceError::Auth {
@@ -159,45 +148,14 @@ impl Source for RedisSource {
             .last_discovery
             .is_none_or(|t| t.elapsed() >= self.config.discovery_interval);
         if due {
-            let found = discovery::discover(&mut conn, &self.config, &self.label_regexes)
-                .await
-                .map_err(|e| self.map_error(e))?;
-            if found.tracked.len() != self.tracked.len() || found.dropped != self.dropped {
-                tracing::debug!(
-                    source = %self.config.name,
-                    tracked = found.tracked.len(),
-                    dropped = found.dropped,
-                    "discovery finished"
-                );
-            }
-            if found.dropped > 0 && found.dropped != self.dropped {
-                let over_max = found.dropped - found.collisions;
-                if over_max > 0 {
-                    tracing::warn!(
-                        source = %self.config.name,
-                        dropped = over_max,
-                        max_keys = self.config.max_keys,
-                        "more queue keys than max_keys; the excess is not tracked"
-                    );
-                }
-                if found.collisions > 0 {
-                    tracing::warn!(
-                        source = %self.config.name,
-                        dropped = found.collisions,
-                        "keys whose queue label renders the same as another key's (not UTF-8); only the first is tracked"
-                    );
-                }
-            }
-            let previous: std::collections::HashMap<&[u8], &TrackedKey> =
-                self.tracked.iter().map(|k| (k.key.as_slice(), k)).collect();
-            let mut tracked = found.tracked;
-            for k in &mut tracked {
-                if let Some(old) = previous.get(k.key.as_slice()) {
-                    k.carry_over(old);
-                }
-            }
-            self.tracked = tracked;
-            self.dropped = found.dropped;
+            discovery::rediscover(
+                &mut conn,
+                &self.config,
+                &mut self.tracked,
+                &mut self.dropped,
+            )
+            .await
+            .map_err(|e| self.map_error(e))?;
             self.last_discovery = Some(Instant::now());
         }
         let now = SystemTime::now();

@@ -7,17 +7,17 @@
 
 use std::time::SystemTime;
 
-use futures_util::{StreamExt, TryStreamExt};
 use redis::Value;
 use redis::aio::ConnectionManager;
 
 use super::age::item_timestamp;
-use super::discovery::{KeyState, TrackedKey, type_of};
+use super::commands::{cmd, pipelined, type_of};
+use super::histogram::{self, HistogramPlan, Remeasure};
 use super::keyname::display_key;
 use super::reply;
-use super::{PIPELINE_CHUNK, PIPELINES_IN_FLIGHT};
-use crate::config::{KeyType, ListEnd, QueueSpec, RedisSourceConfig, ScoreMode, ScoreUnit};
-use crate::snapshot::{AgeHistogram, Counters, GroupSample, QueueKind, QueueSample};
+use super::tracked::{KeyState, TrackedKey};
+use crate::config::{KeyType, ListEnd, QueueSpec, RedisSourceConfig, ScoreMode};
+use crate::snapshot::{Counters, GroupSample, QueueKind, QueueSample, Reason};
 
 /// The samples of one poll.
 #[derive(Debug, Default)]
@@ -26,39 +26,8 @@ pub struct Polled {
     pub queues: Vec<QueueSample>,
     /// Peeked items whose timestamp could not be read in this poll.
     pub age_parse_failures: u64,
-    /// One `reason` per key whose commands Redis refused (see [`key_error`]).
-    pub key_errors: Vec<&'static str>,
-}
-
-/// Sends `cmds` in pipelined chunks (several in flight) and returns one reply
-/// per command, in order. Error replies come back as `Value::ServerError`.
-pub async fn pipelined(
-    conn: &ConnectionManager,
-    cmds: Vec<redis::Cmd>,
-) -> redis::RedisResult<Vec<Value>> {
-    let mut chunks: Vec<redis::Pipeline> = Vec::new();
-    let mut current = redis::Pipeline::with_capacity(PIPELINE_CHUNK);
-    for c in cmds {
-        if current.len() == PIPELINE_CHUNK {
-            chunks.push(std::mem::replace(
-                &mut current,
-                redis::Pipeline::with_capacity(PIPELINE_CHUNK),
-            ));
-        }
-        current.add_command(c);
-    }
-    if !current.is_empty() {
-        chunks.push(current);
-    }
-    let replies: Vec<Vec<Value>> = futures_util::stream::iter(chunks)
-        .map(|mut p| {
-            let mut conn = conn.clone();
-            async move { p.ignore_errors().query_async::<Vec<Value>>(&mut conn).await }
-        })
-        .buffered(PIPELINES_IN_FLIGHT)
-        .try_collect()
-        .await?;
-    Ok(replies.into_iter().flatten().collect())
+    /// One reason per key whose commands Redis refused (see [`key_error`]).
+    pub key_errors: Vec<Reason>,
 }
 
 /// Polls every tracked key, re-typing keys whose type changed.
@@ -72,7 +41,6 @@ pub async fn poll_keys(
         .duration_since(SystemTime::UNIX_EPOCH)
         .map(|d| d.as_secs_f64())
         .unwrap_or(0.0);
-    let histogram_interval = config.age_histogram_interval.as_secs_f64();
     let mut polled = Polled::default();
     let mut samples: Vec<Option<QueueSample>> = vec![None; tracked.len()];
     let mut pending: Vec<usize> = (0..tracked.len()).collect();
@@ -109,37 +77,31 @@ pub async fn poll_keys(
                 now_secs,
                 &config.age_buckets,
             ) {
-                Outcome::Sample(s, age_failed) => {
+                KeyOutcome::Sample(s, age_failed) => {
                     polled.age_parse_failures += u64::from(age_failed);
-                    key.oldest_age_hint = s.oldest_age_seconds.map(|a| (a, now_secs));
-                    if plan.measure_histogram && s.age_histogram.is_some() {
-                        // A key's first measurement schedules the next one at
-                        // a point in the interval picked by its name's hash,
-                        // so later polls each measure an even share of keys.
-                        let share = if key.histogram_next_at == 0.0 {
-                            phase(&key.key)
-                        } else {
-                            1.0
-                        };
-                        key.histogram_next_at = now_secs + histogram_interval * share;
-                    }
-                    key.histogram = s.age_histogram.clone();
+                    key.histogram.record(
+                        &key.key,
+                        plan.histogram,
+                        s.oldest_age_seconds,
+                        s.age_histogram.clone(),
+                        config.age_histogram_interval,
+                        now_secs,
+                    );
                     samples[i] = Some(*s);
                 }
-                Outcome::Retype if round == 0 => retype.push(i),
-                Outcome::Remeasure if round == 0 => {
-                    key.oldest_age_hint = None;
+                KeyOutcome::Retype if round == 0 => retype.push(i),
+                KeyOutcome::Remeasure if round == 0 => {
+                    key.histogram.forget_hint();
                     remeasure.push(i);
                 }
-                Outcome::Retype | Outcome::Remeasure => {
+                KeyOutcome::Retype | KeyOutcome::Remeasure => {
                     // Changed under us twice within one poll: report what we know.
                     samples[i] = Some(identity(key, None));
                 }
-                Outcome::Failed(reason) => {
-                    tracing::debug!(key = %key.name, reason, "Redis refused a command for this key");
+                KeyOutcome::Failed(reason) => {
+                    tracing::debug!(key = %key.name, %reason, "Redis refused a command for this key");
                     polled.key_errors.push(reason);
-                    key.oldest_age_hint = None;
-                    key.histogram = None;
+                    key.histogram.forget_values();
                     // Unknown: no values at all, never a made-up empty queue.
                     samples[i] = Some(identity(key, None));
                 }
@@ -153,8 +115,7 @@ pub async fn poll_keys(
         for (&i, state) in retype.iter().zip(states) {
             if tracked[i].state != state {
                 tracing::debug!(key = %tracked[i].name, from = ?tracked[i].state, to = ?state, "key changed type");
-                tracked[i].histogram = None;
-                tracked[i].histogram_next_at = 0.0;
+                tracked[i].histogram.reset();
             }
             tracked[i].state = state;
         }
@@ -170,23 +131,15 @@ pub async fn poll_keys(
 }
 
 /// How many commands one key sent, and how to read their replies.
+#[derive(Debug, Clone, Copy, Default)]
 struct Plan {
     /// Number of commands (and replies) for this key.
     len: usize,
-    /// How many leading `age_buckets` were asked with ZCOUNT (timestamp
-    /// zsets); the rest are implied by the oldest item's age.
-    queried_buckets: usize,
-    /// Whether this poll measures the key's age histogram (it is due), or
-    /// serves the last measurement.
-    measure_histogram: bool,
+    /// What the age histogram asked (timestamp zsets).
+    histogram: HistogramPlan,
 }
 
-fn cmd(name: &str, key: &[u8]) -> redis::Cmd {
-    let mut c = redis::cmd(name);
-    c.arg(key);
-    c
-}
-
+/// Appends the commands that measure `key` to `out`.
 fn plan(
     key: &TrackedKey,
     spec: &QueueSpec,
@@ -195,8 +148,7 @@ fn plan(
     out: &mut Vec<redis::Cmd>,
 ) -> Plan {
     let k = key.key.as_slice();
-    let mut queried_buckets = 0;
-    let mut measure_histogram = false;
+    let mut histogram = HistogramPlan::default();
     let cmds = match &key.state {
         KeyState::Missing | KeyState::Unsupported(_) => vec![cmd("TYPE", k)],
         KeyState::Typed(KeyType::List) => {
@@ -212,7 +164,7 @@ fn plan(
             v
         }
         KeyState::Typed(KeyType::Zset) if spec.score == ScoreMode::Timestamp => {
-            let now = score_arg(spec.score_unit, now_secs);
+            let now = histogram::score_arg(spec.score_unit, now_secs);
             let mut v = vec![cmd("ZCARD", k)];
             let mut due = cmd("ZCOUNT", k);
             due.arg("-inf").arg(&now);
@@ -220,32 +172,9 @@ fn plan(
             let mut oldest = cmd("ZRANGE", k);
             oldest.arg(0).arg(0).arg("WITHSCORES");
             v.push(oldest);
-            measure_histogram = !config.age_buckets.is_empty()
-                && (key.histogram.is_none() || now_secs >= key.histogram_next_at);
-            if measure_histogram {
-                // Every waiting item is at most as old as the oldest one, so
-                // buckets at or above its (predicted) age equal the due count
-                // and need no ZCOUNT. `read` checks the prediction.
-                let predicted = key
-                    .oldest_age_hint
-                    .map(|(age, at)| age + (now_secs - at).max(0.0));
-                for b in &config.age_buckets {
-                    let secs = b.as_secs_f64();
-                    if predicted.is_some_and(|p| secs >= p) {
-                        break;
-                    }
-                    // Items older than the bound (score < now - b); the bucket
-                    // is `due` minus these. Redis scans a small (listpack) zset
-                    // from its oldest item up to the range's end, so counting
-                    // the old side reads only the items older than `b`, where
-                    // ZCOUNT (now-b) now would read every due item.
-                    let mut c = cmd("ZCOUNT", k);
-                    c.arg("-inf")
-                        .arg(format!("({}", score_arg(spec.score_unit, now_secs - secs)));
-                    v.push(c);
-                    queried_buckets += 1;
-                }
-            }
+            histogram =
+                key.histogram
+                    .plan(k, spec.score_unit, &config.age_buckets, now_secs, &mut v);
             v
         }
         KeyState::Typed(KeyType::Zset) => vec![cmd("ZCARD", k)],
@@ -261,33 +190,20 @@ fn plan(
     };
     let len = cmds.len();
     out.extend(cmds);
-    Plan {
-        len,
-        queried_buckets,
-        measure_histogram,
-    }
-}
-
-/// A score bound with millisecond precision. Redis parses bounds with
-/// `strtod`, whose slow exact path for 17-digit floats dominated the
-/// server's time in benchmarks; short decimals avoid it.
-fn score_arg(unit: ScoreUnit, unix_seconds: f64) -> String {
-    match unit {
-        ScoreUnit::Seconds => format!("{unix_seconds:.3}"),
-        ScoreUnit::Milliseconds => format!("{:.0}", unix_seconds * 1000.0),
-    }
+    Plan { len, histogram }
 }
 
 /// How one key's replies were read.
-enum Outcome {
+#[derive(Debug, PartialEq)]
+enum KeyOutcome {
     /// A sample, and whether an age could not be parsed.
     Sample(Box<QueueSample>, bool),
     /// The key's type is not what we thought; learn it and try again.
     Retype,
     /// Skipped age buckets turned out to matter; measure again in full.
     Remeasure,
-    /// Redis answered an error for this key; the `reason` label to count.
-    Failed(&'static str),
+    /// Redis answered an error for this key; the reason to count.
+    Failed(Reason),
 }
 
 /// The `reason` for an error reply to a per-key command, or `None` when the
@@ -297,15 +213,15 @@ enum Outcome {
 /// `LOADING` while Redis restarts, means the value is unknown. Before this,
 /// such keys read as depth 0 (a TYPE error looked like `none`), which would
 /// tell an autoscaler that the queue is empty.
-fn key_error(v: &Value) -> Option<&'static str> {
+fn key_error(v: &Value) -> Option<Reason> {
     let Value::ServerError(e) = v else {
         return None;
     };
     match e.code() {
         "WRONGTYPE" => None,
         _ if e.details().is_some_and(|d| d.contains("no such key")) => None,
-        "NOPERM" | "NOAUTH" | "WRONGPASS" => Some("auth"),
-        _ => Some("backend"),
+        code if super::is_auth_error_code(code) => Some(Reason::Auth),
+        _ => Some(Reason::Backend),
     }
 }
 
@@ -319,6 +235,7 @@ fn identity(key: &TrackedKey, kind: Option<QueueKind>) -> QueueSample {
     }
 }
 
+/// One key's sample from its replies: pure, no I/O.
 fn read(
     key: &TrackedKey,
     spec: &QueueSpec,
@@ -326,12 +243,12 @@ fn read(
     r: &[Value],
     now_secs: f64,
     age_buckets: &[std::time::Duration],
-) -> Outcome {
+) -> KeyOutcome {
     if r.iter().any(reply::is_wrongtype) {
-        return Outcome::Retype;
+        return KeyOutcome::Retype;
     }
     if let Some(reason) = r.iter().find_map(key_error) {
-        return Outcome::Failed(reason);
+        return KeyOutcome::Failed(reason);
     }
     // A missing key (or one that was deleted) makes some commands answer
     // "no such key"; for streams that is an error, for the rest an empty value.
@@ -349,7 +266,7 @@ fn read(
                 _ => true,
             };
             if changed {
-                return Outcome::Retype;
+                return KeyOutcome::Retype;
             }
             match &key.state {
                 KeyState::Missing => missing(key, spec, age_buckets),
@@ -393,46 +310,15 @@ fn read(
                 }
                 _ => None,
             };
-            s.age_histogram = match (due, s.oldest_age_seconds) {
-                _ if age_buckets.is_empty() => None,
-                // Every due item is younger than the smallest bound (or there
-                // are none): each bucket holds them all, known without a query.
-                (Some(due), Some(oldest)) if due == 0 || oldest <= age_buckets[0].as_secs_f64() => {
-                    Some(uniform_histogram(age_buckets, due))
-                }
-                (Some(due), _) if plan.measure_histogram => {
-                    let older: Option<Vec<u64>> = r
-                        .get(3..3 + plan.queried_buckets)
-                        .and_then(|c| c.iter().map(reply::as_u64).collect());
-                    let Some(mut older) = older else {
-                        return Outcome::Sample(Box::new(s), age_failed);
-                    };
-                    if older.len() < age_buckets.len() {
-                        let first_skipped = age_buckets[older.len()].as_secs_f64();
-                        match s.oldest_age_seconds {
-                            Some(oldest) if oldest <= first_skipped => {
-                                older.resize(age_buckets.len(), 0);
-                            }
-                            _ => return Outcome::Remeasure,
-                        }
-                    }
-                    Some(AgeHistogram {
-                        buckets: age_buckets
-                            .iter()
-                            .map(|b| b.as_secs_f64())
-                            .zip(older.iter().map(|o| due.saturating_sub(*o)))
-                            // ZCOUNTs run one after another; keep the series monotonic.
-                            .scan(0u64, |floor, (b, c)| {
-                                *floor = (*floor).max(c);
-                                Some((b, *floor))
-                            })
-                            .collect(),
-                        count: due,
-                    })
-                }
-                // Not due for measurement: the last one, as measured.
-                (Some(_), _) => key.histogram.clone(),
-                (None, _) => None,
+            s.age_histogram = match key.histogram.read(
+                plan.histogram,
+                r.get(3..).unwrap_or_default(),
+                due,
+                s.oldest_age_seconds,
+                age_buckets,
+            ) {
+                Ok(h) => h,
+                Err(Remeasure) => return KeyOutcome::Remeasure,
             };
             s
         }
@@ -467,7 +353,7 @@ fn read(
     if s.kind.is_none() {
         s.kind = Some(QueueKind::Missing);
     }
-    Outcome::Sample(Box::new(s), age_failed)
+    KeyOutcome::Sample(Box::new(s), age_failed)
 }
 
 /// A configured key that does not exist: empty, which is true.
@@ -480,29 +366,13 @@ fn missing(key: &TrackedKey, spec: &QueueSpec, age_buckets: &[std::time::Duratio
         // Empty buckets, as a tracked zset that was emptied (and so deleted
         // by Redis) reports: the series must not vanish while the queue is empty.
         if !age_buckets.is_empty() {
-            s.age_histogram = Some(uniform_histogram(age_buckets, 0));
+            s.age_histogram = Some(histogram::uniform(age_buckets, 0));
         }
     }
     if spec.age.is_some() || spec.score == ScoreMode::Timestamp {
         s.oldest_age_seconds = Some(0.0);
     }
     s
-}
-
-/// A fraction in (0, 1], spread evenly over keys and stable for a key.
-fn phase(key: &[u8]) -> f64 {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    key.hash(&mut h);
-    (h.finish() % 1024 + 1) as f64 / 1024.0
-}
-
-/// A histogram whose every bucket holds all `due` items.
-fn uniform_histogram(age_buckets: &[std::time::Duration], due: u64) -> AgeHistogram {
-    AgeHistogram {
-        buckets: age_buckets.iter().map(|b| (b.as_secs_f64(), due)).collect(),
-        count: due,
-    }
 }
 
 fn read_stream(s: &mut QueueSample, r: &[Value]) {

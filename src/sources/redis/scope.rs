@@ -27,11 +27,15 @@ impl RedisScope {
     /// The scope of a source's configuration.
     pub fn new(config: &RedisSourceConfig) -> Self {
         RedisScope {
-            keys: config.queues.iter().filter_map(|q| q.key.clone()).collect(),
+            keys: config
+                .queues
+                .iter()
+                .filter_map(|q| q.key().map(str::to_string))
+                .collect(),
             patterns: config
                 .queues
                 .iter()
-                .filter_map(|q| q.pattern.as_ref().map(|p| p.as_bytes().to_vec()))
+                .filter_map(|q| q.pattern().map(|p| p.as_bytes().to_vec()))
                 .collect(),
         }
     }

@@ -1,4 +1,4 @@
-//! Process-wide TLS setup shared by every TLS user (Redis `rediss://`,
+//! The process-wide rustls crypto provider, shared by every TLS user (Redis `rediss://`,
 //! RabbitMQ HTTPS and `amqps://`, the gRPC listener).
 
 /// Chooses rustls' process-wide crypto provider. Several dependencies enable

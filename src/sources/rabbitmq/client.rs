@@ -49,6 +49,20 @@ impl FetchError {
 }
 
 impl HttpClient {
+    /// The client kept in `slot`, built on first use (so a bad `ca_file` is
+    /// reported by a poll, not at start-up) and reused by later polls.
+    pub fn lazily(
+        slot: &mut Option<HttpClient>,
+        config: &RabbitSourceConfig,
+    ) -> Result<HttpClient, SourceError> {
+        if let Some(c) = slot {
+            return Ok(c.clone());
+        }
+        let c = HttpClient::new(config)?;
+        *slot = Some(c.clone());
+        Ok(c)
+    }
+
     /// Builds the client; reads `tls.ca_file` if set.
     pub fn new(config: &RabbitSourceConfig) -> Result<Self, SourceError> {
         Self::with_bounds(config, config.timeout, config.max_response_bytes)
@@ -60,7 +74,7 @@ impl HttpClient {
         timeout: Duration,
         max_bytes: u64,
     ) -> Result<Self, SourceError> {
-        crate::tls::install_crypto_provider();
+        crate::crypto::install_crypto_provider();
         let mut builder = reqwest::Client::builder()
             .connect_timeout(timeout)
             .timeout(timeout)

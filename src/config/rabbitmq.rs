@@ -1,0 +1,244 @@
+//! The `type: rabbitmq` source's configuration: method, URLs, credentials,
+//! and the queue filters (`include`/`exclude` compiled once, here).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer};
+
+use super::duration::de_duration;
+
+/// How the RabbitMQ source reads queue stats.
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum RabbitMethod {
+    /// The management HTTP API, paged.
+    #[default]
+    Management,
+    /// The `rabbitmq_prometheus` plugin's detailed endpoint on every node.
+    Prometheus,
+    /// Passive `queue.declare` over AMQP.
+    Amqp,
+}
+
+/// How much the RabbitMQ source asks for per queue (methods `management`
+/// and `prometheus`; `amqp` always sees ready messages and consumers only).
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum RabbitStats {
+    /// Everything the contract has: depth, ready, unacked, consumers,
+    /// utilisation, oldest message age and the message counters.
+    #[default]
+    Full,
+    /// Only depth, ready and unacked (plus type and state from the management
+    /// API): `disable_stats=true&enable_queue_totals=true`, or only the
+    /// `queue_coarse_metrics` family. Several times cheaper at thousands of queues.
+    Totals,
+}
+
+/// TLS options for outgoing HTTPS/AMQPS connections.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClientTlsConfig {
+    /// Extra CA bundle (PEM).
+    #[serde(default)]
+    pub ca_file: Option<PathBuf>,
+    /// Accept any server certificate. For tests only.
+    #[serde(default)]
+    pub insecure_skip_verify: bool,
+}
+
+/// A RabbitMQ source.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RabbitSourceConfig {
+    /// The `source` label.
+    pub name: String,
+    /// Which API to read.
+    #[serde(default)]
+    pub method: RabbitMethod,
+    /// Management base URL, Prometheus plugin base URL, or AMQP URL.
+    #[serde(default = "default_url")]
+    pub url: String,
+    /// Every node's Prometheus plugin base URL (method `prometheus`).
+    #[serde(default)]
+    pub urls: Vec<String>,
+    /// User name, unless in the URL.
+    #[serde(default)]
+    pub username: Option<String>,
+    /// Password, unless in the URL or `password_file`.
+    #[serde(default)]
+    pub password: Option<String>,
+    /// File holding the password. Trailing newline ignored.
+    #[serde(default)]
+    pub password_file: Option<PathBuf>,
+    /// Vhosts to read; empty means all.
+    #[serde(default)]
+    pub vhosts: Vec<String>,
+    /// Regex a queue name must match.
+    #[serde(default)]
+    pub include: Option<NameRegex>,
+    /// Regex a queue name must not match.
+    #[serde(default)]
+    pub exclude: Option<NameRegex>,
+    /// Exact queue names (required for `amqp`).
+    #[serde(default)]
+    pub queues: Vec<String>,
+    /// Time between polls.
+    #[serde(default = "default_poll_interval", deserialize_with = "de_duration")]
+    pub poll_interval: Duration,
+    /// Per HTTP request / AMQP operation.
+    #[serde(default = "default_timeout", deserialize_with = "de_duration")]
+    pub timeout: Duration,
+    /// Largest response body accepted, in bytes.
+    #[serde(default = "default_max_response_bytes")]
+    pub max_response_bytes: u64,
+    /// How much to ask for per queue: `full` (default) or `totals`.
+    #[serde(default)]
+    pub stats: RabbitStats,
+    /// TLS for https:// and amqps://.
+    #[serde(default)]
+    pub tls: ClientTlsConfig,
+}
+
+impl RabbitSourceConfig {
+    /// Checks what depends on several fields (the URL scheme on `method`, ...).
+    pub(super) fn validate(&self, at: &dyn Fn(&str) -> String) -> Result<(), (String, String)> {
+        let c = self;
+        let schemes: &[&str] = match c.method {
+            RabbitMethod::Amqp => &["amqp://", "amqps://"],
+            _ => &["http://", "https://"],
+        };
+        if !schemes.iter().any(|s| c.url.starts_with(s)) {
+            return Err((
+                at("url"),
+                format!(
+                    "must start with {} for method {:?}",
+                    schemes.join(" or "),
+                    c.method
+                )
+                .to_lowercase(),
+            ));
+        }
+        // Never echo a URL here: it may carry a password.
+        let url_ok = match c.method {
+            RabbitMethod::Amqp => c.url.parse::<lapin::uri::AMQPUri>().is_ok(),
+            _ => reqwest::Url::parse(&c.url).is_ok_and(|u| u.has_host()),
+        };
+        if !url_ok {
+            return Err((at("url"), "is not a valid URL".into()));
+        }
+        for (j, u) in c.urls.iter().enumerate() {
+            if !(u.starts_with("http://") || u.starts_with("https://")) {
+                return Err((
+                    at(&format!("urls[{j}]")),
+                    "must start with http:// or https://".into(),
+                ));
+            }
+            if !reqwest::Url::parse(u).is_ok_and(|u| u.has_host()) {
+                return Err((at(&format!("urls[{j}]")), "is not a valid URL".into()));
+            }
+        }
+        if !c.urls.is_empty() && c.method != RabbitMethod::Prometheus {
+            return Err((
+                at("urls"),
+                "is only used by method prometheus (one URL per cluster node)".into(),
+            ));
+        }
+        if c.method == RabbitMethod::Amqp && c.queues.is_empty() {
+            return Err((
+                at("queues"),
+                "method amqp needs the queue names to check".into(),
+            ));
+        }
+        if c.method == RabbitMethod::Amqp && !c.vhosts.is_empty() {
+            return Err((
+            at("vhosts"),
+            "method amqp reads one vhost, from the url path (amqp://host:5672/vhost, %2F for /)"
+                .into(),
+        ));
+        }
+        if c.method == RabbitMethod::Amqp && c.tls.insecure_skip_verify {
+            return Err((
+                at("tls.insecure_skip_verify"),
+                "is not supported for amqps://; give the server's CA in tls.ca_file".into(),
+            ));
+        }
+        if c.max_response_bytes == 0 {
+            return Err((at("max_response_bytes"), "must be greater than 0".into()));
+        }
+        if c.timeout.is_zero() {
+            return Err((at("timeout"), "must be greater than 0".into()));
+        }
+        if c.password.is_some() && c.password_file.is_some() {
+            return Err((
+                at("password_file"),
+                "set password or password_file, not both".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl RabbitSourceConfig {
+    /// A source named `name` with every default: the one place the defaults
+    /// live, shared by YAML (serde defaults) and the no-config path.
+    pub fn named(name: &str) -> Self {
+        RabbitSourceConfig {
+            name: name.into(),
+            method: RabbitMethod::default(),
+            url: default_url(),
+            urls: Vec::new(),
+            username: None,
+            password: None,
+            password_file: None,
+            vhosts: Vec::new(),
+            include: None,
+            exclude: None,
+            queues: Vec::new(),
+            poll_interval: default_poll_interval(),
+            timeout: default_timeout(),
+            max_response_bytes: default_max_response_bytes(),
+            stats: RabbitStats::default(),
+            tls: ClientTlsConfig::default(),
+        }
+    }
+}
+
+/// The default management API of a local broker.
+pub fn default_url() -> String {
+    "http://127.0.0.1:15672".into()
+}
+fn default_poll_interval() -> Duration {
+    Duration::from_secs(5)
+}
+fn default_timeout() -> Duration {
+    Duration::from_secs(3)
+}
+fn default_max_response_bytes() -> u64 {
+    64 * 1024 * 1024
+}
+
+/// An `include`/`exclude` regex over queue names, compiled at load.
+#[derive(Debug, Clone)]
+pub struct NameRegex(regex::Regex);
+
+impl NameRegex {
+    /// Compiles a regex; the error is one line.
+    pub fn new(re: &str) -> Result<Self, String> {
+        regex::Regex::new(re)
+            .map(NameRegex)
+            .map_err(|e| super::one_line(&e.to_string()))
+    }
+
+    /// The compiled regex.
+    pub fn regex(&self) -> &regex::Regex {
+        &self.0
+    }
+}
+
+impl<'de> Deserialize<'de> for NameRegex {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        NameRegex::new(&String::deserialize(d)?).map_err(serde::de::Error::custom)
+    }
+}

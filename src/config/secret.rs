@@ -1,0 +1,32 @@
+//! Secrets in the config: files read at use time, and URLs redacted for
+//! logs and errors, so a password never reaches a log line or a label.
+
+use std::fmt;
+use std::path::Path;
+
+/// Reads a secret file, dropping one trailing newline (and `\r`).
+pub fn read_secret_file(path: &Path) -> std::io::Result<String> {
+    let mut s = std::fs::read_to_string(path)?;
+    if s.ends_with('\n') {
+        s.pop();
+        if s.ends_with('\r') {
+            s.pop();
+        }
+    }
+    Ok(s)
+}
+
+/// Hides the password (and user info) of a URL for logs and errors.
+pub struct Redacted<'a>(pub &'a str);
+
+impl fmt::Display for Redacted<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = self.0;
+        match (s.find("://"), s.rfind('@')) {
+            (Some(scheme_end), Some(at)) if at > scheme_end => {
+                write!(f, "{}://***@{}", &s[..scheme_end], &s[at + 1..])
+            }
+            _ => f.write_str(s),
+        }
+    }
+}
