@@ -162,9 +162,9 @@ pub struct SourceStats {
     pub age_parse_failures: u64,
 }
 
-/// The kind of a queue as the backend reports it; the `type` label of `queue_info`.
+/// The type of a queue as the backend reports it; the `type` label of `queue_info`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum QueueKind {
+pub enum QueueType {
     /// A Redis list.
     List,
     /// A Redis sorted set.
@@ -182,17 +182,17 @@ pub enum QueueKind {
     Other(String),
 }
 
-impl QueueKind {
+impl QueueType {
     /// The label value used in `queue_info{type}`.
     pub fn as_str(&self) -> &str {
         match self {
-            QueueKind::List => "list",
-            QueueKind::Zset => "zset",
-            QueueKind::Hash => "hash",
-            QueueKind::Set => "set",
-            QueueKind::Stream => "stream",
-            QueueKind::Missing => "none",
-            QueueKind::Other(t) => t,
+            QueueType::List => "list",
+            QueueType::Zset => "zset",
+            QueueType::Hash => "hash",
+            QueueType::Set => "set",
+            QueueType::Stream => "stream",
+            QueueType::Missing => "none",
+            QueueType::Other(t) => t,
         }
     }
 }
@@ -207,8 +207,9 @@ pub struct QueueSample {
     pub vhost: Option<String>,
     /// Extra labels from the pattern's named captures, sorted by name.
     pub labels: Vec<(String, String)>,
-    /// The backend's type for this queue; `None` only before discovery.
-    pub kind: Option<QueueKind>,
+    /// The backend's type for this queue (the `type` label of `queue_info`);
+    /// `None` only before discovery.
+    pub queue_type: Option<QueueType>,
     /// Backend-specific state (RabbitMQ `running`, `idle`, ...).
     pub state: Option<String>,
     /// Total items held (LLEN, ZCARD, HLEN, SCARD, XLEN, `messages`).

@@ -394,7 +394,7 @@ fn typed<T: DeserializeOwned>(
 
 fn parse_source(i: usize, v: serde_json::Value) -> Result<SourceConfig, (String, String)> {
     let at = format!("sources[{i}]");
-    let kind = match v.get("type") {
+    let source_type = match v.get("type") {
         Some(serde_json::Value::String(s)) => s.clone(),
         Some(other) => {
             return Err((
@@ -414,7 +414,7 @@ fn parse_source(i: usize, v: serde_json::Value) -> Result<SourceConfig, (String,
     if let Some(fields) = v.as_object_mut() {
         fields.remove("type");
     }
-    match kind.as_str() {
+    match source_type.as_str() {
         "redis" => typed(v, &at).map(SourceConfig::Redis),
         "rabbitmq" => typed(v, &at).map(SourceConfig::RabbitMq),
         other => Err((

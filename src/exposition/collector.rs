@@ -192,10 +192,10 @@ impl SnapshotCollector {
             "Always 1; the type label gives the queue's type (and state where the backend has one)",
             MetricType::Gauge,
             self.queues().filter_map(|(s, q)| {
-                let kind = q.kind.as_ref()?;
+                let queue_type = q.queue_type.as_ref()?;
                 Some((
                     QueueLabels {
-                        info: Some((kind.as_str(), q.state.as_deref())),
+                        info: Some((queue_type.as_str(), q.state.as_deref())),
                         ..QueueLabels::of(s, q)
                     },
                     1u64,

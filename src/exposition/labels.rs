@@ -71,8 +71,8 @@ impl EncodeLabelSet for QueueLabels<'_> {
         if let Some(group) = self.group {
             ("group", group).encode(encoder.encode_label())?;
         }
-        if let Some((kind, state)) = self.info {
-            ("type", kind).encode(encoder.encode_label())?;
+        if let Some((queue_type, state)) = self.info {
+            ("type", queue_type).encode(encoder.encode_label())?;
             if let Some(state) = state {
                 ("state", state).encode(encoder.encode_label())?;
             }

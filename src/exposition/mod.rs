@@ -223,8 +223,8 @@ pub fn finish(om: &str, format: Format) -> String {
                     continue;
                 }
                 if let Some(rest) = line.strip_prefix("# TYPE ") {
-                    let (name, kind) = rest.rsplit_once(' ').unwrap_or((rest, "untyped"));
-                    let (name, kind) = match kind {
+                    let (name, metric_type) = rest.rsplit_once(' ').unwrap_or((rest, "untyped"));
+                    let (name, metric_type) = match metric_type {
                         "counter" => (format!("{name}_total"), "counter"),
                         "unknown" => (name.to_string(), "untyped"),
                         "info" => (format!("{name}_info"), "gauge"),
@@ -234,7 +234,7 @@ pub fn finish(om: &str, format: Format) -> String {
                         let text = help.split_once(' ').map(|(_, t)| t).unwrap_or("");
                         let _ = writeln!(out, "# HELP {name} {text}");
                     }
-                    let _ = writeln!(out, "# TYPE {name} {kind}");
+                    let _ = writeln!(out, "# TYPE {name} {metric_type}");
                     continue;
                 }
                 out.push_str(line);

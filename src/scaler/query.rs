@@ -10,7 +10,7 @@ use std::time::{Duration, SystemTime};
 
 use crate::config::ScalerConfig;
 use crate::scaler::metadata::{Mode, Operation, ScalerQuery};
-use crate::snapshot::{NameQuery, QueueKind, QueueSample, Reach, Snapshot};
+use crate::snapshot::{NameQuery, QueueSample, QueueType, Reach, Snapshot};
 
 /// The answer to a query.
 #[derive(Debug, Clone, PartialEq)]
@@ -111,7 +111,7 @@ pub fn evaluate(
 
     let mut values = Vec::with_capacity(queues.len());
     for q in queues {
-        let value = if q.kind == Some(QueueKind::Missing) {
+        let value = if q.queue_type == Some(QueueType::Missing) {
             empty_value(query, snapshot)?
         } else {
             queue_value(query, snapshot, q)?
@@ -314,8 +314,8 @@ fn queue_value(query: &ScalerQuery, s: &Snapshot, q: &QueueSample) -> Result<f64
 /// The lag of the query's consumer group on stream `q`.
 fn group_lag(query: &ScalerQuery, s: &Snapshot, q: &QueueSample) -> Result<f64, QueryError> {
     if q.groups.is_empty() {
-        let what = match &q.kind {
-            Some(QueueKind::Stream) => "a stream without consumer groups".to_string(),
+        let what = match &q.queue_type {
+            Some(QueueType::Stream) => "a stream without consumer groups".to_string(),
             Some(k) => format!("a {}, not a stream with consumer groups", k.as_str()),
             None => "of unknown type".to_string(),
         };
@@ -378,7 +378,7 @@ mod tests {
         QueueSample {
             depth: Some(depth),
             ready: Some(depth),
-            kind: Some(QueueKind::List),
+            queue_type: Some(QueueType::List),
             ..QueueSample::named(name)
         }
     }
@@ -631,7 +631,7 @@ mod tests {
     fn rates_and_lag() {
         let now = SystemTime::now();
         let mut stream = QueueSample {
-            kind: Some(QueueKind::Stream),
+            queue_type: Some(QueueType::Stream),
             depth: Some(10),
             groups: vec![
                 GroupSample {

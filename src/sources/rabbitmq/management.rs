@@ -291,7 +291,7 @@ struct ApiQueue {
     vhost: String,
     /// `classic`, `quorum` or `stream`.
     #[serde(default, rename = "type", deserialize_with = "lenient_string")]
-    kind: Option<String>,
+    queue_type: Option<String>,
     /// `running`, `idle`, `flow`, `down`, `minority`...
     #[serde(default, deserialize_with = "lenient_string")]
     state: Option<String>,
@@ -352,7 +352,7 @@ impl ApiQueue {
         };
         QueueSample {
             oldest_age_seconds: sample::oldest_age(head, self.messages_ready, now),
-            kind: self.kind.as_deref().map(sample::queue_kind),
+            queue_type: self.queue_type.as_deref().map(sample::queue_type),
             state: self.state,
             depth: self.messages,
             ready: self.messages_ready,
@@ -447,7 +447,7 @@ mod tests {
         assert_eq!(q[1].depth, None);
         assert_eq!(q[1].ready, None);
         assert!(q[1].counters.is_empty());
-        assert_eq!(q[1].kind.as_ref().map(|k| k.as_str()), Some("quorum"));
+        assert_eq!(q[1].queue_type.as_ref().map(|k| k.as_str()), Some("quorum"));
         // Empty classic queue: age 0.
         assert_eq!(q[2].oldest_age_seconds, Some(0.0));
     }

@@ -4,13 +4,13 @@
 use std::collections::BTreeMap;
 use std::time::SystemTime;
 
-use crate::snapshot::{QueueKind, QueueSample, SourceStats};
+use crate::snapshot::{QueueSample, QueueType, SourceStats};
 
 /// The `type` label for a RabbitMQ queue type (`classic`, `quorum`, `stream`).
-pub fn queue_kind(t: &str) -> QueueKind {
+pub fn queue_type(t: &str) -> QueueType {
     match t {
-        "stream" => QueueKind::Stream,
-        other => QueueKind::Other(other.to_string()),
+        "stream" => QueueType::Stream,
+        other => QueueType::Other(other.to_string()),
     }
 }
 
@@ -101,7 +101,7 @@ mod tests {
         assert_eq!(s.tracked_keys, 2);
         assert_eq!(s.queues_per_vhost.get("v1"), Some(&2));
         assert_eq!(s.queues_per_vhost.get("v2"), Some(&0));
-        assert_eq!(queue_kind("stream"), QueueKind::Stream);
-        assert_eq!(queue_kind("quorum").as_str(), "quorum");
+        assert_eq!(queue_type("stream"), QueueType::Stream);
+        assert_eq!(queue_type("quorum").as_str(), "quorum");
     }
 }

@@ -17,7 +17,7 @@ use super::keyname::display_key;
 use super::reply;
 use super::tracked::{KeyState, TrackedKey};
 use crate::config::{KeyType, ListEnd, QueueSpec, RedisSourceConfig, ScoreMode};
-use crate::snapshot::{Counters, GroupSample, QueueKind, QueueSample, Reason};
+use crate::snapshot::{Counters, GroupSample, QueueSample, QueueType, Reason};
 
 /// The samples of one poll.
 #[derive(Debug, Default)]
@@ -226,11 +226,11 @@ fn key_error(v: &Value) -> Option<Reason> {
 }
 
 /// A sample with only the identity and type filled in.
-fn identity(key: &TrackedKey, kind: Option<QueueKind>) -> QueueSample {
+fn identity(key: &TrackedKey, queue_type: Option<QueueType>) -> QueueSample {
     QueueSample {
         name: key.name.clone(),
         labels: key.labels.clone(),
-        kind,
+        queue_type,
         ..QueueSample::default()
     }
 }
@@ -270,12 +270,12 @@ fn read(
             }
             match &key.state {
                 KeyState::Missing => missing(key, spec, age_buckets),
-                KeyState::Unsupported(t) => identity(key, Some(QueueKind::Other(t.clone()))),
+                KeyState::Unsupported(t) => identity(key, Some(QueueType::Other(t.clone()))),
                 KeyState::Typed(_) => identity(key, None),
             }
         }
         KeyState::Typed(KeyType::List) => {
-            let mut s = identity(key, Some(QueueKind::List));
+            let mut s = identity(key, Some(QueueType::List));
             let len = r.first().and_then(reply::as_u64);
             s.depth = len;
             s.ready = len;
@@ -294,7 +294,7 @@ fn read(
             s
         }
         KeyState::Typed(KeyType::Zset) if spec.score == ScoreMode::Timestamp => {
-            let mut s = identity(key, Some(QueueKind::Zset));
+            let mut s = identity(key, Some(QueueType::Zset));
             let card = r.first().and_then(reply::as_u64);
             let due = r.get(1).and_then(reply::as_u64);
             s.depth = card;
@@ -323,23 +323,23 @@ fn read(
             s
         }
         KeyState::Typed(KeyType::Zset) => {
-            let mut s = identity(key, Some(QueueKind::Zset));
+            let mut s = identity(key, Some(QueueType::Zset));
             s.depth = r.first().and_then(reply::as_u64);
             s.ready = s.depth;
             s
         }
         KeyState::Typed(KeyType::Hash) => {
-            let mut s = identity(key, Some(QueueKind::Hash));
+            let mut s = identity(key, Some(QueueType::Hash));
             s.depth = r.first().and_then(reply::as_u64);
             s
         }
         KeyState::Typed(KeyType::Set) => {
-            let mut s = identity(key, Some(QueueKind::Set));
+            let mut s = identity(key, Some(QueueType::Set));
             s.depth = r.first().and_then(reply::as_u64);
             s
         }
         KeyState::Typed(KeyType::Stream) => {
-            let mut s = identity(key, Some(QueueKind::Stream));
+            let mut s = identity(key, Some(QueueType::Stream));
             if no_such_key {
                 // Deleted since discovery: empty until discovery confirms it is gone.
                 s.depth = Some(0);
@@ -350,15 +350,15 @@ fn read(
             s
         }
     };
-    if s.kind.is_none() {
-        s.kind = Some(QueueKind::Missing);
+    if s.queue_type.is_none() {
+        s.queue_type = Some(QueueType::Missing);
     }
     KeyOutcome::Sample(Box::new(s), age_failed)
 }
 
 /// A configured key that does not exist: empty, which is true.
 fn missing(key: &TrackedKey, spec: &QueueSpec, age_buckets: &[std::time::Duration]) -> QueueSample {
-    let mut s = identity(key, Some(QueueKind::Missing));
+    let mut s = identity(key, Some(QueueType::Missing));
     s.depth = Some(0);
     s.ready = Some(0);
     if spec.score == ScoreMode::Timestamp {
