@@ -11,7 +11,7 @@ use queue_exporter::scaler::proto::external_scaler_client::ExternalScalerClient;
 use queue_exporter::scaler::proto::{GetMetricSpecResponse, GetMetricsRequest, ScaledObjectRef};
 use tonic::transport::Channel;
 
-use crate::support::{TestApp, sample};
+use crate::support::{TestApp, indent, sample};
 
 /// A client for the app's scaler.
 pub type Client = ExternalScalerClient<Channel>;
@@ -32,7 +32,8 @@ pub async fn client(app: &TestApp) -> Client {
     connect(app.app().grpc_addr.expect("gRPC enabled")).await
 }
 
-/// Trigger metadata from pairs.
+/// Trigger metadata from pairs: the one place the scaler tests turn
+/// `[("queue", "work-queue"), ...]` into what KEDA sends.
 pub fn meta(pairs: &[(&str, &str)]) -> HashMap<String, String> {
     pairs
         .iter()
@@ -57,7 +58,11 @@ pub async fn spec(
     c: &mut Client,
     pairs: &[(&str, &str)],
 ) -> Result<(String, i64, f64), tonic::Status> {
-    let r: GetMetricSpecResponse = c.get_metric_spec(obj(pairs)).await?.into_inner();
+    spec_of(c, obj(pairs)).await
+}
+
+async fn spec_of(c: &mut Client, r: ScaledObjectRef) -> Result<(String, i64, f64), tonic::Status> {
+    let r: GetMetricSpecResponse = c.get_metric_spec(r).await?.into_inner();
     assert_eq!(r.metric_specs.len(), 1, "exactly one metric spec");
     let s = &r.metric_specs[0];
     Ok((s.metric_name.clone(), s.target_size, s.target_size_float))
@@ -66,8 +71,12 @@ pub async fn spec(
 /// `GetMetrics` with the name from `GetMetricSpec` (as KEDA strips `sN-`),
 /// returning `(int, float)` of the only value.
 pub async fn metrics(c: &mut Client, pairs: &[(&str, &str)]) -> Result<(i64, f64), tonic::Status> {
-    let (name, _, _) = spec(c, pairs).await?;
-    metrics_named(c, pairs, &name).await
+    value_of(c, obj(pairs)).await
+}
+
+async fn value_of(c: &mut Client, r: ScaledObjectRef) -> Result<(i64, f64), tonic::Status> {
+    let (name, _, _) = spec_of(c, r.clone()).await?;
+    metrics_of(c, r, &name).await
 }
 
 /// `GetMetrics` with an explicit metric name.
@@ -76,9 +85,17 @@ pub async fn metrics_named(
     pairs: &[(&str, &str)],
     name: &str,
 ) -> Result<(i64, f64), tonic::Status> {
+    metrics_of(c, obj(pairs), name).await
+}
+
+async fn metrics_of(
+    c: &mut Client,
+    r: ScaledObjectRef,
+    name: &str,
+) -> Result<(i64, f64), tonic::Status> {
     let r = c
         .get_metrics(GetMetricsRequest {
-            scaled_object_ref: Some(obj(pairs)),
+            scaled_object_ref: Some(r),
             metric_name: name.to_string(),
         })
         .await?
@@ -107,6 +124,22 @@ pub fn keda_replicas(value: f64, target: f64) -> u64 {
     (value / target).ceil() as u64
 }
 
+/// Asks `GetMetrics` (as [`metrics`] does) until `accept` takes the answer.
+async fn wait_metrics<T>(
+    c: &Client,
+    pairs: &[(&str, &str)],
+    what: &str,
+    timeout: Duration,
+    accept: impl Fn(Result<(i64, f64), tonic::Status>) -> Option<T>,
+) -> T {
+    let r = obj(pairs);
+    let (r, accept) = (&r, &accept);
+    crate::support::wait_for(what, timeout, || async move {
+        accept(value_of(&mut c.clone(), r.clone()).await)
+    })
+    .await
+}
+
 /// Waits until `GetMetrics` answers `expected` (the float field).
 pub async fn wait_value(c: &Client, pairs: &[(&str, &str)], expected: f64) {
     wait_value_for(c, pairs, expected, Duration::from_secs(10)).await
@@ -114,23 +147,10 @@ pub async fn wait_value(c: &Client, pairs: &[(&str, &str)], expected: f64) {
 
 /// Waits up to `timeout` until `GetMetrics` answers `expected` (the float field).
 pub async fn wait_value_for(c: &Client, pairs: &[(&str, &str)], expected: f64, timeout: Duration) {
-    let pairs: Vec<(String, String)> = pairs
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-    crate::support::wait_for(&format!("GetMetrics = {expected}"), timeout, || {
-        let mut c = c.clone();
-        let pairs = pairs.clone();
-        async move {
-            let p: Vec<(&str, &str)> = pairs
-                .iter()
-                .map(|(k, v)| (k.as_str(), v.as_str()))
-                .collect();
-            match metrics(&mut c, &p).await {
-                Ok((_, f)) if (f - expected).abs() < 1e-9 => Some(()),
-                _ => None,
-            }
-        }
+    let what = format!("GetMetrics = {expected}");
+    wait_metrics(c, pairs, &what, timeout, |answer| match answer {
+        Ok((_, f)) if (f - expected).abs() < 1e-9 => Some(()),
+        _ => None,
     })
     .await
 }
@@ -142,31 +162,34 @@ pub async fn wait_code(
     code: tonic::Code,
     timeout: Duration,
 ) -> tonic::Status {
-    let pairs: Vec<(String, String)> = pairs
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-    crate::support::wait_for(&format!("GetMetrics {code:?}"), timeout, || {
-        let mut c = c.clone();
-        let pairs = pairs.clone();
-        async move {
-            let p: Vec<(&str, &str)> = pairs
-                .iter()
-                .map(|(k, v)| (k.as_str(), v.as_str()))
-                .collect();
-            match metrics(&mut c, &p).await {
-                Err(s) if s.code() == code => Some(s),
-                _ => None,
-            }
-        }
+    let what = format!("GetMetrics {code:?}");
+    wait_metrics(c, pairs, &what, timeout, |answer| match answer {
+        Err(s) if s.code() == code => Some(s),
+        _ => None,
     })
     .await
 }
 
-/// A config with one Redis source `main` and the scaler on.
-pub fn redis_config(url: &str, poll: &str, queues_yaml: &str) -> String {
+/// A config with one Redis source `main` and the scaler on. `queues` is the
+/// list under `queues:`, written flush left or as an indented raw string:
+///
+/// ```ignore
+/// redis_config(&redis.url, "100ms", r#"
+///     - key: delayed
+///       score: timestamp
+/// "#)
+/// ```
+pub fn redis_config(url: &str, poll: &str, queues: &str) -> String {
     format!(
-        "listen: {{ grpc: 127.0.0.1:0 }}\nsources:\n  - name: main\n    type: redis\n    url: {url}\n    poll_interval: {poll}\n    queues:\n{queues_yaml}"
+        r#"listen: {{ grpc: 127.0.0.1:0 }}
+sources:
+  - name: main
+    type: redis
+    url: {url}
+    poll_interval: {poll}
+    queues:
+{queues}"#,
+        queues = indent(queues, 6)
     )
 }
 

@@ -1,5 +1,6 @@
 //! Shared helpers for integration tests: private redis-server instances,
-//! an in-process exporter, HTTP fetches, and waiting for conditions.
+//! an in-process exporter, HTTP fetches, a parsed scrape, configs written as
+//! indented raw strings, and waiting for conditions.
 #![allow(dead_code)]
 
 use std::future::Future;
@@ -147,6 +148,40 @@ impl TestApp {
         http_get(&format!("{}/metrics", self.base), &[]).await.1
     }
 
+    /// GET `/metrics` in the classic format, parsed.
+    pub async fn scrape(&self) -> Scrape {
+        Scrape::parse(&self.metrics().await)
+    }
+
+    /// Scrapes until `done` holds, and returns that scrape; panics after `timeout`.
+    pub async fn scrape_until(
+        &self,
+        what: &str,
+        timeout: Duration,
+        done: impl Fn(&Scrape) -> bool,
+    ) -> Scrape {
+        let done = &done;
+        wait_for(what, timeout, || async move {
+            let scrape = self.scrape().await;
+            done(&scrape).then_some(scrape)
+        })
+        .await
+    }
+
+    /// Scrapes until `name{labels}` is `want`, and returns that scrape.
+    pub async fn wait_value(
+        &self,
+        name: &str,
+        labels: &[(&str, &str)],
+        want: f64,
+        timeout: Duration,
+    ) -> Scrape {
+        self.scrape_until(&format!("{name}{labels:?} == {want}"), timeout, |s| {
+            s.value(name, labels) == Some(want)
+        })
+        .await
+    }
+
     /// Stops the app.
     pub async fn stop(mut self) {
         if let Some(app) = self.app.take() {
@@ -156,9 +191,10 @@ impl TestApp {
 }
 
 /// Writes `yaml` (with listen ports replaced by port 0) to a temp file and loads it.
+/// The YAML is [`dedent`]ed first, so a config can be an indented raw string.
 pub fn load_config(yaml: &str) -> (Config, tempfile::TempDir) {
     let dir = tempfile::tempdir().expect("tempdir");
-    let path = write_file(&dir, "config.yaml", yaml);
+    let path = write_file(&dir, "config.yaml", &dedent(yaml));
     let mut config = Config::load_with_env(
         &LoadOptions {
             file: Some(path),
@@ -172,6 +208,54 @@ pub fn load_config(yaml: &str) -> (Config, tempfile::TempDir) {
         config.listen.grpc = Some("127.0.0.1:0".parse().expect("addr"));
     }
     (config, dir)
+}
+
+/// Text written as an indented raw string, flush left: a first line that is
+/// empty is dropped, and the indentation every non-blank line shares is
+/// removed. Text that is already flush left comes back unchanged (with a
+/// final newline). So a YAML config can sit indented in the test body:
+///
+/// ```ignore
+/// TestApp::start(r#"
+///     sources:
+///       - name: main
+/// "#)
+/// ```
+pub fn dedent(text: &str) -> String {
+    let text = text.strip_prefix('\n').unwrap_or(text);
+    let margin = text
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| l.len() - l.trim_start_matches(' ').len())
+        .min()
+        .unwrap_or(0);
+    let mut out = String::with_capacity(text.len());
+    for line in text.lines() {
+        if !line.trim().is_empty() {
+            out.push_str(&line[margin..]);
+        }
+        out.push('\n');
+    }
+    while out.ends_with("\n\n") {
+        out.pop();
+    }
+    out
+}
+
+/// `text` [`dedent`]ed, then every non-blank line indented by `spaces`: a
+/// block of YAML to nest under a key.
+pub fn indent(text: &str, spaces: usize) -> String {
+    let pad = " ".repeat(spaces);
+    dedent(text)
+        .lines()
+        .map(|l| {
+            if l.is_empty() {
+                "\n".to_string()
+            } else {
+                format!("{pad}{l}\n")
+            }
+        })
+        .collect()
 }
 
 /// Writes a file into `dir`.
@@ -226,18 +310,113 @@ pub fn parse_classic(text: &str) -> prometheus_parse::Scrape {
 }
 
 /// The value of the sample `name` whose labels include all of `labels`.
+/// Parses `text` on every call: to ask one exposition several things, parse
+/// it once into a [`Scrape`].
 pub fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
-    let scrape = parse_classic(text);
-    scrape
-        .samples
-        .iter()
-        .find(|s| s.metric == name && labels.iter().all(|(k, v)| s.labels.get(k) == Some(*v)))
-        .map(|s| match s.value {
+    Scrape::parse(text).value(name, labels)
+}
+
+/// One classic-text exposition, parsed once (with `prometheus-parse`), with
+/// the questions tests ask of it. `Display` prints the text, for assertion
+/// messages.
+pub struct Scrape {
+    text: String,
+    samples: Vec<prometheus_parse::Sample>,
+}
+
+impl Scrape {
+    /// Parses classic text.
+    pub fn parse(text: &str) -> Scrape {
+        Scrape {
+            text: text.to_string(),
+            samples: parse_classic(text).samples,
+        }
+    }
+
+    /// The text as served.
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+
+    /// Every sample `name` whose labels include all of `labels`.
+    pub fn samples<'a>(
+        &'a self,
+        name: &'a str,
+        labels: &'a [(&'a str, &'a str)],
+    ) -> impl Iterator<Item = &'a prometheus_parse::Sample> + 'a {
+        self.samples.iter().filter(move |s| {
+            s.metric == name && labels.iter().all(|(k, v)| s.labels.get(k) == Some(*v))
+        })
+    }
+
+    /// The value of the first sample `name` whose labels include all of
+    /// `labels` (NaN for a histogram or summary value).
+    pub fn value(&self, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+        self.samples(name, labels).next().map(|s| match s.value {
             prometheus_parse::Value::Gauge(v)
             | prometheus_parse::Value::Counter(v)
             | prometheus_parse::Value::Untyped(v) => v,
             _ => f64::NAN,
         })
+    }
+
+    /// Whether a sample `name` with these labels is exported.
+    pub fn has(&self, name: &str, labels: &[(&str, &str)]) -> bool {
+        self.samples(name, labels).next().is_some()
+    }
+
+    /// `name{queue}`: a per-queue series.
+    pub fn queue(&self, name: &str, queue: &str) -> Option<f64> {
+        self.value(name, &[("queue", queue)])
+    }
+
+    /// `queue_depth{queue}`.
+    pub fn depth(&self, queue: &str) -> Option<f64> {
+        self.queue("queue_depth", queue)
+    }
+
+    /// `queue_oldest_message_age_seconds{queue}`.
+    pub fn age(&self, queue: &str) -> Option<f64> {
+        self.queue("queue_oldest_message_age_seconds", queue)
+    }
+
+    /// `queue_message_age_seconds_bucket{queue, le}`.
+    pub fn bucket(&self, queue: &str, le: &str) -> Option<f64> {
+        self.value(
+            "queue_message_age_seconds_bucket",
+            &[("queue", queue), ("le", le)],
+        )
+    }
+
+    /// `queue_info{queue, type} == 1`: the key is reported with this type.
+    pub fn has_type(&self, queue: &str, kind: &str) -> bool {
+        self.value("queue_info", &[("queue", queue), ("type", kind)]) == Some(1.0)
+    }
+
+    /// `queue_exporter_source_up{source}`.
+    pub fn source_up(&self, source: &str) -> Option<f64> {
+        self.value("queue_exporter_source_up", &[("source", source)])
+    }
+
+    /// `queue_exporter_poll_errors_total{source, reason}`.
+    pub fn errors(&self, source: &str, reason: &str) -> Option<f64> {
+        self.value(
+            "queue_exporter_poll_errors_total",
+            &[("source", source), ("reason", reason)],
+        )
+    }
+
+    /// Whether any line of the text carries the label `queue="{queue}"`
+    /// (for names that need no escaping).
+    pub fn shows_queue(&self, queue: &str) -> bool {
+        self.text.contains(&format!("queue=\"{queue}\""))
+    }
+}
+
+impl std::fmt::Display for Scrape {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.text)
+    }
 }
 
 /// A TCP server that accepts connections and never answers: a backend that
@@ -409,14 +588,15 @@ pub const RABBIT_API: &str = "http://127.0.0.1:15672/api";
 /// AMQP address of the local test RabbitMQ, without a vhost.
 pub const RABBIT_AMQP: &str = "amqp://guest:guest@127.0.0.1:5672";
 
+/// Bytes kept as they are in a path segment: letters, digits, `-`, `_`, `.`.
+const SEGMENT: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.');
+
 /// Percent-encodes a string for one URL path segment (a vhost or queue name).
 pub fn pct(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'_' | b'.' => (b as char).to_string(),
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
+    percent_encoding::utf8_percent_encode(s, SEGMENT).to_string()
 }
 
 /// A request to the RabbitMQ management API as guest; returns (status, body).
