@@ -57,19 +57,28 @@ async fn start(redis: &RedisServer) -> TestApp {
         raw(redis, &[b"XGROUP", b"CREATE", b"s:events", g, b"0"]);
     }
     let app = TestApp::start(&format!(
-        "listen: {{ grpc: null }}\nsources:\n  - name: main\n    type: redis\n    url: {}\n    poll_interval: 100ms\n    queues:\n      - pattern: \"n:*\"\n        labels: \"(?s)^n:(?P<rest>.*)$\"\n      - pattern: \"[cds]:*\"\n",
-        redis.url
+        r#"
+        listen: {{ grpc: null }}
+        sources:
+          - name: main
+            type: redis
+            url: {url}
+            poll_interval: 100ms
+            queues:
+              - pattern: "n:*"
+                labels: "(?s)^n:(?P<rest>.*)$"
+              - pattern: "[cds]:*"
+        "#,
+        url = redis.url
     ))
     .await;
     let want = expected_queues().len() as f64;
-    wait_for("every key tracked", WAIT, || async {
-        (sample(
-            &app.metrics().await,
-            "queue_exporter_tracked_keys",
-            &[("source", "main")],
-        ) == Some(want))
-        .then_some(())
-    })
+    app.wait_value(
+        "queue_exporter_tracked_keys",
+        &[("source", "main")],
+        want,
+        WAIT,
+    )
     .await;
     app
 }
@@ -131,11 +140,7 @@ async fn odd_names_stay_distinct_and_both_formats_stay_valid() {
     );
     // The colliding key is counted, not silently lost.
     assert_eq!(
-        sample(
-            &classic,
-            "queue_exporter_dropped_keys",
-            &[("source", "main")]
-        ),
+        Scrape::parse(&classic).value("queue_exporter_dropped_keys", &[("source", "main")]),
         Some(1.0)
     );
 
@@ -156,8 +161,18 @@ async fn odd_exact_keys_are_reported_under_their_own_names() {
     raw(&redis, &[b"ZADD", b"q \"x\"\\y", b"1", b"a"]);
     // YAML double-quoted escapes give the exact key bytes.
     let app = TestApp::start(&format!(
-        "listen: {{ grpc: null }}\nsources:\n  - name: main\n    type: redis\n    url: {}\n    poll_interval: 100ms\n    queues:\n      - key: \"q \\\"x\\\"\\\\y\"\n      - key: \"missing\\nkey\"\n",
-        redis.url
+        r#"
+        listen: {{ grpc: null }}
+        sources:
+          - name: main
+            type: redis
+            url: {url}
+            poll_interval: 100ms
+            queues:
+              - key: "q \"x\"\\y"
+              - key: "missing\nkey"
+        "#,
+        url = redis.url
     ))
     .await;
     let samples = wait_for("both keys reported", WAIT, || async {

@@ -14,16 +14,21 @@ async fn a_list_appears_with_its_depth() {
         .query(&mut redis.conn())
         .unwrap();
     let app = TestApp::start(&format!(
-        "listen: {{ grpc: null }}\nsources:\n  - name: main\n    type: redis\n    url: {}\n    poll_interval: 100ms\n    queues:\n      - key: work-queue\n",
-        redis.url
+        r#"
+        listen: {{ grpc: null }}
+        sources:
+          - name: main
+            type: redis
+            url: {url}
+            poll_interval: 100ms
+            queues:
+              - key: work-queue
+        "#,
+        url = redis.url
     ))
     .await;
     let depth = wait_for("depth 2", Duration::from_secs(10), || async {
-        sample(
-            &app.metrics().await,
-            "queue_depth",
-            &[("queue", "work-queue")],
-        )
+        app.scrape().await.depth("work-queue")
     })
     .await;
     assert_eq!(depth, 2.0);

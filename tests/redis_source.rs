@@ -9,6 +9,11 @@ use support::*;
 
 const WAIT: Duration = Duration::from_secs(15);
 
+/// The default age buckets: 1 s to 1 day, and `+Inf`.
+const DEFAULT_LES: [&str; 8] = [
+    "1.0", "10.0", "60.0", "300.0", "900.0", "3600.0", "86400.0", "+Inf",
+];
+
 fn now() -> f64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -16,9 +21,39 @@ fn now() -> f64 {
         .as_secs_f64()
 }
 
+/// A timestamp `secs` before `t`, in seconds with milliseconds.
+fn ago(t: f64, secs: f64) -> String {
+    format!("{:.3}", t - secs)
+}
+
+/// Source `main` over `url`, polled every 100 ms and rediscovered every
+/// 300 ms, watching `queues` (a YAML list, flush left or indented).
 fn config(url: &str, queues: &str) -> String {
+    config_with(url, "", queues)
+}
+
+/// As [`config`], with `settings` (YAML lines) added to the source; a
+/// setting named there replaces the default of the same name.
+fn config_with(url: &str, settings: &str, queues: &str) -> String {
+    let settings = dedent(settings);
+    let named = |key: &str| settings.lines().any(|l| l.starts_with(&format!("{key}:")));
+    let mut source = String::new();
+    for (key, default) in [("poll_interval", "100ms"), ("discovery_interval", "300ms")] {
+        if !named(key) {
+            source += &format!("{key}: {default}\n");
+        }
+    }
+    source += &settings;
     format!(
-        "listen: {{ grpc: null }}\nsources:\n  - name: main\n    type: redis\n    url: {url}\n    poll_interval: 100ms\n    discovery_interval: 300ms\n    queues:\n{queues}"
+        r#"listen: {{ grpc: null }}
+sources:
+  - name: main
+    type: redis
+    url: {url}
+{source}    queues:
+{queues}"#,
+        source = indent(&source, 4),
+        queues = indent(queues, 6),
     )
 }
 
@@ -53,34 +88,18 @@ fn monitored(monitor: &mut redis::Connection) -> Vec<String> {
 }
 
 /// Waits until source `main` has counted `min` errors with `reason`, and
-/// returns the body.
-async fn wait_errors(app: &TestApp, reason: &str, min: f64) -> String {
-    wait_for(&format!("{min} {reason} errors counted"), WAIT, || async {
-        let body = app.metrics().await;
-        let n = sample(
-            &body,
-            "queue_exporter_poll_errors_total",
-            &[("source", "main"), ("reason", reason)],
-        )?;
-        (n >= min).then_some(body)
+/// returns that scrape.
+async fn wait_errors(app: &TestApp, reason: &str, min: f64) -> Scrape {
+    app.scrape_until(&format!("{min} {reason} errors counted"), WAIT, |s| {
+        s.errors("main", reason).is_some_and(|n| n >= min)
     })
     .await
-}
-
-/// `queue_message_age_seconds_bucket{queue, le}`.
-fn bucket(body: &str, queue: &str, le: &str) -> Option<f64> {
-    sample(
-        body,
-        "queue_message_age_seconds_bucket",
-        &[("queue", queue), ("le", le)],
-    )
 }
 
 /// Waits until the source `main` has finished `n` more polls.
 async fn wait_polls(app: &TestApp, n: f64) {
     let polls = || async {
-        sample(
-            &app.metrics().await,
+        app.scrape().await.value(
             "queue_exporter_poll_duration_seconds_count",
             &[("source", "main")],
         )
@@ -92,113 +111,284 @@ async fn wait_polls(app: &TestApp, n: f64) {
     .await;
 }
 
-/// Waits until `name{labels}` has the value `want`, and returns the body.
-async fn wait_value(app: &TestApp, name: &str, labels: &[(&str, &str)], want: f64) -> String {
-    wait_for(&format!("{name}{labels:?} == {want}"), WAIT, || async {
-        let body = app.metrics().await;
-        (sample(&body, name, labels) == Some(want)).then_some(body)
-    })
-    .await
+/// Waits until `name{labels}` has the value `want`, and returns that scrape.
+async fn wait_value(app: &TestApp, name: &str, labels: &[(&str, &str)], want: f64) -> Scrape {
+    app.wait_value(name, labels, want, WAIT).await
+}
+
+/// Waits until `queue_depth{queue}` is `want`, and returns that scrape.
+async fn wait_depth(app: &TestApp, queue: &str, want: f64) -> Scrape {
+    wait_value(app, "queue_depth", &[("queue", queue)], want).await
+}
+
+/// Waits until source `main` tracks `n` keys, and returns that scrape.
+async fn wait_tracked(app: &TestApp, n: f64) -> Scrape {
+    wait_value(app, "queue_exporter_tracked_keys", &[("source", "main")], n).await
+}
+
+// Lists.
+
+#[tokio::test]
+async fn a_list_reports_its_depth_and_the_age_of_its_head_item() {
+    let redis = RedisServer::start();
+    let t = now() as i64;
+    let head = format!(r#"{{"enqueued_at":{}}}"#, t - 100);
+    run(&redis, &["RPUSH", "emails", &head, r#"{"enqueued_at":1}"#]);
+    let app = TestApp::start(&config(
+        &redis.url,
+        r#"
+        - key: emails
+          age: { end: head, field: enqueued_at, unit: auto }
+        "#,
+    ))
+    .await;
+    let scrape = wait_depth(&app, "emails", 2.0).await;
+    assert_eq!(scrape.queue("queue_messages_ready", "emails"), Some(2.0));
+    let age = scrape.age("emails").unwrap();
+    assert!((99.0..130.0).contains(&age), "head age {age}");
+    app.stop().await;
 }
 
 #[tokio::test]
-async fn lists_report_depth_and_the_age_of_the_head_item() {
+async fn the_age_can_be_read_from_the_tail_in_milliseconds() {
     let redis = RedisServer::start();
     let t = now() as i64;
     run(
         &redis,
-        &[
-            "RPUSH",
-            "emails",
-            &format!("{{\"enqueued_at\":{}}}", t - 100),
-            "{\"enqueued_at\":1}",
-        ],
-    );
-    run(
-        &redis,
         &["LPUSH", "lifo", &format!("{}", (t - 50) * 1000), "x"],
     );
+    let app = TestApp::start(&config(
+        &redis.url,
+        r#"
+        - key: lifo
+          age: { end: tail, unit: milliseconds }
+        "#,
+    ))
+    .await;
+    let scrape = wait_depth(&app, "lifo", 2.0).await;
+    let age = scrape.age("lifo").unwrap();
+    assert!((49.0..80.0).contains(&age), "tail age {age}");
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn the_age_can_be_an_rfc3339_date_in_a_nested_field() {
+    let redis = RedisServer::start();
     run(
         &redis,
-        &[
-            "RPUSH",
-            "rfc",
-            "{\"meta\":{\"at\":\"2020-01-01T00:00:00Z\"}}",
-        ],
+        &["RPUSH", "rfc", r#"{"meta":{"at":"2020-01-01T00:00:00Z"}}"#],
     );
+    let app = TestApp::start(&config(
+        &redis.url,
+        r#"
+        - key: rfc
+          age: { field: meta.at, unit: rfc3339 }
+        "#,
+    ))
+    .await;
+    let scrape = wait_depth(&app, "rfc", 1.0).await;
+    let age = scrape.age("rfc").unwrap();
+    assert!(age > 86400.0 * 365.0, "rfc3339 age {age}");
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn an_unparseable_head_item_has_no_age_keeps_its_depth_and_is_counted() {
+    let redis = RedisServer::start();
     run(&redis, &["RPUSH", "garbage", "not json"]);
     let app = TestApp::start(&config(
         &redis.url,
-        "      - key: emails\n        age: { end: head, field: enqueued_at, unit: auto }\n      - key: lifo\n        age: { end: tail, unit: milliseconds }\n      - key: rfc\n        age: { field: meta.at, unit: rfc3339 }\n      - key: garbage\n        age: { field: enqueued_at }\n      - key: empty\n        age: { field: enqueued_at }\n",
+        r#"
+        - key: garbage
+          age: { field: enqueued_at }
+        "#,
     ))
     .await;
-    let body = wait_value(&app, "queue_depth", &[("queue", "emails")], 2.0).await;
-    assert_eq!(
-        sample(&body, "queue_messages_ready", &[("queue", "emails")]),
-        Some(2.0)
-    );
-    let age = sample(
-        &body,
-        "queue_oldest_message_age_seconds",
-        &[("queue", "emails")],
-    )
-    .unwrap();
-    assert!((99.0..130.0).contains(&age), "head age {age}");
-    let age = sample(
-        &body,
-        "queue_oldest_message_age_seconds",
-        &[("queue", "lifo")],
-    )
-    .unwrap();
-    assert!((49.0..80.0).contains(&age), "tail age {age}");
-    let age = sample(
-        &body,
-        "queue_oldest_message_age_seconds",
-        &[("queue", "rfc")],
-    )
-    .unwrap();
-    assert!(age > 86400.0 * 365.0, "rfc3339 age {age}");
-    // Unparseable: absent, never 0, and counted.
-    assert_eq!(
-        sample(
-            &body,
-            "queue_oldest_message_age_seconds",
-            &[("queue", "garbage")]
-        ),
-        None
-    );
-    assert_eq!(
-        sample(&body, "queue_depth", &[("queue", "garbage")]),
-        Some(1.0)
-    );
+    let scrape = wait_depth(&app, "garbage", 1.0).await;
+    // Absent, never 0.
+    assert_eq!(scrape.age("garbage"), None);
+    assert_eq!(scrape.depth("garbage"), Some(1.0));
     assert!(
-        sample(
-            &body,
-            "queue_exporter_age_parse_failures_total",
-            &[("source", "main")]
-        )
-        .unwrap()
+        scrape
+            .value(
+                "queue_exporter_age_parse_failures_total",
+                &[("source", "main")]
+            )
+            .unwrap()
             >= 1.0
-    );
-    // A missing exact key is an empty queue: depth 0 and age 0, type none.
-    assert_eq!(
-        sample(&body, "queue_depth", &[("queue", "empty")]),
-        Some(0.0)
-    );
-    assert_eq!(
-        sample(
-            &body,
-            "queue_oldest_message_age_seconds",
-            &[("queue", "empty")]
-        ),
-        Some(0.0)
-    );
-    assert_eq!(
-        sample(&body, "queue_info", &[("queue", "empty"), ("type", "none")]),
-        Some(1.0)
     );
     app.stop().await;
 }
+
+#[tokio::test]
+async fn a_missing_exact_key_is_an_empty_queue_of_type_none_with_age_zero() {
+    let redis = RedisServer::start();
+    let app = TestApp::start(&config(
+        &redis.url,
+        r#"
+        - key: empty
+          age: { field: enqueued_at }
+        "#,
+    ))
+    .await;
+    let scrape = wait_depth(&app, "empty", 0.0).await;
+    assert_eq!(scrape.depth("empty"), Some(0.0));
+    assert_eq!(scrape.age("empty"), Some(0.0));
+    assert!(scrape.has_type("empty", "none"));
+    app.stop().await;
+}
+
+/// Pushes each `(key, head item, age spec)` as the head of a list with a
+/// newer item behind it, starts an app watching them, and waits until the
+/// last list is read.
+async fn start_with_list_heads(redis: &RedisServer, lists: &[(&str, String, &str)]) -> TestApp {
+    let mut queues = String::new();
+    for (key, head, age) in lists {
+        run(redis, &["RPUSH", key, head, "newer"]);
+        queues += &format!("- {{ key: {key}, age: {age} }}\n");
+    }
+    let app = TestApp::start(&config(&redis.url, &queues)).await;
+    let (last, _, _) = lists.last().expect("a list");
+    wait_depth(&app, last, 2.0).await;
+    app
+}
+
+/// Asserts that each `(key, seconds)` reports an age of about `seconds`.
+fn assert_ages(scrape: &Scrape, want: &[(&str, f64)]) {
+    for (key, want) in want {
+        let age = scrape
+            .age(key)
+            .unwrap_or_else(|| panic!("{key}: no age\n{scrape}"));
+        assert!(
+            age >= want - 1.0 && age < want + 30.0,
+            "{key}: age {age}, want about {want}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn list_ages_are_read_in_seconds_milli_micro_and_nanoseconds() {
+    let redis = RedisServer::start();
+    let t = now();
+    let app = start_with_list_heads(
+        &redis,
+        &[
+            ("u:s", format!("{:.3}", t - 10.5), "{ unit: seconds }"),
+            (
+                "u:ms",
+                format!(r#"{{"at":{}}}"#, ((t - 20.0) * 1e3) as i64),
+                "{ field: at, unit: milliseconds }",
+            ),
+            (
+                "u:us",
+                format!(r#"{{"at":{}}}"#, ((t - 30.0) * 1e6) as i64),
+                "{ field: at, unit: microseconds }",
+            ),
+            (
+                "u:ns",
+                format!(r#"{{"a":{{"b":[{}]}}}}"#, ((t - 40.0) * 1e9) as i64),
+                "{ field: a.b.0, unit: nanoseconds }",
+            ),
+        ],
+    )
+    .await;
+    assert_ages(
+        &app.scrape().await,
+        &[
+            ("u:s", 10.5),
+            ("u:ms", 20.0),
+            ("u:us", 30.0),
+            ("u:ns", 40.0),
+        ],
+    );
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn unit_auto_reads_a_millisecond_string_and_an_rfc3339_date() {
+    let redis = RedisServer::start();
+    let t = now();
+    let rfc = chrono::DateTime::from_timestamp((t - 200.0) as i64, 0)
+        .unwrap()
+        .with_timezone(&chrono::FixedOffset::east_opt(2 * 3600).unwrap())
+        .to_rfc3339();
+    let app = start_with_list_heads(
+        &redis,
+        &[
+            (
+                "u:auto-ms-string",
+                format!(r#"{{"at":"{}"}}"#, ((t - 50.0) * 1e3) as i64),
+                "{ field: at }",
+            ),
+            ("u:auto-rfc", rfc, "{ unit: auto }"),
+        ],
+    )
+    .await;
+    assert_ages(
+        &app.scrape().await,
+        &[("u:auto-ms-string", 50.0), ("u:auto-rfc", 200.0)],
+    );
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn a_timestamp_in_the_future_is_age_zero_not_negative() {
+    // Clock skew between the producer and the exporter.
+    let redis = RedisServer::start();
+    let future = format!("{}", (now() + 3600.0) as i64);
+    let app = start_with_list_heads(&redis, &[("u:future", future, "{ unit: seconds }")]).await;
+    assert_eq!(app.scrape().await.age("u:future"), Some(0.0));
+    app.stop().await;
+}
+
+/// Two lists whose head items have no readable time.
+fn unreadable_heads() -> [(&'static str, String, &'static str); 2] {
+    [
+        (
+            "bad:no-field",
+            r#"{"other":1}"#.to_string(),
+            "{ field: at }",
+        ),
+        ("bad:rfc", "yesterday".to_string(), "{ unit: rfc3339 }"),
+    ]
+}
+
+#[tokio::test]
+async fn an_unreadable_head_item_has_no_age_rather_than_zero() {
+    let redis = RedisServer::start();
+    let app = start_with_list_heads(&redis, &unreadable_heads()).await;
+    let scrape = app.scrape().await;
+    for key in ["bad:no-field", "bad:rfc"] {
+        assert_eq!(
+            scrape.age(key),
+            None,
+            "{key}: an unreadable item has no age, not 0"
+        );
+    }
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn age_parse_failures_keep_counting_on_every_poll() {
+    let redis = RedisServer::start();
+    let app = start_with_list_heads(&redis, &unreadable_heads()).await;
+    let failures = |s: &Scrape| {
+        s.value(
+            "queue_exporter_age_parse_failures_total",
+            &[("source", "main")],
+        )
+    };
+    // Two unreadable items per poll: the counter keeps growing.
+    let first = failures(&app.scrape().await).unwrap();
+    assert!(first >= 2.0, "{first}");
+    app.scrape_until("parse failures grow", WAIT, |s| {
+        failures(s).is_some_and(|n| n >= first + 2.0)
+    })
+    .await;
+    app.stop().await;
+}
+
+// Sorted sets.
 
 #[tokio::test]
 async fn timestamp_zsets_split_due_and_scheduled_in_seconds_and_milliseconds() {
@@ -224,98 +414,202 @@ async fn timestamp_zsets_split_due_and_scheduled_in_seconds_and_milliseconds() {
             ],
         );
     }
-    run(&redis, &["ZADD", "prio", "1", "a", "5", "b"]);
     let app = TestApp::start(&config(
         &redis.url,
-        "      - key: jobs:pending:s\n        score: timestamp\n        score_unit: seconds\n      - key: jobs:pending:ms\n        score: timestamp\n        score_unit: milliseconds\n      - key: prio\n",
+        r#"
+        - key: jobs:pending:s
+          score: timestamp
+          score_unit: seconds
+        - key: jobs:pending:ms
+          score: timestamp
+          score_unit: milliseconds
+        "#,
     ))
     .await;
-    let body = wait_value(&app, "queue_depth", &[("queue", "jobs:pending:ms")], 5.0).await;
+    let scrape = wait_depth(&app, "jobs:pending:ms", 5.0).await;
     for q in ["jobs:pending:s", "jobs:pending:ms"] {
+        assert_eq!(scrape.depth(q), Some(5.0), "{q}");
+        assert_eq!(scrape.queue("queue_messages_ready", q), Some(3.0), "{q}");
         assert_eq!(
-            sample(&body, "queue_depth", &[("queue", q)]),
-            Some(5.0),
-            "{q}"
-        );
-        assert_eq!(
-            sample(&body, "queue_messages_ready", &[("queue", q)]),
-            Some(3.0),
-            "{q}"
-        );
-        assert_eq!(
-            sample(&body, "queue_messages_scheduled", &[("queue", q)]),
+            scrape.queue("queue_messages_scheduled", q),
             Some(2.0),
             "{q}"
         );
-        let age = sample(&body, "queue_oldest_message_age_seconds", &[("queue", q)]).unwrap();
+        let age = scrape.age(q).unwrap();
         assert!((99.0..130.0).contains(&age), "{q} age {age}");
     }
-    // A plain zset: depth and ready, no time semantics.
-    assert_eq!(
-        sample(&body, "queue_depth", &[("queue", "prio")]),
-        Some(2.0)
-    );
-    assert_eq!(
-        sample(&body, "queue_messages_scheduled", &[("queue", "prio")]),
-        None
-    );
-    assert_eq!(
-        sample(
-            &body,
-            "queue_oldest_message_age_seconds",
-            &[("queue", "prio")]
-        ),
-        None
-    );
     app.stop().await;
 }
 
 #[tokio::test]
-async fn the_age_histogram_counts_waiting_items_per_bucket() {
+async fn a_plain_zset_has_a_depth_but_no_schedule_and_no_age() {
+    let redis = RedisServer::start();
+    run(&redis, &["ZADD", "prio", "1", "a", "5", "b"]);
+    let app = TestApp::start(&config(&redis.url, "- key: prio")).await;
+    let scrape = wait_depth(&app, "prio", 2.0).await;
+    assert_eq!(scrape.depth("prio"), Some(2.0));
+    assert_eq!(scrape.queue("queue_messages_scheduled", "prio"), None);
+    assert_eq!(scrape.age("prio"), None);
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn a_timestamp_zset_with_nothing_due_is_known_empty_with_age_zero() {
     let redis = RedisServer::start();
     let t = now();
-    // Ages 2 s, 20 s, 200 s, 2000 s; one scheduled in the future.
-    let s = |off: f64| format!("{:.3}", t - off);
+    let s = |off: f64| format!("{:.3}", t + off);
+    run(&redis, &["ZADD", "later", &s(100.0), "a", &s(200.0), "b"]);
+    let app = TestApp::start(&config(
+        &redis.url,
+        r#"
+        - key: later
+          score: timestamp
+        "#,
+    ))
+    .await;
+    let scrape = wait_depth(&app, "later", 2.0).await;
+    let q = |name: &str| scrape.queue(name, "later");
+    assert_eq!(q("queue_depth"), Some(2.0));
+    assert_eq!(q("queue_messages_ready"), Some(0.0));
+    assert_eq!(q("queue_messages_scheduled"), Some(2.0));
+    // Nothing waiting: 0, which is known (not absent).
+    assert_eq!(q("queue_oldest_message_age_seconds"), Some(0.0));
+    assert_eq!(q("queue_message_age_seconds_gcount"), Some(0.0));
+    for le in DEFAULT_LES {
+        assert_eq!(scrape.bucket("later", le), Some(0.0), "later le={le}");
+    }
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn fractional_second_scores_land_in_the_right_buckets() {
+    let redis = RedisServer::start();
+    let t = now();
+    let s = |off: f64| format!("{:.3}", t + off);
+    // All due, well inside the first default bucket (1 s) apart from one
+    // that is 5 s old.
     run(
         &redis,
+        &["ZADD", "frac", &s(-0.25), "a", &s(-0.5), "b", &s(-5.0), "c"],
+    );
+    let app = TestApp::start(&config(
+        &redis.url,
+        r#"
+        - key: frac
+          score: timestamp
+        "#,
+    ))
+    .await;
+    let scrape = wait_depth(&app, "frac", 3.0).await;
+    assert_eq!(scrape.queue("queue_messages_ready", "frac"), Some(3.0));
+    assert_eq!(scrape.queue("queue_messages_scheduled", "frac"), Some(0.0));
+    let age = scrape.age("frac").unwrap();
+    assert!((5.0..30.0).contains(&age), "{age}");
+    assert_eq!(scrape.bucket("frac", "10.0"), Some(3.0));
+    assert_eq!(scrape.bucket("frac", "+Inf"), Some(3.0));
+    assert!(scrape.bucket("frac", "1.0").is_some_and(|c| c <= 2.0));
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn a_missing_timestamp_zset_reads_empty_and_is_measured_at_once_when_it_appears() {
+    let redis = RedisServer::start();
+    let app = TestApp::start(&config(
+        &redis.url,
+        r#"
+        - key: gone
+          score: timestamp
+          score_unit: milliseconds
+        "#,
+    ))
+    .await;
+    // Empty, type none, every series present so dashboards and autoscalers
+    // see a 0.
+    let scrape = wait_depth(&app, "gone", 0.0).await;
+    let q = |name: &str| scrape.queue(name, "gone");
+    assert_eq!(q("queue_depth"), Some(0.0));
+    assert_eq!(q("queue_messages_ready"), Some(0.0));
+    assert_eq!(q("queue_messages_scheduled"), Some(0.0));
+    assert_eq!(q("queue_oldest_message_age_seconds"), Some(0.0));
+    assert!(scrape.has_type("gone", "none"));
+    for le in DEFAULT_LES {
+        assert_eq!(scrape.bucket("gone", le), Some(0.0), "gone le={le}");
+    }
+    // It appears: measured at once (in milliseconds), no discovery needed.
+    let t = now();
+    let ms = |off: f64| format!("{}", ((t + off) * 1000.0) as i64);
+    run(&redis, &["ZADD", "gone", &ms(-90.0), "a", &ms(90.0), "b"]);
+    let scrape = wait_depth(&app, "gone", 2.0).await;
+    assert_eq!(scrape.queue("queue_messages_ready", "gone"), Some(1.0));
+    assert_eq!(scrape.bucket("gone", "300.0"), Some(1.0));
+    assert_eq!(scrape.bucket("gone", "60.0"), Some(0.0));
+    app.stop().await;
+}
+
+// The age histogram.
+
+/// `delayed`: items 2 s, 20 s, 200 s and 2000 s old, and one scheduled in
+/// the future; its histogram has bounds 10 s, 100 s, 1000 s and 1 h and is
+/// measured on every poll (the cadence has its own tests below). Returns
+/// the app once all four waiting items are counted, and `t`.
+async fn start_with_delayed(redis: &RedisServer) -> (TestApp, f64) {
+    let t = now();
+    run(
+        redis,
         &[
             "ZADD",
             "delayed",
-            &s(2.0),
+            &ago(t, 2.0),
             "a",
-            &s(20.0),
+            &ago(t, 20.0),
             "b",
-            &s(200.0),
+            &ago(t, 200.0),
             "c",
-            &s(2000.0),
+            &ago(t, 2000.0),
             "d",
-            &s(-500.0),
+            &ago(t, -500.0),
             "e",
         ],
     );
-    let yaml = config(
+    let app = TestApp::start(&config_with(
         &redis.url,
-        "      - key: delayed\n        score: timestamp\n",
-    )
-    .replace(
-        "    queues:\n",
-        // Measured on every poll here; the cadence has its own test below.
-        "    age_buckets: [10s, 100s, 1000s, 1h]\n    age_histogram_interval: 0s\n    queues:\n",
-    );
-    let app = TestApp::start(&yaml).await;
-    let body = wait_value(
+        r#"
+        age_buckets: [10s, 100s, 1000s, 1h]
+        age_histogram_interval: 0s
+        "#,
+        r#"
+        - key: delayed
+          score: timestamp
+        "#,
+    ))
+    .await;
+    wait_value(
         &app,
         "queue_message_age_seconds_gcount",
         &[("queue", "delayed")],
         4.0,
     )
     .await;
-    assert_eq!(bucket(&body, "delayed", "10.0"), Some(1.0));
-    assert_eq!(bucket(&body, "delayed", "100.0"), Some(2.0));
-    assert_eq!(bucket(&body, "delayed", "1000.0"), Some(3.0));
-    assert_eq!(bucket(&body, "delayed", "3600.0"), Some(4.0));
-    assert_eq!(bucket(&body, "delayed", "+Inf"), Some(4.0));
-    // OpenMetrics carries the same cumulative counts in a gauge histogram.
+    (app, t)
+}
+
+#[tokio::test]
+async fn the_age_histogram_counts_waiting_items_per_bucket() {
+    let redis = RedisServer::start();
+    let (app, _) = start_with_delayed(&redis).await;
+    let scrape = app.scrape().await;
+    assert_eq!(scrape.bucket("delayed", "10.0"), Some(1.0));
+    assert_eq!(scrape.bucket("delayed", "100.0"), Some(2.0));
+    assert_eq!(scrape.bucket("delayed", "1000.0"), Some(3.0));
+    assert_eq!(scrape.bucket("delayed", "3600.0"), Some(4.0));
+    assert_eq!(scrape.bucket("delayed", "+Inf"), Some(4.0));
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn openmetrics_carries_the_same_counts_in_a_gauge_histogram() {
+    let redis = RedisServer::start();
+    let (app, _) = start_with_delayed(&redis).await;
     let (_, om, _) = http_get(
         &format!("{}/metrics", app.base),
         &[("accept", "application/openmetrics-text; version=1.0.0")],
@@ -343,51 +637,73 @@ async fn the_age_histogram_counts_waiting_items_per_bucket() {
     .map(|(l, v)| (l.to_string(), *v))
     .collect();
     assert_eq!(om_buckets, want);
-    // Steady polls (which skip implied buckets) keep the same answer.
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn steady_polls_that_skip_implied_buckets_keep_the_same_counts() {
+    let redis = RedisServer::start();
+    let (app, _) = start_with_delayed(&redis).await;
     wait_polls(&app, 3.0).await;
-    let body = app.metrics().await;
-    assert_eq!(bucket(&body, "delayed", "1000.0"), Some(3.0));
-    assert_eq!(bucket(&body, "delayed", "3600.0"), Some(4.0));
-    // An older item arriving after the hint was learned is still counted right.
-    run(&redis, &["ZADD", "delayed", &s(3000.0), "f"]);
-    let body = wait_value(
+    let scrape = app.scrape().await;
+    assert_eq!(scrape.bucket("delayed", "1000.0"), Some(3.0));
+    assert_eq!(scrape.bucket("delayed", "3600.0"), Some(4.0));
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn an_older_item_arriving_after_the_hint_was_learned_is_counted_right() {
+    let redis = RedisServer::start();
+    let (app, t) = start_with_delayed(&redis).await;
+    wait_polls(&app, 3.0).await;
+    run(&redis, &["ZADD", "delayed", &ago(t, 3000.0), "f"]);
+    let scrape = wait_value(
         &app,
         "queue_message_age_seconds_gcount",
         &[("queue", "delayed")],
         5.0,
     )
     .await;
-    assert_eq!(bucket(&body, "delayed", "1000.0"), Some(3.0));
-    assert_eq!(bucket(&body, "delayed", "3600.0"), Some(5.0));
+    assert_eq!(scrape.bucket("delayed", "1000.0"), Some(3.0));
+    assert_eq!(scrape.bucket("delayed", "3600.0"), Some(5.0));
     app.stop().await;
 }
 
-#[tokio::test]
-async fn the_age_histogram_is_remeasured_every_interval_and_at_once_when_drained() {
-    let redis = RedisServer::start();
+/// `delayed`: items 200 s and 2000 s old, a histogram with bounds 100 s,
+/// 1000 s and 1 h re-measured every 5 s. Returns the app once both items
+/// are read, and `t`.
+async fn start_with_histogram_interval(redis: &RedisServer) -> (TestApp, f64, Scrape) {
     let t = now();
-    let s = |off: f64| format!("{:.3}", t - off);
-    // Ages 200 s and 2000 s.
     run(
-        &redis,
-        &["ZADD", "delayed", &s(200.0), "a", &s(2000.0), "b"],
+        redis,
+        &["ZADD", "delayed", &ago(t, 200.0), "a", &ago(t, 2000.0), "b"],
     );
-    let yaml = config(
+    let app = TestApp::start(&config_with(
         &redis.url,
-        "      - key: delayed\n        score: timestamp\n",
-    )
-    .replace(
-        "    queues:\n",
-        "    age_buckets: [100s, 1000s, 1h]\n    age_histogram_interval: 5s\n    queues:\n",
-    );
-    let app = TestApp::start(&yaml).await;
-    let body = wait_value(&app, "queue_messages_ready", &[("queue", "delayed")], 2.0).await;
-    assert_eq!(bucket(&body, "delayed", "1000.0"), Some(1.0));
-    assert_eq!(bucket(&body, "delayed", "+Inf"), Some(2.0));
+        r#"
+        age_buckets: [100s, 1000s, 1h]
+        age_histogram_interval: 5s
+        "#,
+        r#"
+        - key: delayed
+          score: timestamp
+        "#,
+    ))
+    .await;
+    let scrape = wait_value(&app, "queue_messages_ready", &[("queue", "delayed")], 2.0).await;
+    (app, t, scrape)
+}
+
+#[tokio::test]
+async fn the_age_histogram_is_measured_at_start_then_once_per_interval() {
+    let redis = RedisServer::start();
+    let (app, t, scrape) = start_with_histogram_interval(&redis).await;
+    assert_eq!(scrape.bucket("delayed", "1000.0"), Some(1.0));
+    assert_eq!(scrape.bucket("delayed", "+Inf"), Some(2.0));
 
     // The key's first re-measurement comes at its own point within the
     // interval (keys are spread over it); after that, once per interval.
-    run(&redis, &["ZADD", "delayed", &s(20.0), "c"]);
+    run(&redis, &["ZADD", "delayed", &ago(t, 20.0), "c"]);
     wait_value(
         &app,
         "queue_message_age_seconds_gcount",
@@ -397,46 +713,88 @@ async fn the_age_histogram_is_remeasured_every_interval_and_at_once_when_drained
     .await;
     // Just measured: a new item shows in depth and ready on the next poll,
     // while the histogram keeps its measurement until the 5 s interval ends.
-    run(&redis, &["ZADD", "delayed", &s(30.0), "d"]);
-    let body = wait_value(&app, "queue_messages_ready", &[("queue", "delayed")], 4.0).await;
-    assert_eq!(bucket(&body, "delayed", "+Inf"), Some(3.0), "{body}");
-    let body = wait_value(
+    run(&redis, &["ZADD", "delayed", &ago(t, 30.0), "d"]);
+    let scrape = wait_value(&app, "queue_messages_ready", &[("queue", "delayed")], 4.0).await;
+    assert_eq!(scrape.bucket("delayed", "+Inf"), Some(3.0), "{scrape}");
+    let scrape = wait_value(
         &app,
         "queue_message_age_seconds_gcount",
         &[("queue", "delayed")],
         4.0,
     )
     .await;
-    assert_eq!(bucket(&body, "delayed", "100.0"), Some(2.0));
-    assert_eq!(bucket(&body, "delayed", "1000.0"), Some(3.0));
-    assert_eq!(bucket(&body, "delayed", "3600.0"), Some(4.0));
+    assert_eq!(scrape.bucket("delayed", "100.0"), Some(2.0));
+    assert_eq!(scrape.bucket("delayed", "1000.0"), Some(3.0));
+    assert_eq!(scrape.bucket("delayed", "3600.0"), Some(4.0));
+    app.stop().await;
+}
 
-    // Drained: every bucket is 0 at once, not after the interval.
-    run(&redis, &["ZREM", "delayed", "a", "b", "c", "d"]);
-    let body = wait_value(&app, "queue_messages_ready", &[("queue", "delayed")], 0.0).await;
+#[tokio::test]
+async fn a_drained_queue_has_every_bucket_at_zero_at_once_not_after_the_interval() {
+    let redis = RedisServer::start();
+    let (app, _, _) = start_with_histogram_interval(&redis).await;
+    run(&redis, &["ZREM", "delayed", "a", "b"]);
+    let scrape = wait_value(&app, "queue_messages_ready", &[("queue", "delayed")], 0.0).await;
     for le in ["100.0", "1000.0", "3600.0", "+Inf"] {
-        assert_eq!(bucket(&body, "delayed", le), Some(0.0), "le={le}\n{body}");
-    }
-    // Only young items (all under the smallest bound): exact at once too.
-    run(
-        &redis,
-        &["ZADD", "delayed", &s(5.0), "d", &s(-100.0), "later"],
-    );
-    let body = wait_value(&app, "queue_messages_ready", &[("queue", "delayed")], 1.0).await;
-    for le in ["100.0", "1000.0", "3600.0", "+Inf"] {
-        assert_eq!(bucket(&body, "delayed", le), Some(1.0), "le={le}\n{body}");
+        assert_eq!(scrape.bucket("delayed", le), Some(0.0), "le={le}\n{scrape}");
     }
     app.stop().await;
 }
 
 #[tokio::test]
-async fn hashes_sets_and_streams_with_groups() {
+async fn only_young_items_under_the_smallest_bound_are_counted_exactly_at_once() {
+    let redis = RedisServer::start();
+    let (app, t, _) = start_with_histogram_interval(&redis).await;
+    run(&redis, &["ZREM", "delayed", "a", "b"]);
+    wait_value(&app, "queue_messages_ready", &[("queue", "delayed")], 0.0).await;
+    run(
+        &redis,
+        &[
+            "ZADD",
+            "delayed",
+            &ago(t, 5.0),
+            "d",
+            &ago(t, -100.0),
+            "later",
+        ],
+    );
+    let scrape = wait_value(&app, "queue_messages_ready", &[("queue", "delayed")], 1.0).await;
+    for le in ["100.0", "1000.0", "3600.0", "+Inf"] {
+        assert_eq!(scrape.bucket("delayed", le), Some(1.0), "le={le}\n{scrape}");
+    }
+    app.stop().await;
+}
+
+// Hashes, sets and streams.
+
+#[tokio::test]
+async fn a_hash_reports_its_field_count_as_depth() {
     let redis = RedisServer::start();
     run(
         &redis,
         &["HSET", "jobs:processing", "a", "1", "b", "2", "c", "3"],
     );
+    let app = TestApp::start(&config(&redis.url, "- key: jobs:processing")).await;
+    let scrape = wait_depth(&app, "jobs:processing", 3.0).await;
+    assert_eq!(scrape.depth("jobs:processing"), Some(3.0));
+    assert!(scrape.has_type("jobs:processing", "hash"));
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn a_set_reports_its_member_count_as_depth() {
+    let redis = RedisServer::start();
     run(&redis, &["SADD", "tags", "x", "y"]);
+    let app = TestApp::start(&config(&redis.url, "- key: tags")).await;
+    let scrape = wait_depth(&app, "tags", 2.0).await;
+    assert_eq!(scrape.depth("tags"), Some(2.0));
+    assert!(scrape.has_type("tags", "set"));
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn a_stream_reports_lag_pending_and_consumers_per_group_and_entries_added() {
+    let redis = RedisServer::start();
     for i in 0..5 {
         run(&redis, &["XADD", "events", "*", "n", &i.to_string()]);
     }
@@ -456,117 +814,115 @@ async fn hashes_sets_and_streams_with_groups() {
             ">",
         ],
     );
-    let app = TestApp::start(&config(
-        &redis.url,
-        "      - key: jobs:processing\n      - key: tags\n      - key: events\n",
-    ))
-    .await;
-    let body = wait_value(&app, "queue_depth", &[("queue", "events")], 5.0).await;
+    let app = TestApp::start(&config(&redis.url, "- key: events")).await;
+    let scrape = wait_depth(&app, "events", 5.0).await;
+    let group = [("queue", "events"), ("group", "workers")];
+    assert_eq!(scrape.value("queue_stream_group_lag", &group), Some(3.0));
     assert_eq!(
-        sample(&body, "queue_depth", &[("queue", "jobs:processing")]),
-        Some(3.0)
-    );
-    assert_eq!(
-        sample(
-            &body,
-            "queue_info",
-            &[("queue", "jobs:processing"), ("type", "hash")]
-        ),
-        Some(1.0)
-    );
-    assert_eq!(
-        sample(&body, "queue_depth", &[("queue", "tags")]),
+        scrape.value("queue_stream_group_pending", &group),
         Some(2.0)
     );
     assert_eq!(
-        sample(&body, "queue_info", &[("queue", "tags"), ("type", "set")]),
+        scrape.value("queue_stream_group_consumers", &group),
         Some(1.0)
     );
     assert_eq!(
-        sample(
-            &body,
-            "queue_stream_group_lag",
-            &[("queue", "events"), ("group", "workers")]
-        ),
-        Some(3.0)
-    );
-    assert_eq!(
-        sample(
-            &body,
-            "queue_stream_group_pending",
-            &[("queue", "events"), ("group", "workers")]
-        ),
-        Some(2.0)
-    );
-    assert_eq!(
-        sample(
-            &body,
-            "queue_stream_group_consumers",
-            &[("queue", "events"), ("group", "workers")]
-        ),
-        Some(1.0)
-    );
-    assert_eq!(
-        sample(
-            &body,
-            "queue_messages_published_total",
-            &[("queue", "events")]
-        ),
+        scrape.queue("queue_messages_published_total", "events"),
         Some(5.0)
     );
     app.stop().await;
 }
 
-#[tokio::test]
-async fn patterns_capture_labels_respect_types_and_max_keys() {
-    let redis = RedisServer::start();
+// Patterns and discovery.
+
+/// Lists `jobs:pending:{high,normal,low}`, a string and a hash under the same prefix.
+fn fill_jobs_pending(redis: &RedisServer) {
     for p in ["high", "normal", "low"] {
-        run(&redis, &["RPUSH", &format!("jobs:pending:{p}"), "a"]);
+        run(redis, &["RPUSH", &format!("jobs:pending:{p}"), "a"]);
     }
-    run(&redis, &["SET", "jobs:pending:string", "not a queue"]);
-    run(&redis, &["HSET", "jobs:pending:hash", "a", "1"]);
-    let yaml = config(
+    run(redis, &["SET", "jobs:pending:string", "not a queue"]);
+    run(redis, &["HSET", "jobs:pending:hash", "a", "1"]);
+}
+
+#[tokio::test]
+async fn named_captures_of_a_pattern_become_labels() {
+    let redis = RedisServer::start();
+    fill_jobs_pending(&redis);
+    let app = TestApp::start(&config(
         &redis.url,
-        "      - pattern: \"jobs:pending:*\"\n        labels: \"jobs:pending:(?P<priority>[^:]+)\"\n        types: [list]\n",
-    )
-    .replace("    queues:\n", "    max_keys: 2\n    queues:\n");
-    let app = TestApp::start(&yaml).await;
-    let body = wait_value(
-        &app,
-        "queue_exporter_tracked_keys",
-        &[("source", "main")],
-        2.0,
-    )
+        r#"
+        - pattern: "jobs:pending:*"
+          labels: "jobs:pending:(?P<priority>[^:]+)"
+          types: [list]
+        "#,
+    ))
     .await;
+    let scrape = wait_tracked(&app, 3.0).await;
+    for p in ["high", "normal", "low"] {
+        let queue = format!("jobs:pending:{p}");
+        assert_eq!(
+            scrape.value("queue_depth", &[("queue", &queue), ("priority", p)]),
+            Some(1.0),
+            "{queue}"
+        );
+    }
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn a_pattern_with_types_skips_keys_of_other_types() {
+    let redis = RedisServer::start();
+    fill_jobs_pending(&redis);
+    let app = TestApp::start(&config(
+        &redis.url,
+        r#"
+        - pattern: "jobs:pending:*"
+          types: [list]
+        "#,
+    ))
+    .await;
+    let scrape = wait_tracked(&app, 3.0).await;
+    assert_eq!(scrape.depth("jobs:pending:hash"), None);
+    assert_eq!(scrape.depth("jobs:pending:string"), None);
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn max_keys_tracks_the_first_keys_in_sorted_order_and_counts_the_rest() {
+    let redis = RedisServer::start();
+    fill_jobs_pending(&redis);
+    let app = TestApp::start(&config_with(
+        &redis.url,
+        "max_keys: 2",
+        r#"
+        - pattern: "jobs:pending:*"
+          labels: "jobs:pending:(?P<priority>[^:]+)"
+          types: [list]
+        "#,
+    ))
+    .await;
+    let scrape = wait_tracked(&app, 2.0).await;
     assert_eq!(
-        sample(&body, "queue_exporter_dropped_keys", &[("source", "main")]),
+        scrape.value("queue_exporter_dropped_keys", &[("source", "main")]),
         Some(1.0)
     );
     // Sorted key order: high, low are tracked; normal is the excess.
     assert_eq!(
-        sample(
-            &body,
+        scrape.value(
             "queue_depth",
             &[("queue", "jobs:pending:high"), ("priority", "high")]
         ),
         Some(1.0)
     );
     assert_eq!(
-        sample(
-            &body,
+        scrape.value(
             "queue_depth",
             &[("queue", "jobs:pending:low"), ("priority", "low")]
         ),
         Some(1.0)
     );
-    assert_eq!(
-        sample(&body, "queue_depth", &[("queue", "jobs:pending:hash")]),
-        None
-    );
-    assert_eq!(
-        sample(&body, "queue_depth", &[("queue", "jobs:pending:string")]),
-        None
-    );
+    assert_eq!(scrape.depth("jobs:pending:hash"), None);
+    assert_eq!(scrape.depth("jobs:pending:string"), None);
     app.stop().await;
 }
 
@@ -574,16 +930,13 @@ async fn patterns_capture_labels_respect_types_and_max_keys() {
 async fn discovery_finds_new_keys_and_forgets_vanished_ones() {
     let redis = RedisServer::start();
     run(&redis, &["RPUSH", "q:a", "1", "2"]);
-    let app = TestApp::start(&config(&redis.url, "      - pattern: \"q:*\"\n")).await;
-    wait_value(&app, "queue_depth", &[("queue", "q:a")], 2.0).await;
+    let app = TestApp::start(&config(&redis.url, r#"- pattern: "q:*""#)).await;
+    wait_depth(&app, "q:a", 2.0).await;
     run(&redis, &["RPUSH", "q:b", "1"]);
-    wait_value(&app, "queue_depth", &[("queue", "q:b")], 1.0).await;
+    wait_depth(&app, "q:b", 1.0).await;
     run(&redis, &["DEL", "q:a"]);
-    wait_for("q:a gone after discovery", WAIT, || async {
-        let body = app.metrics().await;
-        sample(&body, "queue_depth", &[("queue", "q:a")])
-            .is_none()
-            .then_some(())
+    app.scrape_until("q:a gone after discovery", WAIT, |s| {
+        s.depth("q:a").is_none()
     })
     .await;
     app.stop().await;
@@ -593,69 +946,189 @@ async fn discovery_finds_new_keys_and_forgets_vanished_ones() {
 async fn a_key_that_changes_type_is_measured_right_without_waiting_for_discovery() {
     let redis = RedisServer::start();
     run(&redis, &["RPUSH", "shape", "a", "b"]);
-    let yaml = config(&redis.url, "      - key: shape\n")
-        .replace("discovery_interval: 300ms", "discovery_interval: 1h");
-    let app = TestApp::start(&yaml).await;
-    wait_value(
-        &app,
-        "queue_info",
-        &[("queue", "shape"), ("type", "list")],
-        1.0,
-    )
+    let app = TestApp::start(&config_with(
+        &redis.url,
+        "discovery_interval: 1h",
+        "- key: shape",
+    ))
     .await;
+    let wait_type = |kind: &'static str| {
+        let app = &app;
+        async move {
+            wait_value(
+                app,
+                "queue_info",
+                &[("queue", "shape"), ("type", kind)],
+                1.0,
+            )
+            .await
+        }
+    };
+    wait_type("list").await;
     run(&redis, &["DEL", "shape"]);
     run(&redis, &["ZADD", "shape", "1", "a", "2", "b", "3", "c"]);
-    let body = wait_value(
-        &app,
-        "queue_info",
-        &[("queue", "shape"), ("type", "zset")],
-        1.0,
-    )
-    .await;
-    assert_eq!(
-        sample(&body, "queue_depth", &[("queue", "shape")]),
-        Some(3.0)
-    );
+    let scrape = wait_type("zset").await;
+    assert_eq!(scrape.depth("shape"), Some(3.0));
     // Deleted: an exact key reports 0, then a new type appears.
     run(&redis, &["DEL", "shape"]);
-    wait_value(&app, "queue_depth", &[("queue", "shape")], 0.0).await;
+    wait_depth(&app, "shape", 0.0).await;
     run(&redis, &["HSET", "shape", "f", "v"]);
-    let body = wait_value(
-        &app,
-        "queue_info",
-        &[("queue", "shape"), ("type", "hash")],
-        1.0,
-    )
-    .await;
-    assert_eq!(
-        sample(&body, "queue_depth", &[("queue", "shape")]),
-        Some(1.0)
-    );
+    let scrape = wait_type("hash").await;
+    assert_eq!(scrape.depth("shape"), Some(1.0));
     // Not a queue type: the type is shown, the depth is unknown (absent).
     run(&redis, &["DEL", "shape"]);
     run(&redis, &["SET", "shape", "plain string"]);
-    let body = wait_value(
-        &app,
-        "queue_info",
-        &[("queue", "shape"), ("type", "string")],
-        1.0,
-    )
-    .await;
-    assert_eq!(sample(&body, "queue_depth", &[("queue", "shape")]), None);
+    let scrape = wait_type("string").await;
+    assert_eq!(scrape.depth("shape"), None);
     // And back to a stream.
     run(&redis, &["DEL", "shape"]);
     run(&redis, &["XADD", "shape", "*", "k", "v"]);
-    let body = wait_value(
-        &app,
-        "queue_info",
-        &[("queue", "shape"), ("type", "stream")],
-        1.0,
-    )
+    let scrape = wait_type("stream").await;
+    assert_eq!(scrape.depth("shape"), Some(1.0));
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn vanished_pattern_keys_read_zero_until_the_next_discovery() {
+    let redis = RedisServer::start();
+    let t = now();
+    run(&redis, &["RPUSH", "v:list", "a", "b"]);
+    run(&redis, &["ZADD", "v:zset", &format!("{}", t - 10.0), "a"]);
+    run(&redis, &["HSET", "v:hash", "f", "1"]);
+    run(&redis, &["SADD", "v:set", "m"]);
+    run(&redis, &["XADD", "v:stream", "*", "k", "v"]);
+    // Discovery every 3 s: long enough to see the zeros in between.
+    let app = TestApp::start(&config_with(
+        &redis.url,
+        "discovery_interval: 3s",
+        r#"
+        - pattern: "v:*"
+          score: timestamp
+          age: { unit: seconds }
+        "#,
+    ))
     .await;
+    wait_tracked(&app, 5.0).await;
+    wait_depth(&app, "v:stream", 1.0).await;
+    let keys = ["v:list", "v:zset", "v:hash", "v:set", "v:stream"];
+    for k in keys {
+        run(&redis, &["DEL", k]);
+    }
+    // Deleted, but discovery has not confirmed it: 0, still tracked.
+    let scrape = app
+        .scrape_until("all five read 0", WAIT, |s| {
+            keys.iter().all(|k| s.depth(k) == Some(0.0))
+        })
+        .await;
     assert_eq!(
-        sample(&body, "queue_depth", &[("queue", "shape")]),
+        scrape.value("queue_exporter_tracked_keys", &[("source", "main")]),
+        Some(5.0)
+    );
+    assert_eq!(scrape.queue("queue_messages_ready", "v:zset"), Some(0.0));
+    assert_eq!(scrape.queue("queue_messages_ready", "v:stream"), Some(0.0));
+    assert_eq!(
+        scrape.source_up("main"),
+        Some(1.0),
+        "a vanished key is not an error"
+    );
+    // The next discovery forgets them.
+    let scrape = wait_tracked(&app, 0.0).await;
+    for k in keys {
+        assert_eq!(scrape.depth(k), None, "{k}");
+        assert!(!scrape.shows_queue(k), "{k} still shown");
+    }
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn overlapping_patterns_give_a_key_to_the_first_spec_that_matches() {
+    let redis = RedisServer::start();
+    let (app, _monitor) = start_with_overlapping_patterns(&redis).await;
+    let scrape = wait_tracked(&app, 4.0).await;
+    assert_eq!(scrape.depth("queue:list:1"), Some(2.0));
+    assert_eq!(scrape.depth("other:list"), Some(1.0));
+    // Timestamp semantics prove the first spec claimed the zsets.
+    assert_eq!(
+        scrape.queue("queue_messages_ready", "queue:zset:1"),
         Some(1.0)
     );
+    assert_eq!(
+        scrape.queue("queue_messages_scheduled", "queue:zset:2"),
+        Some(1.0)
+    );
+    assert_eq!(scrape.depth("cache:1"), None);
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn patterns_without_types_share_one_scan_over_their_common_prefix() {
+    let redis = RedisServer::start();
+    let (app, mut monitor) = start_with_overlapping_patterns(&redis).await;
+    wait_tracked(&app, 4.0).await;
+    app.stop().await;
+
+    let mut scans = BTreeSet::new();
+    for line in monitored(&mut monitor) {
+        if line.contains("\"SCAN\"") {
+            // The MATCH argument of each SCAN call.
+            let args: Vec<&str> = line.split('"').skip(1).step_by(2).collect();
+            if let Some(i) = args.iter().position(|a| a.eq_ignore_ascii_case("MATCH")) {
+                scans.insert(args[i + 1].to_string());
+            }
+        }
+    }
+    // One pass over the three globs' common prefix: the empty prefix here.
+    assert_eq!(scans, BTreeSet::from(["*".to_string()]), "{scans:?}");
+}
+
+/// Lists and zsets under `queue:`, a list under `other:`, 50 strings under
+/// `cache:`, and an app whose three patterns overlap: `queue:zset:*` is
+/// claimed by the timestamp spec (listed first), the catch-all `queue:*`
+/// gets the rest, `other:*` has its own glob. Returns the app and a MONITOR
+/// connection opened before it started.
+async fn start_with_overlapping_patterns(redis: &RedisServer) -> (TestApp, redis::Connection) {
+    let t = now();
+    run(redis, &["RPUSH", "queue:list:1", "a", "b"]);
+    run(
+        redis,
+        &["ZADD", "queue:zset:1", &format!("{}", t - 30.0), "a"],
+    );
+    run(
+        redis,
+        &["ZADD", "queue:zset:2", &format!("{}", t + 60.0), "a"],
+    );
+    run(redis, &["RPUSH", "other:list", "a"]);
+    for i in 0..50 {
+        run(redis, &["SET", &format!("cache:{i}"), "v"]);
+    }
+    // Watch the SCANs the exporter sends.
+    let monitor = start_monitor(redis);
+    let app = TestApp::start(&config_with(
+        &redis.url,
+        "discovery_interval: 1h",
+        r#"
+        - pattern: "queue:z?et:*"
+          score: timestamp
+        - pattern: "queue:*"
+        - pattern: "other:*"
+        "#,
+    ))
+    .await;
+    (app, monitor)
+}
+
+// Outages and permissions.
+
+#[tokio::test]
+async fn every_error_reason_is_exported_at_zero_before_anything_fails() {
+    // So that rate() alerts see the first error.
+    let redis = RedisServer::start();
+    run(&redis, &["RPUSH", "work", "a", "b", "c"]);
+    let app = TestApp::start(&config(&redis.url, "- key: work")).await;
+    let scrape = wait_depth(&app, "work", 3.0).await;
+    for reason in ["connect", "auth", "timeout", "backend"] {
+        assert_eq!(scrape.errors("main", reason), Some(0.0), "{reason}");
+    }
     app.stop().await;
 }
 
@@ -663,82 +1136,45 @@ async fn a_key_that_changes_type_is_measured_right_without_waiting_for_discovery
 async fn a_restarted_redis_goes_up_down_up_and_values_are_right_after() {
     let mut redis = RedisServer::start();
     run(&redis, &["RPUSH", "work", "a", "b", "c"]);
-    let app = TestApp::start(&config(&redis.url, "      - key: work\n")).await;
-    let body = wait_value(&app, "queue_depth", &[("queue", "work")], 3.0).await;
-    assert_eq!(
-        sample(&body, "queue_exporter_source_up", &[("source", "main")]),
-        Some(1.0)
-    );
-    // Every error reason is exported at 0 before anything fails, so rate()
-    // alerts see the first error.
-    for reason in ["connect", "auth", "timeout", "backend"] {
-        assert_eq!(
-            sample(
-                &body,
-                "queue_exporter_poll_errors_total",
-                &[("source", "main"), ("reason", reason)]
-            ),
-            Some(0.0),
-            "{reason}"
-        );
-    }
+    let app = TestApp::start(&config(&redis.url, "- key: work")).await;
+    let scrape = wait_depth(&app, "work", 3.0).await;
+    assert_eq!(scrape.source_up("main"), Some(1.0));
 
     redis.stop();
-    let body = wait_value(&app, "queue_exporter_source_up", &[("source", "main")], 0.0).await;
-    // Down: queue series are dropped, not shown stale; the last success stays.
-    assert_eq!(sample(&body, "queue_depth", &[("queue", "work")]), None);
-    assert!(
-        sample(
-            &body,
-            "queue_exporter_last_success_timestamp_seconds",
-            &[("source", "main")]
-        )
-        .is_some()
-    );
-    let errors = |body: &str| {
-        sample(
-            body,
-            "queue_exporter_poll_errors_total",
-            &[("source", "main"), ("reason", "connect")],
-        )
-    };
-    let first_errors = errors(&body).unwrap_or(0.0);
-    assert!(first_errors >= 1.0, "{body}");
-    let last_success = |body: &str| {
-        sample(
-            body,
+    let scrape = wait_value(&app, "queue_exporter_source_up", &[("source", "main")], 0.0).await;
+    let last_success = |s: &Scrape| {
+        s.value(
             "queue_exporter_last_success_timestamp_seconds",
             &[("source", "main")],
         )
     };
-    let frozen = last_success(&body);
+    // Down: queue series are dropped, not shown stale; the last success stays.
+    assert_eq!(scrape.depth("work"), None);
+    assert!(last_success(&scrape).is_some());
+    let first_errors = scrape.errors("main", "connect").unwrap_or(0.0);
+    assert!(first_errors >= 1.0, "{scrape}");
+    let frozen = last_success(&scrape);
     // More failed polls (retries keep going, the process keeps serving):
     // the errors grow, the last success does not move, nothing reappears.
-    let body = wait_for("more connect errors", WAIT, || async {
-        let body = app.metrics().await;
-        (errors(&body)? >= first_errors + 2.0).then_some(body)
-    })
-    .await;
-    assert_eq!(last_success(&body), frozen);
-    assert_eq!(sample(&body, "queue_depth", &[("queue", "work")]), None);
-    assert_eq!(
-        sample(&body, "queue_exporter_source_up", &[("source", "main")]),
-        Some(0.0)
-    );
+    let scrape = wait_errors(&app, "connect", first_errors + 2.0).await;
+    assert_eq!(last_success(&scrape), frozen);
+    assert_eq!(scrape.depth("work"), None);
+    assert_eq!(scrape.source_up("main"), Some(0.0));
 
     redis.restart();
     run(&redis, &["RPUSH", "work", "x"]);
-    let body = wait_value(&app, "queue_depth", &[("queue", "work")], 1.0).await;
-    assert_eq!(
-        sample(&body, "queue_exporter_source_up", &[("source", "main")]),
-        Some(1.0)
-    );
-    assert!(last_success(&body) > frozen);
+    let scrape = wait_depth(&app, "work", 1.0).await;
+    assert_eq!(scrape.source_up("main"), Some(1.0));
+    assert!(last_success(&scrape) > frozen);
     app.stop().await;
 }
 
-#[tokio::test]
-async fn works_under_a_read_only_acl_and_sends_no_writes() {
+/// A Redis whose queues live in database 1, read by user `qe` who may only
+/// read (`+@read +@connection`, so the exporter also has to SELECT), with
+/// the password in a file; a MONITOR connection opened before the app
+/// starts. Returns once every queue has been read.
+async fn start_under_a_read_only_acl()
+-> (RedisServer, TestApp, redis::Connection, tempfile::TempDir) {
     let redis = RedisServer::start();
     run(
         &redis,
@@ -755,8 +1191,6 @@ async fn works_under_a_read_only_acl_and_sends_no_writes() {
             "+@connection",
         ],
     );
-    // The queues live in database 1, so the exporter also has to SELECT
-    // (in `@connection` on Redis 7).
     let db1 = redis::Client::open(format!("{}/1", redis.url)).unwrap();
     let mut db1 = db1.get_connection().unwrap();
     for args in [
@@ -772,30 +1206,48 @@ async fn works_under_a_read_only_acl_and_sends_no_writes() {
         let _: redis::Value = c.query(&mut db1).unwrap();
     }
     // Watch every command the server receives.
-    let mut monitor = start_monitor(&redis);
+    let monitor = start_monitor(&redis);
 
     let dir = tempfile::tempdir().unwrap();
     let pw = write_file(&dir, "pw", "s3cret\n");
     let url = format!("{}/1", redis.url.replace("redis://", "redis://qe@"));
-    let yaml = config(&url, "      - key: work\n      - pattern: \"jobs:*\"\n        score: timestamp\n      - key: ev\n")
-        .replace("    queues:\n", &format!("    password_file: {}\n    queues:\n", pw.display()));
-    let app = TestApp::start(&yaml).await;
-    let body = wait_value(&app, "queue_depth", &[("queue", "ev")], 1.0).await;
-    assert_eq!(
-        sample(&body, "queue_depth", &[("queue", "work")]),
-        Some(1.0)
-    );
-    assert_eq!(
-        sample(&body, "queue_depth", &[("queue", "jobs:z")]),
-        Some(1.0)
-    );
+    let app = TestApp::start(&config_with(
+        &url,
+        &format!("password_file: {}", pw.display()),
+        r#"
+        - key: work
+        - pattern: "jobs:*"
+          score: timestamp
+        - key: ev
+        "#,
+    ))
+    .await;
+    wait_depth(&app, "ev", 1.0).await;
+    (redis, app, monitor, dir)
+}
+
+#[tokio::test]
+async fn a_read_only_acl_user_in_database_1_reads_every_queue_without_errors() {
+    let (_redis, app, _monitor, _dir) = start_under_a_read_only_acl().await;
+    let scrape = app.scrape().await;
+    assert_eq!(scrape.depth("ev"), Some(1.0));
+    assert_eq!(scrape.depth("work"), Some(1.0));
+    assert_eq!(scrape.depth("jobs:z"), Some(1.0));
     wait_polls(&app, 5.0).await;
-    let body = app.metrics().await;
-    let errors: Vec<&str> = body
+    let scrape = app.scrape().await;
+    let errors: Vec<&str> = scrape
+        .text()
         .lines()
         .filter(|l| l.starts_with("queue_exporter_poll_errors_total{") && !l.ends_with(" 0"))
         .collect();
     assert!(errors.is_empty(), "errors under read-only ACL: {errors:?}");
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn only_read_commands_are_sent_and_none_is_refused() {
+    let (redis, app, mut monitor, _dir) = start_under_a_read_only_acl().await;
+    wait_polls(&app, 5.0).await;
     app.stop().await;
 
     let seen = monitored(&mut monitor);
@@ -850,253 +1302,16 @@ async fn works_under_a_read_only_acl_and_sends_no_writes() {
 }
 
 #[tokio::test]
-async fn list_ages_in_every_unit_and_parse_failures_keep_counting() {
-    let redis = RedisServer::start();
-    let t = now();
-    let rfc = chrono::DateTime::from_timestamp((t - 200.0) as i64, 0)
-        .unwrap()
-        .with_timezone(&chrono::FixedOffset::east_opt(2 * 3600).unwrap())
-        .to_rfc3339();
-    let items: Vec<(&str, String, &str)> = vec![
-        // (key, head item, age spec)
-        ("u:s", format!("{:.3}", t - 10.5), "{ unit: seconds }"),
-        (
-            "u:ms",
-            format!("{{\"at\":{}}}", ((t - 20.0) * 1e3) as i64),
-            "{ field: at, unit: milliseconds }",
-        ),
-        (
-            "u:us",
-            format!("{{\"at\":{}}}", ((t - 30.0) * 1e6) as i64),
-            "{ field: at, unit: microseconds }",
-        ),
-        (
-            "u:ns",
-            format!("{{\"a\":{{\"b\":[{}]}}}}", ((t - 40.0) * 1e9) as i64),
-            "{ field: a.b.0, unit: nanoseconds }",
-        ),
-        (
-            "u:auto-ms-string",
-            format!("{{\"at\":\"{}\"}}", ((t - 50.0) * 1e3) as i64),
-            "{ field: at }",
-        ),
-        ("u:auto-rfc", rfc, "{ unit: auto }"),
-        (
-            "u:future",
-            format!("{}", (t + 3600.0) as i64),
-            "{ unit: seconds }",
-        ),
-        ("bad:no-field", "{\"other\":1}".to_string(), "{ field: at }"),
-        ("bad:rfc", "yesterday".to_string(), "{ unit: rfc3339 }"),
-    ];
-    let mut queues = String::new();
-    for (key, item, age) in &items {
-        // The oldest item at the head, a newer one behind it.
-        run(&redis, &["RPUSH", key, item, "newer"]);
-        queues.push_str(&format!("      - key: {key}\n        age: {age}\n"));
-    }
-    let app = TestApp::start(&config(&redis.url, &queues)).await;
-    let body = wait_value(&app, "queue_depth", &[("queue", "bad:rfc")], 2.0).await;
-    for (key, want) in [
-        ("u:s", 10.5),
-        ("u:ms", 20.0),
-        ("u:us", 30.0),
-        ("u:ns", 40.0),
-        ("u:auto-ms-string", 50.0),
-        ("u:auto-rfc", 200.0),
-    ] {
-        let age = sample(&body, "queue_oldest_message_age_seconds", &[("queue", key)])
-            .unwrap_or_else(|| panic!("{key}: no age\n{body}"));
-        assert!(
-            age >= want - 1.0 && age < want + 30.0,
-            "{key}: age {age}, want about {want}"
-        );
-    }
-    // A timestamp in the future (clock skew) is not a negative age.
-    assert_eq!(
-        sample(
-            &body,
-            "queue_oldest_message_age_seconds",
-            &[("queue", "u:future")]
-        ),
-        Some(0.0)
-    );
-    for key in ["bad:no-field", "bad:rfc"] {
-        assert_eq!(
-            sample(&body, "queue_oldest_message_age_seconds", &[("queue", key)]),
-            None,
-            "{key}: an unreadable item has no age, not 0"
-        );
-    }
-    // Two unreadable items per poll: the counter keeps growing.
-    let first = sample(
-        &body,
-        "queue_exporter_age_parse_failures_total",
-        &[("source", "main")],
-    )
-    .unwrap();
-    assert!(first >= 2.0, "{first}");
-    wait_for("parse failures grow", WAIT, || async {
-        let n = sample(
-            &app.metrics().await,
-            "queue_exporter_age_parse_failures_total",
-            &[("source", "main")],
-        )?;
-        (n >= first + 2.0).then_some(())
-    })
-    .await;
-    app.stop().await;
-}
-
-#[tokio::test]
-async fn timestamp_zsets_with_nothing_due_fractional_scores_and_missing_keys() {
-    let redis = RedisServer::start();
-    let t = now();
-    let s = |off: f64| format!("{:.3}", t + off);
-    // Nothing due yet.
-    run(&redis, &["ZADD", "later", &s(100.0), "a", &s(200.0), "b"]);
-    // Fractional seconds, all due, well inside the first default bucket (1 s)
-    // apart from one that is 5 s old.
-    run(
-        &redis,
-        &["ZADD", "frac", &s(-0.25), "a", &s(-0.5), "b", &s(-5.0), "c"],
-    );
-    let app = TestApp::start(&config(
-        &redis.url,
-        "      - key: later\n        score: timestamp\n      - key: frac\n        score: timestamp\n      - key: gone\n        score: timestamp\n        score_unit: milliseconds\n",
-    ))
-    .await;
-    let body = wait_value(&app, "queue_depth", &[("queue", "frac")], 3.0).await;
-    let q = |name: &str, queue: &str| sample(&body, name, &[("queue", queue)]);
-    assert_eq!(q("queue_depth", "later"), Some(2.0));
-    assert_eq!(q("queue_messages_ready", "later"), Some(0.0));
-    assert_eq!(q("queue_messages_scheduled", "later"), Some(2.0));
-    // Nothing waiting: 0, which is known (not absent).
-    assert_eq!(q("queue_oldest_message_age_seconds", "later"), Some(0.0));
-    assert_eq!(q("queue_message_age_seconds_gcount", "later"), Some(0.0));
-
-    assert_eq!(q("queue_messages_ready", "frac"), Some(3.0));
-    assert_eq!(q("queue_messages_scheduled", "frac"), Some(0.0));
-    let age = q("queue_oldest_message_age_seconds", "frac").unwrap();
-    assert!((5.0..30.0).contains(&age), "{age}");
-    // Default buckets run from 1 s to 1 day.
-    let les = [
-        "1.0", "10.0", "60.0", "300.0", "900.0", "3600.0", "86400.0", "+Inf",
-    ];
-    for le in les {
-        assert_eq!(bucket(&body, "later", le), Some(0.0), "later le={le}");
-        assert_eq!(bucket(&body, "gone", le), Some(0.0), "gone le={le}");
-    }
-    assert_eq!(bucket(&body, "frac", "10.0"), Some(3.0));
-    assert_eq!(bucket(&body, "frac", "+Inf"), Some(3.0));
-    assert!(bucket(&body, "frac", "1.0").is_some_and(|c| c <= 2.0));
-
-    // A configured timestamp zset that does not exist: empty, type none,
-    // every series present so dashboards and autoscalers see a 0.
-    assert_eq!(q("queue_depth", "gone"), Some(0.0));
-    assert_eq!(q("queue_messages_ready", "gone"), Some(0.0));
-    assert_eq!(q("queue_messages_scheduled", "gone"), Some(0.0));
-    assert_eq!(q("queue_oldest_message_age_seconds", "gone"), Some(0.0));
-    assert_eq!(
-        sample(&body, "queue_info", &[("queue", "gone"), ("type", "none")]),
-        Some(1.0)
-    );
-    // It appears: measured at once (in milliseconds), no discovery needed.
-    let ms = |off: f64| format!("{}", ((t + off) * 1000.0) as i64);
-    run(&redis, &["ZADD", "gone", &ms(-90.0), "a", &ms(90.0), "b"]);
-    let body = wait_value(&app, "queue_depth", &[("queue", "gone")], 2.0).await;
-    assert_eq!(
-        sample(&body, "queue_messages_ready", &[("queue", "gone")]),
-        Some(1.0)
-    );
-    assert_eq!(bucket(&body, "gone", "300.0"), Some(1.0));
-    assert_eq!(bucket(&body, "gone", "60.0"), Some(0.0));
-    app.stop().await;
-}
-
-#[tokio::test]
-async fn vanished_pattern_keys_read_zero_until_the_next_discovery() {
-    let redis = RedisServer::start();
-    let t = now();
-    run(&redis, &["RPUSH", "v:list", "a", "b"]);
-    run(&redis, &["ZADD", "v:zset", &format!("{}", t - 10.0), "a"]);
-    run(&redis, &["HSET", "v:hash", "f", "1"]);
-    run(&redis, &["SADD", "v:set", "m"]);
-    run(&redis, &["XADD", "v:stream", "*", "k", "v"]);
-    // Discovery every 3 s: long enough to see the zeros in between.
-    let yaml = config(
-        &redis.url,
-        "      - pattern: \"v:*\"\n        score: timestamp\n        age: { unit: seconds }\n",
-    )
-    .replace("discovery_interval: 300ms", "discovery_interval: 3s");
-    let app = TestApp::start(&yaml).await;
-    wait_value(
-        &app,
-        "queue_exporter_tracked_keys",
-        &[("source", "main")],
-        5.0,
-    )
-    .await;
-    wait_value(&app, "queue_depth", &[("queue", "v:stream")], 1.0).await;
-    let keys = ["v:list", "v:zset", "v:hash", "v:set", "v:stream"];
-    for k in keys {
-        run(&redis, &["DEL", k]);
-    }
-    // Deleted, but discovery has not confirmed it: 0, still tracked.
-    let body = wait_for("all five read 0", WAIT, || async {
-        let body = app.metrics().await;
-        keys.iter()
-            .all(|k| sample(&body, "queue_depth", &[("queue", k)]) == Some(0.0))
-            .then_some(body)
-    })
-    .await;
-    assert_eq!(
-        sample(&body, "queue_exporter_tracked_keys", &[("source", "main")]),
-        Some(5.0)
-    );
-    assert_eq!(
-        sample(&body, "queue_messages_ready", &[("queue", "v:zset")]),
-        Some(0.0)
-    );
-    assert_eq!(
-        sample(&body, "queue_messages_ready", &[("queue", "v:stream")]),
-        Some(0.0)
-    );
-    assert_eq!(
-        sample(&body, "queue_exporter_source_up", &[("source", "main")]),
-        Some(1.0),
-        "a vanished key is not an error"
-    );
-    // The next discovery forgets them.
-    let body = wait_value(
-        &app,
-        "queue_exporter_tracked_keys",
-        &[("source", "main")],
-        0.0,
-    )
-    .await;
-    for k in keys {
-        assert_eq!(sample(&body, "queue_depth", &[("queue", k)]), None, "{k}");
-        assert!(!body.contains(&format!("queue=\"{k}\"")), "{k} still shown");
-    }
-    app.stop().await;
-}
-
-#[tokio::test]
 async fn a_redis_that_is_down_at_start_is_picked_up_when_it_comes_up() {
     let mut redis = RedisServer::start();
     redis.stop();
-    let app = TestApp::start(&config(&redis.url, "      - key: work\n")).await;
-    let body = wait_errors(&app, "connect", 2.0).await;
-    assert_eq!(
-        sample(&body, "queue_exporter_source_up", &[("source", "main")]),
-        Some(0.0)
-    );
+    let app = TestApp::start(&config(&redis.url, "- key: work")).await;
+    let scrape = wait_errors(&app, "connect", 2.0).await;
+    assert_eq!(scrape.source_up("main"), Some(0.0));
     // Never polled successfully: no queue series and no last success.
-    assert_eq!(sample(&body, "queue_depth", &[("queue", "work")]), None);
+    assert_eq!(scrape.depth("work"), None);
     assert_eq!(
-        sample(
-            &body,
+        scrape.value(
             "queue_exporter_last_success_timestamp_seconds",
             &[("source", "main")]
         ),
@@ -1104,18 +1319,15 @@ async fn a_redis_that_is_down_at_start_is_picked_up_when_it_comes_up() {
     );
     redis.restart();
     run(&redis, &["RPUSH", "work", "a", "b"]);
-    let body = wait_value(&app, "queue_depth", &[("queue", "work")], 2.0).await;
-    assert_eq!(
-        sample(&body, "queue_exporter_source_up", &[("source", "main")]),
-        Some(1.0)
-    );
+    let scrape = wait_depth(&app, "work", 2.0).await;
+    assert_eq!(scrape.source_up("main"), Some(1.0));
     assert!(
-        sample(
-            &body,
-            "queue_exporter_last_success_timestamp_seconds",
-            &[("source", "main")]
-        )
-        .is_some_and(|ts| (ts - now()).abs() < 60.0)
+        scrape
+            .value(
+                "queue_exporter_last_success_timestamp_seconds",
+                &[("source", "main")]
+            )
+            .is_some_and(|ts| (ts - now()).abs() < 60.0)
     );
     app.stop().await;
 }
@@ -1123,14 +1335,14 @@ async fn a_redis_that_is_down_at_start_is_picked_up_when_it_comes_up() {
 #[tokio::test]
 async fn a_redis_that_never_answers_counts_timeouts() {
     let silent = SilentServer::start();
-    let yaml = config(&silent.redis_url(), "      - key: work\n")
-        .replace("    queues:\n", "    timeout: 200ms\n    queues:\n");
-    let app = TestApp::start(&yaml).await;
-    let body = wait_errors(&app, "timeout", 1.0).await;
-    assert_eq!(
-        sample(&body, "queue_exporter_source_up", &[("source", "main")]),
-        Some(0.0)
-    );
+    let app = TestApp::start(&config_with(
+        &silent.redis_url(),
+        "timeout: 200ms",
+        "- key: work",
+    ))
+    .await;
+    let scrape = wait_errors(&app, "timeout", 1.0).await;
+    assert_eq!(scrape.source_up("main"), Some(0.0));
     // Still serving.
     let (status, _, _) = http_get(&format!("{}/healthz", app.base), &[]).await;
     assert_eq!(status, 200);
@@ -1161,83 +1373,22 @@ async fn a_key_the_acl_does_not_cover_is_unknown_and_counted_not_zero() {
     let url = redis.url.replace("redis://", "redis://lim:pw@");
     let app = TestApp::start(&config(
         &url,
-        "      - key: q:1\n      - key: secret\n      - key: secret:stream\n      - key: q:missing\n",
+        r#"
+        - key: q:1
+        - key: secret
+        - key: secret:stream
+        - key: q:missing
+        "#,
     ))
     .await;
-    let body = wait_errors(&app, "auth", 4.0).await;
+    let scrape = wait_errors(&app, "auth", 4.0).await;
     // The readable keys are fine and the source is up.
-    assert_eq!(
-        sample(&body, "queue_exporter_source_up", &[("source", "main")]),
-        Some(1.0)
-    );
-    assert_eq!(sample(&body, "queue_depth", &[("queue", "q:1")]), Some(1.0));
-    assert_eq!(
-        sample(&body, "queue_depth", &[("queue", "q:missing")]),
-        Some(0.0)
-    );
+    assert_eq!(scrape.source_up("main"), Some(1.0));
+    assert_eq!(scrape.depth("q:1"), Some(1.0));
+    assert_eq!(scrape.depth("q:missing"), Some(0.0));
     // The refused ones are unknown: no made-up empty queue, no made-up type.
     for key in ["secret", "secret:stream"] {
-        assert!(
-            !body.contains(&format!("queue=\"{key}\"")),
-            "{key} reported:\n{body}"
-        );
+        assert!(!scrape.shows_queue(key), "{key} reported:\n{scrape}");
     }
     app.stop().await;
-}
-
-#[tokio::test]
-async fn patterns_without_types_share_one_scan_and_the_first_spec_wins() {
-    let redis = RedisServer::start();
-    let t = now();
-    run(&redis, &["RPUSH", "queue:list:1", "a", "b"]);
-    run(
-        &redis,
-        &["ZADD", "queue:zset:1", &format!("{}", t - 30.0), "a"],
-    );
-    run(
-        &redis,
-        &["ZADD", "queue:zset:2", &format!("{}", t + 60.0), "a"],
-    );
-    run(&redis, &["RPUSH", "other:list", "a"]);
-    for i in 0..50 {
-        run(&redis, &["SET", &format!("cache:{i}"), "v"]);
-    }
-    // Watch the SCANs the exporter sends.
-    let mut monitor = start_monitor(&redis);
-    // `queue:zset:*` is claimed by the timestamp spec (listed first); the
-    // catch-all `queue:*` gets the rest; `other:*` has its own glob.
-    let yaml = config(
-        &redis.url,
-        "      - pattern: \"queue:z?et:*\"\n        score: timestamp\n      - pattern: \"queue:*\"\n      - pattern: \"other:*\"\n",
-    )
-    .replace("discovery_interval: 300ms", "discovery_interval: 1h");
-    let app = TestApp::start(&yaml).await;
-    let body = wait_value(
-        &app,
-        "queue_exporter_tracked_keys",
-        &[("source", "main")],
-        4.0,
-    )
-    .await;
-    let q = |name: &str, queue: &str| sample(&body, name, &[("queue", queue)]);
-    assert_eq!(q("queue_depth", "queue:list:1"), Some(2.0));
-    assert_eq!(q("queue_depth", "other:list"), Some(1.0));
-    // Timestamp semantics prove the first spec claimed the zsets.
-    assert_eq!(q("queue_messages_ready", "queue:zset:1"), Some(1.0));
-    assert_eq!(q("queue_messages_scheduled", "queue:zset:2"), Some(1.0));
-    assert_eq!(q("queue_depth", "cache:1"), None);
-    app.stop().await;
-
-    let mut scans = BTreeSet::new();
-    for line in monitored(&mut monitor) {
-        if line.contains("\"SCAN\"") {
-            // The MATCH argument of each SCAN call.
-            let args: Vec<&str> = line.split('"').skip(1).step_by(2).collect();
-            if let Some(i) = args.iter().position(|a| a.eq_ignore_ascii_case("MATCH")) {
-                scans.insert(args[i + 1].to_string());
-            }
-        }
-    }
-    // One pass over the three globs' common prefix: the empty prefix here.
-    assert_eq!(scans, BTreeSet::from(["*".to_string()]), "{scans:?}");
 }
