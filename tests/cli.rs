@@ -8,7 +8,27 @@ use support::*;
 
 const BIN: &str = env!("CARGO_BIN_EXE_queue-exporter");
 
-const GOOD: &str = "listen: { grpc: null }\nsources:\n  - name: main\n    type: redis\n    url: URL\n    poll_interval: 1s\n    queues:\n      - key: work-queue\n      - pattern: \"jobs:*\"\n";
+/// A valid config; `URL` stands for the Redis URL.
+const GOOD: &str = r#"listen: { grpc: null }
+sources:
+  - name: main
+    type: redis
+    url: URL
+    poll_interval: 1s
+    queues:
+      - key: work-queue
+      - pattern: "jobs:*"
+"#;
+
+/// [`GOOD`] over `url`.
+fn good(url: &str) -> String {
+    GOOD.replace("URL", url)
+}
+
+/// A Redis URL where nothing listens.
+fn dead_url() -> String {
+    format!("redis://127.0.0.1:{}", free_port())
+}
 
 fn write_config(yaml: &str) -> (tempfile::TempDir, std::path::PathBuf) {
     let dir = tempfile::tempdir().unwrap();
@@ -49,12 +69,14 @@ fn bad_configs_exit_nonzero_with_one_line_naming_file_field_and_problem() {
         ),
         (
             "- key: work-queue",
-            "- key: work-queue\n        pattern: \"x*\"",
+            r#"- key: work-queue
+        pattern: "x*""#,
             "sources[0].queues[0]: set either key or pattern, not both",
         ),
         (
-            "- pattern: \"jobs:*\"",
-            "- pattern: \"jobs:*\"\n        labels: \"(?P<p>[\"",
+            r#"- pattern: "jobs:*""#,
+            r#"- pattern: "jobs:*"
+        labels: "(?P<p>[""#,
             "sources[0].queues[1].labels: ",
         ),
         (
@@ -64,34 +86,38 @@ fn bad_configs_exit_nonzero_with_one_line_naming_file_field_and_problem() {
         ),
         (
             // The regex crate accepts this name; Prometheus does not.
-            "- pattern: \"jobs:*\"",
-            "- pattern: \"jobs:*\"\n        labels: \"jobs:(?P<prio.rity>.*)\"",
+            r#"- pattern: "jobs:*""#,
+            r#"- pattern: "jobs:*"
+        labels: "jobs:(?P<prio.rity>.*)""#,
             "sources[0].queues[1].labels: capture name \"prio.rity\" is not a valid label name",
         ),
         (
-            "- pattern: \"jobs:*\"",
-            "- pattern: \"jobs:*\"\n        labels: \"jobs:(?P<queue>.*)\"",
+            r#"- pattern: "jobs:*""#,
+            r#"- pattern: "jobs:*"
+        labels: "jobs:(?P<queue>.*)""#,
             "sources[0].queues[1].labels: capture name \"queue\" is reserved",
         ),
         (
             "poll_interval: 1s",
-            "poll_interval: 1s\n    score_unit: seconds",
+            "poll_interval: 1s
+    score_unit: seconds",
             "sources[0].score_unit: unknown field `score_unit`",
         ),
         (
             "- key: work-queue",
-            "- key: work-queue\n        age: { unit: fortnights }",
+            "- key: work-queue
+        age: { unit: fortnights }",
             "sources[0].queues[0].age.unit: unknown variant `fortnights`",
         ),
         (
             "listen: { grpc: null }",
-            "listen: { grpc: null }\nlog: { format: xml }",
+            "listen: { grpc: null }
+log: { format: xml }",
             "log.format: unknown variant `xml`",
         ),
     ];
     for (from, to, want) in cases {
-        let (_dir, path) =
-            write_config(&GOOD.replace("URL", "redis://127.0.0.1:1").replace(from, to));
+        let (_dir, path) = write_config(&good("redis://127.0.0.1:1").replace(from, to));
         let p = path.to_str().unwrap();
         for args in [
             vec!["check", "--config", p],
@@ -107,25 +133,31 @@ fn bad_configs_exit_nonzero_with_one_line_naming_file_field_and_problem() {
             );
         }
     }
+}
+
+#[test]
+fn a_missing_config_file_is_named_on_one_line() {
     let (code, _, err) = run(&["check", "--config", "/nonexistent/qe.yaml"]);
     assert_ne!(code, 0);
     assert_eq!(err.trim(), "/nonexistent/qe.yaml: file not found");
 }
 
 #[test]
-fn check_validates_and_connects_when_asked() {
+fn check_accepts_a_good_config_and_connects_when_asked() {
     let redis = RedisServer::start();
-    let (_dir, path) = write_config(&GOOD.replace("URL", &redis.url));
+    let (_dir, path) = write_config(&good(&redis.url));
     let p = path.to_str().unwrap();
     let (code, out, _) = run(&["check", "--config", p]);
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("ok"));
     let (code, out, _) = run(&["check", "--connect", "--config", p]);
     assert_eq!(code, 0, "{out}");
+}
 
-    let dead = format!("redis://127.0.0.1:{}", free_port());
-    let (_dir2, path2) = write_config(&GOOD.replace("URL", &dead));
-    let (code, out, err) = run(&["check", "--connect", "--config", path2.to_str().unwrap()]);
+#[test]
+fn check_connect_names_an_unreachable_source_on_stderr() {
+    let (_dir, path) = write_config(&good(&dead_url()));
+    let (code, out, err) = run(&["check", "--connect", "--config", path.to_str().unwrap()]);
     assert_ne!(code, 0);
     // Errors go to stderr; stdout holds only a success summary.
     assert!(err.contains("sources.main: cannot poll (connect)"), "{err}");
@@ -153,7 +185,7 @@ fn run_with_stdin(args: &[&str], stdin: &str) -> (i32, String, String) {
 
 #[test]
 fn check_reads_the_config_from_a_pipe_as_dash_or_dev_stdin() {
-    let yaml = GOOD.replace("URL", "redis://127.0.0.1:1");
+    let yaml = good("redis://127.0.0.1:1");
     for path in ["-", "/dev/stdin"] {
         let (code, out, err) = run_with_stdin(&["check", "--config", path], &yaml);
         assert_eq!(code, 0, "{path}: {err}");
@@ -187,8 +219,7 @@ sources: []
 
 #[test]
 fn logs_carry_no_colour_codes_when_stderr_is_not_a_terminal() {
-    let dead = format!("redis://127.0.0.1:{}", free_port());
-    let (_dir, path) = write_config(&GOOD.replace("URL", &dead));
+    let (_dir, path) = write_config(&good(&dead_url()));
     let out = Command::new(BIN)
         .args(["once", "--config", path.to_str().unwrap()])
         .env_remove("RUST_LOG")
@@ -205,8 +236,7 @@ fn logs_carry_no_colour_codes_when_stderr_is_not_a_terminal() {
 
 #[test]
 fn logs_are_coloured_on_a_terminal_unless_no_color_is_set() {
-    let dead = format!("redis://127.0.0.1:{}", free_port());
-    let (_dir, path) = write_config(&GOOD.replace("URL", &dead));
+    let (_dir, path) = write_config(&good(&dead_url()));
     // `script` runs the command on a pseudo-terminal.
     let on_tty = |no_color: Option<&str>| {
         let cmd = format!("{BIN} once --config {} 2>&1 >/dev/null", path.display());
@@ -233,7 +263,7 @@ fn logs_are_coloured_on_a_terminal_unless_no_color_is_set() {
 }
 
 #[test]
-fn once_prints_the_exposition() {
+fn once_prints_the_exposition_of_one_poll() {
     let redis = RedisServer::start();
     let _: () = redis::cmd("RPUSH")
         .arg("work-queue")
@@ -246,33 +276,23 @@ fn once_prints_the_exposition() {
         .arg("a")
         .query(&mut redis.conn())
         .unwrap();
-    let (_dir, path) = write_config(&GOOD.replace("URL", &redis.url));
+    let (_dir, path) = write_config(&good(&redis.url));
     let (code, out, err) = run(&["once", "--config", path.to_str().unwrap()]);
     assert_eq!(code, 0, "{err}");
-    assert_eq!(
-        sample(&out, "queue_depth", &[("queue", "work-queue")]),
-        Some(2.0)
-    );
-    assert_eq!(
-        sample(&out, "queue_depth", &[("queue", "jobs:x")]),
-        Some(1.0)
-    );
-    assert_eq!(
-        sample(&out, "queue_exporter_source_up", &[("source", "main")]),
-        Some(1.0)
-    );
+    let scrape = Scrape::parse(&out);
+    assert_eq!(scrape.depth("work-queue"), Some(2.0));
+    assert_eq!(scrape.depth("jobs:x"), Some(1.0));
+    assert_eq!(scrape.source_up("main"), Some(1.0));
     let (ok, lint) = promtool_check(&out);
     assert!(ok, "promtool: {lint}\n{out}");
+}
 
-    // A down Redis: non-zero, but the output still says so.
-    let dead = format!("redis://127.0.0.1:{}", free_port());
-    let (_dir2, path2) = write_config(&GOOD.replace("URL", &dead));
-    let (code, out, err) = run(&["once", "--config", path2.to_str().unwrap()]);
+#[test]
+fn once_against_a_down_redis_exits_nonzero_and_still_says_so() {
+    let (_dir, path) = write_config(&good(&dead_url()));
+    let (code, out, err) = run(&["once", "--config", path.to_str().unwrap()]);
     assert_ne!(code, 0);
-    assert_eq!(
-        sample(&out, "queue_exporter_source_up", &[("source", "main")]),
-        Some(0.0)
-    );
+    assert_eq!(Scrape::parse(&out).source_up("main"), Some(0.0));
     assert!(!out.contains("queue_depth{"), "no made-up zeros: {out}");
     assert!(err.contains("source main: poll failed"), "{err}");
 }
@@ -280,7 +300,7 @@ fn once_prints_the_exposition() {
 #[tokio::test]
 async fn env_and_flags_override_listen_and_sigterm_or_sigint_stop_within_five_seconds() {
     let redis = RedisServer::start();
-    let (_dir, path) = write_config(&GOOD.replace("URL", &redis.url));
+    let (_dir, path) = write_config(&good(&redis.url));
     for use_env in [true, false] {
         let port = free_port();
         let addr = format!("127.0.0.1:{port}");
@@ -340,11 +360,11 @@ async fn sigterm_stops_serve_promptly_even_while_a_poll_hangs() {
     // A backend that accepts and never answers: the first poll is still in
     // flight (its timeout is a minute away) when SIGTERM arrives.
     let hung = SilentServer::start();
-    let (_dir, path) = write_config(
-        &GOOD
-            .replace("URL", &hung.redis_url())
-            .replace("poll_interval: 1s", "poll_interval: 1s\n    timeout: 60s"),
-    );
+    let (_dir, path) = write_config(&good(&hung.redis_url()).replace(
+        "poll_interval: 1s",
+        "poll_interval: 1s
+    timeout: 60s",
+    ));
     let addr = format!("127.0.0.1:{}", free_port());
     let mut child = Command::new(BIN)
         .args(["--config", path.to_str().unwrap(), "--listen-http", &addr])
@@ -384,7 +404,7 @@ fn check_connect_names_an_auth_failure() {
         .query(&mut redis.conn())
         .unwrap();
     let url = redis.url.replace("redis://", "redis://qe:wrong@");
-    let (_dir, path) = write_config(&GOOD.replace("URL", &url));
+    let (_dir, path) = write_config(&good(&url));
     let (code, out, err) = run(&["check", "--connect", "--config", path.to_str().unwrap()]);
     assert_ne!(code, 0);
     assert!(err.contains("sources.main: cannot poll (auth)"), "{err}");
@@ -394,16 +414,14 @@ fn check_connect_names_an_auth_failure() {
         "{out}{err}"
     );
 
-    let (_dir, path) =
-        write_config(&GOOD.replace("URL", &redis.url.replace("redis://", "redis://qe:right@")));
+    let (_dir, path) = write_config(&good(&redis.url.replace("redis://", "redis://qe:right@")));
     let (code, out, _) = run(&["check", "--connect", "--config", path.to_str().unwrap()]);
     assert_eq!(code, 0, "{out}");
 }
 
 #[test]
 fn log_flags_pick_json_lines_and_the_level() {
-    let dead = format!("redis://127.0.0.1:{}", free_port());
-    let (_dir, path) = write_config(&GOOD.replace("URL", &dead));
+    let (_dir, path) = write_config(&good(&dead_url()));
     let p = path.to_str().unwrap();
     // Without RUST_LOG (which `run` sets, and which would win over the flags).
     let run = |args: &[&str]| {
@@ -484,21 +502,12 @@ fn once_without_a_config_discovers_local_lists_zsets_and_streams() {
         .arg(key("string"))
         .query(&mut conn)
         .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    let depth = |k: &str| {
-        sample(
-            &text,
-            "queue_depth",
-            &[("source", "redis"), ("queue", &key(k))],
-        )
-    };
-    assert_eq!(depth("list"), Some(3.0), "{text}");
+    let scrape = Scrape::parse(&String::from_utf8_lossy(&out.stdout));
+    let depth = |k: &str| scrape.value("queue_depth", &[("source", "redis"), ("queue", &key(k))]);
+    assert_eq!(depth("list"), Some(3.0), "{scrape}");
     assert_eq!(depth("zset"), Some(2.0));
     assert_eq!(depth("stream"), Some(1.0));
     assert_eq!(depth("hash"), None, "hashes are not queues by default");
     assert_eq!(depth("string"), None);
-    assert_eq!(
-        sample(&text, "queue_exporter_source_up", &[("source", "redis")]),
-        Some(1.0)
-    );
+    assert_eq!(scrape.source_up("redis"), Some(1.0));
 }
