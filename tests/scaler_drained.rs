@@ -18,8 +18,9 @@ use support::*;
 use tonic::Code;
 
 /// One Redis source `main` over `url` polling every 100 ms and rediscovering
-/// every 200 ms, plus `extra` YAML appended to `sources:`.
-fn config(url: &str, queues_yaml: &str, extra_sources: &str) -> String {
+/// every 200 ms, watching `queues` (a YAML list, flush left or indented),
+/// plus `extra_sources` (source entries, indented as under `sources:`).
+fn config(url: &str, queues: &str, extra_sources: &str) -> String {
     format!(
         r#"listen: {{ grpc: 127.0.0.1:0 }}
 sources:
@@ -29,20 +30,22 @@ sources:
     poll_interval: 100ms
     discovery_interval: 200ms
     queues:
-{queues_yaml}{extra_sources}"#
+{queues}{extra_sources}"#,
+        queues = indent(queues, 6),
     )
 }
 
-/// A second Redis source that never answers, configured with `queues_yaml`.
-fn dead_redis(queues_yaml: &str) -> String {
+/// A second Redis source `down` that never answers, watching `queues`.
+fn dead_redis(queues: &str) -> String {
     format!(
         r#"  - name: down
     type: redis
     url: redis://127.0.0.1:{port}
     poll_interval: 100ms
     queues:
-{queues_yaml}"#,
-        port = free_port()
+{queues}"#,
+        port = free_port(),
+        queues = indent(queues, 6),
     )
 }
 
@@ -95,7 +98,10 @@ async fn a_drained_pattern_queue_reads_zero_across_discovery_rounds() {
     zadd_now(&mut conn, "jp:1", "job");
     let app = TestApp::start(&config(
         &redis.url,
-        "      - pattern: \"jp:*\"\n        score: timestamp\n",
+        r#"
+        - pattern: "jp:*"
+          score: timestamp
+        "#,
         "",
     ))
     .await;
@@ -114,7 +120,7 @@ async fn a_drained_pattern_queue_reads_zero_across_discovery_rounds() {
     reads_empty_across_rediscovery(&mut c, "jp:*").await;
 
     // The tracked key is gone from the data, yet the answer stays 0.
-    assert!(!app.metrics().await.contains("queue=\"jp:1\""));
+    assert!(!app.scrape().await.shows_queue("jp:1"));
 
     // And back up: a new item is seen again.
     zadd_now(&mut conn, "jp:2", "job");
@@ -127,12 +133,7 @@ async fn an_exact_name_under_a_pattern_reads_zero_once_drained() {
     let redis = RedisServer::start();
     let mut conn = redis.conn();
     set_list_len(&mut conn, "jobs:pending:high", 3);
-    let app = TestApp::start(&config(
-        &redis.url,
-        "      - pattern: \"jobs:pending:*\"\n",
-        "",
-    ))
-    .await;
+    let app = TestApp::start(&config(&redis.url, r#"- pattern: "jobs:pending:*""#, "")).await;
     let mut c = client(&app).await;
     let trigger = [("queue", "jobs:pending:high")];
     wait_value(&c, &trigger, 3.0).await;
@@ -158,7 +159,7 @@ async fn an_exact_name_under_a_pattern_reads_zero_once_drained() {
 #[tokio::test]
 async fn rates_of_a_drained_queue_are_zero_once_the_window_has_data() {
     let redis = RedisServer::start();
-    let app = TestApp::start(&config(&redis.url, "      - pattern: \"ev:*\"\n", "")).await;
+    let app = TestApp::start(&config(&redis.url, r#"- pattern: "ev:*""#, "")).await;
     let mut c = client(&app).await;
     let trigger = [("queue", "ev:*"), ("mode", "PublishRate"), ("window", "1s")];
     // Two polls inside a 1 s window arrive within a few hundred ms.
@@ -170,12 +171,7 @@ async fn rates_of_a_drained_queue_are_zero_once_the_window_has_data() {
 #[tokio::test]
 async fn a_typo_is_not_found_and_says_nothing_can_produce_it() {
     let redis = RedisServer::start();
-    let app = TestApp::start(&config(
-        &redis.url,
-        "      - pattern: \"jobs:pending:*\"\n",
-        "",
-    ))
-    .await;
+    let app = TestApp::start(&config(&redis.url, r#"- pattern: "jobs:pending:*""#, "")).await;
     let mut c = client(&app).await;
     wait_value(&c, &[("queue", "jobs:pending:*")], 0.0).await;
     for typo in ["jbos:pending:*", "jobs:pendng:high", "jobs:*"] {
@@ -202,8 +198,13 @@ async fn a_down_source_that_could_not_hold_the_typo_leaves_it_not_found() {
     let redis = RedisServer::start();
     let app = TestApp::start(&config(
         &redis.url,
-        "      - pattern: \"jobs:pending:*\"\n",
-        &dead_redis("      - pattern: \"other:*\"\n      - key: elsewhere\n"),
+        r#"- pattern: "jobs:pending:*""#,
+        &dead_redis(
+            r#"
+            - pattern: "other:*"
+            - key: elsewhere
+            "#,
+        ),
     ))
     .await;
     let mut c = client(&app).await;
@@ -221,8 +222,8 @@ async fn a_down_source_that_could_hold_the_queue_makes_it_unavailable_and_is_nam
     let redis = RedisServer::start();
     let app = TestApp::start(&config(
         &redis.url,
-        "      - pattern: \"jobs:pending:*\"\n",
-        &dead_redis("      - pattern: \"other:*\"\n"),
+        r#"- pattern: "jobs:pending:*""#,
+        &dead_redis(r#"- pattern: "other:*""#),
     ))
     .await;
     let mut c = client(&app).await;
@@ -249,7 +250,7 @@ async fn a_down_source_that_could_hold_the_queue_makes_it_unavailable_and_is_nam
 #[tokio::test]
 async fn a_stale_covering_source_is_unavailable_never_zero() {
     let mut redis = RedisServer::start();
-    let app = TestApp::start(&config(&redis.url, "      - pattern: \"jp:*\"\n", "")).await;
+    let app = TestApp::start(&config(&redis.url, r#"- pattern: "jp:*""#, "")).await;
     let c = client(&app).await;
     wait_value(&c, &[("queue", "jp:*")], 0.0).await;
     redis.stop();
@@ -278,12 +279,7 @@ async fn a_down_rabbitmq_source_counts_only_for_names_its_filters_keep() {
 "#,
         port = free_port()
     );
-    let app = TestApp::start(&config(
-        &redis.url,
-        "      - pattern: \"jobs:*\"\n",
-        &rabbit,
-    ))
-    .await;
+    let app = TestApp::start(&config(&redis.url, r#"- pattern: "jobs:*""#, &rabbit)).await;
     let mut c = client(&app).await;
     wait_value(&c, &[("queue", "jobs:*")], 0.0).await;
 

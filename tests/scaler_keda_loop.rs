@@ -92,12 +92,7 @@ impl Keda {
 #[tokio::test]
 async fn keda_loop_scales_up_with_the_queue_and_back_to_zero() {
     let mut redis = RedisServer::start();
-    let app = TestApp::start(&redis_config(
-        &redis.url,
-        "100ms",
-        "      - key: work-queue\n",
-    ))
-    .await;
+    let app = TestApp::start(&redis_config(&redis.url, "100ms", "- key: work-queue")).await;
     let mut c = client(&app).await;
     wait_value(&c, &[("queue", "work-queue")], 0.0).await;
 

@@ -25,7 +25,7 @@ async fn next_within(
 async fn stream_sends_true_after_the_first_push_and_not_again_while_active() {
     let redis = RedisServer::start();
     let mut conn = redis.conn();
-    let app = TestApp::start(&redis_config(&redis.url, POLL, "      - key: work-queue\n")).await;
+    let app = TestApp::start(&redis_config(&redis.url, POLL, "- key: work-queue")).await;
     let mut c = client(&app).await;
     let trigger = [("queue", "work-queue")];
     wait_value(&c, &trigger, 0.0).await;
@@ -116,7 +116,7 @@ async fn stream_on_an_active_queue_sends_true_at_once_and_respects_activation() 
     let redis = RedisServer::start();
     let mut conn = redis.conn();
     set_list_len(&mut conn, "work-queue", 5);
-    let app = TestApp::start(&redis_config(&redis.url, POLL, "      - key: work-queue\n")).await;
+    let app = TestApp::start(&redis_config(&redis.url, POLL, "- key: work-queue")).await;
     let mut c = client(&app).await;
     wait_value(&c, &[("queue", "work-queue")], 5.0).await;
 
@@ -159,7 +159,7 @@ async fn stream_on_an_active_queue_sends_true_at_once_and_respects_activation() 
 #[tokio::test]
 async fn stream_metric_spec_sends_the_spec_on_open() {
     let redis = RedisServer::start();
-    let app = TestApp::start(&redis_config(&redis.url, POLL, "      - key: work-queue\n")).await;
+    let app = TestApp::start(&redis_config(&redis.url, POLL, "- key: work-queue")).await;
     let mut c = client(&app).await;
     let trigger = [("queue", "work-queue"), ("value", "7.5")];
     let expected = c.get_metric_spec(obj(&trigger)).await.unwrap().into_inner();
@@ -203,7 +203,7 @@ async fn a_thousand_concurrent_streams_open_and_close_without_leaks() {
     const N: usize = 1000;
     let redis = RedisServer::start();
     set_list_len(&mut redis.conn(), "work-queue", 3);
-    let app = TestApp::start(&redis_config(&redis.url, POLL, "      - key: work-queue\n")).await;
+    let app = TestApp::start(&redis_config(&redis.url, POLL, "- key: work-queue")).await;
     let c = client(&app).await;
     wait_value(&c, &[("queue", "work-queue")], 3.0).await;
     let runtime = tokio::runtime::Handle::current().metrics();
@@ -290,7 +290,7 @@ async fn a_thousand_concurrent_streams_open_and_close_without_leaks() {
 #[tokio::test]
 async fn open_streams_end_on_shutdown() {
     let redis = RedisServer::start();
-    let app = TestApp::start(&redis_config(&redis.url, POLL, "      - key: work-queue\n")).await;
+    let app = TestApp::start(&redis_config(&redis.url, POLL, "- key: work-queue")).await;
     let mut c = client(&app).await;
     let mut active = c
         .stream_is_active(obj(&[("queue", "work-queue")]))

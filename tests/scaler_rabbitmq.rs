@@ -10,95 +10,31 @@ use scaler_common::*;
 use support::*;
 use tonic::Code;
 
-/// Management API base URL.
-const API: &str = "http://127.0.0.1:15672/api";
-
-/// Vhosts made for one test, deleted on drop.
-struct Vhosts {
-    /// Their names.
-    names: Vec<String>,
-}
-
-impl Drop for Vhosts {
-    fn drop(&mut self) {
-        for v in &self.names {
-            blocking_delete(&format!("{API}/vhosts/{}", enc(v)));
-        }
-    }
-}
-
-/// Percent-encodes a vhost for a URL path.
-fn enc(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'_' | b'.' => (b as char).to_string(),
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
-
-/// DELETE with guest credentials, usable from a drop handler: runs on its own
-/// thread and runtime, since a test's runtime may be shutting down.
-fn blocking_delete(url: &str) {
-    let url = url.to_string();
-    let _ = std::thread::spawn(move || {
-        if let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-        {
-            rt.block_on(async {
-                let _ = reqwest::Client::new()
-                    .delete(&url)
-                    .basic_auth("guest", Some("guest"))
-                    .send()
-                    .await;
-            });
-        }
-    })
-    .join();
-}
-
+/// A management API request as guest that must succeed.
 async fn api(method: reqwest::Method, path: &str, body: Option<serde_json::Value>) {
-    let mut req = reqwest::Client::new()
-        .request(method.clone(), format!("{API}{path}"))
-        .basic_auth("guest", Some("guest"));
-    if let Some(b) = body {
-        req = req.json(&b);
-    }
-    let resp = req.send().await.expect("management API reachable");
+    let (status, text) = rabbit_api(method.clone(), path, body).await;
     assert!(
-        resp.status().is_success(),
-        "{method} {path}: {}",
-        resp.status()
+        (200..300).contains(&status),
+        "{method} {path}: {status} {text}"
     );
 }
 
-/// Makes fresh vhosts (guest has full permissions) with a durable queue `queue` in each.
-async fn setup(tag: &str, count: usize, queue: &str) -> Vhosts {
-    let names: Vec<String> = (0..count)
-        .map(|i| format!("qe-scaler-{tag}-{}-{i}", std::process::id()))
-        .collect();
-    for v in &names {
-        let _ = reqwest::Client::new()
-            .delete(format!("{API}/vhosts/{}", enc(v)))
-            .basic_auth("guest", Some("guest"))
-            .send()
-            .await;
-        api(reqwest::Method::PUT, &format!("/vhosts/{}", enc(v)), None).await;
+/// Makes `count` fresh vhosts `qe-scaler-{tag}-{pid}-{i}` (guest has full
+/// permissions), each with a durable queue `queue`; deleted on drop.
+async fn setup(tag: &str, count: usize, queue: &str) -> Vec<RabbitVhost> {
+    let mut vhosts = Vec::new();
+    for i in 0..count {
+        let vh =
+            RabbitVhost::create_named(&format!("qe-scaler-{tag}-{}-{i}", std::process::id())).await;
         api(
             reqwest::Method::PUT,
-            &format!("/permissions/{}/guest", enc(v)),
-            Some(serde_json::json!({"configure": ".*", "write": ".*", "read": ".*"})),
-        )
-        .await;
-        api(
-            reqwest::Method::PUT,
-            &format!("/queues/{}/{}", enc(v), enc(queue)),
+            &format!("/queues/{}/{}", pct(&vh.name), pct(queue)),
             Some(serde_json::json!({"durable": true, "auto_delete": false})),
         )
         .await;
+        vhosts.push(vh);
     }
-    Vhosts { names }
+    vhosts
 }
 
 /// Publishes `n` messages to `queue` through the default exchange.
@@ -106,7 +42,7 @@ async fn publish(vhost: &str, queue: &str, n: usize) {
     for i in 0..n {
         api(
             reqwest::Method::POST,
-            &format!("/exchanges/{}/amq.default/publish", enc(vhost)),
+            &format!("/exchanges/{}/amq.default/publish", pct(vhost)),
             Some(serde_json::json!({
                 "properties": {},
                 "routing_key": queue,
@@ -118,108 +54,130 @@ async fn publish(vhost: &str, queue: &str, n: usize) {
     }
 }
 
-fn rabbit_config(vhosts: &[String], poll: &str) -> String {
+/// One management source `rabbit` over `vhosts`.
+fn rabbit_config(vhosts: &[RabbitVhost], poll: &str) -> String {
     let list = vhosts
         .iter()
-        .map(|v| format!("\"{v}\""))
+        .map(|v| format!("\"{}\"", v.name))
         .collect::<Vec<_>>()
         .join(", ");
     format!(
-        "sources:\n  - name: rabbit\n    type: rabbitmq\n    url: http://127.0.0.1:15672\n    username: guest\n    password: guest\n    vhosts: [{list}]\n    poll_interval: {poll}\n"
+        r#"
+        sources:
+          - name: rabbit
+            type: rabbitmq
+            url: http://127.0.0.1:15672
+            username: guest
+            password: guest
+            vhosts: [{list}]
+            poll_interval: {poll}
+        "#
     )
 }
 
 /// The management API refreshes queue stats every 5 s by default.
 const STATS_WAIT: Duration = Duration::from_secs(30);
 
-#[tokio::test]
-async fn rabbitmq_queue_length_target_and_vhosts() {
-    let vhosts = setup("len", 2, "orders").await;
-    let (a, b) = (vhosts.names[0].clone(), vhosts.names[1].clone());
-    publish(&a, "orders", 20).await;
-    publish(&b, "orders", 7).await;
-    let app = TestApp::start(&rabbit_config(&vhosts.names, "500ms")).await;
-    let mut c = client(&app).await;
+/// Two vhosts `a` and `b` with a queue `orders` holding 20 and 7 messages,
+/// and a scaler that has seen both.
+struct Orders {
+    vhosts: Vec<RabbitVhost>,
+    /// The name of vhost `a`.
+    a: String,
+    app: TestApp,
+    c: Client,
+}
 
-    let in_a = [("queue", "orders"), ("vhost", a.as_str()), ("value", "5")];
-    wait_value_for(&c, &in_a, 20.0, STATS_WAIT).await;
-    let (name, ti, tf) = spec(&mut c, &in_a).await.unwrap();
+impl Orders {
+    async fn start(tag: &str) -> Orders {
+        let vhosts = setup(tag, 2, "orders").await;
+        publish(&vhosts[0].name, "orders", 20).await;
+        publish(&vhosts[1].name, "orders", 7).await;
+        let app = TestApp::start(&rabbit_config(&vhosts, "500ms")).await;
+        let c = client(&app).await;
+        for (vh, n) in [(&vhosts[0], 20.0), (&vhosts[1], 7.0)] {
+            let in_vhost = [("queue", "orders"), ("vhost", vh.name.as_str())];
+            wait_value_for(&c, &in_vhost, n, STATS_WAIT).await;
+        }
+        let a = vhosts[0].name.clone();
+        Orders { vhosts, a, app, c }
+    }
+
+    async fn stop(self) {
+        self.app.stop().await;
+        drop(self.vhosts);
+    }
+}
+
+#[tokio::test]
+async fn twenty_messages_with_target_five_scale_to_four_replicas() {
+    let mut o = Orders::start("len").await;
+    let in_a = [("queue", "orders"), ("vhost", o.a.as_str()), ("value", "5")];
+    let (name, ti, tf) = spec(&mut o.c, &in_a).await.unwrap();
     assert!(name.starts_with("queuelength-qe-scaler-len-"), "{name}");
     assert_eq!((ti, tf), (5, 5.0));
-    let (int, float) = metrics(&mut c, &in_a).await.unwrap();
+    let (int, float) = metrics(&mut o.c, &in_a).await.unwrap();
     assert_eq!((int, float), (20, 20.0));
     assert_eq!(keda_replicas(keda_value(int, float), tf), 4);
-    assert!(active(&mut c, &in_a).await.unwrap());
+    assert!(active(&mut o.c, &in_a).await.unwrap());
+    o.stop().await;
+}
 
-    wait_value_for(
-        &c,
-        &[("queue", "orders"), ("vhost", b.as_str())],
-        7.0,
-        STATS_WAIT,
-    )
-    .await;
-    // The same name in two vhosts needs `vhost`.
-    let e = metrics(&mut c, &[("queue", "orders")]).await.unwrap_err();
+#[tokio::test]
+async fn the_same_queue_name_in_two_vhosts_needs_vhost() {
+    let mut o = Orders::start("twice").await;
+    let e = metrics(&mut o.c, &[("queue", "orders")]).await.unwrap_err();
     assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
     assert!(
         e.message().starts_with("scalerMetadata.vhost"),
         "{}",
         e.message()
     );
-    // Ready and Unacked are real numbers from RabbitMQ (nothing consumed).
+    o.stop().await;
+}
+
+#[tokio::test]
+async fn ready_and_unacked_are_real_numbers_from_rabbitmq() {
+    // Nothing consumed.
+    let mut o = Orders::start("modes").await;
+    let a = o.a.as_str();
+    let mode = |m: &'static str| [("queue", "orders"), ("vhost", a), ("mode", m)];
+    assert_eq!(metrics(&mut o.c, &mode("Ready")).await.unwrap().1, 20.0);
+    assert_eq!(metrics(&mut o.c, &mode("Unacked")).await.unwrap().1, 0.0);
+    o.stop().await;
+}
+
+#[tokio::test]
+async fn a_glob_across_the_vhosts_of_one_source_aggregates() {
+    let mut o = Orders::start("glob").await;
     assert_eq!(
-        metrics(
-            &mut c,
-            &[
-                ("queue", "orders"),
-                ("vhost", a.as_str()),
-                ("mode", "Ready")
-            ]
-        )
-        .await
-        .unwrap()
-        .1,
-        20.0
-    );
-    assert_eq!(
-        metrics(
-            &mut c,
-            &[
-                ("queue", "orders"),
-                ("vhost", a.as_str()),
-                ("mode", "Unacked")
-            ]
-        )
-        .await
-        .unwrap()
-        .1,
-        0.0
-    );
-    // A glob across vhosts of one source aggregates.
-    assert_eq!(
-        metrics(&mut c, &[("queue", "ord*"), ("operation", "max")])
+        metrics(&mut o.c, &[("queue", "ord*"), ("operation", "max")])
             .await
             .unwrap()
             .1,
         20.0
     );
-    // Unknown queue: NOT_FOUND.
+    o.stop().await;
+}
+
+#[tokio::test]
+async fn an_unknown_queue_in_a_vhost_is_not_found() {
+    let mut o = Orders::start("unknown").await;
     assert_eq!(
-        metrics(&mut c, &[("queue", "nope"), ("vhost", a.as_str())])
+        metrics(&mut o.c, &[("queue", "nope"), ("vhost", o.a.as_str())])
             .await
             .unwrap_err()
             .code(),
         Code::NotFound
     );
-    app.stop().await;
-    drop(vhosts);
+    o.stop().await;
 }
 
 #[tokio::test]
 async fn rabbitmq_publish_rate_over_a_window() {
     let vhosts = setup("rate", 1, "events").await;
-    let v = vhosts.names[0].clone();
-    let app = TestApp::start(&rabbit_config(&vhosts.names, "1s")).await;
+    let v = vhosts[0].name.clone();
+    let app = TestApp::start(&rabbit_config(&vhosts, "1s")).await;
     let mut c = client(&app).await;
     wait_value_for(&c, &[("queue", "events")], 0.0, STATS_WAIT).await;
 

@@ -60,16 +60,22 @@ fn make_pki(name: &str) -> Pki {
 fn tls_yaml(dir: &tempfile::TempDir, pki: &Pki, mutual: bool) -> String {
     let cert = write_file(dir, "server.pem", &pki.server.0);
     let key = write_file(dir, "server.key", &pki.server.1);
-    let mut yaml = format!(
-        "scaler:\n  tls:\n    cert_file: {}\n    key_file: {}\n",
-        cert.display(),
-        key.display()
-    );
-    if mutual {
+    let client_ca = if mutual {
         let ca = write_file(dir, "client-ca.pem", &pki.ca);
-        yaml.push_str(&format!("    client_ca_file: {}\n", ca.display()));
-    }
-    yaml
+        format!("client_ca_file: {}", ca.display())
+    } else {
+        String::new()
+    };
+    format!(
+        r#"scaler:
+  tls:
+    cert_file: {cert}
+    key_file: {key}
+    {client_ca}
+"#,
+        cert = cert.display(),
+        key = key.display(),
+    )
 }
 
 /// Connects over TLS trusting `ca`, optionally presenting a client identity,
@@ -86,6 +92,20 @@ async fn tls_call(port: u16, ca: &str, identity: Option<&(String, String)>) -> R
         .connect_timeout(Duration::from_secs(5))
         .tls_config(tls)
         .map_err(|e| e.to_string())?;
+    call(endpoint).await
+}
+
+/// A plaintext client against the TLS port.
+async fn plaintext_call(port: u16) -> Result<f64, String> {
+    let endpoint = Endpoint::from_shared(format!("http://127.0.0.1:{port}"))
+        .unwrap()
+        .connect_timeout(Duration::from_secs(5));
+    call(endpoint).await
+}
+
+/// Connects to `endpoint` and asks for the value of `work-queue`. Any
+/// failure (handshake or RPC) is an `Err`.
+async fn call(endpoint: Endpoint) -> Result<f64, String> {
     let channel = endpoint
         .connect()
         .await
@@ -100,29 +120,6 @@ async fn tls_call(port: u16, ca: &str, identity: Option<&(String, String)>) -> R
     r.map(|(_, v)| v).map_err(|s| format!("rpc: {s:?}"))
 }
 
-/// A plaintext client against the TLS port.
-async fn plaintext_call(port: u16) -> Result<f64, String> {
-    let channel = match Endpoint::from_shared(format!("http://127.0.0.1:{port}"))
-        .unwrap()
-        .connect_timeout(Duration::from_secs(5))
-        .connect()
-        .await
-    {
-        Ok(c) => c,
-        Err(e) => return Err(format!("connect: {e:?}")),
-    };
-    let mut c = ExternalScalerClient::new(channel);
-    match tokio::time::timeout(
-        Duration::from_secs(5),
-        metrics(&mut c, &[("queue", "work-queue")]),
-    )
-    .await
-    {
-        Ok(r) => r.map(|(_, v)| v).map_err(|s| format!("rpc: {s:?}")),
-        Err(_) => Err("timed out".into()),
-    }
-}
-
 fn start_redis_with_items() -> RedisServer {
     let redis = RedisServer::start();
     set_list_len(&mut redis.conn(), "work-queue", 6);
@@ -131,8 +128,15 @@ fn start_redis_with_items() -> RedisServer {
 
 async fn start_app(redis: &RedisServer, tls_block: &str) -> TestApp {
     let yaml = format!(
-        "{tls_block}sources:\n  - name: main\n    type: redis\n    url: {}\n    poll_interval: 100ms\n    queues:\n      - key: work-queue\n",
-        redis.url
+        r#"{tls_block}sources:
+  - name: main
+    type: redis
+    url: {url}
+    poll_interval: 100ms
+    queues:
+      - key: work-queue
+"#,
+        url = redis.url
     );
     TestApp::start(&yaml).await
 }
