@@ -59,8 +59,9 @@ async fn measure_get(client: &reqwest::Client, urls: &[String]) -> (String, usiz
 }
 
 /// Polls a source `RUNS` times (after one warm-up); returns timing and queues seen.
+/// `entry` is one YAML source entry, flush left or indented.
 async fn measure_source(entry: &str) -> (String, usize) {
-    let (config, _dir) = load_config(&format!("sources:\n{entry}"));
+    let (config, _dir) = load_config(&format!("sources:\n{}", indent(entry, 2)));
     let Some(SourceConfig::RabbitMq(c)) = config.sources.into_iter().next() else {
         panic!("not rabbitmq")
     };
@@ -178,20 +179,42 @@ message_stats.ack,message_stats.redeliver";
 
     let mgmt = |stats: &str| {
         format!(
-            "  - name: m\n    type: rabbitmq\n    url: http://guest:guest@127.0.0.1:15672\n    vhosts: [\"{}\"]\n    stats: {stats}\n    timeout: 30s\n",
-            vh.name
+            r#"
+            - name: m
+              type: rabbitmq
+              url: http://guest:guest@127.0.0.1:15672
+              vhosts: ["{vhost}"]
+              stats: {stats}
+              timeout: 30s
+            "#,
+            vhost = vh.name
         )
     };
     let promsrc = |stats: &str| {
         format!(
-            "  - name: p\n    type: rabbitmq\n    method: prometheus\n    url: http://127.0.0.1:15692\n    vhosts: [\"{}\"]\n    stats: {stats}\n    timeout: 30s\n",
-            vh.name
+            r#"
+            - name: p
+              type: rabbitmq
+              method: prometheus
+              url: http://127.0.0.1:15692
+              vhosts: ["{vhost}"]
+              stats: {stats}
+              timeout: 30s
+            "#,
+            vhost = vh.name
         )
     };
     let amqp = format!(
-        "  - name: a\n    type: rabbitmq\n    method: amqp\n    url: {}\n    timeout: 30s\n    queues: [{}]\n",
-        vh.amqp_url(),
-        names.join(", ")
+        r#"
+        - name: a
+          type: rabbitmq
+          method: amqp
+          url: {url}
+          timeout: 30s
+          queues: [{queues}]
+        "#,
+        url = vh.amqp_url(),
+        queues = names.join(", ")
     );
     let polls = [
         ("management, `stats: full`", mgmt("full")),
