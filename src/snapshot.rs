@@ -232,6 +232,102 @@ pub struct QueueSample {
     pub groups: Vec<GroupSample>,
     /// Cumulative message counters, where the backend keeps them.
     pub counters: Counters,
+    /// What a library preset knows about this logical queue (per-state
+    /// depths, paused, stalled work); `None` for plain keys and RabbitMQ.
+    pub preset: Option<PresetFacts>,
+    /// Lifetime totals of jobs processed and failed, where the library keeps
+    /// them or `counters:` keys are configured.
+    pub jobs: JobTotals,
+}
+
+/// A job's state as one normalized word: the `state` label of
+/// `queue_depth` for preset queues. Each library's own words map onto these
+/// (README, "Presets").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum JobState {
+    /// Ready for a worker, prioritized included.
+    Waiting,
+    /// Taken by a worker.
+    Active,
+    /// Scheduled for later.
+    Delayed,
+    /// Failed and waiting for a retry.
+    Retry,
+    /// Dead or archived.
+    Failed,
+    /// Finished (as far as the library keeps them).
+    Completed,
+    /// Held in a paused queue.
+    Paused,
+}
+
+impl JobState {
+    /// Every state, in exposition order.
+    pub const ALL: [JobState; 7] = [
+        JobState::Waiting,
+        JobState::Active,
+        JobState::Delayed,
+        JobState::Retry,
+        JobState::Failed,
+        JobState::Completed,
+        JobState::Paused,
+    ];
+
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobState::Waiting => "waiting",
+            JobState::Active => "active",
+            JobState::Delayed => "delayed",
+            JobState::Retry => "retry",
+            JobState::Failed => "failed",
+            JobState::Completed => "completed",
+            JobState::Paused => "paused",
+        }
+    }
+
+    /// Parses a label value (lowercase, as written in trigger metadata).
+    pub fn parse(s: &str) -> Option<JobState> {
+        JobState::ALL.into_iter().find(|st| st.as_str() == s)
+    }
+}
+
+impl fmt::Display for JobState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A preset's view of one logical queue, spread by the library over
+/// several keys.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PresetFacts {
+    /// The preset's name (`rq`, `sidekiq`, ...): the `preset` label, so two
+    /// libraries' `default` queues stay distinct series.
+    pub preset: &'static str,
+    /// Jobs per state; a state the library does not have is absent (not 0).
+    pub states: BTreeMap<JobState, u64>,
+    /// Whether the queue is paused; `None` where the library cannot pause.
+    pub paused: Option<bool>,
+    /// Work a worker took and lost, by the library's own definition;
+    /// `None` where it cannot be told.
+    pub stalled: Option<u64>,
+}
+
+impl PresetFacts {
+    /// The sum of `states`' depths; states the library lacks count 0.
+    pub fn depth_of(&self, states: &[JobState]) -> u64 {
+        states.iter().filter_map(|s| self.states.get(s)).sum()
+    }
+}
+
+/// Lifetime job totals (library counters or configured `counters:` keys).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct JobTotals {
+    /// Jobs processed (successfully or not, as the library counts).
+    pub processed: Option<u64>,
+    /// Jobs failed.
+    pub failed: Option<u64>,
 }
 
 impl QueueSample {

@@ -14,12 +14,14 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 
 mod duration;
+mod preset;
 mod rabbitmq;
 mod redis;
 mod secret;
 
 use duration::de_opt_duration;
 pub use duration::parse_duration;
+pub use preset::{ALL_QUEUES, CounterKeys, DEFAULT_STALLED_CHECK_LIMIT, Preset, PresetSpec};
 pub use rabbitmq::{ClientTlsConfig, NameRegex, RabbitMethod, RabbitSourceConfig, RabbitStats};
 pub use redis::{
     AgeSpec, CaptureLabels, JsonField, KeyType, ListEnd, QueueSpec, QueueTarget, RESERVED_LABELS,
@@ -415,13 +417,44 @@ fn parse_source(i: usize, v: serde_json::Value) -> Result<SourceConfig, (String,
         fields.remove("type");
     }
     match source_type.as_str() {
-        "redis" => typed(v, &at).map(SourceConfig::Redis),
+        "redis" => parse_redis(v, &at).map(SourceConfig::Redis),
         "rabbitmq" => typed(v, &at).map(SourceConfig::RabbitMq),
         other => Err((
             format!("{at}.type"),
             format!("unknown source type {other:?} (expected redis or rabbitmq)"),
         )),
     }
+}
+
+/// A Redis source: `- preset:` entries of `queues:` are taken out and
+/// parsed as [`PresetSpec`]s, the rest as [`QueueSpec`]s, each with the path
+/// of its own position in the list.
+fn parse_redis(mut v: serde_json::Value, at: &str) -> Result<RedisSourceConfig, (String, String)> {
+    let mut presets = Vec::new();
+    let mut plain = None;
+    if v.get("queues").is_some_and(serde_json::Value::is_array)
+        && let Some(serde_json::Value::Array(entries)) =
+            v.as_object_mut().and_then(|o| o.remove("queues"))
+    {
+        let mut specs = Vec::new();
+        for (j, entry) in entries.into_iter().enumerate() {
+            let entry_at = format!("{at}.queues[{j}]");
+            if entry.get("preset").is_some() {
+                let raw: preset::RawPresetSpec = typed(entry, &entry_at)?;
+                presets.push(PresetSpec::try_from(raw).map_err(|m| (entry_at, m))?);
+            } else {
+                specs.push(typed::<QueueSpec>(entry, &entry_at)?);
+            }
+        }
+        plain = Some(specs);
+    }
+    // Anything else at `queues` (not a list) is left for serde to report.
+    let mut config: RedisSourceConfig = typed(v, at)?;
+    if let Some(specs) = plain {
+        config.queues = specs;
+    }
+    config.presets = presets;
+    Ok(config)
 }
 
 /// Sources used when no config file is given: the local Redis, discovering

@@ -57,6 +57,10 @@ pub struct RedisSourceConfig {
     /// Which keys to watch.
     #[serde(default)]
     pub queues: Vec<QueueSpec>,
+    /// Which libraries' queues to watch: the `- preset:` entries of
+    /// `queues:`, split out by the loader (never written as a field).
+    #[serde(skip)]
+    pub presets: Vec<super::PresetSpec>,
 }
 
 impl RedisSourceConfig {
@@ -75,6 +79,7 @@ impl RedisSourceConfig {
             age_buckets: default_age_buckets(),
             age_histogram_interval: default_age_histogram_interval(),
             queues: Vec::new(),
+            presets: Vec::new(),
         }
     }
 
@@ -210,6 +215,9 @@ pub struct QueueSpec {
     pub score_unit: ScoreUnit,
     /// How to read the oldest item's age from a list.
     pub age: Option<AgeSpec>,
+    /// Integer string keys read with `GET` as this queue's job totals
+    /// (`key:` entries only: a pattern names many queues).
+    pub counters: Option<super::CounterKeys>,
 }
 
 impl QueueSpec {
@@ -222,6 +230,7 @@ impl QueueSpec {
             score: ScoreMode::default(),
             score_unit: ScoreUnit::default(),
             age: None,
+            counters: None,
         }
     }
 
@@ -269,6 +278,8 @@ struct RawQueueSpec {
     score_unit: ScoreUnit,
     #[serde(default)]
     age: Option<AgeSpec>,
+    #[serde(default)]
+    counters: Option<super::CounterKeys>,
 }
 
 impl TryFrom<RawQueueSpec> for QueueSpec {
@@ -286,6 +297,12 @@ impl TryFrom<RawQueueSpec> for QueueSpec {
         if raw.types.as_ref().is_some_and(Vec::is_empty) {
             return Err("types: must list at least one type".into());
         }
+        if let Some(c) = &raw.counters {
+            super::preset::check_counters(c)?;
+            if matches!(target, QueueTarget::Pattern(_)) {
+                return Err("counters: only on a key entry (a pattern names many queues)".into());
+            }
+        }
         Ok(QueueSpec {
             target,
             labels: raw.labels,
@@ -293,6 +310,7 @@ impl TryFrom<RawQueueSpec> for QueueSpec {
             score: raw.score,
             score_unit: raw.score_unit,
             age: raw.age,
+            counters: raw.counters,
         })
     }
 }

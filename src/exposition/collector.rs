@@ -107,11 +107,42 @@ impl SnapshotCollector {
     }
 
     fn encode_queues(&self, enc: &mut Enc<'_>) -> std::fmt::Result {
-        self.queue_gauge(
+        // Plain keys and RabbitMQ queues: one series without `state`.
+        // Preset queues: one series per job state, with `state` and `preset`
+        // (and no stateless total, so `sum` never counts a job twice).
+        gauges(
             enc,
             "queue_depth",
-            "Items held by the queue (LLEN, ZCARD, HLEN, SCARD, XLEN, or RabbitMQ messages)",
-            |q| q.depth,
+            "Items held by the queue (LLEN, ZCARD, HLEN, SCARD, XLEN, or RabbitMQ messages); \
+             for library presets, jobs per normalized state",
+            MetricType::Gauge,
+            self.queues()
+                .filter_map(|(s, q)| Some((QueueLabels::of(s, q), q.depth?)))
+                .chain(self.queues().flat_map(|(s, q)| {
+                    q.preset.iter().flat_map(move |f| {
+                        f.states.iter().map(move |(state, n)| {
+                            (
+                                QueueLabels {
+                                    job_state: Some(*state),
+                                    ..QueueLabels::of(s, q)
+                                },
+                                *n,
+                            )
+                        })
+                    })
+                })),
+        )?;
+        self.queue_gauge(
+            enc,
+            "queue_paused",
+            "1 if the library preset's queue is paused, else 0",
+            |q| q.preset.as_ref()?.paused.map(u64::from),
+        )?;
+        self.queue_gauge(
+            enc,
+            "queue_stalled_jobs",
+            "Jobs a worker took and lost (expired lease, lock or heartbeat), by the library's own rule",
+            |q| q.preset.as_ref()?.stalled,
         )?;
         self.queue_gauge(
             enc,
@@ -226,6 +257,18 @@ impl SnapshotCollector {
             "queue_messages_redelivered",
             "Messages delivered again after a reject or a lost consumer",
             |q| q.counters.redelivered,
+        )?;
+        self.queue_counter(
+            enc,
+            "queue_jobs_processed",
+            "Jobs processed, from the library's totals or configured counters keys",
+            |q| q.jobs.processed,
+        )?;
+        self.queue_counter(
+            enc,
+            "queue_jobs_failed",
+            "Jobs failed, from the library's totals or configured counters keys",
+            |q| q.jobs.failed,
         )?;
         Ok(())
     }

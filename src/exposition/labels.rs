@@ -3,7 +3,7 @@
 
 use prometheus_client::encoding::{EncodeLabel, EncodeLabelSet, LabelSetEncoder};
 
-use crate::snapshot::QueueSample;
+use crate::snapshot::{JobState, QueueSample};
 
 /// `{source}`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -30,7 +30,7 @@ pub struct VhostLabels {
     pub vhost: String,
 }
 
-/// `{source, [vhost], queue, captures..., [group], [type, state], [le]}`.
+/// `{source, [vhost], queue, [preset], captures..., [group], [type, state], [state], [le]}`.
 #[derive(Debug, Clone)]
 pub struct QueueLabels<'a> {
     /// The source name.
@@ -43,6 +43,8 @@ pub struct QueueLabels<'a> {
     pub info: Option<(&'a str, Option<&'a str>)>,
     /// Histogram bucket bound, for the classic `_bucket` family (`+Inf` included).
     pub le: Option<&'a str>,
+    /// A preset queue's job state, for `queue_depth{state}`.
+    pub job_state: Option<JobState>,
 }
 
 impl<'a> QueueLabels<'a> {
@@ -54,6 +56,7 @@ impl<'a> QueueLabels<'a> {
             group: None,
             info: None,
             le: None,
+            job_state: None,
         }
     }
 }
@@ -65,6 +68,10 @@ impl EncodeLabelSet for QueueLabels<'_> {
             ("vhost", vhost.as_str()).encode(encoder.encode_label())?;
         }
         ("queue", self.queue.name.as_str()).encode(encoder.encode_label())?;
+        if let Some(facts) = &self.queue.preset {
+            // Two libraries' queues of the same name stay distinct series.
+            ("preset", facts.preset).encode(encoder.encode_label())?;
+        }
         for (k, v) in &self.queue.labels {
             (k.as_str(), v.as_str()).encode(encoder.encode_label())?;
         }
@@ -76,6 +83,9 @@ impl EncodeLabelSet for QueueLabels<'_> {
             if let Some(state) = state {
                 ("state", state).encode(encoder.encode_label())?;
             }
+        }
+        if let Some(state) = self.job_state {
+            ("state", state.as_str()).encode(encoder.encode_label())?;
         }
         if let Some(le) = self.le {
             ("le", le).encode(encoder.encode_label())?;

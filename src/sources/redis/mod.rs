@@ -10,6 +10,7 @@ pub mod glob;
 mod histogram;
 pub mod keyname;
 mod poll;
+mod presets;
 mod reply;
 mod scope;
 mod tracked;
@@ -39,6 +40,8 @@ pub struct RedisSource {
     dropped: u64,
     /// When the last discovery ran; `None` forces one.
     last_discovery: Option<Instant>,
+    /// Library presets' logical queues (`- preset:` entries).
+    presets: presets::PresetState,
 }
 
 impl std::fmt::Debug for RedisSource {
@@ -55,6 +58,7 @@ impl RedisSource {
     /// Builds the source; no connection is made until the first poll.
     pub fn new(config: RedisSourceConfig) -> Self {
         RedisSource {
+            presets: presets::PresetState::new(&config.presets),
             config,
             conn: None,
             tracked: Vec::new(),
@@ -156,6 +160,11 @@ impl Source for RedisSource {
             )
             .await
             .map_err(|e| self.map_error(e))?;
+            // Presets: re-read the libraries' registries.
+            self.presets
+                .discover(&mut conn, self.config.scan_count)
+                .await
+                .map_err(|e| self.map_error(e))?;
             self.last_discovery = Some(Instant::now());
         }
         let now = SystemTime::now();
@@ -166,11 +175,24 @@ impl Source for RedisSource {
             queues: result.queues,
             ..PollOutput::default()
         };
-        out.stats.tracked_keys = self.tracked.len() as u64;
+        // Presets: logical queues, and `counters:` totals of plain keys.
+        let preset = self
+            .presets
+            .poll(&conn, &self.config.queues, now)
+            .await
+            .map_err(|e| self.map_error(e))?;
+        for (name, totals) in preset.plain_totals {
+            for q in out.queues.iter_mut().filter(|q| q.name == name) {
+                q.jobs = totals;
+            }
+        }
+        out.queues.extend(preset.samples);
+        out.stats.tracked_keys = (self.tracked.len() + self.presets.tracked()) as u64;
         out.stats.dropped_keys = self.dropped;
         out.stats.age_parse_failures = result.age_parse_failures;
         // Keys Redis refused to answer for are counted without failing the poll.
         out.partial_errors = result.key_errors;
+        out.partial_errors.extend(preset.key_errors);
         Ok(out)
     }
 

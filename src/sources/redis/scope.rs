@@ -9,7 +9,7 @@
 //! (`jobs:*` covers `jobs:*` and `jobs:pending:*`). A pattern and a glob
 //! spelled the same with only `*`/`?` wildcards also cover each other.
 
-use crate::config::RedisSourceConfig;
+use crate::config::{Preset, RedisSourceConfig};
 use crate::snapshot::{NameQuery, QueueScope, Reach};
 
 use super::glob;
@@ -21,6 +21,12 @@ pub struct RedisScope {
     keys: Vec<String>,
     /// Configured patterns (`pattern:`), in Redis glob syntax.
     patterns: Vec<Vec<u8>>,
+    /// Logical queues presets report whatever their registry holds
+    /// (Celery's `queues`, rediswq's `name`, `(all)`, ...): a drained one reads 0.
+    preset_names: Vec<String>,
+    /// Whether a preset discovers queues from a registry (RQ, Sidekiq,
+    /// asynq, BullMQ): any name might be one of them.
+    registry_presets: bool,
 }
 
 impl RedisScope {
@@ -37,6 +43,20 @@ impl RedisScope {
                 .iter()
                 .filter_map(|q| q.pattern().map(|p| p.as_bytes().to_vec()))
                 .collect(),
+            preset_names: config
+                .presets
+                .iter()
+                .flat_map(|p| p.preset.fixed_names())
+                .collect(),
+            registry_presets: config.presets.iter().any(|p| {
+                matches!(
+                    p.preset,
+                    Preset::Rq { .. }
+                        | Preset::Sidekiq { .. }
+                        | Preset::Asynq { .. }
+                        | Preset::Bullmq { .. }
+                )
+            }),
         }
     }
 }
@@ -72,20 +92,29 @@ impl QueueScope for RedisScope {
             // Redis has no vhosts: a query restricted to one is never ours.
             return Reach::Never;
         }
+        if !query.is_glob && self.preset_names.iter().any(|n| n == query.text) {
+            return Reach::All;
+        }
+        let preset_reach =
+            if self.registry_presets || self.preset_names.iter().any(|n| (query.selects)(n)) {
+                Reach::Some
+            } else {
+                Reach::Never
+            };
         if !query.is_glob {
             let configured = self.keys.iter().any(|k| k == query.text)
                 || self
                     .patterns
                     .iter()
                     .any(|p| glob::matches(p, query.text.as_bytes()));
-            return if configured { Reach::All } else { Reach::Never };
+            return if configured { Reach::All } else { preset_reach };
         }
         if self.patterns.iter().any(|p| pattern_covers(p, query)) {
             return Reach::All;
         }
         let some = self.keys.iter().any(|k| (query.selects)(k))
             || self.patterns.iter().any(|p| pattern_may_overlap(p, query));
-        if some { Reach::Some } else { Reach::Never }
+        if some { Reach::Some } else { preset_reach }
     }
 }
 
@@ -97,6 +126,8 @@ mod tests {
         RedisScope {
             keys: keys.iter().map(|k| k.to_string()).collect(),
             patterns: patterns.iter().map(|p| p.as_bytes().to_vec()).collect(),
+            preset_names: Vec::new(),
+            registry_presets: false,
         }
     }
 

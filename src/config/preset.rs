@@ -1,0 +1,397 @@
+//! `queues:` entries of a Redis source that name a library instead of keys
+//! (`- preset: rq`), parsed into typed values: each preset carries only the
+//! options it understands, with the library's defaults filled in once here.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::duration::parse_duration;
+
+/// Default bound on the per-poll stalled checks (one `EXISTS` each).
+pub const DEFAULT_STALLED_CHECK_LIMIT: usize = 100;
+
+/// One `- preset: <name>` entry.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PresetSpec {
+    /// Which library, with its options.
+    pub preset: Preset,
+    /// Integer string keys read with `GET` as job totals, for layouts whose
+    /// library keeps no totals of its own.
+    pub counters: Option<CounterKeys>,
+}
+
+/// A library and the options that locate its keys.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Preset {
+    /// BullMQ 5.x/6.x: queues discovered by SCAN for `<prefix>:*:meta`.
+    Bullmq {
+        /// Key prefix (`bull`).
+        prefix: String,
+        /// Active jobs whose lock is checked per poll, at most.
+        stalled_check_limit: usize,
+    },
+    /// Sidekiq 6–8: queues from the `queues` set.
+    Sidekiq {
+        /// A redis-namespace prefix (`ns` → `ns:queue:<q>`), as Sidekiq 6
+        /// deployments used; empty for 7.x/8.x.
+        prefix: String,
+        /// Processes whose heartbeat is checked per poll, at most.
+        stalled_check_limit: usize,
+    },
+    /// Celery on kombu's Redis transport: named queues, priority lists.
+    Celery {
+        /// Queue names (Celery has no registry); default `[celery]`.
+        queues: Vec<String>,
+        /// kombu's `priority_steps`; step 0 is the bare queue name.
+        priority_steps: Vec<u8>,
+        /// kombu's `sep` between a queue name and its step.
+        sep: String,
+        /// kombu's `global_keyprefix`, prepended to every key.
+        prefix: String,
+        /// kombu's `visibility_timeout`: unacked longer than this is stalled.
+        visibility_timeout: Duration,
+    },
+    /// RQ: queues from the `<prefix>:queues` set (full keys).
+    Rq {
+        /// `RQ_KEY_PREFIX` (`rq`).
+        prefix: String,
+    },
+    /// asynq: queues from the `<prefix>:queues` set.
+    Asynq {
+        /// Key prefix (`asynq`).
+        prefix: String,
+    },
+    /// The Kubernetes fine-parallel work queue (`rediswq.py`).
+    Rediswq {
+        /// The main list's name (`job2` in the Kubernetes example).
+        name: String,
+        /// Processing items whose lease key is checked per poll, at most.
+        stalled_check_limit: usize,
+    },
+    /// `<prefix>:pending:{priority}` zsets and friends.
+    PriorityZset {
+        /// Key prefix (`jobs`); also the logical queue's name.
+        prefix: String,
+    },
+}
+
+impl Preset {
+    /// The preset's name as written in the config: the `preset` label.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Preset::Bullmq { .. } => "bullmq",
+            Preset::Sidekiq { .. } => "sidekiq",
+            Preset::Celery { .. } => "celery",
+            Preset::Rq { .. } => "rq",
+            Preset::Asynq { .. } => "asynq",
+            Preset::Rediswq { .. } => "rediswq",
+            Preset::PriorityZset { .. } => "priority-zset",
+        }
+    }
+
+    /// Logical queue names this preset reports whatever the registry holds
+    /// (for the scaler's drained-queue rule); registry-discovered queues are
+    /// not listed.
+    pub fn fixed_names(&self) -> Vec<String> {
+        match self {
+            Preset::Celery { queues, .. } => {
+                let mut v = queues.clone();
+                v.push(ALL_QUEUES.to_string());
+                v
+            }
+            Preset::Sidekiq { .. } => vec![ALL_QUEUES.to_string()],
+            Preset::Rediswq { name, .. } => vec![name.clone()],
+            Preset::PriorityZset { prefix } => vec![prefix.clone()],
+            Preset::Bullmq { .. } | Preset::Rq { .. } | Preset::Asynq { .. } => Vec::new(),
+        }
+    }
+}
+
+/// The `queue` label of a library's source-wide keys (Sidekiq's `schedule`,
+/// `retry`, `dead`; Celery's `unacked`), which belong to no single queue.
+pub const ALL_QUEUES: &str = "(all)";
+
+/// `counters: { processed: key, failed: key }`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CounterKeys {
+    /// Key of the processed-jobs total.
+    #[serde(default)]
+    pub processed: Option<String>,
+    /// Key of the failed-jobs total.
+    #[serde(default)]
+    pub failed: Option<String>,
+}
+
+/// The options a preset entry may carry, as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawPresetSpec {
+    preset: String,
+    #[serde(default)]
+    prefix: Option<String>,
+    #[serde(default)]
+    queues: Option<Vec<String>>,
+    #[serde(default)]
+    priority_steps: Option<Vec<u8>>,
+    #[serde(default)]
+    sep: Option<String>,
+    #[serde(default)]
+    visibility_timeout: Option<String>,
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    stalled_check_limit: Option<usize>,
+    #[serde(default)]
+    counters: Option<CounterKeys>,
+}
+
+/// Every preset name, for messages.
+pub const PRESET_NAMES: [&str; 7] = [
+    "bullmq",
+    "sidekiq",
+    "celery",
+    "rq",
+    "asynq",
+    "rediswq",
+    "priority-zset",
+];
+
+impl TryFrom<RawPresetSpec> for PresetSpec {
+    type Error = String;
+
+    fn try_from(raw: RawPresetSpec) -> Result<Self, String> {
+        let given: Vec<&str> = [
+            ("prefix", raw.prefix.is_some()),
+            ("queues", raw.queues.is_some()),
+            ("priority_steps", raw.priority_steps.is_some()),
+            ("sep", raw.sep.is_some()),
+            ("visibility_timeout", raw.visibility_timeout.is_some()),
+            ("name", raw.name.is_some()),
+            ("stalled_check_limit", raw.stalled_check_limit.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(k, set)| set.then_some(k))
+        .collect();
+        let allowed: &[&str] = match raw.preset.as_str() {
+            "bullmq" | "sidekiq" => &["prefix", "stalled_check_limit"],
+            "celery" => &[
+                "queues",
+                "priority_steps",
+                "sep",
+                "prefix",
+                "visibility_timeout",
+            ],
+            "rq" | "asynq" | "priority-zset" => &["prefix"],
+            "rediswq" => &["name", "stalled_check_limit"],
+            other => {
+                return Err(format!(
+                    "preset: unknown preset {other:?} (expected one of {})",
+                    PRESET_NAMES.join(", ")
+                ));
+            }
+        };
+        if let Some(bad) = given.iter().find(|k| !allowed.contains(k)) {
+            return Err(format!(
+                "{bad}: not an option of preset {} (its options: {})",
+                raw.preset,
+                allowed.join(", ")
+            ));
+        }
+        let limit = match raw.stalled_check_limit {
+            Some(0) => return Err("stalled_check_limit: must be greater than 0".into()),
+            Some(n) => n,
+            None => DEFAULT_STALLED_CHECK_LIMIT,
+        };
+        let prefix = |default: &str| -> Result<String, String> {
+            match &raw.prefix {
+                Some(p) if p.is_empty() && !default.is_empty() => {
+                    Err("prefix: must not be empty".into())
+                }
+                Some(p) => Ok(p.clone()),
+                None => Ok(default.to_string()),
+            }
+        };
+        let preset = match raw.preset.as_str() {
+            "bullmq" => Preset::Bullmq {
+                prefix: prefix("bull")?,
+                stalled_check_limit: limit,
+            },
+            "sidekiq" => Preset::Sidekiq {
+                prefix: prefix("")?,
+                stalled_check_limit: limit,
+            },
+            "rq" => Preset::Rq {
+                prefix: prefix("rq")?,
+            },
+            "asynq" => Preset::Asynq {
+                prefix: prefix("asynq")?,
+            },
+            "priority-zset" => Preset::PriorityZset {
+                prefix: prefix("jobs")?,
+            },
+            "rediswq" => match raw.name {
+                Some(n) if !n.is_empty() => Preset::Rediswq {
+                    name: n,
+                    stalled_check_limit: limit,
+                },
+                Some(_) => return Err("name: must not be empty".into()),
+                None => return Err("name: required by preset rediswq (the main list)".into()),
+            },
+            _ => {
+                let queues = raw.queues.unwrap_or_else(|| vec!["celery".into()]);
+                if queues.is_empty() || queues.iter().any(String::is_empty) {
+                    return Err("queues: must list non-empty queue names".into());
+                }
+                let steps = raw.priority_steps.unwrap_or_else(|| vec![0, 3, 6, 9]);
+                if steps.first() != Some(&0) || steps.windows(2).any(|w| w[0] >= w[1]) {
+                    return Err("priority_steps: must start at 0 and be strictly increasing".into());
+                }
+                let visibility_timeout = match &raw.visibility_timeout {
+                    Some(t) => parse_duration(t)
+                        .map_err(|e| format!("visibility_timeout: {e}"))
+                        .and_then(|d| {
+                            if d.is_zero() {
+                                Err("visibility_timeout: must be greater than 0".into())
+                            } else {
+                                Ok(d)
+                            }
+                        })?,
+                    None => Duration::from_secs(3600),
+                };
+                Preset::Celery {
+                    queues,
+                    priority_steps: steps,
+                    sep: raw.sep.unwrap_or_else(|| "\x06\x16".into()),
+                    prefix: prefix("")?,
+                    visibility_timeout,
+                }
+            }
+        };
+        if let Some(c) = &raw.counters {
+            check_counters(c)?;
+            if !matches!(preset, Preset::Rediswq { .. } | Preset::PriorityZset { .. }) {
+                return Err(format!(
+                    "counters: preset {} reports several queues (or keeps its own totals); \
+                     counters belong to a single-queue entry (rediswq, priority-zset, or a key)",
+                    preset.name()
+                ));
+            }
+        }
+        Ok(PresetSpec {
+            preset,
+            counters: raw.counters,
+        })
+    }
+}
+
+/// Checks a `counters:` block: at least one key, none empty.
+pub(super) fn check_counters(c: &CounterKeys) -> Result<(), String> {
+    if c.processed.is_none() && c.failed.is_none() {
+        return Err("counters: name processed and/or failed keys".into());
+    }
+    if [&c.processed, &c.failed]
+        .into_iter()
+        .flatten()
+        .any(String::is_empty)
+    {
+        return Err("counters: keys must not be empty".into());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(yaml: serde_json::Value) -> Result<PresetSpec, String> {
+        let raw: RawPresetSpec = serde_json::from_value(yaml).map_err(|e| e.to_string())?;
+        PresetSpec::try_from(raw)
+    }
+
+    #[test]
+    fn defaults_follow_the_libraries() {
+        let c = parse(serde_json::json!({"preset": "celery"})).unwrap();
+        assert_eq!(
+            c.preset,
+            Preset::Celery {
+                queues: vec!["celery".into()],
+                priority_steps: vec![0, 3, 6, 9],
+                sep: "\x06\x16".into(),
+                prefix: String::new(),
+                visibility_timeout: Duration::from_secs(3600),
+            }
+        );
+        let b = parse(serde_json::json!({"preset": "bullmq"})).unwrap();
+        assert_eq!(
+            b.preset,
+            Preset::Bullmq {
+                prefix: "bull".into(),
+                stalled_check_limit: DEFAULT_STALLED_CHECK_LIMIT
+            }
+        );
+        let r = parse(serde_json::json!({"preset": "rq", "prefix": "myrq"})).unwrap();
+        assert_eq!(
+            r.preset,
+            Preset::Rq {
+                prefix: "myrq".into()
+            }
+        );
+    }
+
+    #[test]
+    fn bad_entries_name_the_field() {
+        let cases = [
+            (
+                serde_json::json!({"preset": "bull"}),
+                "preset: unknown preset",
+            ),
+            (
+                serde_json::json!({"preset": "rq", "sep": ":"}),
+                "sep: not an option of preset rq",
+            ),
+            (serde_json::json!({"preset": "rediswq"}), "name: required"),
+            (
+                serde_json::json!({"preset": "celery", "priority_steps": [3, 6]}),
+                "priority_steps: must start at 0",
+            ),
+            (
+                serde_json::json!({"preset": "celery", "visibility_timeout": "soon"}),
+                "visibility_timeout: ",
+            ),
+            (
+                serde_json::json!({"preset": "bullmq", "stalled_check_limit": 0}),
+                "stalled_check_limit: must be greater than 0",
+            ),
+            (
+                serde_json::json!({"preset": "rq", "counters": {"processed": "p"}}),
+                "counters: preset rq reports several queues",
+            ),
+            (
+                serde_json::json!({"preset": "rediswq", "name": "q", "counters": {}}),
+                "counters: name processed",
+            ),
+        ];
+        for (yaml, want) in cases {
+            let got = parse(yaml.clone()).unwrap_err();
+            assert!(got.starts_with(want), "{yaml}: {got}");
+        }
+    }
+
+    #[test]
+    fn counters_on_a_single_queue_preset() {
+        let p = parse(serde_json::json!({
+            "preset": "priority-zset",
+            "counters": {"processed": "stats:processed", "failed": "stats:failed"}
+        }))
+        .unwrap();
+        assert_eq!(
+            p.counters,
+            Some(CounterKeys {
+                processed: Some("stats:processed".into()),
+                failed: Some("stats:failed".into())
+            })
+        );
+    }
+}

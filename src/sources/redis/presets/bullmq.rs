@@ -1,0 +1,178 @@
+//! BullMQ (5.x/6.x): keys under `<prefix>:<q>:`. `wait` is LPUSHed and
+//! taken from the tail (the oldest is at `LINDEX -1`); the job hash keeps
+//! `timestamp` in ms; an active job without its `:lock` key is stalled.
+//! BullMQ's own `getCounts` script is never called: it deletes markers.
+
+use redis::Value;
+
+use super::{Follow, Stage, Stamp, count, key, preset_sample, set_state, sum};
+use crate::snapshot::JobState;
+
+/// `<prefix>:<q>:<name>`.
+fn k(prefix: &str, q: &[u8], name: &[u8]) -> Vec<u8> {
+    key(&[prefix.as_bytes(), b":", q, b":", name])
+}
+
+/// Entries at the tail of `wait` read for the oldest job: legacy `0:<n>`
+/// markers (5.x) are skipped, and there are never two in a row.
+const TAIL: i64 = 3;
+
+/// Round 1: eleven read-only commands.
+pub fn plan(prefix: &str, q: &[u8], limit: usize) -> Vec<redis::Cmd> {
+    let c = |name: &str, n: &[u8]| super::cmd(name, &k(prefix, q, n));
+    let mut hexists = c("HEXISTS", b"meta");
+    hexists.arg("paused");
+    let mut tail = c("LRANGE", b"wait");
+    tail.arg(-TAIL).arg(-1);
+    let mut active = c("LRANGE", b"active");
+    active.arg(0).arg(limit.saturating_sub(1));
+    let mut first_prioritized = c("ZRANGE", b"prioritized");
+    first_prioritized.arg(0).arg(0);
+    vec![
+        c("LLEN", b"wait"),
+        c("LLEN", b"paused"),
+        c("ZCARD", b"prioritized"),
+        c("LLEN", b"active"),
+        c("ZCARD", b"delayed"),
+        c("ZCARD", b"completed"),
+        c("ZCARD", b"failed"),
+        hexists,
+        tail,
+        active,
+        first_prioritized,
+    ]
+}
+
+/// Reads [`plan`]'s replies (pure).
+pub fn read(prefix: &str, q: &[u8], r: &[Value]) -> Stage {
+    let at = |i: usize| r.get(i).unwrap_or(&Value::Nil);
+    let mut s = preset_sample("bullmq", q);
+    // 6.x pauses with `meta.paused` only (jobs stay in `wait`); 5.x also
+    // renamed `wait` to `paused`. Either way these jobs are one backlog.
+    let backlog = sum(&[at(0), at(1), at(2)]);
+    let paused = super::reply::as_u64(at(7)).map(|n| n == 1);
+    if paused == Some(true) {
+        set_state(&mut s, JobState::Paused, backlog);
+        set_state(&mut s, JobState::Waiting, Some(0));
+    } else {
+        set_state(&mut s, JobState::Waiting, backlog);
+    }
+    set_state(&mut s, JobState::Active, count(at(3)));
+    set_state(&mut s, JobState::Delayed, count(at(4)));
+    set_state(&mut s, JobState::Completed, count(at(5)));
+    set_state(&mut s, JobState::Failed, count(at(6)));
+    super::facts(&mut s).paused = paused;
+
+    let ids = |v: &Value| -> Vec<Vec<u8>> {
+        super::reply::as_array(v)
+            .unwrap_or(&[])
+            .iter()
+            .filter_map(super::reply::as_bytes)
+            .map(<[u8]>::to_vec)
+            .collect()
+    };
+    let mut follow = Vec::new();
+    let oldest = ids(at(8))
+        .into_iter()
+        .rev()
+        .find(|id| !id.starts_with(b"0:"))
+        .or_else(|| ids(at(10)).into_iter().next());
+    match oldest {
+        Some(id) => {
+            let mut c = super::cmd("HGET", &k(prefix, q, &id));
+            c.arg("timestamp");
+            follow.push((c, Follow::Stamp(Stamp::Millis)));
+        }
+        None if backlog == Some(0) => s.oldest_age_seconds = Some(0.0),
+        None => {}
+    }
+    if super::reply::as_array(at(9)).is_some() {
+        super::facts(&mut s).stalled = Some(0);
+        for id in ids(at(9)) {
+            let lock = k(prefix, q, &key(&[&id, b":lock"]));
+            follow.push((super::cmd("EXISTS", &lock), Follow::StalledIfMissing));
+        }
+    }
+    Stage { sample: s, follow }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_util::*;
+    use super::*;
+
+    fn replies(paused: i64, tail: &[&str], active: &[&str]) -> Vec<Value> {
+        vec![
+            int(2),
+            int(1),
+            int(3),
+            int(active.len() as i64),
+            int(4),
+            int(5),
+            int(6),
+            int(paused),
+            list(tail),
+            list(active),
+            list(&[]),
+        ]
+    }
+
+    #[test]
+    fn keys_map_to_states_and_markers_are_skipped() {
+        let st = read(
+            "bull",
+            b"mail",
+            &replies(0, &["9", "8", "0:1"], &["5", "6"]),
+        );
+        let f = st.sample.preset.as_ref().unwrap();
+        assert_eq!(f.states[&JobState::Waiting], 6);
+        assert_eq!(f.states[&JobState::Active], 2);
+        assert_eq!(f.states[&JobState::Delayed], 4);
+        assert_eq!(f.states[&JobState::Completed], 5);
+        assert_eq!(f.states[&JobState::Failed], 6);
+        assert_eq!(f.paused, Some(false));
+        assert_eq!(f.stalled, Some(0));
+        // One stamp (job 8, the marker skipped) and two lock checks.
+        assert_eq!(st.follow.len(), 3);
+        assert_eq!(st.follow[0].1, Follow::Stamp(Stamp::Millis));
+        assert_eq!(
+            st.follow[0].0.get_packed_command(),
+            redis::cmd("HGET")
+                .arg("bull:mail:8")
+                .arg("timestamp")
+                .get_packed_command()
+        );
+        assert_eq!(
+            st.follow[1].0.get_packed_command(),
+            redis::cmd("EXISTS")
+                .arg("bull:mail:5:lock")
+                .get_packed_command()
+        );
+    }
+
+    #[test]
+    fn a_paused_queue_holds_its_backlog_as_paused() {
+        let f = read("bull", b"q", &replies(1, &[], &[]))
+            .sample
+            .preset
+            .unwrap();
+        assert_eq!(f.states[&JobState::Paused], 6);
+        assert_eq!(f.states[&JobState::Waiting], 0);
+        assert_eq!(f.paused, Some(true));
+    }
+
+    #[test]
+    fn only_prioritized_jobs_take_the_first_for_latency() {
+        let mut r = replies(0, &[], &[]);
+        r[10] = list(&["42"]);
+        let st = read("bull", b"q", &r);
+        assert_eq!(
+            st.follow[0].0.get_packed_command(),
+            redis::cmd("HGET")
+                .arg("bull:q:42")
+                .arg("timestamp")
+                .get_packed_command()
+        );
+        assert_eq!(plan("bull", b"q", 100).len(), 11);
+    }
+}

@@ -1,0 +1,102 @@
+//! Celery on kombu's Redis transport: a list per queue and priority step
+//! (`<q>`, `<q><sep><step>`), and the broker-wide `unacked` hash and
+//! `unacked_index` zset, reported once under the queue `(all)`. Messages
+//! carry no enqueue time, so there is no latency.
+
+use std::time::Duration;
+
+use redis::Value;
+
+use super::{Stage, below, count, key, preset_sample, set_state, sum};
+use crate::config::ALL_QUEUES;
+use crate::snapshot::JobState;
+
+/// Round 1: one LLEN per priority step; two commands for `(all)`.
+pub fn plan(
+    prefix: &str,
+    sep: &str,
+    steps: &[u8],
+    q: &[u8],
+    now: f64,
+    visibility_timeout: Duration,
+) -> Vec<redis::Cmd> {
+    let p = prefix.as_bytes();
+    if q == ALL_QUEUES.as_bytes() {
+        let mut stalled = super::cmd("ZCOUNT", &key(&[p, b"unacked_index"]));
+        stalled
+            .arg("-inf")
+            .arg(below(now - visibility_timeout.as_secs_f64()));
+        return vec![super::cmd("HLEN", &key(&[p, b"unacked"])), stalled];
+    }
+    steps
+        .iter()
+        .map(|step| {
+            let list = if *step == 0 {
+                key(&[p, q])
+            } else {
+                key(&[p, q, sep.as_bytes(), step.to_string().as_bytes()])
+            };
+            super::cmd("LLEN", &list)
+        })
+        .collect()
+}
+
+/// Reads [`plan`]'s replies (pure).
+pub fn read(q: &[u8], r: &[Value], _queues: usize) -> Stage {
+    let mut s = preset_sample("celery", q);
+    if q == ALL_QUEUES.as_bytes() {
+        let at = |i: usize| r.get(i).unwrap_or(&Value::Nil);
+        // Reserved (prefetched) tasks, and running ones under acks_late.
+        set_state(&mut s, JobState::Active, count(at(0)));
+        super::facts(&mut s).stalled = count(at(1));
+        return Stage::done(s);
+    }
+    let all: Vec<&Value> = r.iter().collect();
+    set_state(&mut s, JobState::Waiting, sum(&all));
+    Stage::done(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_util::*;
+    use super::*;
+
+    #[test]
+    fn priority_lists_sum_into_waiting() {
+        let st = read(b"celery", &[int(4), int(3), int(3), int(1)], 1);
+        let f = st.sample.preset.as_ref().unwrap();
+        assert_eq!(f.states[&JobState::Waiting], 11);
+        assert_eq!(st.sample.oldest_age_seconds, None);
+        let cmds = plan(
+            "",
+            "\x06\x16",
+            &[0, 3, 6, 9],
+            b"celery",
+            0.0,
+            Duration::ZERO,
+        );
+        assert_eq!(
+            cmds[1].get_packed_command(),
+            redis::cmd("LLEN")
+                .arg("celery\x06\x163")
+                .get_packed_command()
+        );
+    }
+
+    #[test]
+    fn all_reads_unacked_and_stalled() {
+        let st = read(b"(all)", &[int(5), int(2)], 1);
+        let f = st.sample.preset.as_ref().unwrap();
+        assert_eq!(f.states[&JobState::Active], 5);
+        assert_eq!(f.stalled, Some(2));
+        let cmds = plan("", ":", &[0], b"(all)", 5000.0, Duration::from_secs(3600));
+        assert_eq!(
+            cmds[1].get_packed_command(),
+            redis::cmd("ZCOUNT")
+                .arg("unacked_index")
+                .arg("-inf")
+                .arg("(1400")
+                .get_packed_command()
+        );
+    }
+}

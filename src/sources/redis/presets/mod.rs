@@ -1,0 +1,566 @@
+//! Library presets: one config line (`- preset: rq`) turns a library's
+//! spread of keys into logical queues with per-state depths, latency,
+//! stalled work and totals.
+//!
+//! Each library module has a pure `read` over hand-checkable replies and a
+//! `plan` of read-only commands. A poll is at most two pipelined round
+//! trips for all presets together: round 1 reads every queue's sizes (and
+//! the ids a follow-up needs), round 2 the follow-ups: one `HGET` per queue
+//! for the oldest job's enqueue time, and a bounded number of `EXISTS` for
+//! stalled checks. Discovery reads each library's registry every
+//! `discovery_interval`.
+
+mod asynq;
+mod bullmq;
+mod celery;
+mod priority_zset;
+mod rediswq;
+mod rq;
+mod sidekiq;
+
+use std::time::SystemTime;
+
+use redis::Value;
+use redis::aio::ConnectionManager;
+
+use super::commands::{cmd, pipelined, scan};
+use super::keyname::display_key;
+use super::reply;
+use crate::config::{CounterKeys, KeyType, Preset, PresetSpec, QueueSpec};
+use crate::snapshot::{JobState, JobTotals, PresetFacts, QueueSample, Reason};
+
+/// What a preset source keeps between polls: the logical queues each entry's
+/// registry named at the last discovery.
+#[derive(Debug, Default)]
+pub struct PresetState {
+    /// One per `- preset:` entry, in config order.
+    entries: Vec<Entry>,
+}
+
+/// One preset entry and what discovery found for it.
+#[derive(Debug)]
+struct Entry {
+    /// The entry's configuration.
+    spec: PresetSpec,
+    /// Logical queue names (raw bytes, as the registry holds them), sorted.
+    queues: Vec<Vec<u8>>,
+}
+
+/// The outcome of one preset poll.
+#[derive(Debug, Default)]
+pub struct PresetPoll {
+    /// One sample per logical queue (and per source-wide group of keys).
+    pub samples: Vec<QueueSample>,
+    /// Job totals of plain `key:` entries with `counters:`, by queue label.
+    pub plain_totals: Vec<(String, JobTotals)>,
+    /// One reason per reply Redis refused (wrong type, no permission).
+    pub key_errors: Vec<Reason>,
+}
+
+/// A follow-up command's meaning, applied to the sample that asked for it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) enum Follow {
+    /// The reply is the oldest waiting job's enqueue time in this unit.
+    Stamp(Stamp),
+    /// An `EXISTS` whose 0 means one stalled job (lease or lock gone).
+    StalledIfMissing,
+    /// A count of busy jobs to add to `active` (Sidekiq's `busy`).
+    AddActive,
+}
+
+/// Units of the enqueue times libraries keep in job hashes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) enum Stamp {
+    /// Unix milliseconds (BullMQ `timestamp`).
+    Millis,
+    /// Unix nanoseconds (asynq `pending_since`).
+    Nanos,
+    /// ISO-8601 / RFC 3339 text (RQ `enqueued_at`, `...Z`).
+    Iso8601,
+}
+
+/// One logical queue after round 1: its sample, and the follow-ups it needs.
+#[derive(Debug)]
+pub(super) struct Stage {
+    /// The sample as far as round 1 could fill it.
+    pub sample: QueueSample,
+    /// Round-2 commands and how to apply their replies.
+    pub follow: Vec<(redis::Cmd, Follow)>,
+}
+
+impl Stage {
+    /// A stage with no follow-ups.
+    fn done(sample: QueueSample) -> Stage {
+        Stage {
+            sample,
+            follow: Vec::new(),
+        }
+    }
+}
+
+/// A preset sample with the identity fields set.
+pub(super) fn preset_sample(preset: &'static str, name: &[u8]) -> QueueSample {
+    QueueSample {
+        name: display_key(name),
+        preset: Some(PresetFacts {
+            preset,
+            ..PresetFacts::default()
+        }),
+        ..QueueSample::default()
+    }
+}
+
+/// The preset facts of a sample made by [`preset_sample`].
+pub(super) fn facts(s: &mut QueueSample) -> &mut PresetFacts {
+    s.preset.get_or_insert_with(PresetFacts::default)
+}
+
+/// Sets `state` to `v` when the reply was readable; an unreadable reply
+/// leaves the state unknown (absent), never 0.
+pub(super) fn set_state(s: &mut QueueSample, state: JobState, v: Option<u64>) {
+    if let Some(v) = v {
+        facts(s).states.insert(state, v);
+    }
+}
+
+/// The sum of several readable replies; `None` if any is unreadable.
+pub(super) fn sum(replies: &[&Value]) -> Option<u64> {
+    replies.iter().map(|v| count(v)).sum()
+}
+
+/// A size reply: an integer, or nil (a missing key is empty).
+pub(super) fn count(v: &Value) -> Option<u64> {
+    match v {
+        Value::Nil => Some(0),
+        other => reply::as_u64(other),
+    }
+}
+
+/// A key made of parts (binary-safe).
+pub(super) fn key(parts: &[&[u8]]) -> Vec<u8> {
+    parts.concat()
+}
+
+/// `now` in unix seconds.
+pub(super) fn unix_seconds(now: SystemTime) -> f64 {
+    now.duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}
+
+/// An exclusive upper bound `(<n>` for ZCOUNT.
+pub(super) fn below(n: f64) -> String {
+    format!("({n}")
+}
+
+/// A timestamp reply in `unit`, as unix seconds.
+fn stamp_seconds(v: &Value, unit: Stamp) -> Option<f64> {
+    let text = reply::as_str(v)?.trim();
+    match unit {
+        Stamp::Millis => text.parse::<f64>().ok().map(|ms| ms / 1e3),
+        Stamp::Nanos => text.parse::<f64>().ok().map(|ns| ns / 1e9),
+        Stamp::Iso8601 => chrono::DateTime::parse_from_rfc3339(text)
+            .ok()
+            .map(|t| t.timestamp_micros() as f64 / 1e6),
+    }
+    .filter(|s| s.is_finite() && *s > 0.0)
+}
+
+/// Applies one follow-up reply to its sample (pure).
+pub(super) fn apply(s: &mut QueueSample, follow: Follow, v: &Value, now: f64) {
+    match follow {
+        Follow::Stamp(unit) => {
+            if let Some(t) = stamp_seconds(v, unit) {
+                s.oldest_age_seconds = Some((now - t).max(0.0));
+            }
+        }
+        Follow::StalledIfMissing => {
+            if reply::as_u64(v) == Some(0) {
+                let f = facts(s);
+                f.stalled = Some(f.stalled.unwrap_or(0) + 1);
+            }
+        }
+        Follow::AddActive => {
+            if let Some(n) = count(v) {
+                let f = facts(s);
+                *f.states.entry(JobState::Active).or_insert(0) += n;
+            }
+        }
+    }
+}
+
+/// Escapes Redis glob metacharacters so `text` matches only itself.
+pub(super) fn glob_escape(text: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(text.len());
+    for b in text {
+        if matches!(b, b'*' | b'?' | b'[' | b']' | b'\\') {
+            out.push(b'\\');
+        }
+        out.push(*b);
+    }
+    out
+}
+
+/// Round-1 commands of one logical queue.
+fn plan(preset: &Preset, queue: &[u8], now: f64) -> Vec<redis::Cmd> {
+    match preset {
+        Preset::Rq { prefix } => rq::plan(prefix, queue, now),
+        Preset::Sidekiq { prefix, .. } => sidekiq::plan(prefix, queue),
+        Preset::Asynq { prefix } => asynq::plan(prefix, queue, now),
+        Preset::Bullmq {
+            prefix,
+            stalled_check_limit,
+        } => bullmq::plan(prefix, queue, *stalled_check_limit),
+        Preset::Celery {
+            sep,
+            priority_steps,
+            prefix,
+            visibility_timeout,
+            ..
+        } => celery::plan(prefix, sep, priority_steps, queue, now, *visibility_timeout),
+        Preset::Rediswq {
+            stalled_check_limit,
+            ..
+        } => rediswq::plan(queue, *stalled_check_limit),
+        Preset::PriorityZset { prefix } => priority_zset::plan(prefix, queue, now),
+    }
+}
+
+/// Reads one logical queue's round-1 replies (pure).
+fn read(preset: &Preset, queue: &[u8], r: &[Value], now: f64) -> Stage {
+    match preset {
+        Preset::Rq { prefix } => rq::read(prefix, queue, r),
+        Preset::Sidekiq {
+            prefix,
+            stalled_check_limit,
+        } => sidekiq::read(prefix, queue, r, now, *stalled_check_limit),
+        Preset::Asynq { prefix } => asynq::read(prefix, queue, r),
+        Preset::Bullmq { prefix, .. } => bullmq::read(prefix, queue, r),
+        Preset::Celery { queues, .. } => celery::read(queue, r, queues.len()),
+        Preset::Rediswq { .. } => rediswq::read(queue, r),
+        Preset::PriorityZset { prefix } => priority_zset::read(prefix, queue, r, now),
+    }
+}
+
+/// `GET` commands for a `counters:` block, in processed, failed order.
+fn counter_cmds(c: &CounterKeys) -> Vec<redis::Cmd> {
+    [&c.processed, &c.failed]
+        .into_iter()
+        .flatten()
+        .map(|k| cmd("GET", k.as_bytes()))
+        .collect()
+}
+
+/// Reads the replies of [`counter_cmds`] (pure).
+fn read_counters(c: &CounterKeys, r: &[Value]) -> JobTotals {
+    let mut it = r.iter();
+    let processed = c.processed.as_ref().and_then(|_| it.next()).and_then(count);
+    let failed = c.failed.as_ref().and_then(|_| it.next()).and_then(count);
+    JobTotals { processed, failed }
+}
+
+/// The reason label of an error reply, if this is one.
+fn reply_error(v: &Value) -> Option<Reason> {
+    match v {
+        Value::ServerError(e) if super::is_auth_error_code(e.code()) => Some(Reason::Auth),
+        Value::ServerError(_) => Some(Reason::Backend),
+        _ => None,
+    }
+}
+
+/// What to read in round 1: whose replies go where.
+enum Slot {
+    /// A logical queue of entry `entry`.
+    Queue { entry: usize, queue: usize },
+    /// The `counters:` keys of preset entry `entry`.
+    PresetCounters { entry: usize },
+    /// The `counters:` keys of plain entry `spec`.
+    PlainCounters { spec: usize },
+}
+
+impl PresetState {
+    /// The state for a source's preset entries, before any discovery.
+    pub fn new(specs: &[PresetSpec]) -> Self {
+        PresetState {
+            entries: specs
+                .iter()
+                .map(|spec| Entry {
+                    spec: spec.clone(),
+                    queues: fixed_queues(&spec.preset),
+                })
+                .collect(),
+        }
+    }
+
+    /// Logical queues currently known (for `tracked_keys`).
+    pub fn tracked(&self) -> usize {
+        self.entries.iter().map(|e| e.queues.len()).sum()
+    }
+
+    /// Re-reads every entry's registry (SMEMBERS, or SCAN with bounded COUNT).
+    pub async fn discover(
+        &mut self,
+        conn: &mut ConnectionManager,
+        scan_count: u32,
+    ) -> redis::RedisResult<()> {
+        for entry in &mut self.entries {
+            let mut names = match &entry.spec.preset {
+                Preset::Rq { prefix } => {
+                    let members = smembers(conn, &key(&[prefix.as_bytes(), b":queues"])).await?;
+                    let full = key(&[prefix.as_bytes(), b":queue:"]);
+                    members
+                        .into_iter()
+                        .filter_map(|m| m.strip_prefix(full.as_slice()).map(<[u8]>::to_vec))
+                        .collect()
+                }
+                Preset::Sidekiq { prefix, .. } => {
+                    let mut names = smembers(conn, &sidekiq::k(prefix, b"queues")).await?;
+                    names.push(crate::config::ALL_QUEUES.as_bytes().to_vec());
+                    names
+                }
+                Preset::Asynq { prefix } => {
+                    smembers(conn, &key(&[prefix.as_bytes(), b":queues"])).await?
+                }
+                Preset::Bullmq { prefix, .. } => {
+                    let p = glob_escape(prefix.as_bytes());
+                    let pattern = key(&[&p, b":*:meta"]);
+                    let keys = scan(conn, &pattern, Some(KeyType::Hash), scan_count).await?;
+                    keys.into_iter()
+                        .filter_map(|k| {
+                            let rest = k.strip_prefix(prefix.as_bytes())?.strip_prefix(b":")?;
+                            rest.strip_suffix(b":meta").map(<[u8]>::to_vec)
+                        })
+                        .filter(|n| !n.is_empty())
+                        .collect()
+                }
+                Preset::PriorityZset { prefix } => {
+                    let p = glob_escape(prefix.as_bytes());
+                    let pattern = key(&[&p, b":pending:*"]);
+                    let keys = scan(conn, &pattern, Some(KeyType::Zset), scan_count).await?;
+                    let start = prefix.len() + b":pending:".len();
+                    // Each priority is a "queue" of the entry; the empty
+                    // name stands for the keys shared by all priorities.
+                    let mut names: Vec<Vec<u8>> = keys
+                        .into_iter()
+                        .filter_map(|k| k.get(start..).map(<[u8]>::to_vec))
+                        .filter(|p| !p.is_empty())
+                        .collect();
+                    names.push(Vec::new());
+                    names
+                }
+                Preset::Celery { .. } | Preset::Rediswq { .. } => fixed_queues(&entry.spec.preset),
+            };
+            names.sort();
+            names.dedup();
+            entry.queues = names;
+        }
+        Ok(())
+    }
+
+    /// Polls every logical queue and every `counters:` block: at most two
+    /// pipelined round trips, read-only.
+    pub async fn poll(
+        &self,
+        conn: &ConnectionManager,
+        plain: &[QueueSpec],
+        now: SystemTime,
+    ) -> redis::RedisResult<PresetPoll> {
+        let now = unix_seconds(now);
+        let mut cmds = Vec::new();
+        let mut slots: Vec<(Slot, std::ops::Range<usize>)> = Vec::new();
+        for (e, entry) in self.entries.iter().enumerate() {
+            for (q, name) in entry.queues.iter().enumerate() {
+                let start = cmds.len();
+                cmds.extend(plan(&entry.spec.preset, name, now));
+                slots.push((Slot::Queue { entry: e, queue: q }, start..cmds.len()));
+            }
+            if let Some(c) = &entry.spec.counters {
+                let start = cmds.len();
+                cmds.extend(counter_cmds(c));
+                slots.push((Slot::PresetCounters { entry: e }, start..cmds.len()));
+            }
+        }
+        for (i, spec) in plain.iter().enumerate() {
+            if let (Some(c), Some(_)) = (&spec.counters, spec.key()) {
+                let start = cmds.len();
+                cmds.extend(counter_cmds(c));
+                slots.push((Slot::PlainCounters { spec: i }, start..cmds.len()));
+            }
+        }
+        if cmds.is_empty() {
+            return Ok(PresetPoll::default());
+        }
+        let replies = pipelined(conn, cmds).await?;
+        let mut out = PresetPoll {
+            key_errors: replies.iter().filter_map(reply_error).collect(),
+            ..PresetPoll::default()
+        };
+        let mut stages: Vec<(usize, Stage)> = Vec::new();
+        let mut entry_totals: Vec<(usize, JobTotals)> = Vec::new();
+        for (slot, range) in slots {
+            let r = replies.get(range).unwrap_or(&[]);
+            match slot {
+                Slot::Queue { entry, queue } => {
+                    let e = &self.entries[entry];
+                    stages.push((entry, read(&e.spec.preset, &e.queues[queue], r, now)));
+                }
+                Slot::PresetCounters { entry } => {
+                    if let Some(c) = &self.entries[entry].spec.counters {
+                        entry_totals.push((entry, read_counters(c, r)));
+                    }
+                }
+                Slot::PlainCounters { spec } => {
+                    if let (Some(c), Some(k)) = (&plain[spec].counters, plain[spec].key()) {
+                        out.plain_totals.push((k.to_string(), read_counters(c, r)));
+                    }
+                }
+            }
+        }
+
+        // Round 2: follow-ups (oldest job's stamp, bounded stalled checks).
+        let mut follow_cmds = Vec::new();
+        let mut follow_meta = Vec::new();
+        for (i, (_, stage)) in stages.iter_mut().enumerate() {
+            for (c, f) in stage.follow.drain(..) {
+                follow_cmds.push(c);
+                follow_meta.push((i, f));
+            }
+        }
+        if !follow_cmds.is_empty() {
+            let replies = pipelined(conn, follow_cmds).await?;
+            out.key_errors
+                .extend(replies.iter().filter_map(reply_error));
+            for ((i, f), v) in follow_meta.into_iter().zip(&replies) {
+                apply(&mut stages[i].1.sample, f, v, now);
+            }
+        }
+        for (entry, totals) in entry_totals {
+            // Single-queue presets only (checked at load): the entry's
+            // queue without extra labels gets the totals.
+            if let Some((_, stage)) = stages
+                .iter_mut()
+                .find(|(e, s)| *e == entry && s.sample.labels.is_empty())
+            {
+                stage.sample.jobs = totals;
+            }
+        }
+        out.samples = stages.into_iter().map(|(_, s)| s.sample).collect();
+        Ok(out)
+    }
+}
+
+/// Queues a preset reports without a registry.
+fn fixed_queues(preset: &Preset) -> Vec<Vec<u8>> {
+    match preset {
+        Preset::Celery { queues, .. } => {
+            let mut v: Vec<Vec<u8>> = queues.iter().map(|q| q.as_bytes().to_vec()).collect();
+            v.push(crate::config::ALL_QUEUES.as_bytes().to_vec());
+            v
+        }
+        Preset::Rediswq { name, .. } => vec![name.as_bytes().to_vec()],
+        Preset::PriorityZset { .. } => vec![Vec::new()],
+        Preset::Sidekiq { .. } => vec![crate::config::ALL_QUEUES.as_bytes().to_vec()],
+        Preset::Rq { .. } | Preset::Asynq { .. } | Preset::Bullmq { .. } => Vec::new(),
+    }
+}
+
+/// `SMEMBERS key` as raw members.
+async fn smembers(conn: &mut ConnectionManager, k: &[u8]) -> redis::RedisResult<Vec<Vec<u8>>> {
+    cmd("SMEMBERS", k).query_async(conn).await
+}
+
+#[cfg(test)]
+pub(super) mod test_util {
+    use redis::Value;
+
+    /// An integer reply.
+    pub fn int(n: i64) -> Value {
+        Value::Int(n)
+    }
+
+    /// A bulk string reply.
+    pub fn bulk(s: &str) -> Value {
+        Value::BulkString(s.as_bytes().to_vec())
+    }
+
+    /// An array reply of bulk strings.
+    pub fn list(items: &[&str]) -> Value {
+        Value::Array(items.iter().map(|s| bulk(s)).collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::test_util::*;
+    use super::*;
+
+    #[test]
+    fn follow_ups_apply_stamps_and_stalled_checks() {
+        let mut s = preset_sample("rq", b"q");
+        apply(
+            &mut s,
+            Follow::Stamp(Stamp::Millis),
+            &bulk("1000000"),
+            1010.5,
+        );
+        assert_eq!(s.oldest_age_seconds, Some(10.5));
+        apply(
+            &mut s,
+            Follow::Stamp(Stamp::Iso8601),
+            &bulk("1970-01-01T00:16:40.000000Z"),
+            1010.0,
+        );
+        assert_eq!(s.oldest_age_seconds, Some(10.0));
+        apply(
+            &mut s,
+            Follow::Stamp(Stamp::Nanos),
+            &bulk("1000000000000"),
+            1002.0,
+        );
+        assert_eq!(s.oldest_age_seconds, Some(2.0));
+        // A job hash gone between rounds leaves the age as it was.
+        apply(&mut s, Follow::Stamp(Stamp::Millis), &Value::Nil, 5.0);
+        assert_eq!(s.oldest_age_seconds, Some(2.0));
+        for v in [int(0), int(1), int(0)] {
+            apply(&mut s, Follow::StalledIfMissing, &v, 0.0);
+        }
+        assert_eq!(s.preset.as_ref().unwrap().stalled, Some(2));
+        apply(&mut s, Follow::AddActive, &bulk("3"), 0.0);
+        apply(&mut s, Follow::AddActive, &Value::Nil, 0.0);
+        assert_eq!(
+            s.preset.as_ref().unwrap().states.get(&JobState::Active),
+            Some(&3)
+        );
+    }
+
+    #[test]
+    fn counters_read_in_order_and_missing_keys_are_zero() {
+        let c = CounterKeys {
+            processed: Some("p".into()),
+            failed: Some("f".into()),
+        };
+        assert_eq!(
+            read_counters(&c, &[bulk("41"), Value::Nil]),
+            JobTotals {
+                processed: Some(41),
+                failed: Some(0)
+            }
+        );
+        let only_failed = CounterKeys {
+            processed: None,
+            failed: Some("f".into()),
+        };
+        assert_eq!(
+            read_counters(&only_failed, &[bulk("7")]),
+            JobTotals {
+                processed: None,
+                failed: Some(7)
+            }
+        );
+    }
+
+    #[test]
+    fn globs_escape_metacharacters() {
+        assert_eq!(glob_escape(b"a*b[c]"), b"a\\*b\\[c\\]".to_vec());
+    }
+}

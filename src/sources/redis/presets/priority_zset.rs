@@ -1,0 +1,97 @@
+//! The priority-zset layout: `<prefix>:pending:<priority>` zsets scored by
+//! enqueue time in float seconds (due items are waiting, future ones
+//! delayed), a `<prefix>:processing` hash (job → worker), a
+//! `<prefix>:completed` zset and a `<prefix>:dlq` list. One logical queue,
+//! `<prefix>`, with a `priority` label on the per-priority samples.
+
+use redis::Value;
+
+use super::{Stage, count, key, preset_sample, set_state};
+use crate::snapshot::JobState;
+
+/// Round 1: three commands per priority (`p` non-empty), three for the
+/// shared keys (`p` empty).
+pub fn plan(prefix: &str, p: &[u8], now: f64) -> Vec<redis::Cmd> {
+    let pre = prefix.as_bytes();
+    if p.is_empty() {
+        return vec![
+            super::cmd("HLEN", &key(&[pre, b":processing"])),
+            super::cmd("ZCARD", &key(&[pre, b":completed"])),
+            super::cmd("LLEN", &key(&[pre, b":dlq"])),
+        ];
+    }
+    let zset = key(&[pre, b":pending:", p]);
+    let mut due = super::cmd("ZCOUNT", &zset);
+    due.arg("-inf").arg(now);
+    let mut first = super::cmd("ZRANGE", &zset);
+    first.arg(0).arg(0).arg("WITHSCORES");
+    vec![super::cmd("ZCARD", &zset), due, first]
+}
+
+/// Reads [`plan`]'s replies (pure).
+pub fn read(prefix: &str, p: &[u8], r: &[Value], now: f64) -> Stage {
+    let at = |i: usize| r.get(i).unwrap_or(&Value::Nil);
+    let mut s = preset_sample("priority-zset", prefix.as_bytes());
+    if p.is_empty() {
+        set_state(&mut s, JobState::Active, count(at(0)));
+        set_state(&mut s, JobState::Completed, count(at(1)));
+        set_state(&mut s, JobState::Failed, count(at(2)));
+        return Stage::done(s);
+    }
+    s.labels = vec![("priority".into(), super::display_key(p))];
+    let total = count(at(0));
+    let due = count(at(1));
+    set_state(&mut s, JobState::Waiting, due);
+    set_state(
+        &mut s,
+        JobState::Delayed,
+        total.zip(due).map(|(t, d)| t.saturating_sub(d)),
+    );
+    // The lowest score is the oldest enqueue time; in the future it means
+    // nothing is due yet.
+    s.oldest_age_seconds = super::reply::first_score(at(2)).map(|first| match first {
+        Some(score) => (now - score).max(0.0),
+        None => 0.0,
+    });
+    Stage::done(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_util::*;
+    use super::*;
+
+    #[test]
+    fn due_items_wait_and_future_items_are_delayed() {
+        let st = read(
+            "jobs",
+            b"high",
+            &[int(5), int(3), list(&["j1", "990.5"])],
+            1000.0,
+        );
+        let f = st.sample.preset.as_ref().unwrap();
+        assert_eq!(f.states[&JobState::Waiting], 3);
+        assert_eq!(f.states[&JobState::Delayed], 2);
+        assert_eq!(st.sample.name, "jobs");
+        assert_eq!(st.sample.labels, vec![("priority".into(), "high".into())]);
+        assert_eq!(st.sample.oldest_age_seconds, Some(9.5));
+        // Only future items: nothing is late.
+        let st = read(
+            "jobs",
+            b"low",
+            &[int(1), int(0), list(&["j", "2000"])],
+            1000.0,
+        );
+        assert_eq!(st.sample.oldest_age_seconds, Some(0.0));
+    }
+
+    #[test]
+    fn shared_keys_map_to_active_completed_failed() {
+        let st = read("jobs", b"", &[int(2), int(10), int(1)], 0.0);
+        let f = st.sample.preset.as_ref().unwrap();
+        assert_eq!(f.states[&JobState::Active], 2);
+        assert_eq!(f.states[&JobState::Completed], 10);
+        assert_eq!(f.states[&JobState::Failed], 1);
+        assert!(st.sample.labels.is_empty());
+    }
+}

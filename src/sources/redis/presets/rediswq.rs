@@ -1,0 +1,77 @@
+//! The Kubernetes fine-parallel work queue (`rediswq.py`): the main list
+//! `<name>`, a `<name>:processing` list, and a lease key per taken item,
+//! `<name>:leased_by_session:<sha224 hex of the item>`. Items carry no
+//! timestamp, so there is no latency.
+
+use redis::Value;
+use sha2::{Digest, Sha224};
+
+use super::{Follow, Stage, count, key, preset_sample, set_state};
+use crate::snapshot::JobState;
+
+/// Round 1: three read-only commands.
+pub fn plan(name: &[u8], limit: usize) -> Vec<redis::Cmd> {
+    let processing = key(&[name, b":processing"]);
+    let mut items = super::cmd("LRANGE", &processing);
+    items.arg(0).arg(limit.saturating_sub(1));
+    vec![
+        super::cmd("LLEN", name),
+        super::cmd("LLEN", &processing),
+        items,
+    ]
+}
+
+/// The lease key of `item`.
+pub fn lease_key(name: &[u8], item: &[u8]) -> Vec<u8> {
+    let hex: String = Sha224::digest(item)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    key(&[name, b":leased_by_session:", hex.as_bytes()])
+}
+
+/// Reads [`plan`]'s replies (pure).
+pub fn read(name: &[u8], r: &[Value]) -> Stage {
+    let at = |i: usize| r.get(i).unwrap_or(&Value::Nil);
+    let mut s = preset_sample("rediswq", name);
+    set_state(&mut s, JobState::Waiting, count(at(0)));
+    set_state(&mut s, JobState::Active, count(at(1)));
+    let mut follow = Vec::new();
+    if let Some(items) = super::reply::as_array(at(2)) {
+        // Processing items whose lease expired: the library never requeues them.
+        super::facts(&mut s).stalled = Some(0);
+        for item in items.iter().filter_map(super::reply::as_bytes) {
+            follow.push((
+                super::cmd("EXISTS", &lease_key(name, item)),
+                Follow::StalledIfMissing,
+            ));
+        }
+    }
+    Stage { sample: s, follow }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_util::*;
+    use super::*;
+
+    #[test]
+    fn lease_keys_hash_the_item_like_python() {
+        // hashlib.sha224(b"date").hexdigest()
+        assert_eq!(
+            String::from_utf8(lease_key(b"job2", b"date")).unwrap(),
+            "job2:leased_by_session:83959d06013e19da41ce9fd80f26a0224790452f73e69535f8f750b6"
+        );
+    }
+
+    #[test]
+    fn lists_map_to_states_and_each_item_is_checked() {
+        let st = read(b"job2", &[int(3), int(2), list(&["a", "b"])]);
+        let f = st.sample.preset.as_ref().unwrap();
+        assert_eq!(f.states[&JobState::Waiting], 3);
+        assert_eq!(f.states[&JobState::Active], 2);
+        assert_eq!(f.stalled, Some(0));
+        assert_eq!(st.follow.len(), 2);
+        assert_eq!(st.sample.oldest_age_seconds, None);
+    }
+}

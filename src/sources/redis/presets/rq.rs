@@ -1,0 +1,122 @@
+//! RQ (`rq` 2.x/3.x): `<prefix>:queue:<q>` lists (RPUSH, LPOP: the oldest
+//! is at the head) and one zset registry per state.
+
+use redis::Value;
+
+use super::{Follow, Stage, Stamp, below, count, key, preset_sample, set_state, sum};
+use crate::snapshot::JobState;
+
+/// The keys of queue `q`: `<prefix>:<kind>:<q>`.
+fn k(prefix: &str, kind: &str, q: &[u8]) -> Vec<u8> {
+    key(&[prefix.as_bytes(), b":", kind.as_bytes(), b":", q])
+}
+
+/// Round 1: nine read-only commands.
+pub fn plan(prefix: &str, q: &[u8], now: f64) -> Vec<redis::Cmd> {
+    let list = k(prefix, "queue", q);
+    let zcard = |kind: &str| super::cmd("ZCARD", &k(prefix, kind, q));
+    let mut zcount = super::cmd("ZCOUNT", &k(prefix, "wip", q));
+    zcount.arg("-inf").arg(below(now));
+    let mut lindex = super::cmd("LINDEX", &list);
+    lindex.arg(0);
+    vec![
+        super::cmd("LLEN", &list),
+        super::cmd("LLEN", &key(&[&list, b":intermediate"])),
+        zcard("wip"),
+        zcard("finished"),
+        zcard("failed"),
+        zcard("deferred"),
+        zcard("scheduled"),
+        zcount,
+        lindex,
+    ]
+}
+
+/// Reads [`plan`]'s replies (pure).
+pub fn read(prefix: &str, q: &[u8], r: &[Value]) -> Stage {
+    let mut s = preset_sample("rq", q);
+    let at = |i: usize| r.get(i).unwrap_or(&Value::Nil);
+    // Deferred jobs (waiting on dependencies) count as waiting: they are
+    // queued work a worker will run without anyone scheduling it.
+    set_state(&mut s, JobState::Waiting, sum(&[at(0), at(5)]));
+    set_state(&mut s, JobState::Active, sum(&[at(1), at(2)]));
+    set_state(&mut s, JobState::Completed, count(at(3)));
+    set_state(&mut s, JobState::Failed, count(at(4)));
+    set_state(&mut s, JobState::Delayed, count(at(6)));
+    // wip scores are heartbeat expiries: past ones are abandoned jobs.
+    super::facts(&mut s).stalled = count(at(7));
+    let mut follow = Vec::new();
+    match at(8) {
+        Value::Nil => s.oldest_age_seconds = Some(0.0),
+        v => {
+            if let Some(id) = super::reply::as_bytes(v) {
+                let mut c = super::cmd("HGET", &k(prefix, "job", id));
+                c.arg("enqueued_at");
+                follow.push((c, Follow::Stamp(Stamp::Iso8601)));
+            }
+        }
+    }
+    Stage { sample: s, follow }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_util::*;
+    use super::*;
+
+    #[test]
+    fn registries_map_to_states() {
+        let r = [
+            int(2),
+            int(1),
+            int(3),
+            int(4),
+            int(5),
+            int(6),
+            int(7),
+            int(1),
+            bulk("abc"),
+        ];
+        let st = read("rq", b"default", &r);
+        let f = st.sample.preset.as_ref().unwrap();
+        assert_eq!(f.preset, "rq");
+        assert_eq!(f.states[&JobState::Waiting], 2 + 6);
+        assert_eq!(f.states[&JobState::Active], 1 + 3);
+        assert_eq!(f.states[&JobState::Completed], 4);
+        assert_eq!(f.states[&JobState::Failed], 5);
+        assert_eq!(f.states[&JobState::Delayed], 7);
+        assert_eq!(f.stalled, Some(1));
+        assert_eq!(f.paused, None);
+        assert_eq!(st.follow.len(), 1);
+        assert_eq!(st.follow[0].1, Follow::Stamp(Stamp::Iso8601));
+        assert_eq!(st.sample.oldest_age_seconds, None);
+    }
+
+    #[test]
+    fn an_empty_queue_is_zero_and_not_followed() {
+        let r: Vec<Value> = (0..8).map(|_| int(0)).chain([Value::Nil]).collect();
+        let st = read("rq", b"q", &r);
+        assert!(st.follow.is_empty());
+        assert_eq!(st.sample.oldest_age_seconds, Some(0.0));
+        assert_eq!(st.sample.preset.unwrap().states[&JobState::Waiting], 0);
+    }
+
+    #[test]
+    fn an_error_reply_leaves_its_state_unknown() {
+        let mut r: Vec<Value> = (0..8).map(|_| int(0)).chain([Value::Nil]).collect();
+        r[3] = bulk("not a number");
+        let st = read("rq", b"q", &r);
+        assert!(
+            !st.sample
+                .preset
+                .unwrap()
+                .states
+                .contains_key(&JobState::Completed)
+        );
+    }
+
+    #[test]
+    fn plan_is_nine_commands() {
+        assert_eq!(plan("rq", b"q", 1.0).len(), 9);
+    }
+}

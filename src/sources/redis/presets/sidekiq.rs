@@ -1,0 +1,156 @@
+//! Sidekiq (6.x–8.x): `queue:<q>` lists (LPUSH, BRPOP: the oldest is at the
+//! tail), and source-wide `schedule`, `retry`, `dead` zsets, `stat:*`
+//! totals and `processes`, reported once under the queue `(all)`.
+
+use redis::Value;
+
+use super::{Follow, Stage, count, preset_sample, set_state};
+use crate::config::ALL_QUEUES;
+use crate::snapshot::JobState;
+
+/// A Sidekiq key under an optional redis-namespace prefix.
+pub fn k(prefix: &str, name: &[u8]) -> Vec<u8> {
+    if prefix.is_empty() {
+        name.to_vec()
+    } else {
+        super::key(&[prefix.as_bytes(), b":", name])
+    }
+}
+
+/// Round 1: three commands per queue; six for `(all)`.
+pub fn plan(prefix: &str, q: &[u8]) -> Vec<redis::Cmd> {
+    if q == ALL_QUEUES.as_bytes() {
+        return vec![
+            super::cmd("ZCARD", &k(prefix, b"schedule")),
+            super::cmd("ZCARD", &k(prefix, b"retry")),
+            super::cmd("ZCARD", &k(prefix, b"dead")),
+            super::cmd("GET", &k(prefix, b"stat:processed")),
+            super::cmd("GET", &k(prefix, b"stat:failed")),
+            super::cmd("SMEMBERS", &k(prefix, b"processes")),
+        ];
+    }
+    let list = k(prefix, &super::key(&[b"queue:", q]));
+    let mut lindex = super::cmd("LINDEX", &list);
+    lindex.arg(-1);
+    // `paused` is filled by Sidekiq Pro only; OSS never pauses.
+    let mut paused = super::cmd("SISMEMBER", &k(prefix, b"paused"));
+    paused.arg(q);
+    vec![super::cmd("LLEN", &list), lindex, paused]
+}
+
+/// Reads [`plan`]'s replies (pure).
+pub fn read(prefix: &str, q: &[u8], r: &[Value], now: f64, limit: usize) -> Stage {
+    let at = |i: usize| r.get(i).unwrap_or(&Value::Nil);
+    let mut s = preset_sample("sidekiq", q);
+    if q == ALL_QUEUES.as_bytes() {
+        set_state(&mut s, JobState::Delayed, count(at(0)));
+        set_state(&mut s, JobState::Retry, count(at(1)));
+        set_state(&mut s, JobState::Failed, count(at(2)));
+        s.jobs.processed = count(at(3));
+        s.jobs.failed = count(at(4));
+        let processes = super::reply::as_array(at(5)).unwrap_or(&[]);
+        let mut follow = Vec::new();
+        if super::reply::as_array(at(5)).is_some() {
+            // Busy threads of live processes; dead processes (heartbeat
+            // hash expired while still in `processes`) lost their jobs.
+            set_state(&mut s, JobState::Active, Some(0));
+            super::facts(&mut s).stalled = Some(0);
+            for p in processes
+                .iter()
+                .filter_map(super::reply::as_bytes)
+                .take(limit)
+            {
+                let identity = k(prefix, p);
+                follow.push((super::cmd("EXISTS", &identity), Follow::StalledIfMissing));
+                let mut busy = super::cmd("HGET", &identity);
+                busy.arg("busy");
+                follow.push((busy, Follow::AddActive));
+            }
+        }
+        return Stage { sample: s, follow };
+    }
+    let paused = super::reply::as_u64(at(2)).map(|n| n == 1);
+    let depth = count(at(0));
+    if paused == Some(true) {
+        set_state(&mut s, JobState::Paused, depth);
+        set_state(&mut s, JobState::Waiting, Some(0));
+    } else {
+        set_state(&mut s, JobState::Waiting, depth);
+    }
+    super::facts(&mut s).paused = paused;
+    s.oldest_age_seconds = match at(1) {
+        Value::Nil => Some(0.0),
+        v => super::reply::as_bytes(v).and_then(|job| latency(job, now)),
+    };
+    Stage::done(s)
+}
+
+/// Sidekiq's own `Queue#latency`: `enqueued_at` (or `created_at`); a float
+/// is seconds (≤ 7.x), an integer milliseconds (8.x).
+pub fn latency(job: &[u8], now: f64) -> Option<f64> {
+    let json: serde_json::Value = serde_json::from_slice(job).ok()?;
+    let ts = json.get("enqueued_at").or_else(|| json.get("created_at"))?;
+    let n = ts.as_number()?;
+    let seconds = if n.is_f64() {
+        n.as_f64()?
+    } else {
+        n.as_f64()? / 1e3
+    };
+    Some((now - seconds).max(0.0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_util::*;
+    use super::*;
+
+    #[test]
+    fn a_queue_reads_depth_and_latency_in_both_units() {
+        let job7 = r#"{"class":"J","enqueued_at":1000.5}"#;
+        let st = read("", b"default", &[int(3), bulk(job7), int(0)], 1010.0, 10);
+        let f = st.sample.preset.as_ref().unwrap();
+        assert_eq!(f.states[&JobState::Waiting], 3);
+        assert_eq!(f.paused, Some(false));
+        assert_eq!(st.sample.oldest_age_seconds, Some(9.5));
+        let job8 = r#"{"class":"J","enqueued_at":1000500}"#;
+        let st = read("", b"default", &[int(3), bulk(job8), int(0)], 1010.0, 10);
+        assert_eq!(st.sample.oldest_age_seconds, Some(9.5));
+        let created = r#"{"class":"J","created_at":1001.0}"#;
+        assert_eq!(latency(created.as_bytes(), 1011.0), Some(10.0));
+        assert_eq!(latency(b"not json", 1.0), None);
+    }
+
+    #[test]
+    fn a_paused_queue_holds_paused_jobs() {
+        let st = read("", b"q", &[int(4), Value::Nil, int(1)], 1.0, 10);
+        let f = st.sample.preset.unwrap();
+        assert_eq!(f.states[&JobState::Paused], 4);
+        assert_eq!(f.states[&JobState::Waiting], 0);
+        assert_eq!(f.paused, Some(true));
+    }
+
+    #[test]
+    fn all_reads_global_sets_totals_and_bounds_process_checks() {
+        let r = [
+            int(1),
+            int(2),
+            int(3),
+            bulk("10"),
+            Value::Nil,
+            list(&["h:1:a", "h:2:b", "h:3:c"]),
+        ];
+        let st = read("ns", b"(all)", &r, 0.0, 2);
+        let f = st.sample.preset.as_ref().unwrap();
+        assert_eq!(f.states[&JobState::Delayed], 1);
+        assert_eq!(f.states[&JobState::Retry], 2);
+        assert_eq!(f.states[&JobState::Failed], 3);
+        assert_eq!(f.states[&JobState::Active], 0);
+        assert_eq!(f.stalled, Some(0));
+        assert_eq!(st.sample.jobs.processed, Some(10));
+        assert_eq!(st.sample.jobs.failed, Some(0));
+        // Two processes checked (the bound), two commands each.
+        assert_eq!(st.follow.len(), 4);
+        assert_eq!(plan("ns", b"(all)").len(), 6);
+        assert_eq!(plan("", b"q").len(), 3);
+    }
+}
