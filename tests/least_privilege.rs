@@ -206,58 +206,6 @@ async fn the_whole_redis_side_runs_under_minus_all_plus_read_plus_connection() {
     assert!(log.is_empty(), "ACL denials: {log:?}");
 }
 
-/// A RabbitMQ user made through the management API, deleted on drop.
-struct RabbitUser {
-    name: String,
-}
-
-impl RabbitUser {
-    async fn create(name: &str, password: &str, tags: &str) -> RabbitUser {
-        let path = format!("/users/{}", pct(name));
-        let (status, body) = rabbit_api(
-            reqwest::Method::PUT,
-            &path,
-            Some(serde_json::json!({"password": password, "tags": tags})),
-        )
-        .await;
-        assert!((200..300).contains(&status), "create user: {status} {body}");
-        RabbitUser {
-            name: name.to_string(),
-        }
-    }
-
-    async fn permit(&self, vhost: &str, configure: &str, write: &str, read: &str) {
-        let (status, body) = rabbit_api(
-            reqwest::Method::PUT,
-            &format!("/permissions/{}/{}", pct(vhost), pct(&self.name)),
-            Some(serde_json::json!({"configure": configure, "write": write, "read": read})),
-        )
-        .await;
-        assert!((200..300).contains(&status), "permissions: {status} {body}");
-    }
-}
-
-impl Drop for RabbitUser {
-    fn drop(&mut self) {
-        let url = format!("{RABBIT_API}/users/{}", pct(&self.name));
-        let _ = std::thread::spawn(move || {
-            if let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            {
-                rt.block_on(async {
-                    let _ = reqwest::Client::new()
-                        .delete(&url)
-                        .basic_auth("guest", Some("guest"))
-                        .send()
-                        .await;
-                });
-            }
-        })
-        .join();
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rabbitmq_management_works_for_a_user_tagged_only_monitoring() {
     let vhost = RabbitVhost::create("lp").await;

@@ -220,6 +220,36 @@ pub fn run_bin(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
     )
 }
 
+/// Like [`run_bin`], but kills the process if it still runs after `limit`
+/// (for `serve`, which runs until stopped); exit code -1 then.
+pub fn run_bin_for(args: &[&str], env: &[(&str, &str)], limit: Duration) -> (i32, String, String) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (out, err) = (dir.path().join("out"), dir.path().join("err"));
+    let mut cmd = Command::new(BIN);
+    cmd.args(args)
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&out).expect("out"))
+        .stderr(std::fs::File::create(&err).expect("err"));
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.spawn().expect("run the exporter binary");
+    let deadline = Instant::now() + limit;
+    let code = loop {
+        if let Some(s) = child.try_wait().expect("try_wait") {
+            break s.code().unwrap_or(-1);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break -1;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    (code, read_text(&out), read_text(&err))
+}
+
 /// Polls `check` every 20 ms until it returns `Some`; `None` after `timeout`.
 pub async fn poll_until<T, F, Fut>(timeout: Duration, mut check: F) -> Option<T>
 where
@@ -586,4 +616,67 @@ pub fn secret(tag: &str) -> String {
             .expect("time")
             .subsec_nanos()
     )
+}
+
+/// A RabbitMQ user made through the management API, deleted on drop.
+pub struct RabbitUser {
+    /// The user name.
+    pub name: String,
+}
+
+impl RabbitUser {
+    /// Creates (or replaces) the user with these tags (comma-separated).
+    pub async fn create(name: &str, password: &str, tags: &str) -> RabbitUser {
+        let path = format!("/users/{}", crate::support::pct(name));
+        let (status, body) = crate::support::rabbit_api(
+            reqwest::Method::PUT,
+            &path,
+            Some(serde_json::json!({"password": password, "tags": tags})),
+        )
+        .await;
+        assert!((200..300).contains(&status), "create user: {status} {body}");
+        RabbitUser {
+            name: name.to_string(),
+        }
+    }
+
+    /// Sets the user's permissions on `vhost` (three regexes).
+    pub async fn permit(&self, vhost: &str, configure: &str, write: &str, read: &str) {
+        let (status, body) = crate::support::rabbit_api(
+            reqwest::Method::PUT,
+            &format!(
+                "/permissions/{}/{}",
+                crate::support::pct(vhost),
+                crate::support::pct(&self.name)
+            ),
+            Some(serde_json::json!({"configure": configure, "write": write, "read": read})),
+        )
+        .await;
+        assert!((200..300).contains(&status), "permissions: {status} {body}");
+    }
+}
+
+impl Drop for RabbitUser {
+    fn drop(&mut self) {
+        let url = format!(
+            "{}/users/{}",
+            crate::support::RABBIT_API,
+            crate::support::pct(&self.name)
+        );
+        let _ = std::thread::spawn(move || {
+            if let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                rt.block_on(async {
+                    let _ = reqwest::Client::new()
+                        .delete(&url)
+                        .basic_auth("guest", Some("guest"))
+                        .send()
+                        .await;
+                });
+            }
+        })
+        .join();
+    }
 }
