@@ -65,28 +65,6 @@ fn run(redis: &RedisServer, args: &[&str]) {
     let _: redis::Value = c.query(&mut redis.conn()).unwrap();
 }
 
-/// A connection in MONITOR mode on `redis`, read with [`monitored`].
-fn start_monitor(redis: &RedisServer) -> redis::Connection {
-    let client = redis::Client::open(redis.url.as_str()).unwrap();
-    let mut monitor = client.get_connection().unwrap();
-    redis::cmd("MONITOR").exec(&mut monitor).unwrap();
-    monitor
-        .set_read_timeout(Some(Duration::from_millis(200)))
-        .unwrap();
-    monitor
-}
-
-/// Every command line MONITOR reported so far (until it goes quiet).
-fn monitored(monitor: &mut redis::Connection) -> Vec<String> {
-    let mut seen = Vec::new();
-    while let Ok(v) = monitor.recv_response() {
-        if let redis::Value::SimpleString(line) = v {
-            seen.push(line);
-        }
-    }
-    seen
-}
-
 /// Waits until source `main` has counted `min` errors with `reason`, and
 /// returns that scrape.
 async fn wait_errors(app: &TestApp, reason: &str, min: f64) -> Scrape {

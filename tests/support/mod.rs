@@ -740,3 +740,25 @@ pub async fn publish(ch: &lapin::Channel, queue: &str, n: usize, props: lapin::B
         c.await.expect("confirm");
     }
 }
+
+/// A connection in MONITOR mode on `redis`, read with [`monitored`].
+pub fn start_monitor(redis: &RedisServer) -> redis::Connection {
+    let client = redis::Client::open(redis.url.as_str()).unwrap();
+    let mut monitor = client.get_connection().unwrap();
+    redis::cmd("MONITOR").exec(&mut monitor).unwrap();
+    monitor
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    monitor
+}
+
+/// Every command line MONITOR reported so far (until it goes quiet).
+pub fn monitored(monitor: &mut redis::Connection) -> Vec<String> {
+    let mut seen = Vec::new();
+    while let Ok(v) = monitor.recv_response() {
+        if let redis::Value::SimpleString(line) = v {
+            seen.push(line);
+        }
+    }
+    seen
+}

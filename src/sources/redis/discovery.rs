@@ -145,6 +145,7 @@ pub async fn discover(
             state,
             exact: is_exact,
             histogram: HistogramState::default(),
+            mixed: false,
         };
         if is_exact {
             exact.push(tk);

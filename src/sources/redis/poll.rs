@@ -79,6 +79,8 @@ pub async fn poll_keys(
             ) {
                 KeyOutcome::Sample(s, age_failed) => {
                     polled.age_parse_failures += u64::from(age_failed);
+                    key.mixed =
+                        matches!((s.ready, s.scheduled), (Some(r), Some(sch)) if r > 0 && sch > 0);
                     key.histogram.record(
                         &key.key,
                         plan.histogram,
@@ -94,7 +96,11 @@ pub async fn poll_keys(
                     key.histogram.forget_hint();
                     remeasure.push(i);
                 }
-                KeyOutcome::Retype | KeyOutcome::Remeasure => {
+                KeyOutcome::Count if round == 0 => {
+                    key.mixed = true;
+                    remeasure.push(i);
+                }
+                KeyOutcome::Retype | KeyOutcome::Remeasure | KeyOutcome::Count => {
                     // Changed under us twice within one poll: report what we know.
                     samples[i] = Some(identity(key, None));
                 }
@@ -135,6 +141,8 @@ pub async fn poll_keys(
 struct Plan {
     /// Number of commands (and replies) for this key.
     len: usize,
+    /// Whether a timestamp zset's due items were counted with ZCOUNT.
+    counted: bool,
     /// What the age histogram asked (timestamp zsets).
     histogram: HistogramPlan,
 }
@@ -149,6 +157,7 @@ fn plan(
 ) -> Plan {
     let k = key.key.as_slice();
     let mut histogram = HistogramPlan::default();
+    let mut counted = false;
     let cmds = match &key.state {
         KeyState::Missing | KeyState::Unsupported(_) => vec![cmd("TYPE", k)],
         KeyState::Typed(KeyType::List) => {
@@ -165,13 +174,28 @@ fn plan(
         }
         KeyState::Typed(KeyType::Zset) if spec.score == ScoreMode::Timestamp => {
             let now = histogram::score_arg(spec.score_unit, now_secs);
-            let mut v = vec![cmd("ZCARD", k)];
-            let mut due = cmd("ZCOUNT", k);
-            due.arg("-inf").arg(&now);
-            v.push(due);
             let mut oldest = cmd("ZRANGE", k);
             oldest.arg(0).arg(0).arg("WITHSCORES");
-            v.push(oldest);
+            // The first scheduled item, if any. Redis answers "none" from the
+            // zset's last score without a scan, so when everything is due
+            // (the common case) ready = ZCARD, and a ZCOUNT over every due
+            // item (a `strtod` per item in a listpack) is not needed.
+            let mut scheduled = cmd("ZRANGE", k);
+            scheduled
+                .arg(format!("({now}"))
+                .arg("+inf")
+                .arg("BYSCORE")
+                .arg("LIMIT")
+                .arg(0)
+                .arg(1);
+            let mut v = vec![cmd("ZCARD", k), oldest, scheduled];
+            // Only a zset holding both due and scheduled items needs the count.
+            counted = key.mixed;
+            if counted {
+                let mut due = cmd("ZCOUNT", k);
+                due.arg("-inf").arg(&now);
+                v.push(due);
+            }
             histogram =
                 key.histogram
                     .plan(k, spec.score_unit, &config.age_buckets, now_secs, &mut v);
@@ -190,7 +214,11 @@ fn plan(
     };
     let len = cmds.len();
     out.extend(cmds);
-    Plan { len, histogram }
+    Plan {
+        len,
+        counted,
+        histogram,
+    }
 }
 
 /// How one key's replies were read.
@@ -202,6 +230,8 @@ enum KeyOutcome {
     Retype,
     /// Skipped age buckets turned out to matter; measure again in full.
     Remeasure,
+    /// A timestamp zset holds due and scheduled items: measure again with a count.
+    Count,
     /// Redis answered an error for this key; the reason to count.
     Failed(Reason),
 }
@@ -296,23 +326,40 @@ fn read(
         KeyState::Typed(KeyType::Zset) if spec.score == ScoreMode::Timestamp => {
             let mut s = identity(key, Some(QueueType::Zset));
             let card = r.first().and_then(reply::as_u64);
-            let due = r.get(1).and_then(reply::as_u64);
+            let oldest = r.get(1).and_then(reply::first_score);
+            let any_scheduled = r.get(2).and_then(reply::as_array).map(|a| !a.is_empty());
+            let now_score = histogram::score_arg(spec.score_unit, now_secs)
+                .parse::<f64>()
+                .unwrap_or(f64::INFINITY);
+            let due = match (card, oldest, any_scheduled) {
+                (Some(0), _, _) | (_, Some(None), _) => Some(0),
+                // Even the oldest item is scheduled for later.
+                (Some(_), Some(Some(o)), _) if o > now_score => Some(0),
+                (Some(c), Some(Some(_)), Some(false)) => Some(c),
+                (Some(_), Some(Some(_)), Some(true)) if plan.counted => {
+                    r.get(3).and_then(reply::as_u64)
+                }
+                // Due and scheduled items both: count them (this poll and later ones).
+                (Some(_), Some(Some(_)), Some(true)) => return KeyOutcome::Count,
+                _ => None,
+            };
             s.depth = card;
             s.ready = due;
             s.scheduled = match (card, due) {
                 (Some(c), Some(d)) => Some(c.saturating_sub(d)),
                 _ => None,
             };
-            s.oldest_age_seconds = match (due, r.get(2).and_then(reply::first_score)) {
+            s.oldest_age_seconds = match (due, oldest) {
                 (Some(0), _) => Some(0.0),
                 (Some(_), Some(Some(score))) => {
                     Some((now_secs - spec.score_unit.to_unix_seconds(score)).max(0.0))
                 }
                 _ => None,
             };
+            let counts = 3 + usize::from(plan.counted);
             s.age_histogram = match key.histogram.read(
                 plan.histogram,
-                r.get(3..).unwrap_or_default(),
+                r.get(counts..).unwrap_or_default(),
                 due,
                 s.oldest_age_seconds,
                 age_buckets,
@@ -415,4 +462,188 @@ fn read_stream(s: &mut QueueSample, r: &[Value]) {
             .collect::<Option<Vec<_>>>()
             .and_then(|l| l.into_iter().max())
     };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{AgeSpec, JsonField, QueueTarget, TimeUnit};
+    use crate::sources::redis::histogram::HistogramState;
+    use redis::Value::{Array, BulkString, Int, Nil};
+
+    const NOW: f64 = 1_000_000.0;
+
+    fn key(state: KeyState) -> TrackedKey {
+        TrackedKey {
+            key: b"k".to_vec(),
+            name: "k".into(),
+            labels: Vec::new(),
+            spec: 0,
+            state,
+            exact: false,
+            histogram: HistogramState::default(),
+            mixed: false,
+        }
+    }
+
+    fn timestamp_zset() -> QueueSpec {
+        let mut spec = QueueSpec::new(QueueTarget::Pattern("*".into()));
+        spec.score = ScoreMode::Timestamp;
+        spec
+    }
+
+    fn bulk(s: &str) -> Value {
+        BulkString(s.as_bytes().to_vec())
+    }
+
+    /// `ZRANGE .. WITHSCORES` of one member (RESP2 shape).
+    fn scored(score: f64) -> Value {
+        Array(vec![bulk("m"), bulk(&score.to_string())])
+    }
+
+    fn error(line: &str) -> Value {
+        redis::parse_redis_value(format!("-{line}\r\n").as_bytes()).unwrap()
+    }
+
+    /// Reads `replies` for `key` with a plan of `replies.len()` commands.
+    fn read_with(
+        key: &TrackedKey,
+        spec: &QueueSpec,
+        counted: bool,
+        replies: &[Value],
+    ) -> KeyOutcome {
+        let plan = Plan {
+            len: replies.len(),
+            counted,
+            histogram: HistogramPlan::default(),
+        };
+        read(key, spec, &plan, replies, NOW, &[])
+    }
+
+    fn sample(outcome: KeyOutcome) -> QueueSample {
+        match outcome {
+            KeyOutcome::Sample(s, _) => *s,
+            other => panic!("expected a sample, got {other:?}"),
+        }
+    }
+
+    /// (depth, ready, scheduled, oldest age) of a sample.
+    fn counts(s: &QueueSample) -> (Option<u64>, Option<u64>, Option<u64>, Option<f64>) {
+        (s.depth, s.ready, s.scheduled, s.oldest_age_seconds)
+    }
+
+    #[test]
+    fn a_timestamp_zset_with_everything_due_is_ready_without_a_count() {
+        let k = key(KeyState::Typed(KeyType::Zset));
+        let s = sample(read_with(
+            &k,
+            &timestamp_zset(),
+            false,
+            &[Int(5), scored(NOW - 30.0), Array(vec![])],
+        ));
+        assert_eq!(counts(&s), (Some(5), Some(5), Some(0), Some(30.0)));
+    }
+
+    #[test]
+    fn a_timestamp_zset_with_everything_scheduled_has_nothing_ready_and_age_zero() {
+        let k = key(KeyState::Typed(KeyType::Zset));
+        let s = sample(read_with(
+            &k,
+            &timestamp_zset(),
+            false,
+            &[Int(4), scored(NOW + 60.0), Array(vec![bulk("m")])],
+        ));
+        assert_eq!(counts(&s), (Some(4), Some(0), Some(4), Some(0.0)));
+    }
+
+    #[test]
+    fn a_mixed_timestamp_zset_asks_for_a_count_and_then_uses_it() {
+        let k = key(KeyState::Typed(KeyType::Zset));
+        let mixed = [Int(10), scored(NOW - 5.0), Array(vec![bulk("later")])];
+        assert_eq!(
+            read_with(&k, &timestamp_zset(), false, &mixed),
+            KeyOutcome::Count
+        );
+        let mut counted = mixed.to_vec();
+        counted.push(Int(7));
+        let s = sample(read_with(&k, &timestamp_zset(), true, &counted));
+        assert_eq!(counts(&s), (Some(10), Some(7), Some(3), Some(5.0)));
+    }
+
+    #[test]
+    fn an_empty_timestamp_zset_is_empty_with_age_zero() {
+        let k = key(KeyState::Typed(KeyType::Zset));
+        let s = sample(read_with(
+            &k,
+            &timestamp_zset(),
+            false,
+            &[Int(0), Array(vec![]), Array(vec![])],
+        ));
+        assert_eq!(counts(&s), (Some(0), Some(0), Some(0), Some(0.0)));
+    }
+
+    #[test]
+    fn a_list_reads_its_length_and_the_peeked_items_age() {
+        let k = key(KeyState::Typed(KeyType::List));
+        let mut spec = QueueSpec::new(QueueTarget::Key("k".into()));
+        spec.age = Some(AgeSpec {
+            end: ListEnd::Head,
+            field: Some(JsonField::new("t").unwrap()),
+            unit: TimeUnit::Seconds,
+        });
+        let item = bulk(&format!("{{\"t\":{}}}", NOW - 12.0));
+        let s = sample(read_with(&k, &spec, false, &[Int(3), item]));
+        assert_eq!(counts(&s), (Some(3), Some(3), None, Some(12.0)));
+        // Emptied between LLEN and LINDEX: nothing waits.
+        let s = sample(read_with(&k, &spec, false, &[Int(1), Nil]));
+        assert_eq!(s.oldest_age_seconds, Some(0.0));
+        // An unreadable item: age unknown, and counted as a parse failure.
+        match read_with(&k, &spec, false, &[Int(1), bulk("garbage")]) {
+            KeyOutcome::Sample(s, failed) => assert!(failed && s.oldest_age_seconds.is_none()),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_changed_type_asks_for_a_retype_and_a_refusal_is_unknown() {
+        let k = key(KeyState::Typed(KeyType::List));
+        let spec = QueueSpec::new(QueueTarget::Key("k".into()));
+        let wrongtype = error("WRONGTYPE Operation against a key holding the wrong kind of value");
+        assert_eq!(
+            read_with(&k, &spec, false, &[wrongtype]),
+            KeyOutcome::Retype
+        );
+        let noperm = error("NOPERM User qe has no permissions to access the 'k' key");
+        assert_eq!(
+            read_with(&k, &spec, false, &[noperm]),
+            KeyOutcome::Failed(Reason::Auth)
+        );
+        let loading = error("LOADING Redis is loading the dataset in memory");
+        assert_eq!(
+            read_with(&k, &spec, false, &[loading]),
+            KeyOutcome::Failed(Reason::Backend)
+        );
+    }
+
+    #[test]
+    fn a_missing_exact_key_is_an_empty_queue_until_it_appears() {
+        let k = key(KeyState::Missing);
+        let spec = timestamp_zset();
+        let s = sample(read_with(&k, &spec, false, &[bulk("none")]));
+        assert_eq!(counts(&s), (Some(0), Some(0), Some(0), Some(0.0)));
+        assert_eq!(s.queue_type, Some(QueueType::Missing));
+        assert_eq!(
+            read_with(&k, &spec, false, &[bulk("zset")]),
+            KeyOutcome::Retype
+        );
+    }
+
+    #[test]
+    fn a_deleted_stream_is_empty_until_discovery_confirms_it_is_gone() {
+        let k = key(KeyState::Typed(KeyType::Stream));
+        let spec = QueueSpec::new(QueueTarget::Key("k".into()));
+        let gone = error("ERR no such key");
+        let s = sample(read_with(&k, &spec, false, &[gone.clone(), gone]));
+        assert_eq!((s.depth, s.ready), (Some(0), Some(0)));
+    }
 }

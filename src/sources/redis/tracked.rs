@@ -31,6 +31,9 @@ pub struct TrackedKey {
     pub exact: bool,
     /// The age histogram's schedule and last measurement (timestamp zsets).
     pub histogram: HistogramState,
+    /// A timestamp zset that held due and scheduled items at the last poll,
+    /// so this poll counts its due items with ZCOUNT in the first round trip.
+    pub mixed: bool,
 }
 
 impl TrackedKey {
@@ -40,6 +43,7 @@ impl TrackedKey {
     pub fn carry_over(&mut self, old: &TrackedKey) {
         if old.key == self.key && old.spec == self.spec && old.state == self.state {
             self.histogram = old.histogram.clone();
+            self.mixed = old.mixed;
         }
     }
 }
