@@ -10,10 +10,10 @@ use std::time::Duration;
 
 use globset::{Glob, GlobMatcher};
 
-use crate::snapshot::CounterHistory;
+use crate::snapshot::{CounterHistory, JobState};
 
 /// Every key this scaler reads, as listed in error messages.
-pub const ACCEPTED_KEYS: [&str; 9] = [
+pub const ACCEPTED_KEYS: [&str; 11] = [
     "queue",
     "source",
     "vhost",
@@ -23,6 +23,8 @@ pub const ACCEPTED_KEYS: [&str; 9] = [
     "operation",
     "window",
     "group",
+    "state",
+    "preset",
 ];
 
 /// Keys KEDA itself reads from trigger metadata and passes on to us; ignored.
@@ -219,6 +221,12 @@ pub struct ScalerQuery {
     pub operation: Operation,
     /// Averaging window of the rate modes (`window`).
     pub window: Duration,
+    /// Job states summed for a library preset's queue in mode QueueLength
+    /// (`state`, a comma list); `None` means `waiting`.
+    pub states: Option<Vec<JobState>>,
+    /// Restricts matching to one library preset's queues (`preset`), for
+    /// when two libraries have a queue of the same name.
+    pub preset: Option<String>,
 }
 
 /// Why metadata was refused; always names the key. Maps to `INVALID_ARGUMENT`.
@@ -356,7 +364,20 @@ pub fn parse(meta: &HashMap<String, String>) -> Result<ScalerQuery, MetadataErro
         g => g.map(str::to_string),
     };
 
+    let states = match get("state") {
+        None => None,
+        Some(_) if mode != Mode::QueueLength => {
+            return Err(invalid(
+                "state",
+                format!("applies only to mode QueueLength, not {mode}; remove it"),
+            ));
+        }
+        Some(list) => Some(parse_states(list).map_err(|p| invalid("state", p))?),
+    };
+
     Ok(ScalerQuery {
+        states,
+        preset: get("preset").map(str::to_string),
         queue: QueueSelector::new(queue),
         source: get("source").map(str::to_string),
         vhost: get("vhost").map(str::to_string),
@@ -369,9 +390,66 @@ pub fn parse(meta: &HashMap<String, String>) -> Result<ScalerQuery, MetadataErro
     })
 }
 
+/// A `state` comma list: each a normalized job state, no duplicates.
+fn parse_states(list: &str) -> Result<Vec<JobState>, String> {
+    let mut states = Vec::new();
+    for word in list.split(',').map(str::trim) {
+        let state = JobState::parse(&word.to_ascii_lowercase()).ok_or_else(|| {
+            let all: Vec<&str> = JobState::ALL.iter().map(|s| s.as_str()).collect();
+            format!(
+                "{word:?} is not a job state; a comma list of {}",
+                all.join(", ")
+            )
+        })?;
+        if states.contains(&state) {
+            return Err(format!("{word:?} is listed twice"));
+        }
+        states.push(state);
+    }
+    Ok(states)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn state_is_a_comma_list_of_job_states_for_queue_length() {
+        let q = parse(&meta(&[
+            ("queue", "default"),
+            ("state", "waiting, Delayed"),
+        ]))
+        .unwrap();
+        assert_eq!(q.states, Some(vec![JobState::Waiting, JobState::Delayed]));
+        assert_eq!(parse(&meta(&[("queue", "d")])).unwrap().states, None);
+        for (state, mode, want) in [
+            (
+                "waiting,queued",
+                "QueueLength",
+                "scalerMetadata.state: \"queued\" is not a job state",
+            ),
+            (
+                "waiting,,active",
+                "QueueLength",
+                "scalerMetadata.state: \"\" is not a job state",
+            ),
+            (
+                "active,active",
+                "QueueLength",
+                "scalerMetadata.state: \"active\" is listed twice",
+            ),
+            (
+                "waiting",
+                "Age",
+                "scalerMetadata.state: applies only to mode QueueLength",
+            ),
+        ] {
+            let e = parse(&meta(&[("queue", "d"), ("state", state), ("mode", mode)]))
+                .unwrap_err()
+                .to_string();
+            assert!(e.starts_with(want), "{state}: {e}");
+        }
+    }
 
     fn meta(pairs: &[(&str, &str)]) -> HashMap<String, String> {
         pairs

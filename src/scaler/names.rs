@@ -23,6 +23,10 @@ pub fn metric_name(q: &ScalerQuery) -> String {
     if q.mode == Mode::Lag {
         parts.extend(q.group.iter().cloned());
     }
+    if let Some(states) = &q.states {
+        parts.extend(states.iter().map(|s| s.as_str().to_string()));
+    }
+    parts.extend(q.preset.iter().cloned());
     if q.operation != Operation::Sum {
         parts.push(q.operation.as_str().to_string());
     }

@@ -10,7 +10,7 @@ use std::time::{Duration, SystemTime};
 
 use crate::config::ScalerConfig;
 use crate::scaler::metadata::{Mode, Operation, ScalerQuery};
-use crate::snapshot::{NameQuery, QueueSample, QueueType, Reach, Snapshot};
+use crate::snapshot::{JobState, NameQuery, QueueSample, QueueType, Reach, Snapshot};
 
 /// The answer to a query.
 #[derive(Debug, Clone, PartialEq)]
@@ -109,8 +109,13 @@ pub fn evaluate(
         }
     }
 
+    check_presets(query, snapshot, queues)?;
+
     let mut values = Vec::with_capacity(queues.len());
     for q in queues {
+        if skip_for_mode(query, q) {
+            continue;
+        }
         let value = if q.queue_type == Some(QueueType::Missing) {
             empty_value(query, snapshot)?
         } else {
@@ -124,6 +129,52 @@ pub fn evaluate(
         matched: values.len(),
         data_age,
     })
+}
+
+/// Refuses `state` on plain keys, and an exact name that several presets
+/// (or a preset and a plain key) report, unless `preset` picks one.
+fn check_presets(
+    query: &ScalerQuery,
+    snapshot: &Snapshot,
+    queues: &[&QueueSample],
+) -> Result<(), QueryError> {
+    if query.states.is_some()
+        && let Some(plain) = queues.iter().find(|q| q.preset.is_none())
+    {
+        return Err(QueryError::InvalidArgument(format!(
+            "scalerMetadata.state: queue {:?} in source {} is not a library preset's queue \
+             (only presets have job states); remove state",
+            plain.name, snapshot.source
+        )));
+    }
+    if query.queue.is_glob() && !queues.iter().all(|q| q.name == query.queue.text()) {
+        return Ok(());
+    }
+    let mut kinds: Vec<&str> = queues
+        .iter()
+        .map(|q| q.preset.as_ref().map_or("(plain key)", |f| f.preset))
+        .collect();
+    kinds.sort_unstable();
+    kinds.dedup();
+    if kinds.len() > 1 {
+        return Err(QueryError::InvalidArgument(format!(
+            "scalerMetadata.preset: queue {:?} exists in several presets of source {} ({}); \
+             set preset to one of them",
+            query.queue.text(),
+            snapshot.source,
+            kinds.join(", ")
+        )));
+    }
+    Ok(())
+}
+
+/// Preset samples that hold no waiting jobs (`(all)`, the priority-zset
+/// shared keys) have no age: mode Age leaves them out instead of failing.
+fn skip_for_mode(query: &ScalerQuery, q: &QueueSample) -> bool {
+    query.mode == Mode::Age
+        && q.preset
+            .as_ref()
+            .is_some_and(|f| !f.states.contains_key(&JobState::Waiting))
 }
 
 /// Several queues' values as one; 0 over no queues at all.
@@ -227,6 +278,10 @@ fn matching<'a>(query: &ScalerQuery, snapshot: &'a Snapshot) -> Vec<&'a QueueSam
             Some(v) => q.vhost.as_deref() == Some(v.as_str()),
             None => true,
         })
+        .filter(|q| match &query.preset {
+            Some(p) => q.preset.as_ref().is_some_and(|f| f.preset == p.as_str()),
+            None => true,
+        })
         .filter(|q| query.queue.matches(&q.name))
         .collect()
 }
@@ -281,7 +336,15 @@ fn queue_value(query: &ScalerQuery, s: &Snapshot, q: &QueueSample) -> Result<f64
     };
     let count = |v: Option<u64>, hint: &str| v.map(|v| v as f64).ok_or_else(|| unknown(hint));
     match query.mode {
-        Mode::QueueLength => count(q.depth, ""),
+        // A preset queue: `waiting` unless `state` picks others; a state
+        // the library does not have holds no jobs.
+        Mode::QueueLength => match &q.preset {
+            Some(f) => {
+                let states = query.states.as_deref().unwrap_or(&[JobState::Waiting]);
+                Ok(f.depth_of(states) as f64)
+            }
+            None => count(q.depth, ""),
+        },
         Mode::Ready => count(q.ready, ""),
         Mode::Unacked => count(
             q.unacked,
@@ -413,6 +476,82 @@ mod tests {
 
     fn scoped(s: Arc<Snapshot>, reach: Reach) -> Arc<Snapshot> {
         Arc::new((*s).clone().with_scope(Arc::new(Fixed(reach))))
+    }
+
+    fn preset(name: &str, lib: &'static str, states: &[(JobState, u64)]) -> QueueSample {
+        QueueSample {
+            preset: Some(crate::snapshot::PresetFacts {
+                preset: lib,
+                states: states.iter().copied().collect(),
+                ..Default::default()
+            }),
+            ..QueueSample::named(name)
+        }
+    }
+
+    #[test]
+    fn a_preset_queue_reads_waiting_or_the_listed_states() {
+        let now = SystemTime::now();
+        let s = snap(
+            "main",
+            vec![
+                preset(
+                    "default",
+                    "rq",
+                    &[
+                        (JobState::Waiting, 3),
+                        (JobState::Delayed, 2),
+                        (JobState::Active, 1),
+                    ],
+                ),
+                preset("default", "sidekiq", &[(JobState::Waiting, 7)]),
+                preset("emails", "rq", &[(JobState::Waiting, 0)]),
+                sample("plain", 4),
+            ],
+            Some(Duration::ZERO),
+            now,
+        );
+        let eval =
+            |pairs: &[(&str, &str)]| evaluate(&q(pairs), std::slice::from_ref(&s), &cfg(), now);
+        assert_eq!(
+            eval(&[("queue", "default"), ("preset", "rq")])
+                .unwrap()
+                .value,
+            3.0
+        );
+        assert_eq!(
+            eval(&[
+                ("queue", "default"),
+                ("preset", "rq"),
+                ("state", "waiting,delayed")
+            ])
+            .unwrap()
+            .value,
+            5.0
+        );
+        // A state the library lacks holds no jobs.
+        assert_eq!(
+            eval(&[
+                ("queue", "default"),
+                ("preset", "sidekiq"),
+                ("state", "retry")
+            ])
+            .unwrap()
+            .value,
+            0.0
+        );
+        // A drained queue still in the registry reads 0.
+        assert_eq!(eval(&[("queue", "emails")]).unwrap().value, 0.0);
+        let e = eval(&[("queue", "default")]).unwrap_err();
+        assert!(
+            matches!(&e, QueryError::InvalidArgument(m) if m.starts_with("scalerMetadata.preset: ") && m.contains("rq, sidekiq")),
+            "{e}"
+        );
+        let e = eval(&[("queue", "plain"), ("state", "waiting")]).unwrap_err();
+        assert!(
+            matches!(&e, QueryError::InvalidArgument(m) if m.starts_with("scalerMetadata.state: ")),
+            "{e}"
+        );
     }
 
     #[test]
