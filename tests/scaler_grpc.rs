@@ -456,7 +456,7 @@ async fn bad_metadata_is_invalid_argument_naming_the_key_and_what_is_allowed() {
         (
             &[("queue", "work-queue"), ("activationvalue", "3")],
             "activationvalue",
-            "accepted keys: queue, source, vhost, mode, value, activationValue, operation, window, group",
+            "accepted keys: queue, source, vhost, mode, value, activationValue, operation, window, group, state, preset",
         ),
         (
             &[("queue", "work-queue"), ("operation", "median")],
