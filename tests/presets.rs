@@ -1,0 +1,610 @@
+//! Library presets end to end: real libraries (RQ, Sidekiq, Celery) write
+//! real keys into a private Redis through the fixture scripts under
+//! `tests/fixtures/presets/`; asynq, rediswq and the priority-zset layout
+//! are built here key by key from their documented layouts (asynq's Go
+//! client does not run on these machines). Each test asserts exact
+//! per-state counts, latency within a tolerance, stalled counts, and one
+//! KEDA GetMetrics/IsActive through the gRPC client.
+//!
+//! A library that is not installed skips its test with a loud message on
+//! stderr (`scripts/setup-services` installs them all in CI).
+mod scaler_common;
+mod support;
+
+use std::process::Command;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use scaler_common::*;
+use support::*;
+
+/// One Redis source `main` over `url` polling every 100 ms, rediscovering
+/// every 200 ms, with `queues` (a YAML list, flush left).
+fn config(url: &str, queues: &str) -> String {
+    format!(
+        "listen: {{ grpc: 127.0.0.1:0 }}\nsources:\n  - name: main\n    type: redis\n    url: {url}\n    poll_interval: 100ms\n    discovery_interval: 200ms\n    queues:\n{}",
+        indent(queues, 6)
+    )
+}
+
+fn now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+}
+
+fn fixture(name: &str) -> String {
+    format!(
+        "{}/tests/fixtures/presets/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    )
+}
+
+/// Runs a fixture script; `None` (with a loud message) when `probe` shows
+/// the library is not installed. Any other failure fails the test.
+fn run_fixture(library: &str, probe: &[&str], program: &str, args: &[&str]) -> Option<String> {
+    let probed = Command::new(probe[0]).args(&probe[1..]).output();
+    if !probed.as_ref().is_ok_and(|o| o.status.success()) {
+        let why = match probed {
+            Ok(o) => String::from_utf8_lossy(&o.stderr).trim().to_string(),
+            Err(e) => e.to_string(),
+        };
+        eprintln!(
+            "\n!!!!!!!! SKIPPED: {library} is not installed ({why}); \
+             run scripts/setup-services to install it !!!!!!!!\n"
+        );
+        return None;
+    }
+    let out = Command::new(program)
+        .args(args)
+        .output()
+        .expect("run fixture");
+    assert!(
+        out.status.success(),
+        "{program} {args:?} failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some(String::from_utf8_lossy(&out.stdout).to_string())
+}
+
+/// `queue_depth{queue, preset, state}`.
+fn depth(s: &Scrape, queue: &str, preset: &str, state: &str) -> Option<f64> {
+    s.value(
+        "queue_depth",
+        &[("queue", queue), ("preset", preset), ("state", state)],
+    )
+}
+
+fn gauge(s: &Scrape, name: &str, queue: &str, preset: &str) -> Option<f64> {
+    s.value(name, &[("queue", queue), ("preset", preset)])
+}
+
+fn rcmd(conn: &mut redis::Connection, args: &[&str]) {
+    let mut c = redis::cmd(args[0]);
+    for a in &args[1..] {
+        c.arg(*a);
+    }
+    let _: redis::Value = c.query(conn).expect("redis command");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rq_queues_registries_latency_and_an_abandoned_job() {
+    let redis = RedisServer::start();
+    let before = now();
+    let Some(out) = run_fixture(
+        "RQ (pip install rq)",
+        &["python3", "-c", "import rq"],
+        "python3",
+        &[&fixture("rq_fixture.py"), &redis.url],
+    ) else {
+        return;
+    };
+    let after = now();
+    let app = TestApp::start(&config(&redis.url, "- preset: rq\n")).await;
+    let s = app
+        .scrape_until("rq queues", Duration::from_secs(15), |s| {
+            depth(s, "slowq", "rq", "active") == Some(1.0)
+        })
+        .await;
+    assert_eq!(depth(&s, "default", "rq", "waiting"), Some(3.0), "{s}");
+    assert_eq!(depth(&s, "default", "rq", "delayed"), Some(1.0));
+    assert_eq!(depth(&s, "low", "rq", "waiting"), Some(2.0));
+    assert_eq!(depth(&s, "failing", "rq", "failed"), Some(1.0));
+    assert_eq!(depth(&s, "failing", "rq", "waiting"), Some(0.0));
+    assert_eq!(gauge(&s, "queue_stalled_jobs", "slowq", "rq"), Some(0.0));
+    // RQ has no pause: no gauge rather than a made-up 0.
+    assert_eq!(gauge(&s, "queue_paused", "default", "rq"), None);
+    let age = gauge(&s, "queue_oldest_message_age_seconds", "default", "rq").unwrap();
+    let (lo, hi) = (now() - after - 1.0, now() - before + 1.0);
+    assert!((lo..=hi).contains(&age), "age {age} not in {lo}..{hi}");
+    assert_eq!(
+        gauge(&s, "queue_oldest_message_age_seconds", "low", "rq").map(|a| a <= hi),
+        Some(true)
+    );
+
+    let mut c = client(&app).await;
+    let q = [("queue", "default"), ("preset", "rq")];
+    assert_eq!(metrics(&mut c, &q).await.unwrap().1, 3.0);
+    let qs = [("queue", "default"), ("state", "waiting,delayed")];
+    assert_eq!(metrics(&mut c, &qs).await.unwrap().1, 4.0);
+    assert!(active(&mut c, &q).await.unwrap());
+    // failing is drained but still in rq:queues: 0, not NOT_FOUND.
+    assert_eq!(
+        metrics(&mut c, &[("queue", "failing")]).await.unwrap().1,
+        0.0
+    );
+    assert!(!active(&mut c, &[("queue", "failing")]).await.unwrap());
+
+    // The killed worker's wip entry expires 62 s after its last heartbeat.
+    let expiry: f64 = out
+        .split("\"wip_expiry\": ")
+        .nth(1)
+        .and_then(|r| r.split([',', '}']).next())
+        .and_then(|v| v.trim().parse().ok())
+        .expect("wip_expiry in fixture output");
+    let wait = (expiry - now()).max(0.0) + 10.0;
+    assert!(wait < 90.0, "wip expiry {expiry} too far out");
+    let s = app
+        .wait_value(
+            "queue_stalled_jobs",
+            &[("queue", "slowq"), ("preset", "rq")],
+            1.0,
+            Duration::from_secs_f64(wait),
+        )
+        .await;
+    assert_eq!(depth(&s, "slowq", "rq", "active"), Some(1.0));
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sidekiq_queues_global_sets_latency_and_a_dead_process() {
+    let redis = RedisServer::start();
+    let before = now();
+    let Some(_) = run_fixture(
+        "Sidekiq (apt-get install ruby-sidekiq)",
+        &["ruby", "-e", "require 'sidekiq'"],
+        "ruby",
+        &[&fixture("sidekiq_fixture.rb"), &redis.url],
+    ) else {
+        return;
+    };
+    let after = now();
+    // A process registered in `processes` whose heartbeat hash is gone (a
+    // crashed Sidekiq, written by hand: its hash would take 60 s to expire),
+    // and a live one with 2 busy threads.
+    let mut conn = redis.conn();
+    rcmd(
+        &mut conn,
+        &["SADD", "processes", "host:1:dead", "host:2:live"],
+    );
+    rcmd(
+        &mut conn,
+        &["HSET", "host:2:live", "busy", "2", "beat", "1"],
+    );
+    rcmd(&mut conn, &["SET", "stat:processed", "41"]);
+
+    let app = TestApp::start(&config(&redis.url, "- preset: sidekiq\n")).await;
+    let s = app
+        .scrape_until("sidekiq queues", Duration::from_secs(15), |s| {
+            depth(s, "critical", "sidekiq", "waiting").is_some()
+        })
+        .await;
+    assert_eq!(
+        depth(&s, "critical", "sidekiq", "waiting"),
+        Some(2.0),
+        "{s}"
+    );
+    assert_eq!(depth(&s, "default", "sidekiq", "waiting"), Some(3.0));
+    assert_eq!(depth(&s, "(all)", "sidekiq", "delayed"), Some(1.0));
+    assert_eq!(depth(&s, "(all)", "sidekiq", "retry"), Some(1.0));
+    assert_eq!(depth(&s, "(all)", "sidekiq", "failed"), Some(0.0));
+    assert_eq!(depth(&s, "(all)", "sidekiq", "active"), Some(2.0));
+    assert_eq!(
+        gauge(&s, "queue_stalled_jobs", "(all)", "sidekiq"),
+        Some(1.0)
+    );
+    assert_eq!(gauge(&s, "queue_paused", "default", "sidekiq"), Some(0.0));
+    assert_eq!(
+        gauge(&s, "queue_jobs_processed_total", "(all)", "sidekiq"),
+        Some(41.0)
+    );
+    let age = gauge(&s, "queue_oldest_message_age_seconds", "default", "sidekiq").unwrap();
+    let (lo, hi) = (now() - after - 1.0, now() - before + 1.0);
+    assert!((lo..=hi).contains(&age), "age {age} not in {lo}..{hi}");
+
+    let mut c = client(&app).await;
+    assert_eq!(
+        metrics(&mut c, &[("queue", "default")]).await.unwrap().1,
+        3.0
+    );
+    let retry = [("queue", "(all)"), ("state", "retry,delayed")];
+    assert_eq!(metrics(&mut c, &retry).await.unwrap().1, 2.0);
+    assert!(active(&mut c, &[("queue", "critical")]).await.unwrap());
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn celery_priority_lists_sum_into_waiting() {
+    let redis = RedisServer::start();
+    let Some(_) = run_fixture(
+        "Celery (pip install celery redis packaging)",
+        &["python3", "-c", "import celery, redis, packaging"],
+        "python3",
+        &[&fixture("celery_fixture.py"), &redis.url],
+    ) else {
+        return;
+    };
+    let app = TestApp::start(&config(
+        &redis.url,
+        "- preset: celery\n  queues: [celery, emails]\n  visibility_timeout: 1m\n",
+    ))
+    .await;
+    let s = app
+        .scrape_until("celery queues", Duration::from_secs(15), |s| {
+            depth(s, "celery", "celery", "waiting").is_some()
+        })
+        .await;
+    // None and 0..9: 4 in `celery`, 3 + 3 + 1 in the priority lists.
+    assert_eq!(depth(&s, "celery", "celery", "waiting"), Some(11.0), "{s}");
+    assert_eq!(depth(&s, "emails", "celery", "waiting"), Some(2.0));
+    assert_eq!(depth(&s, "(all)", "celery", "active"), Some(0.0));
+    assert_eq!(
+        gauge(&s, "queue_stalled_jobs", "(all)", "celery"),
+        Some(0.0)
+    );
+    // Messages carry no enqueue time.
+    assert_eq!(
+        gauge(&s, "queue_oldest_message_age_seconds", "celery", "celery"),
+        None
+    );
+    let mut c = client(&app).await;
+    assert_eq!(
+        metrics(&mut c, &[("queue", "celery")]).await.unwrap().1,
+        11.0
+    );
+    assert!(active(&mut c, &[("queue", "emails")]).await.unwrap());
+
+    // Drained: kombu deletes the lists; a configured queue reads 0.
+    let mut conn = redis.conn();
+    rcmd(&mut conn, &["FLUSHALL"]);
+    wait_value(&c, &[("queue", "emails")], 0.0).await;
+    assert!(!active(&mut c, &[("queue", "emails")]).await.unwrap());
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn asynq_layout_states_latency_orphans_and_pause() {
+    let redis = RedisServer::start();
+    let mut conn = redis.conn();
+    let t = now();
+    rcmd(&mut conn, &["SADD", "asynq:queues", "critical", "default"]);
+    // Enqueued t1, t2, t3 with LPUSH: t1 (30 s old) is the tail.
+    for (id, age) in [("t1", 30.0), ("t2", 20.0), ("t3", 10.0)] {
+        rcmd(&mut conn, &["LPUSH", "asynq:{critical}:pending", id]);
+        let ns = format!("{}", ((t - age) * 1e9) as u128);
+        rcmd(
+            &mut conn,
+            &[
+                "HSET",
+                &format!("asynq:{{critical}}:t:{id}"),
+                "state",
+                "pending",
+                "pending_since",
+                &ns,
+            ],
+        );
+    }
+    rcmd(&mut conn, &["RPUSH", "asynq:{critical}:active", "a1", "a2"]);
+    let (past, future) = (
+        format!("{}", (t - 10.0) as u64),
+        format!("{}", (t + 30.0) as u64),
+    );
+    rcmd(
+        &mut conn,
+        &["ZADD", "asynq:{critical}:lease", &past, "a1", &future, "a2"],
+    );
+    rcmd(
+        &mut conn,
+        &[
+            "ZADD",
+            "asynq:{critical}:scheduled",
+            &future,
+            "s1",
+            &future,
+            "s2",
+        ],
+    );
+    rcmd(
+        &mut conn,
+        &["ZADD", "asynq:{critical}:retry", &future, "r1"],
+    );
+    rcmd(
+        &mut conn,
+        &["ZADD", "asynq:{critical}:archived", &past, "x1"],
+    );
+    rcmd(
+        &mut conn,
+        &[
+            "ZADD",
+            "asynq:{critical}:completed",
+            &future,
+            "c1",
+            &future,
+            "c2",
+        ],
+    );
+    rcmd(&mut conn, &["SET", "asynq:{critical}:processed", "120"]);
+    rcmd(&mut conn, &["SET", "asynq:{critical}:failed", "7"]);
+    rcmd(&mut conn, &["LPUSH", "asynq:{default}:pending", "d1", "d2"]);
+    rcmd(&mut conn, &["SET", "asynq:{default}:paused", &past]);
+
+    let app = TestApp::start(&config(&redis.url, "- preset: asynq\n")).await;
+    let s = app
+        .scrape_until("asynq queues", Duration::from_secs(15), |s| {
+            depth(s, "default", "asynq", "paused").is_some()
+        })
+        .await;
+    for (state, n) in [
+        ("waiting", 3.0),
+        ("active", 2.0),
+        ("delayed", 2.0),
+        ("retry", 1.0),
+        ("failed", 1.0),
+        ("completed", 2.0),
+    ] {
+        assert_eq!(
+            depth(&s, "critical", "asynq", state),
+            Some(n),
+            "{state}\n{s}"
+        );
+    }
+    assert_eq!(
+        gauge(&s, "queue_stalled_jobs", "critical", "asynq"),
+        Some(1.0)
+    );
+    assert_eq!(gauge(&s, "queue_paused", "critical", "asynq"), Some(0.0));
+    assert_eq!(gauge(&s, "queue_paused", "default", "asynq"), Some(1.0));
+    assert_eq!(depth(&s, "default", "asynq", "paused"), Some(2.0));
+    assert_eq!(depth(&s, "default", "asynq", "waiting"), Some(0.0));
+    assert_eq!(
+        gauge(&s, "queue_jobs_processed_total", "critical", "asynq"),
+        Some(120.0)
+    );
+    assert_eq!(
+        gauge(&s, "queue_jobs_failed_total", "critical", "asynq"),
+        Some(7.0)
+    );
+    let age = gauge(&s, "queue_oldest_message_age_seconds", "critical", "asynq").unwrap();
+    let expected = now() - (t - 30.0);
+    assert!(
+        (age - expected).abs() < 1.5,
+        "age {age}, expected {expected}"
+    );
+
+    let mut c = client(&app).await;
+    assert_eq!(
+        metrics(&mut c, &[("queue", "critical")]).await.unwrap().1,
+        3.0
+    );
+    assert!(active(&mut c, &[("queue", "critical")]).await.unwrap());
+    // A paused queue has nothing a worker may take: KEDA stays at zero.
+    assert!(!active(&mut c, &[("queue", "default")]).await.unwrap());
+    let e = metrics(&mut c, &[("queue", "critical"), ("state", "queued")])
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument);
+    assert!(e.message().starts_with("scalerMetadata.state: "), "{e:?}");
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rediswq_waiting_processing_and_expired_leases() {
+    let redis = RedisServer::start();
+    let mut conn = redis.conn();
+    rcmd(&mut conn, &["RPUSH", "job2", "apple", "banana", "cherry"]);
+    rcmd(
+        &mut conn,
+        &["RPUSH", "job2:processing", "date", "elder", "fig"],
+    );
+    // Only `date` still has its lease (sha224("date")).
+    rcmd(
+        &mut conn,
+        &[
+            "SET",
+            "job2:leased_by_session:83959d06013e19da41ce9fd80f26a0224790452f73e69535f8f750b6",
+            "session",
+        ],
+    );
+    let app = TestApp::start(&config(
+        &redis.url,
+        "- preset: rediswq\n  name: job2\n  stalled_check_limit: 2\n",
+    ))
+    .await;
+    let s = app
+        .scrape_until("rediswq", Duration::from_secs(15), |s| {
+            depth(s, "job2", "rediswq", "waiting").is_some()
+        })
+        .await;
+    assert_eq!(depth(&s, "job2", "rediswq", "waiting"), Some(3.0), "{s}");
+    assert_eq!(depth(&s, "job2", "rediswq", "active"), Some(3.0));
+    // Bounded: only the first 2 processing items are checked (date, elder).
+    assert_eq!(
+        gauge(&s, "queue_stalled_jobs", "job2", "rediswq"),
+        Some(1.0)
+    );
+    assert_eq!(
+        gauge(&s, "queue_oldest_message_age_seconds", "job2", "rediswq"),
+        None
+    );
+    let mut c = client(&app).await;
+    assert_eq!(metrics(&mut c, &[("queue", "job2")]).await.unwrap().1, 3.0);
+    rcmd(&mut conn, &["FLUSHALL"]);
+    wait_value(&c, &[("queue", "job2")], 0.0).await;
+    assert!(!active(&mut c, &[("queue", "job2")]).await.unwrap());
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn priority_zset_due_and_future_items_counters_and_exposition() {
+    let redis = RedisServer::start();
+    let mut conn = redis.conn();
+    let t = now();
+    let at = |d: f64| format!("{}", t + d);
+    rcmd(
+        &mut conn,
+        &[
+            "ZADD",
+            "jobs:pending:high",
+            &at(-20.0),
+            "h1",
+            &at(-5.0),
+            "h2",
+            &at(300.0),
+            "h3",
+        ],
+    );
+    rcmd(&mut conn, &["ZADD", "jobs:pending:low", &at(-3.0), "l1"]);
+    rcmd(
+        &mut conn,
+        &["HSET", "jobs:processing", "p1", "w1", "p2", "w2"],
+    );
+    rcmd(
+        &mut conn,
+        &[
+            "ZADD",
+            "jobs:completed",
+            "1",
+            "c1",
+            "2",
+            "c2",
+            "3",
+            "c3",
+            "4",
+            "c4",
+        ],
+    );
+    rcmd(&mut conn, &["RPUSH", "jobs:dlq", "d1"]);
+    rcmd(&mut conn, &["SET", "stats:processed", "100"]);
+    rcmd(&mut conn, &["SET", "stats:failed", "3"]);
+    let app = TestApp::start(&config(
+        &redis.url,
+        "- preset: priority-zset\n  counters: { processed: stats:processed, failed: stats:failed }\n- key: plain\n  counters: { processed: stats:processed }\n- preset: rq\n",
+    ))
+    .await;
+    let s = app
+        .scrape_until("priority zsets", Duration::from_secs(15), |s| {
+            s.has("queue_depth", &[("priority", "low")])
+        })
+        .await;
+    let p = |prio: &str, state: &str| {
+        s.value(
+            "queue_depth",
+            &[("queue", "jobs"), ("priority", prio), ("state", state)],
+        )
+    };
+    assert_eq!(p("high", "waiting"), Some(2.0), "{s}");
+    assert_eq!(p("high", "delayed"), Some(1.0));
+    assert_eq!(p("low", "waiting"), Some(1.0));
+    assert_eq!(depth(&s, "jobs", "priority-zset", "active"), Some(2.0));
+    assert_eq!(depth(&s, "jobs", "priority-zset", "completed"), Some(4.0));
+    assert_eq!(depth(&s, "jobs", "priority-zset", "failed"), Some(1.0));
+    assert_eq!(
+        gauge(&s, "queue_jobs_processed_total", "jobs", "priority-zset"),
+        Some(100.0)
+    );
+    assert_eq!(
+        gauge(&s, "queue_jobs_failed_total", "jobs", "priority-zset"),
+        Some(3.0)
+    );
+    // Counters on a plain key entry.
+    assert_eq!(
+        s.value("queue_jobs_processed_total", &[("queue", "plain")]),
+        Some(100.0)
+    );
+    // Plain keys keep their stateless queue_depth.
+    assert_eq!(s.depth("plain"), Some(0.0));
+    let age = s
+        .value(
+            "queue_oldest_message_age_seconds",
+            &[("queue", "jobs"), ("priority", "high")],
+        )
+        .unwrap();
+    let expected = now() - (t - 20.0);
+    assert!(
+        (age - expected).abs() < 1.5,
+        "age {age}, expected {expected}"
+    );
+
+    // Plain and preset series in one family stay valid for promtool and
+    // for Python's strict OpenMetrics parser.
+    let text = app.metrics().await;
+    let (ok, out) = promtool_check(&text);
+    assert!(ok, "promtool: {out}\n{text}");
+    let om = http_get(
+        &format!("{}/metrics", app.base),
+        &[("accept", "application/openmetrics-text; version=1.0.0")],
+    )
+    .await
+    .1;
+    python_parse(&om, true).unwrap_or_else(|e| panic!("strict OpenMetrics: {e}\n{om}"));
+
+    let mut c = client(&app).await;
+    assert_eq!(metrics(&mut c, &[("queue", "jobs")]).await.unwrap().1, 3.0);
+    let delayed = [("queue", "jobs"), ("state", "delayed")];
+    assert_eq!(metrics(&mut c, &delayed).await.unwrap().1, 1.0);
+    let age_q = [("queue", "jobs"), ("mode", "Age"), ("operation", "max")];
+    let a = metrics(&mut c, &age_q).await.unwrap().1;
+    assert!((a - (now() - (t - 20.0))).abs() < 1.5, "Age {a}");
+    assert!(active(&mut c, &[("queue", "jobs")]).await.unwrap());
+    // The priority-zset's queue is configured: drained, it reads 0.
+    rcmd(&mut conn, &["FLUSHALL"]);
+    wait_value(&c, &[("queue", "jobs")], 0.0).await;
+    app.stop().await;
+}
+
+#[test]
+fn a_bad_preset_entry_is_one_line_naming_the_field() {
+    let dir = tempfile::tempdir().unwrap();
+    for (entry, want) in [
+        (
+            "- key: a\n- preset: bull\n",
+            "sources[0].queues[1]: preset: unknown preset \"bull\"",
+        ),
+        (
+            "- preset: rq\n  sep: \":\"\n",
+            "sources[0].queues[0]: sep: not an option of preset rq",
+        ),
+        (
+            "- preset: rediswq\n",
+            "sources[0].queues[0]: name: required by preset rediswq",
+        ),
+        (
+            "- preset: celery\n  visibility_timeout: soon\n",
+            "sources[0].queues[0]: visibility_timeout: invalid duration \"soon\"",
+        ),
+        (
+            "- pattern: \"a:*\"\n  counters: { processed: p }\n",
+            "sources[0].queues[0]: counters: only on a key entry",
+        ),
+    ] {
+        let path = write_file(&dir, "c.yaml", &config("redis://127.0.0.1:1", entry));
+        let out = Command::new(env!("CARGO_BIN_EXE_queue-exporter"))
+            .args(["check", "--config"])
+            .arg(&path)
+            .env("NO_COLOR", "1")
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{entry}");
+        let line = err
+            .lines()
+            .find(|l| l.contains(path.to_str().unwrap()))
+            .unwrap_or("");
+        assert!(
+            line.contains(&format!("{}: {want}", path.display())),
+            "{entry}\n{err}"
+        );
+        assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+    }
+}
