@@ -4,6 +4,10 @@
 //! deflate stream and appends it. The blocks of both form one valid deflate
 //! stream (the second part never refers back into the first), framed as a
 //! single gzip member (RFC 1952) whose CRC-32 covers both parts.
+//!
+//! Hand-written rather than tower-http's compression layer for a measured
+//! reason: a gzip scrape of 4,000 queues costs ~20 µs this way instead of
+//! ~30 ms deflating the whole body on every scrape (README, Exposition).
 
 use flate2::{Compress, Compression, FlushCompress, Status};
 

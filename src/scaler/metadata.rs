@@ -3,6 +3,10 @@
 //! Words follow KEDA's rabbitmq scaler. Keys are case-sensitive, so a typo
 //! such as `activationvalue` is rejected instead of silently ignored; values
 //! of `mode` and `operation` are matched case-insensitively.
+//!
+//! Hand-written rather than derived with serde for a reason users see: every
+//! refusal names the key, the value and what is allowed, as one
+//! `INVALID_ARGUMENT` line KEDA shows in the ScaledObject's events.
 
 use std::collections::HashMap;
 use std::fmt;

@@ -49,6 +49,66 @@ struct Inner {
     telemetry: Arc<Telemetry>,
     /// Ends open streams.
     shutdown: Shutdown,
+    /// Parsed metadata by map, so a ScaledObject's glob is compiled once,
+    /// not on every request.
+    parsed: QueryCache,
+}
+
+/// Parsed queries by metadata map. KEDA sends the same few maps over and
+/// over; the source names they are checked against never change while the
+/// process runs, so a successful parse stays valid. Errors are not kept.
+#[derive(Debug, Default)]
+struct QueryCache {
+    /// Entries by an order-independent hash of the map.
+    entries: std::sync::Mutex<CacheMap>,
+}
+
+/// Metadata maps and their queries, bucketed by [`QueryCache::hash`].
+type CacheMap = HashMap<u64, Vec<(HashMap<String, String>, Arc<ScalerQuery>)>>;
+
+impl QueryCache {
+    /// Entries kept at most; beyond it the cache starts over (a bound
+    /// against a client sending endless distinct maps).
+    const MAX_ENTRIES: usize = 10_000;
+
+    /// A hash of `meta` that does not depend on its iteration order.
+    fn hash(meta: &HashMap<String, String>) -> u64 {
+        use std::hash::{BuildHasher, BuildHasherDefault};
+        let build = BuildHasherDefault::<std::hash::DefaultHasher>::default();
+        meta.iter()
+            .map(|pair| build.hash_one(pair))
+            .fold(meta.len() as u64, u64::wrapping_add)
+    }
+
+    /// The cached query for `meta`, or `parse`d and cached.
+    fn get_or_parse(
+        &self,
+        meta: &HashMap<String, String>,
+        parse: impl FnOnce() -> Result<ScalerQuery, Status>,
+    ) -> Result<Arc<ScalerQuery>, Status> {
+        let hash = Self::hash(meta);
+        // A poisoned lock only means another handler panicked mid-insert;
+        // the map is still a valid cache.
+        let lookup = |entries: &CacheMap| {
+            entries
+                .get(&hash)
+                .and_then(|b| b.iter().find(|(m, _)| m == meta))
+                .map(|(_, q)| q.clone())
+        };
+        if let Some(q) = lookup(&self.entries.lock().unwrap_or_else(|p| p.into_inner())) {
+            return Ok(q);
+        }
+        let query = Arc::new(parse()?);
+        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        if entries.len() >= Self::MAX_ENTRIES {
+            entries.clear();
+        }
+        entries
+            .entry(hash)
+            .or_default()
+            .push((meta.clone(), query.clone()));
+        Ok(query)
+    }
 }
 
 impl Scaler {
@@ -65,6 +125,7 @@ impl Scaler {
                 config,
                 telemetry,
                 shutdown,
+                parsed: QueryCache::default(),
             }),
         }
     }
@@ -72,10 +133,25 @@ impl Scaler {
 
 impl Inner {
     /// Validates metadata, including what the config can tell (`source`).
-    fn parse(&self, meta: &HashMap<String, String>) -> Result<ScalerQuery, Status> {
-        let query = metadata::parse(meta).map_err(|e| Status::invalid_argument(e.to_string()))?;
-        query::check_static(&query, &self.hub.snapshots()).map_err(to_status)?;
-        Ok(query)
+    fn parse(&self, meta: &HashMap<String, String>) -> Result<Arc<ScalerQuery>, Status> {
+        self.parsed.get_or_parse(meta, || {
+            let query =
+                metadata::parse(meta).map_err(|e| Status::invalid_argument(e.to_string()))?;
+            query::check_static(&query, &self.hub.snapshots()).map_err(to_status)?;
+            Ok(query)
+        })
+    }
+
+    /// Parses a stream's metadata and counts the opening under `method`.
+    fn parse_for_stream(
+        &self,
+        method: &'static str,
+        meta: &HashMap<String, String>,
+    ) -> Result<Arc<ScalerQuery>, Status> {
+        let parsed = self.parse(meta);
+        let code = parsed.as_ref().map_or_else(Status::code, |_| Code::Ok);
+        self.record(method, code, None);
+        parsed
     }
 
     /// The query's value from the latest snapshots.
@@ -264,18 +340,10 @@ impl ExternalScaler for Scaler {
     ) -> Result<Response<Self::StreamIsActiveStream>, Status> {
         const METHOD: &str = "StreamIsActive";
         let r = request.into_inner();
-        let query = match self.inner.parse(&r.scaler_metadata) {
-            Ok(q) => q,
-            Err(e) => {
-                self.inner.record(METHOD, e.code(), None);
-                return Err(e);
-            }
-        };
-        self.inner.record(METHOD, Code::Ok, None);
+        let query = self.inner.parse_for_stream(METHOD, &r.scaler_metadata)?;
         let state = ActiveWatch {
             _open: self.inner.open_stream(METHOD),
-            changes: subscribed(&self.inner.hub),
-            shutdown: self.inner.shutdown.clone(),
+            changes: Changes::new(&self.inner),
             inner: self.inner.clone(),
             who: who(&r),
             query,
@@ -323,18 +391,10 @@ impl ExternalScaler for Scaler {
     ) -> Result<Response<Self::StreamMetricSpecStream>, Status> {
         const METHOD: &str = "StreamMetricSpec";
         let r = request.into_inner();
-        let query = match self.inner.parse(&r.scaler_metadata) {
-            Ok(q) => q,
-            Err(e) => {
-                self.inner.record(METHOD, e.code(), None);
-                return Err(e);
-            }
-        };
-        self.inner.record(METHOD, Code::Ok, None);
+        let query = self.inner.parse_for_stream(METHOD, &r.scaler_metadata)?;
         let state = SpecWatch {
             _open: self.inner.open_stream(METHOD),
-            changes: subscribed(&self.inner.hub),
-            shutdown: self.inner.shutdown.clone(),
+            changes: Changes::new(&self.inner),
             query,
             last: None,
         };
@@ -374,27 +434,52 @@ fn get_metrics(inner: &Inner, req: &GetMetricsRequest) -> Result<GetMetricsRespo
     })
 }
 
-/// A hub change receiver that reports only changes after this moment.
-fn subscribed(hub: &Hub) -> watch::Receiver<u64> {
-    let mut rx = hub.subscribe();
-    rx.borrow_and_update();
-    rx
+/// What wakes a stream: a snapshot publish after it opened, or shutdown.
+struct Changes {
+    /// Wakes on every snapshot publish.
+    published: watch::Receiver<u64>,
+    /// Ends the stream.
+    shutdown: Shutdown,
+}
+
+impl Changes {
+    /// Changes from this moment on.
+    fn new(inner: &Inner) -> Self {
+        let mut published = inner.hub.subscribe();
+        published.borrow_and_update();
+        Changes {
+            published,
+            shutdown: inner.shutdown.clone(),
+        }
+    }
+
+    /// Whether shutdown has begun (the stream must end).
+    fn is_shutdown(&self) -> bool {
+        self.shutdown.is_shutdown()
+    }
+
+    /// Waits for the next publish; false when the stream must end.
+    async fn next(&mut self) -> bool {
+        tokio::select! {
+            biased;
+            () = self.shutdown.recv() => false,
+            changed = self.published.changed() => changed.is_ok(),
+        }
+    }
 }
 
 /// State of one `StreamIsActive` stream.
 struct ActiveWatch {
     /// Counts this stream in the gauge while it lives.
     _open: OpenStream,
-    /// Wakes on every snapshot publish.
-    changes: watch::Receiver<u64>,
-    /// Ends the stream.
-    shutdown: Shutdown,
+    /// Wakes it, or ends it.
+    changes: Changes,
     /// Handlers' shared state.
     inner: Arc<Inner>,
     /// `namespace/name`, for logs.
     who: String,
     /// The trigger.
-    query: ScalerQuery,
+    query: Arc<ScalerQuery>,
     /// The last known activity; `None` until a value is known. Unknown
     /// readings leave it alone, so a blip does not cause a repeated `true`.
     last: Option<bool>,
@@ -409,15 +494,8 @@ impl ActiveWatch {
     /// being active); `None` ends the stream.
     async fn next_activation(&mut self) -> Option<Result<IsActiveResponse, Status>> {
         loop {
-            if self.shutdown.is_shutdown() {
+            if self.changes.is_shutdown() || (self.started && !self.changes.next().await) {
                 return None;
-            }
-            if self.started {
-                tokio::select! {
-                    biased;
-                    () = self.shutdown.recv() => return None,
-                    changed = self.changes.changed() => if changed.is_err() { return None },
-                }
             }
             self.started = true;
             let reading = self.inner.read(&self.query);
@@ -449,12 +527,10 @@ impl ActiveWatch {
 struct SpecWatch {
     /// Counts this stream in the gauge while it lives.
     _open: OpenStream,
-    /// Wakes on every snapshot publish.
-    changes: watch::Receiver<u64>,
-    /// Ends the stream.
-    shutdown: Shutdown,
+    /// Wakes it, or ends it.
+    changes: Changes,
     /// The trigger.
-    query: ScalerQuery,
+    query: Arc<ScalerQuery>,
     /// The spec last sent; `None` before the first.
     last: Option<GetMetricSpecResponse>,
 }
@@ -466,15 +542,8 @@ impl SpecWatch {
     /// if it ever depends on the data.
     async fn next_spec(&mut self) -> Option<GetMetricSpecResponse> {
         loop {
-            if self.shutdown.is_shutdown() {
+            if self.changes.is_shutdown() || (self.last.is_some() && !self.changes.next().await) {
                 return None;
-            }
-            if self.last.is_some() {
-                tokio::select! {
-                    biased;
-                    () = self.shutdown.recv() => return None,
-                    changed = self.changes.changed() => if changed.is_err() { return None },
-                }
             }
             let spec = spec_for(&self.query);
             if self.last.as_ref() != Some(&spec) {
@@ -482,5 +551,38 @@ impl SpecWatch {
                 return Some(spec);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod query_cache_tests {
+    use super::*;
+
+    fn meta(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    fn parse(m: &HashMap<String, String>) -> Result<ScalerQuery, Status> {
+        metadata::parse(m).map_err(|e| Status::invalid_argument(e.to_string()))
+    }
+
+    #[test]
+    fn a_map_is_parsed_once_whatever_its_order_and_errors_are_not_kept() {
+        let cache = QueryCache::default();
+        let a = meta(&[("queue", "jobs:*"), ("mode", "Age"), ("value", "60")]);
+        let first = cache.get_or_parse(&a, || parse(&a)).unwrap();
+        let again = cache
+            .get_or_parse(&a.clone(), || panic!("parsed twice"))
+            .unwrap();
+        assert!(Arc::ptr_eq(&first, &again));
+        let other = meta(&[("queue", "jobs:*"), ("mode", "Age"), ("value", "61")]);
+        let third = cache.get_or_parse(&other, || parse(&other)).unwrap();
+        assert!(!Arc::ptr_eq(&first, &third));
+        let bad = meta(&[("queue", "q"), ("mode", "Depth")]);
+        assert!(cache.get_or_parse(&bad, || parse(&bad)).is_err());
+        assert!(cache.get_or_parse(&bad, || parse(&bad)).is_err());
     }
 }

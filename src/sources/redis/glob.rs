@@ -3,6 +3,10 @@
 //! literal prefix, and each key is matched here exactly as `SCAN MATCH`
 //! would have matched it. Bytes, not characters, like Redis; ranges compare
 //! bytes as C `char`s (signed on the platforms Redis runs on), as Redis does.
+//!
+//! Hand-written rather than `globset` because it must agree with the server
+//! byte for byte (escapes, unterminated classes, signed ranges, `*` on the
+//! empty key); `tests/redis_glob.rs` compares it with a real `SCAN MATCH`.
 
 /// Whether `SCAN MATCH pattern` returns `key`.
 pub fn matches(pattern: &[u8], key: &[u8]) -> bool {
