@@ -88,6 +88,22 @@ enum Cmd {
         #[arg(long, default_value_t = 250)]
         poll_ms: u64,
     },
+    /// The floor of a poll: one LLEN per list and one ZCARD per zset,
+    /// pipelined by a bare client in chunks of 1,000, `runs` times.
+    Floor {
+        #[arg(long)]
+        redis: String,
+        #[arg(long, default_value = "queue:list:")]
+        list_prefix: String,
+        #[arg(long)]
+        lists: usize,
+        #[arg(long, default_value = "queue:zset:")]
+        zset_prefix: String,
+        #[arg(long)]
+        zsets: usize,
+        #[arg(long, default_value_t = 20)]
+        runs: usize,
+    },
     /// Declares `count` classic queues `{prefix}{i}` and publishes
     /// `messages` persistent messages (with a timestamp) to each.
     RabbitSeed {
@@ -170,6 +186,14 @@ fn main() {
                 trials,
                 poll_ms,
             } => push(&addr, &redis, &key, trials, poll_ms).await,
+            Cmd::Floor {
+                redis,
+                list_prefix,
+                lists,
+                zset_prefix,
+                zsets,
+                runs,
+            } => floor(&redis, &list_prefix, lists, &zset_prefix, zsets, runs).await,
             Cmd::RabbitSeed {
                 amqp,
                 prefix,
@@ -407,6 +431,7 @@ async fn grpc(
             tokio::spawn(async move {
                 let mut lat = Vec::new();
                 let mut errors = BTreeMap::<String, u64>::new();
+                let mut warm = 0u64;
                 let mut n = t * 7919;
                 loop {
                     let now = Instant::now();
@@ -417,6 +442,7 @@ async fn grpc(
                     n += 1;
                     let r = client.get_metrics(req).await;
                     if now < start {
+                        warm += 1;
                         continue;
                     }
                     match r {
@@ -427,15 +453,17 @@ async fn grpc(
                         Err(s) => *errors.entry(format!("{:?}", s.code())).or_default() += 1,
                     }
                 }
-                (lat, errors)
+                (lat, errors, warm)
             })
         })
         .collect();
     let mut all = Vec::new();
     let mut errors = BTreeMap::<String, u64>::new();
+    let mut warmup_requests = 0;
     for t in tasks {
-        let (lat, e) = t.await.expect("client task");
+        let (lat, e, w) = t.await.expect("client task");
         all.extend(lat);
+        warmup_requests += w;
         for (k, v) in e {
             *errors.entry(k).or_default() += v;
         }
@@ -447,6 +475,7 @@ async fn grpc(
         "connections": clients.len(),
         "concurrency": concurrency,
         "requests": n,
+        "warmup_requests": warmup_requests,
         "errors": errors,
         "seconds": duration.as_secs_f64(),
         "rps": n as f64 / duration.as_secs_f64(),
@@ -547,6 +576,41 @@ async fn wait_inactive(client: &mut ExternalScalerClient<Channel>, obj: &ScaledO
         assert!(Instant::now() < deadline, "queue never read inactive");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+}
+
+async fn floor(
+    url: &str,
+    list_prefix: &str,
+    lists: usize,
+    zset_prefix: &str,
+    zsets: usize,
+    runs: usize,
+) -> serde_json::Value {
+    let client = redis::Client::open(url).expect("redis url");
+    let mut conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("redis connection");
+    let keys: Vec<(String, bool)> = (0..lists)
+        .map(|i| (format!("{list_prefix}{i}"), false))
+        .chain((0..zsets).map(|i| (format!("{zset_prefix}{i}"), true)))
+        .collect();
+    let mut times = Vec::new();
+    let mut items = 0;
+    for _ in 0..runs {
+        let t = Instant::now();
+        items = 0;
+        for chunk in keys.chunks(1000) {
+            let mut p = redis::pipe();
+            for (k, zset) in chunk {
+                p.cmd(if *zset { "ZCARD" } else { "LLEN" }).arg(k);
+            }
+            let sizes: Vec<u64> = p.query_async(&mut conn).await.expect("pipeline");
+            items += sizes.iter().sum::<u64>();
+        }
+        times.push(ms(t.elapsed()));
+    }
+    json!({"keys": keys.len(), "items": items, "runs_ms": times})
 }
 
 async fn amqp_connect(url: &str) -> lapin::Connection {

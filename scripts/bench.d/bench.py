@@ -21,6 +21,7 @@ import os
 import platform
 import random
 import re
+import resource
 import shutil
 import signal
 import socket
@@ -41,7 +42,7 @@ RABBIT_AUTH = "Basic " + base64.b64encode(b"guest:guest").decode()
 # Sizes and durations: the issue's data for a full run, tiny ones for --smoke.
 FULL = dict(
     lists=2000, zsets=2000, items=100, other=100_000,
-    runs=3, poll_window=30, peer_scrapes=3, once_runs=5, scrape_costs=3,
+    runs=3, poll_window=30, peer_scrapes=3, once_runs=5, scrape_costs=3, variant_polls=15, floor_runs=20,
     http_seconds=10.0, grpc_seconds=10.0, grpc_maps=1000, proof_seconds=5.0,
     idle_seconds=15.0, push_trials=50,
     mem_queues=10_000, mem_rabbit=5000, mem_sample=5.0,
@@ -50,7 +51,7 @@ FULL = dict(
 )
 SMOKE = dict(
     lists=20, zsets=20, items=10, other=500,
-    runs=1, poll_window=2, peer_scrapes=1, once_runs=1, scrape_costs=1,
+    runs=1, poll_window=2, peer_scrapes=1, once_runs=1, scrape_costs=1, variant_polls=1, floor_runs=2,
     http_seconds=1.0, grpc_seconds=1.0, grpc_maps=50, proof_seconds=1.0,
     idle_seconds=1.0, push_trials=3,
     mem_queues=100, mem_rabbit=50, mem_sample=1.0,
@@ -306,6 +307,13 @@ def http_get(url, headers=None, timeout=60):
         return r.status, r.read(), r.headers
 
 
+def proc_cpu(pid):
+    """CPU seconds (user + system) a process has used so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def rss_mb(pid):
     with open(f"/proc/{pid}/status") as f:
         for line in f:
@@ -478,11 +486,20 @@ def scrape_costs(exp, source, n):
     return {k: dict(first_ms=f, again_ms=a, bytes=size.get(k)) for k, (f, a) in out.items()}
 
 
-def loadgen(args, *cmd):
+def loadgen(args, *cmd, server=None):
+    """Runs a loadgen subcommand; adds the CPU seconds it used (client_cpu_s)
+    and, given the server's pid, the CPU seconds the server used meanwhile."""
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    s0 = proc_cpu(server) if server else None
     out = subprocess.run([args.loadgen, *map(str, cmd)], capture_output=True, text=True)
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     if out.returncode != 0:
         raise RuntimeError(f"loadgen {cmd[0]} failed: {out.stderr[-3000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    res["client_cpu_s"] = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
+    if server:
+        res["server_cpu_s"] = proc_cpu(server) - s0
+    return res
 
 
 # ---------------------------------------------------------------- RabbitMQ
@@ -585,10 +602,12 @@ class LoggingProxy:
 def curl_times(urls, auth=True):
     """One curl process GETs `urls` in order on one connection; returns the
     total time (ms) and bytes, from curl's own timers."""
-    cmd = ["curl", "-s", "-o", "/dev/null", "-w", "%{time_total} %{size_download} %{http_code}\\n"]
+    cmd = ["curl", "-s", "-w", "%{time_total} %{size_download} %{http_code}\\n"]
     if auth:
         cmd += ["-u", "guest:guest"]
-    out = subprocess.run(cmd + urls, capture_output=True, text=True, check=True).stdout
+    for u in urls:
+        cmd += ["-o", "/dev/null", u]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
     ms, size = 0.0, 0
     for line in out.strip().splitlines():
         t, n, code = line.split()
@@ -609,6 +628,7 @@ class Bench:
         self.work = tempfile.mkdtemp(prefix="qe-bench-")
         self.results = {}
         self.notes = []
+        self.failed = []
         self.rng = random.Random(11)
 
     # ---- data
@@ -632,13 +652,14 @@ class Bench:
         log(f"seeded db 0: {r.admin.cmd('DBSIZE')} keys in {time.time() - t:.1f} s (zset encoding {enc})")
         self.zset_encoding = enc
 
-    def main_config(self, poll="1s", extra_queues=""):
+    def main_config(self, poll="1s", extra_queues="", source_extra=""):
         return (
             "sources:\n"
             "  - name: bench\n"
             "    type: redis\n"
             f"    url: {self.redis.url(0)}\n"
             f"    poll_interval: {poll}\n"
+            f"{source_extra}"
             "    queues:\n"
             "      - pattern: \"queue:list:*\"\n"
             "      - pattern: \"queue:zset:*\"\n"
@@ -736,7 +757,8 @@ class Bench:
             for gz in (False, True):
                 flag = ["--gzip"] if gz else []
                 res = loadgen(self.args, "http", "--url", exp.base + "/metrics",
-                              "--concurrency", 10, "--seconds", p["http_seconds"], *flag)
+                              "--concurrency", 10, "--seconds", p["http_seconds"], *flag,
+                              server=exp.proc.pid)
                 run["http"]["gzip" if gz else "plain"] = res
                 log(f"  /metrics {'gzip' if gz else 'plain'}: p50 {res['latency']['p50_ms']:.2f} ms "
                     f"p99 {res['latency']['p99_ms']:.2f} ms, {res['rps']:.0f}/s")
@@ -746,7 +768,7 @@ class Bench:
             res = loadgen(self.args, "grpc", "--addr", exp.grpc, "--lists", p["lists"],
                           "--zsets", p["zsets"], "--maps", p["grpc_maps"],
                           "--connections", GRPC_CLIENTS, "--concurrency", GRPC_CLIENTS,
-                          "--seconds", p["grpc_seconds"])
+                          "--seconds", p["grpc_seconds"], server=exp.proc.pid)
             delta = stats_delta(cs0, a.commandstats())
             _, c1, _ = exp.poll_hist("bench")
             res["window_polls"] = c1 - c0
@@ -758,8 +780,30 @@ class Bench:
         if peer:
             peer["proc"].terminate()
             peer["proc"].wait()
+        # The floor: the same size commands from a bare pipelined client.
+        a0 = a.commandstats()
+        fl = loadgen(self.args, "floor", "--redis", self.redis.url(0), "--lists", p["lists"],
+                     "--zsets", p["zsets"], "--runs", p["floor_runs"])
+        fl["redis_ms"] = total(stats_delta(a0, a.commandstats()))[1] / p["floor_runs"] / 1000
+        self.results["floor"] = fl
         self.results["main"] = dict(runs=runs, peer=peer_runs, idle_cpu=idle)
         self.grpc_proof()
+        self.variants()
+
+    def variants(self):
+        """Not targets: the same steady polls with the age histogram measured
+        on every poll, and without it, to show what the histogram costs."""
+        out = []
+        for name, extra in (("age_histogram_interval: 0s (histogram on every poll)",
+                             "    age_histogram_interval: 0s\n"),
+                            ("age_buckets: [] (no histogram)", "    age_buckets: []\n")):
+            exp = self.start_exporter("variant", self.main_config(source_extra=extra))
+            w = watch_polls(exp, "bench", self.p["variant_polls"], self.redis.admin)
+            exp.stop()
+            out.append(dict(name=name, polls=w["samples_ms"], window_polls=w["polls"],
+                            commands=w["commands"], cpu_s=w["cpu_s"]))
+            log(f"  variant {name}: median poll {statistics.median(w['samples_ms']):.1f} ms")
+        self.results["variants"] = out
 
     def grpc_proof(self):
         """5, the zero: with polls paused (poll_interval: 1h) Redis sees no
@@ -772,7 +816,7 @@ class Bench:
         res = loadgen(self.args, "grpc", "--addr", exp.grpc, "--lists", p["lists"],
                       "--zsets", p["zsets"], "--maps", p["grpc_maps"],
                       "--connections", GRPC_CLIENTS, "--concurrency", GRPC_CLIENTS,
-                      "--seconds", p["proof_seconds"])
+                      "--seconds", p["proof_seconds"], server=exp.proc.pid)
         res["commands"] = stats_delta(cs0, a.commandstats())
         exp.stop()
         self.results["grpc_proof"] = res
@@ -1021,20 +1065,26 @@ class Bench:
         self.rabbit_version = rabbit_available()
         log(f"private redis-server on port {self.redis.port}; work dir {self.work}")
         self.seed_main()
-        if only & {1, 2, 4, 5}:
-            self.run_main()
-        if 3 in only:
-            self.run_once()
-        if 6 in only:
-            self.run_push()
-        if 7 in only:
-            self.run_memory_redis()
-            if self.rabbit_version:
-                self.run_memory_rabbit()
-        if 8 in only:
-            self.run_growth()
-        if 9 in only and self.rabbit_version:
-            self.run_rabbit()
+        rabbit = bool(self.rabbit_version)
+        for wanted, step, name in (
+            (only & {1, 2, 4, 5}, self.run_main, "1, 2, 4, 5"),
+            (3 in only, self.run_once, "3"),
+            (6 in only, self.run_push, "6"),
+            (7 in only, self.run_memory_redis, "7 (Redis)"),
+            (7 in only and rabbit, self.run_memory_rabbit, "7 (RabbitMQ)"),
+            (8 in only, self.run_growth, "8"),
+            (9 in only and rabbit, self.run_rabbit, "9"),
+        ):
+            if not wanted:
+                continue
+            try:
+                step()
+            except Exception as e:  # noqa: BLE001 - report it and go on
+                import traceback
+                traceback.print_exc()
+                self.failed.append(name)
+                self.notes.append(f"Scenario {name} failed: {str(e)[:500]}")
+                log(f"scenario {name} FAILED: {e}")
         if not self.rabbit_version and only & {7, 9}:
             self.notes.append("RabbitMQ's management API did not answer on 127.0.0.1:15672: "
                               "the RabbitMQ rows are empty.")
@@ -1231,7 +1281,7 @@ def report(bench, args, started):
     L.append(f"- machine: {m['nproc']} CPUs (`nproc`), {m['cpu']}, kernel {m['kernel']}, "
              f"{m['memory']} RAM, {m['distro']}; load average at the end "
              f"{m['load'][0]:.2f} / {m['load'][1]:.2f} / {m['load'][2]:.2f} (1 / 5 / 15 min)")
-    L.append(f"- queue-exporter: `{args.bin}` ({args.version}), commit {git_rev(args.root)}")
+    L.append(f"- queue-exporter: `{args.bin_label or args.bin}` ({args.version}), commit {args.rev}")
     L.append(f"- peers: {bench.redis_version.split(' sha=')[0]}; "
              f"{bench.peer_version or 'redis_exporter not installed'}; "
              f"RabbitMQ {bench.rabbit_version or 'not available'}")
@@ -1292,7 +1342,7 @@ def report(bench, args, started):
                  f" | " + (f"{statistics.median(net) / peer_pct:.1f}×"
                            if peer_pct and peer_pct > 0 and statistics.median(net) > 0 else "—") +
                  " | (reported) | — |")
-        details += report_main(main, p)
+        details += report_main(main, p, res)
     once = res.get("once")
     if once:
         o = spread([r["ms"] for r in once])
@@ -1338,6 +1388,7 @@ def report(bench, args, started):
         L.append(f"| 5 | gRPC `GetMetrics`, {g[0]['maps']:,} trigger maps, {g[0]['connections']} "
                  f"clients | {fmt3(rps, 'rps')}; p99 {fmt3(p99)}; "
                  f"Redis commands caused: {zero} (errors {errs}) | — | — | {TARGETS[5]} | {met(ok)} |")
+        details += report_http(main)
         details += report_grpc(main, proof)
     push = res.get("push")
     if push:
@@ -1404,7 +1455,7 @@ def report(bench, args, started):
     return "\n".join(L) + "\n"
 
 
-def report_main(main, p):
+def report_main(main, p, bench_results):
     out = ["", "### 1–2. Steady polls and Redis CPU", ""]
     runs = main["runs"]
     out.append("| run | polls timed | poll median | poll max | Redis CPU/poll (commandstats) | "
@@ -1421,6 +1472,25 @@ def report_main(main, p):
     out += ["", f"Redis commands per poll, all runs ({polls} polls; discovery every 30 s is "
             "included, as in steady state):", ""]
     out += command_table(all_cmds, polls, "poll")
+    fl = bench_results.get("floor")
+    if fl:
+        out += ["", f"Floor: one `LLEN` per list and one `ZCARD` per zset ({fl['keys']:,} commands) "
+                f"pipelined in chunks of 1,000 by a bare client (`benches/loadgen.rs floor`, "
+                f"{len(fl['runs_ms'])} rounds back to back): {fmt3(spread(fl['runs_ms']))}; Redis CPU "
+                f"{fmt(fl['redis_ms'])} per round (commandstats)."]
+    variants = bench_results.get("variants") or []
+    if variants:
+        out += ["", "The same steady polls with other histogram settings (one run each; not "
+                "targets, for comparison with the default above):", "",
+                "| config | polls timed | poll median | poll max | Redis CPU/poll (commandstats) | "
+                "top commands per poll |", "|---|---|---|---|---|---|"]
+        for v in variants:
+            n = v["window_polls"]
+            top = sorted(v["commands"].items(), key=lambda kv: -kv[1][1])[:3]
+            tops = ", ".join(f"`{k.upper()}` {c / n:,.0f} calls {u / n / 1000:.1f} ms" for k, (c, u) in top)
+            out.append(f"| `{v['name'].split(' (')[0]}` ({v['name'].split(' (')[1][:-1]}) | "
+                       f"{len(v['polls'])} | {fmt(statistics.median(v['polls']))} | {fmt(max(v['polls']))} | "
+                       f"{fmt(total(v['commands'])[1] / n / 1000)} | {tops} |")
     peer = main["peer"]
     if peer:
         out += ["", f"redis_exporter, per scrape ({len(peer)} scrapes, "
@@ -1440,9 +1510,9 @@ def report_grpc(main, proof):
                "is asked once, then `GetMetrics` with its name, round robin over the maps. Polls run "
                "as usual (1 s).")
     out.append("")
-    out.append("| run | requests | req/s | p50 | p99 | max | errors | polls | commands/poll during load | "
-               "commands/poll without load |")
-    out.append("|---|---|---|---|---|---|---|---|---|---|")
+    out.append("| run | requests | req/s | p50 | p99 | max | errors | exporter CPU per request | "
+               "load generator CPU | polls | commands/poll during load | commands/poll without load |")
+    out.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for i, r in enumerate(main["runs"], 1):
         g = r["grpc"]
         lat = g["latency"]
@@ -1450,16 +1520,47 @@ def report_grpc(main, proof):
         during = total(g["window_commands"])[0] / g["window_polls"] if g["window_polls"] else None
         out.append(f"| {i} | {g['requests']:,} | {g['rps']:,.0f} | {fmt(lat['p50_ms'])} | "
                    f"{fmt(lat['p99_ms'])} | {fmt(lat['max_ms'])} | {g['errors'] or 0} | "
-                   f"{g['window_polls']} | " + (f"{during:,.0f}" if during else "—") +
+                   f"{per_request_us(g)} | {cores(g)} | {g['window_polls']} | " + (f"{during:,.0f}" if during else "—") +
                    f" | {base:,.0f} |")
     if proof:
         calls = total(proof["commands"])[0]
         out += ["", f"The zero, shown directly: an exporter with `poll_interval: 1h` (one poll at "
                 f"start, then none) answered {proof['requests']:,} `GetMetrics` in "
-                f"{proof['seconds']:.0f} s ({proof['rps']:,.0f}/s); Redis's `INFO commandstats` "
+                f"{proof['seconds']:.0f} s ({proof['rps']:,.0f}/s, p99 {fmt(proof['latency']['p99_ms'])}, "
+                f"exporter CPU {per_request_us(proof)} per request); Redis's `INFO commandstats` "
                 f"moved by **{calls}** commands" +
                 (" (" + ", ".join(f"{k} {c}" for k, (c, _) in proof["commands"].items()) + ")"
                  if calls else "") + " in that time, besides the harness's own `INFO`."]
+    return out
+
+
+def per_request_us(g):
+    """Exporter CPU per request in µs (warm-up requests included in both)."""
+    if g.get("server_cpu_s") is None:
+        return "—"
+    n = g["requests"] + g.get("warmup_requests", 0) + sum((g.get("errors") or {}).values() or [0])
+    return f"{g['server_cpu_s'] / max(n, 1) * 1e6:,.0f} µs" if n else "—"
+
+
+def cores(g):
+    """The load generator's CPU as cores busy over its run."""
+    secs = g["seconds"] + (1.0 if "warmup_requests" in g else 0.0)
+    return f"{g['client_cpu_s'] / secs:.2f} cores" if g.get("client_cpu_s") is not None else "—"
+
+
+def report_http(main):
+    out = ["", "### 4. `/metrics` under 10 concurrent scrapers", "",
+           "| run | format | scrapes | per second | p50 | p99 | max | exporter CPU per scrape | "
+           "load generator CPU |", "|---|---|---|---|---|---|---|---|---|"]
+    for i, r in enumerate(main["runs"], 1):
+        for kind in ("plain", "gzip"):
+            h = r["http"][kind]
+            lat = h["latency"]
+            out.append(f"| {i} | {kind} | {h['requests']:,} | {h['rps']:,.0f} | {fmt(lat['p50_ms'])} | "
+                       f"{fmt(lat['p99_ms'])} | {fmt(lat['max_ms'])} | {per_request_us(h)} | {cores(h)} |")
+    out += ["", "The exporter polls every second meanwhile, so the first scrape after each poll "
+            "encodes (and for gzip compresses) the new snapshot; the others are served from the cache. "
+            "Both processes share the machine's 2 cores."]
     return out
 
 
@@ -1555,6 +1656,7 @@ METHOD_NOTES = [
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--bin", required=True)
+    ap.add_argument("--bin-label", default=None, help="how the report names the binary")
     ap.add_argument("--loadgen", required=True)
     ap.add_argument("--root", required=True)
     ap.add_argument("--out", required=True, help="the Markdown report")
@@ -1575,6 +1677,7 @@ def main():
     args.version = subprocess.run([args.bin, "--version"], capture_output=True,
                                   text=True).stdout.strip()
     started = datetime.datetime.now(datetime.timezone.utc)
+    args.rev = git_rev(args.root)
 
     def stop(*_):
         raise KeyboardInterrupt
@@ -1594,6 +1697,8 @@ def main():
                 proc.kill()
                 proc.wait()
         shutil.rmtree(bench.work, ignore_errors=True)
+    with open(args.json, "w") as f:
+        json.dump(bench.results, f, indent=1, default=str)
     os.makedirs(args.plot_dir, exist_ok=True)
     stem = "bench"
     pngs = plots(bench.results, args.plot_dir, stem)
@@ -1605,9 +1710,10 @@ def main():
         text += "\n(matplotlib not available: no plots.)\n"
     with open(args.out, "w") as f:
         f.write(text)
-    with open(args.json, "w") as f:
-        json.dump(bench.results, f, indent=1, default=str)
     log(f"wrote {args.out}, {args.json}" + (f", {', '.join(pngs)}" if pngs else ""))
+    if bench.failed:
+        log(f"failed scenarios: {', '.join(bench.failed)}")
+        sys.exit(1)
 
 
 if __name__ == "__main__":
