@@ -511,13 +511,19 @@ impl PollRecord {
 }
 
 /// Counter readings over time, for rates computed by readers.
+///
+/// Bounded whatever the poll frequency or the number of queues: readings are
+/// kept at most one per second for the last minute and one per 15 s up to
+/// [`Self::RETENTION`] (at most ~120 readings), and only the two counters
+/// rates use are kept, as a flat array per reading over a queue index that
+/// consecutive readings share while the set of queues does not change.
 #[derive(Debug, Clone, Default)]
 pub struct CounterHistory {
     /// Readings, oldest first.
-    pub points: VecDeque<Arc<CounterPoint>>,
+    points: VecDeque<Arc<StoredPoint>>,
 }
 
-/// All counters of one source at one instant.
+/// All counters of one source at one instant, as a source reports them.
 #[derive(Debug, Clone)]
 pub struct CounterPoint {
     /// When the counters were read.
@@ -526,22 +532,110 @@ pub struct CounterPoint {
     pub counters: HashMap<QueueId, Counters>,
 }
 
+/// One kept reading: the counters rates use, by position in `index`.
+#[derive(Debug)]
+struct StoredPoint {
+    /// When the counters were read.
+    at: SystemTime,
+    /// Queue → position in `values`; shared with neighbouring readings.
+    index: Arc<HashMap<QueueId, usize>>,
+    /// `(published, delivered)`; `u64::MAX` where unknown.
+    values: Box<[(u64, u64)]>,
+}
+
+impl StoredPoint {
+    /// The counters of `queue`, with only the fields rates use.
+    fn get(&self, queue: &QueueId) -> Option<Counters> {
+        let (published, delivered) = self.values[*self.index.get(queue)?];
+        let known = |v: u64| (v != u64::MAX).then_some(v);
+        Some(Counters {
+            published: known(published),
+            delivered: known(delivered),
+            ..Counters::default()
+        })
+    }
+}
+
 impl CounterHistory {
     /// How long readings are kept; the longest rate window a reader may ask for.
     pub const RETENTION: Duration = Duration::from_secs(15 * 60);
+    /// Readings younger than this (from the newest) are kept one per second.
+    const FINE_SPAN: Duration = Duration::from_secs(60);
+    /// Spacing of older readings.
+    const COARSE_STEP: Duration = Duration::from_secs(15);
 
-    /// Returns a new history with `point` appended and readings older than
-    /// [`Self::RETENTION`] dropped.
+    /// Returns a new history with `point` appended, thinned to the kept
+    /// resolution and without readings older than [`Self::RETENTION`].
     pub fn with_point(&self, point: CounterPoint) -> CounterHistory {
-        let cutoff = point.at.checked_sub(Self::RETENTION);
-        let mut points = self.points.clone();
-        points.push_back(Arc::new(point));
-        if let Some(cutoff) = cutoff {
-            while points.len() > 2 && points.front().is_some_and(|p| p.at < cutoff) {
-                points.pop_front();
+        let stored = Arc::new(self.store(point));
+        let newest = stored.at;
+        let mut kept: VecDeque<Arc<StoredPoint>> = VecDeque::with_capacity(self.points.len() + 1);
+        // Oldest first: keep a reading when it lies at least one step (by
+        // its age) after the last one kept; the newest is always kept.
+        let mut last_kept: Option<SystemTime> = None;
+        for p in &self.points {
+            let age = newest.duration_since(p.at).unwrap_or(Duration::ZERO);
+            if age > Self::RETENTION {
+                continue;
+            }
+            let step = if age <= Self::FINE_SPAN {
+                Duration::from_millis(900)
+            } else {
+                Self::COARSE_STEP - Duration::from_millis(500)
+            };
+            let far_enough = last_kept
+                .is_none_or(|l| p.at.duration_since(l).unwrap_or(Duration::ZERO) >= step);
+            if far_enough {
+                kept.push_back(p.clone());
+                last_kept = Some(p.at);
             }
         }
-        CounterHistory { points }
+        kept.push_back(stored);
+        CounterHistory { points: kept }
+    }
+
+    /// The stored form of `point`, sharing the newest reading's index when
+    /// the queues are the same.
+    fn store(&self, point: CounterPoint) -> StoredPoint {
+        let same_queues = self.points.back().filter(|last| {
+            last.index.len() == point.counters.len()
+                && point.counters.keys().all(|q| last.index.contains_key(q))
+        });
+        let index = match same_queues {
+            Some(last) => last.index.clone(),
+            None => Arc::new(
+                point
+                    .counters
+                    .keys()
+                    .enumerate()
+                    .map(|(i, q)| (q.clone(), i))
+                    .collect(),
+            ),
+        };
+        let mut values = vec![(u64::MAX, u64::MAX); index.len()].into_boxed_slice();
+        for (q, c) in &point.counters {
+            if let Some(&i) = index.get(q) {
+                values[i] = (
+                    c.published.unwrap_or(u64::MAX),
+                    c.delivered.unwrap_or(u64::MAX),
+                );
+            }
+        }
+        StoredPoint {
+            at: point.at,
+            index,
+            values,
+        }
+    }
+
+    /// How many readings are kept.
+    pub fn len(&self) -> usize {
+        self.points.len()
+    }
+
+    /// Whether there are no readings.
+    pub fn is_empty(&self) -> bool {
+        self.points.is_empty()
     }
 
     /// Whether the readings span `window`: a reading older than the newest
@@ -554,14 +648,13 @@ impl CounterHistory {
             .at
             .checked_sub(window)
             .unwrap_or(SystemTime::UNIX_EPOCH);
-        self.points
-            .iter()
-            .any(|p| p.at >= start && p.at < newest.at)
+        self.points.iter().any(|p| p.at >= start && p.at < newest.at)
     }
 
     /// Per-second rate of `pick(counters)` for `queue` over `window`, from the
     /// oldest reading inside the window to the newest. `None` when fewer than
-    /// two readings cover the queue. A counter reset counts from zero.
+    /// two readings cover the queue. A counter reset counts from zero. Only
+    /// `published` and `delivered` are kept for rates.
     pub fn rate(
         &self,
         queue: &QueueId,
@@ -569,7 +662,7 @@ impl CounterHistory {
         pick: impl Fn(&Counters) -> Option<u64>,
     ) -> Option<f64> {
         let newest = self.points.back()?;
-        let last = pick(newest.counters.get(queue)?)?;
+        let last = pick(&newest.get(queue)?)?;
         let start = newest
             .at
             .checked_sub(window)
@@ -578,7 +671,7 @@ impl CounterHistory {
             .points
             .iter()
             .filter(|p| p.at >= start && p.at < newest.at)
-            .find_map(|p| Some((p.at, pick(p.counters.get(queue)?)?)))?;
+            .find_map(|p| Some((p.at, pick(&p.get(queue)?)?)))?;
         let seconds = newest.at.duration_since(first.0).ok()?.as_secs_f64();
         if seconds <= 0.0 {
             return None;
@@ -640,7 +733,35 @@ mod tests {
         for t in 0..2000u64 {
             h = h.with_point(point(t, t));
         }
-        assert!(h.points.len() <= CounterHistory::RETENTION.as_secs() as usize + 2);
+        assert!(h.len() <= CounterHistory::RETENTION.as_secs() as usize + 2);
+    }
+
+    #[test]
+    fn history_size_does_not_grow_with_poll_frequency() {
+        let q = QueueId {
+            vhost: None,
+            name: "q".into(),
+        };
+        for poll_ms in [100u64, 250, 1000] {
+            let mut h = CounterHistory::default();
+            let polls = 20 * 60 * 1000 / poll_ms;
+            for i in 0..polls {
+                let mut p = point(0, i);
+                p.at = SystemTime::UNIX_EPOCH + Duration::from_millis(1_000_000 + i * poll_ms);
+                h = h.with_point(p);
+            }
+            // ~60 fine readings plus ~56 coarse ones, whatever the interval.
+            assert!((100..=125).contains(&h.len()), "{poll_ms} ms: {}", h.len());
+            // Consecutive readings over the same queues share one index.
+            let first = &h.points[0].index;
+            assert!(h.points.iter().all(|p| Arc::ptr_eq(&p.index, first)));
+            // Rates stay exact over short and long windows: 1 count per poll.
+            let per_second = 1000.0 / poll_ms as f64;
+            for window in [2, 60, 600] {
+                let r = h.rate(&q, Duration::from_secs(window), |c| c.published).unwrap();
+                assert!((r - per_second).abs() < 1e-6, "{poll_ms} ms over {window} s: {r}");
+            }
+        }
     }
 
     #[test]
