@@ -392,7 +392,6 @@ fn bad_configs_and_environment_overrides_never_echo_a_password() {
 }
 
 #[test]
-#[ignore = "bug: `check` (without --connect) accepts a Redis url that cannot be parsed (redis://u:p@host:notaport); serve then fails every poll with reason config"]
 fn check_refuses_a_redis_url_that_cannot_be_parsed() {
     let dir = tempfile::tempdir().unwrap();
     let config = write_file(
