@@ -12,7 +12,7 @@ use crate::exposition::{Exposition, Format};
 use crate::http::{self, HttpError, HttpState};
 use crate::hub::{Hub, HubBuilder, SnapshotPublisher};
 use crate::scaler::{self, ScalerError};
-use crate::shutdown::{DRAIN_TIMEOUT, Shutdown, ShutdownTrigger};
+use crate::shutdown::{Shutdown, ShutdownTrigger};
 use crate::snapshot::SourceKind;
 use crate::sources::rabbitmq::{self, RabbitSource};
 use crate::sources::redis::RedisSource;
@@ -46,6 +46,8 @@ pub struct App {
     trigger: ShutdownTrigger,
     /// Every task started.
     tasks: JoinSet<()>,
+    /// How long shutdown waits for tasks (`shutdown_grace`).
+    grace: std::time::Duration,
 }
 
 /// A source ready to run, with its publisher.
@@ -185,18 +187,23 @@ impl App {
             hub,
             trigger,
             tasks,
+            grace: config.shutdown_grace,
         })
     }
 
-    /// Signals shutdown and waits up to [`DRAIN_TIMEOUT`] for tasks to finish.
+    /// Signals shutdown and waits up to `shutdown_grace` for tasks (listeners
+    /// with their open streams and in-flight requests, poll loops) to
+    /// finish, then aborts the rest: tonic's own graceful shutdown has no
+    /// time limit.
     pub async fn shutdown(mut self) {
         self.trigger.fire();
-        let drained = tokio::time::timeout(DRAIN_TIMEOUT, async {
+        let grace = self.grace;
+        let drained = tokio::time::timeout(grace, async {
             while self.tasks.join_next().await.is_some() {}
         })
         .await;
         if drained.is_err() {
-            tracing::warn!("some tasks did not stop within {DRAIN_TIMEOUT:?}; aborting them");
+            tracing::warn!("some tasks did not stop within {grace:?}; aborting them");
             self.tasks.abort_all();
         }
     }

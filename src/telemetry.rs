@@ -44,6 +44,10 @@ pub struct Telemetry {
     pub grpc_duration: Family<MethodLabels, Histogram, fn() -> Histogram>,
     /// `queue_exporter_scaler_streams{method}`: streams open now.
     pub scaler_streams: Family<MethodLabels, Gauge>,
+    /// `queue_exporter_tasks`: tokio tasks alive now, to see leaks under load.
+    tasks: Gauge,
+    /// `queue_exporter_open_fds`: file descriptors open now (Linux).
+    open_fds: Gauge,
 }
 
 impl Default for Telemetry {
@@ -87,11 +91,37 @@ impl Telemetry {
             "KEDA push streams open now, by method",
             scaler_streams.clone(),
         );
+        let tasks = Gauge::default();
+        registry.register(
+            "queue_exporter_tasks",
+            "Async tasks alive now (poll loops, listeners, connections, streams)",
+            tasks.clone(),
+        );
+        let open_fds = Gauge::default();
+        registry.register(
+            "queue_exporter_open_fds",
+            "File descriptors the process has open now",
+            open_fds.clone(),
+        );
         Telemetry {
             registry,
             grpc_requests,
             grpc_duration,
             scaler_streams,
+            tasks,
+            open_fds,
+        }
+    }
+
+    /// Reads the process gauges; called before each scrape renders them.
+    pub fn refresh(&self) {
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            self.tasks
+                .set(i64::try_from(rt.metrics().num_alive_tasks()).unwrap_or(i64::MAX));
+        }
+        if let Ok(dir) = std::fs::read_dir("/proc/self/fd") {
+            self.open_fds
+                .set(i64::try_from(dir.count()).unwrap_or(i64::MAX));
         }
     }
 }

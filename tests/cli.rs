@@ -511,3 +511,50 @@ fn once_without_a_config_discovers_local_lists_zsets_and_streams() {
     assert_eq!(depth("string"), None);
     assert_eq!(scrape.source_up("redis"), Some(1.0));
 }
+
+#[tokio::test]
+async fn sigterm_aborts_a_hung_scrape_after_shutdown_grace_and_process_gauges_are_exported() {
+    let redis = RedisServer::start();
+    let (_dir, path) = write_config(&format!(
+        "shutdown_grace: 1s\n{}",
+        GOOD.replace("URL", &redis.url)
+    ));
+    let addr = format!("127.0.0.1:{}", free_port());
+    let mut child = Command::new(BIN)
+        .args(["--config", path.to_str().unwrap(), "--listen-http", &addr])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let url = format!("http://{addr}/metrics");
+    let body = wait_for("serving", Duration::from_secs(20), || async {
+        reqwest::get(&url).await.ok()?.text().await.ok()
+    })
+    .await;
+    // Its own tasks and file descriptors, for leak checks under load.
+    assert!(
+        sample(&body, "queue_exporter_tasks", &[]).is_some_and(|n| n >= 1.0),
+        "{body}"
+    );
+    assert!(
+        sample(&body, "queue_exporter_open_fds", &[]).is_some_and(|n| n >= 3.0),
+        "{body}"
+    );
+
+    // A client that sends half a request and never the rest keeps the
+    // HTTP server's graceful shutdown waiting; the grace period ends it.
+    let mut hung = std::net::TcpStream::connect(&addr).unwrap();
+    std::io::Write::write_all(&mut hung, b"GET /metrics HTTP/1.1\r\nHost: x\r\n").unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let started = Instant::now();
+    let exit = signal_and_wait(&mut child, "-TERM", Duration::from_secs(4));
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(exit.success(), "exit {exit:?}: {err}");
+    assert!(
+        started.elapsed() >= Duration::from_millis(900),
+        "waited for the hung request up to the grace period: {:?}",
+        started.elapsed()
+    );
+    assert!(err.contains("did not stop within 1s"), "{err}");
+}

@@ -64,6 +64,9 @@ pub struct Config {
     pub scaler: ScalerConfig,
     /// Sources to poll, in config order.
     pub sources: Vec<SourceConfig>,
+    /// How long SIGTERM waits for open streams, in-flight scrapes and polls
+    /// to finish before aborting them (`shutdown_grace`, default 5 s).
+    pub shutdown_grace: Duration,
     /// True when no file was given and `sources` are the built-in local defaults.
     pub default_sources: bool,
     /// Where the config came from (the file, or `<defaults>`), for messages.
@@ -83,6 +86,16 @@ struct RawConfig {
     scaler: ScalerConfig,
     #[serde(default)]
     sources: Option<Vec<serde_json::Value>>,
+    #[serde(
+        default = "default_shutdown_grace",
+        deserialize_with = "duration::de_duration"
+    )]
+    shutdown_grace: Duration,
+}
+
+/// The default `shutdown_grace`.
+fn default_shutdown_grace() -> Duration {
+    crate::shutdown::DRAIN_TIMEOUT
 }
 
 /// Where the exporter listens.
@@ -297,6 +310,7 @@ impl Config {
             log: raw.log,
             scaler: raw.scaler,
             sources,
+            shutdown_grace: raw.shutdown_grace,
             default_sources,
             origin: origin.clone(),
         };
@@ -340,6 +354,9 @@ impl Config {
                 SourceConfig::Redis(c) => c.validate(&at)?,
                 SourceConfig::RabbitMq(c) => c.validate(&at)?,
             }
+        }
+        if self.shutdown_grace.is_zero() {
+            return Err(("shutdown_grace".into(), "must be greater than 0".into()));
         }
         if let Some(s) = self.scaler.max_staleness
             && s.is_zero()
@@ -604,6 +621,22 @@ sources:
             let e = load_yaml(&FULL.replace("(?P<priority>", &format!("(?P<{bad}>"))).unwrap_err();
             assert!(e.to_string().contains("not a valid label name"), "{e}");
         }
+    }
+
+    #[test]
+    fn shutdown_grace_defaults_to_five_seconds_and_must_be_positive() {
+        assert_eq!(
+            load_yaml(FULL).unwrap().shutdown_grace,
+            Duration::from_secs(5)
+        );
+        let c = load_yaml(&format!("shutdown_grace: 1500ms\n{FULL}")).unwrap();
+        assert_eq!(c.shutdown_grace, Duration::from_millis(1500));
+        let e = load_yaml(&format!("shutdown_grace: 0s\n{FULL}")).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("shutdown_grace: must be greater than 0"),
+            "{e}"
+        );
     }
 
     #[test]

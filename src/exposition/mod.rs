@@ -139,6 +139,7 @@ impl Exposition {
     /// Process-level metrics (encoded on every scrape), plus `# EOF`.
     fn live_part(&self, format: Format) -> Result<String, EncodeError> {
         let mut live = String::new();
+        self.telemetry.refresh();
         prometheus_client::encoding::text::encode_registry(&mut live, &self.telemetry.registry)?;
         let mut out = finish(&live, format);
         if format == Format::OpenMetrics {
