@@ -111,12 +111,7 @@ pub async fn serve(
     }
 
     let (reporter, health_service) = tonic_health::server::health_reporter();
-    reporter
-        .set_service_status("", ServingStatus::NotServing)
-        .await;
-    reporter
-        .set_service_status(SERVICE_NAME, ServingStatus::NotServing)
-        .await;
+    set_health(&reporter, ServingStatus::NotServing).await;
 
     let reflection = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(proto::FILE_DESCRIPTOR_SET)
@@ -155,16 +150,18 @@ pub async fn serve(
 
 /// Reports NOT_SERVING until the first successful poll of any source, then
 /// SERVING, and NOT_SERVING again on shutdown. Woken by snapshot updates.
+/// Sets the status of both the server (`""`) and the scaler service.
+async fn set_health(reporter: &HealthReporter, status: ServingStatus) {
+    for service in ["", SERVICE_NAME] {
+        reporter.set_service_status(service, status).await;
+    }
+}
+
 async fn report_health(hub: Hub, reporter: HealthReporter, mut shutdown: Shutdown) {
     let mut changes = hub.subscribe();
     loop {
         if hub.any_success() {
-            reporter
-                .set_service_status("", ServingStatus::Serving)
-                .await;
-            reporter
-                .set_service_status(SERVICE_NAME, ServingStatus::Serving)
-                .await;
+            set_health(&reporter, ServingStatus::Serving).await;
             tracing::debug!("gRPC health: SERVING");
             break;
         }
@@ -174,10 +171,5 @@ async fn report_health(hub: Hub, reporter: HealthReporter, mut shutdown: Shutdow
         }
     }
     shutdown.recv().await;
-    reporter
-        .set_service_status("", ServingStatus::NotServing)
-        .await;
-    reporter
-        .set_service_status(SERVICE_NAME, ServingStatus::NotServing)
-        .await;
+    set_health(&reporter, ServingStatus::NotServing).await;
 }
