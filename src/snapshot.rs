@@ -583,8 +583,8 @@ impl CounterHistory {
             } else {
                 Self::COARSE_STEP - Duration::from_millis(500)
             };
-            let far_enough = last_kept
-                .is_none_or(|l| p.at.duration_since(l).unwrap_or(Duration::ZERO) >= step);
+            let far_enough =
+                last_kept.is_none_or(|l| p.at.duration_since(l).unwrap_or(Duration::ZERO) >= step);
             if far_enough {
                 kept.push_back(p.clone());
                 last_kept = Some(p.at);
@@ -648,7 +648,9 @@ impl CounterHistory {
             .at
             .checked_sub(window)
             .unwrap_or(SystemTime::UNIX_EPOCH);
-        self.points.iter().any(|p| p.at >= start && p.at < newest.at)
+        self.points
+            .iter()
+            .any(|p| p.at >= start && p.at < newest.at)
     }
 
     /// Per-second rate of `pick(counters)` for `queue` over `window`, from the
@@ -758,8 +760,13 @@ mod tests {
             // Rates stay exact over short and long windows: 1 count per poll.
             let per_second = 1000.0 / poll_ms as f64;
             for window in [2, 60, 600] {
-                let r = h.rate(&q, Duration::from_secs(window), |c| c.published).unwrap();
-                assert!((r - per_second).abs() < 1e-6, "{poll_ms} ms over {window} s: {r}");
+                let r = h
+                    .rate(&q, Duration::from_secs(window), |c| c.published)
+                    .unwrap();
+                assert!(
+                    (r - per_second).abs() < 1e-6,
+                    "{poll_ms} ms over {window} s: {r}"
+                );
             }
         }
     }
