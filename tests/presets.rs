@@ -1,4 +1,4 @@
-//! Library presets end to end: real libraries (RQ, Sidekiq, Celery) write
+//! Library presets end to end: real libraries (RQ, Sidekiq, Celery, BullMQ) write
 //! real keys into a private Redis through the fixture scripts under
 //! `tests/fixtures/presets/`; asynq, rediswq and the priority-zset layout
 //! are built here key by key from their documented layouts (asynq's Go
@@ -270,6 +270,57 @@ async fn celery_priority_lists_sum_into_waiting() {
     rcmd(&mut conn, &["FLUSHALL"]);
     wait_value(&c, &[("queue", "emails")], 0.0).await;
     assert!(!active(&mut c, &[("queue", "emails")]).await.unwrap());
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bullmq_waiting_prioritized_delayed_paused_and_stalled() {
+    let redis = RedisServer::start();
+    let node_dir = fixture("node");
+    let probe = format!(
+        "require('{node_dir}/node_modules/bullmq'); require('{node_dir}/node_modules/ioredis')"
+    );
+    let before = now();
+    let Some(_) = run_fixture(
+        "BullMQ (npm ci in tests/fixtures/presets/node)",
+        &["node", "-e", &probe],
+        "node",
+        &[&fixture("node/bullmq_fixture.js"), &redis.url],
+    ) else {
+        return;
+    };
+    let app = TestApp::start(&config(&redis.url, "- preset: bullmq\n")).await;
+    let s = app
+        .scrape_until("bullmq queues", Duration::from_secs(15), |s| {
+            depth(s, "stall", "bullmq", "active").is_some()
+                && depth(s, "mail", "bullmq", "waiting").is_some()
+                && depth(s, "held", "bullmq", "paused").is_some()
+        })
+        .await;
+    // 3 in `wait` + 2 in `prioritized`.
+    assert_eq!(depth(&s, "mail", "bullmq", "waiting"), Some(5.0), "{s}");
+    assert_eq!(depth(&s, "mail", "bullmq", "delayed"), Some(1.0));
+    assert_eq!(depth(&s, "mail", "bullmq", "active"), Some(0.0));
+    assert_eq!(gauge(&s, "queue_paused", "mail", "bullmq"), Some(0.0));
+    assert_eq!(gauge(&s, "queue_paused", "held", "bullmq"), Some(1.0));
+    assert_eq!(depth(&s, "held", "bullmq", "paused"), Some(2.0));
+    assert_eq!(depth(&s, "held", "bullmq", "waiting"), Some(0.0));
+    assert_eq!(depth(&s, "stall", "bullmq", "active"), Some(1.0));
+    // The killed worker's lock expired: stalled, as BullMQ's checker will see it.
+    assert_eq!(
+        gauge(&s, "queue_stalled_jobs", "stall", "bullmq"),
+        Some(1.0)
+    );
+    assert_eq!(gauge(&s, "queue_stalled_jobs", "mail", "bullmq"), Some(0.0));
+    let age = gauge(&s, "queue_oldest_message_age_seconds", "mail", "bullmq").unwrap();
+    assert!(age >= 0.0 && age <= now() - before + 1.0, "age {age}");
+
+    let mut c = client(&app).await;
+    assert_eq!(metrics(&mut c, &[("queue", "mail")]).await.unwrap().1, 5.0);
+    let q = [("queue", "mail"), ("state", "waiting,delayed")];
+    assert_eq!(metrics(&mut c, &q).await.unwrap().1, 6.0);
+    assert!(!active(&mut c, &[("queue", "held")]).await.unwrap());
+    assert!(active(&mut c, &[("queue", "mail")]).await.unwrap());
     app.stop().await;
 }
 
