@@ -629,6 +629,9 @@ class Bench:
         self.results = {}
         self.notes = []
         self.failed = []
+        self.redis_version = ""
+        self.peer_version = None
+        self.rabbit_version = None
         self.rng = random.Random(11)
 
     # ---- data
@@ -968,13 +971,18 @@ class Bench:
             delta = stats_delta(cs0, a.commandstats())
             cpu = a.cpu() - cpu0
             polls = c1 - c0
-            pt = dict(keys=n, polls=polls, poll_ms=(s1 - s0) / polls * 1000,
-                      redis_ms=total(delta)[1] / polls / 1000,
-                      redis_cpu_ms=cpu / polls * 1000,
-                      calls=total(delta)[0] / polls,
+            # Redis's counters are read at arbitrary moments (reading
+            # /metrics at each poll's end would cost too much here), so they
+            # are divided by the polls Redis saw: each poll sends one LLEN
+            # per list.
+            seen = delta.get("llen", (0, 0))[0] / half or polls
+            pt = dict(keys=n, polls=polls, redis_polls=seen, poll_ms=(s1 - s0) / polls * 1000,
+                      redis_ms=total(delta)[1] / seen / 1000,
+                      redis_cpu_ms=cpu / seen * 1000,
+                      calls=total(delta)[0] / seen,
                       rss_mb=exp.rss(), once_ms=once_ms, once_redis_ms=once_usec / 1000,
                       tracked=metric(self_metrics(text), "queue_exporter_tracked_keys", {"source": "grow"}),
-                      commands={k: (c / polls, u / polls) for k, (c, u) in delta.items()})
+                      commands={k: (c / seen, u / seen) for k, (c, u) in delta.items()})
             exp.stop()
             points.append(pt)
             log(f"  {n}: poll {pt['poll_ms']:.1f} ms, Redis {pt['redis_ms']:.1f} ms/poll, "
@@ -1263,39 +1271,38 @@ def merge(deltas):
     return out
 
 
-def report(bench, args, started):
-    res = bench.results
-    p = bench.p
-    m = machine()
+def report(res, meta):
+    p = meta["p"]
+    m = meta["machine"]
     L = []
     L.append("# Benchmarks")
     L.append("")
-    if args.smoke:
+    if meta["smoke"]:
         L.append("**Smoke run** (tiny data, one run each): proves the harness works; "
                  "the numbers mean nothing.")
         L.append("")
-    L.append(f"Written by `scripts/bench` (issue 11's harness) on {started:%Y-%m-%d %H:%M} UTC, "
-             f"in {(time.time() - started.timestamp()) / 60:.1f} minutes.")
+    L.append(f"Written by `scripts/bench` (issue 11's harness) on {meta['started']} UTC, "
+             f"in {meta['minutes']:.1f} minutes.")
     L.append("")
-    L.append(f"- command: `{args.command}`")
+    L.append(f"- command: `{meta['command']}`")
     L.append(f"- machine: {m['nproc']} CPUs (`nproc`), {m['cpu']}, kernel {m['kernel']}, "
              f"{m['memory']} RAM, {m['distro']}; load average at the end "
              f"{m['load'][0]:.2f} / {m['load'][1]:.2f} / {m['load'][2]:.2f} (1 / 5 / 15 min)")
-    L.append(f"- queue-exporter: `{args.bin_label or args.bin}` ({args.version}), commit {args.rev}")
-    L.append(f"- peers: {bench.redis_version.split(' sha=')[0]}; "
-             f"{bench.peer_version or 'redis_exporter not installed'}; "
-             f"RabbitMQ {bench.rabbit_version or 'not available'}")
+    L.append(f"- queue-exporter: `{meta['binary']}` ({meta['version']}), commit {meta['rev']}")
+    L.append(f"- peers: {meta['redis_version'].split(' sha=')[0]}; "
+             f"{meta['peer_version'] or 'redis_exporter not installed'}; "
+             f"RabbitMQ {meta['rabbit_version'] or 'not available'}")
     L.append(f"- data: {p['lists']:,} lists and {p['zsets']:,} zsets of {p['items']} items among "
              f"{p['other']:,} other keys (strings), in a private `redis-server --save \"\" "
              f"--appendonly no` on a free port. Zset scores are enqueue times "
              f"`now − random×3600` with 3 decimals (all due); members are short, so the zsets are "
-             f"`{getattr(bench, 'zset_encoding', '?')}`s. Exporter config: the defaults, "
+             f"`{meta.get('zset_encoding', '?')}`s. Exporter config: the defaults, "
              "`poll_interval: 1s`, patterns `queue:list:*` and `queue:zset:*` (`score: timestamp`).")
     L.append("")
     L.append("The machine is shared and has 2 cores, so absolute numbers move between runs; "
              "each peer is measured in the same run, and the ratios are what the targets are "
              "about. Cells read min / **median** / max.")
-    for n in bench.notes:
+    for n in meta["notes"]:
         L.append("")
         L.append(f"> {n}")
     L.append("")
@@ -1339,7 +1346,7 @@ def report(bench, args, started):
         L.append(f"| 2 | steady Redis CPU at 1 s polls (`INFO cpu`, net of idle "
                  f"{idle * 100:.2f} %) vs redis_exporter scraped every 15 s | "
                  f"{fmt3(spread(net), '%')} | " + (f"{fmt(peer_pct, '%')}" if peer_pct is not None else "—") +
-                 f" | " + (f"{statistics.median(net) / peer_pct:.1f}×"
+                 f" | " + (f"{statistics.median(net) / peer_pct:.1f}× the peer's load"
                            if peer_pct and peer_pct > 0 and statistics.median(net) > 0 else "—") +
                  " | (reported) | — |")
         details += report_main(main, p, res)
@@ -1375,9 +1382,9 @@ def report(bench, args, started):
             first = spread([x for s in sc for x in s["first_ms"]])
             again = spread([x for s in sc for x in s["again_ms"]])
             size = next((s["bytes"] for s in sc if s["bytes"]), 0)
-            L.append(f"| 4 | one {kind} scrape, alone ({size:,} bytes): first of a new snapshot "
-                     f"(encode{' + deflate' if kind == 'gzip' else ''}) / repeated (cached) | "
-                     f"{fmt3(first)} / {fmt3(again)} | — | — | (reported) | — |")
+            L.append(f"| 4 | one {kind} scrape alone ({size:,} bytes) | first of a new snapshot "
+                     f"(encode{' + deflate' if kind == 'gzip' else ''}): {fmt3(first)}; "
+                     f"repeated (cached): {fmt3(again)} | — | — | (reported) | — |")
         g = [r["grpc"] for r in main["runs"]]
         rps = spread([x["rps"] for x in g])
         p99 = spread([x["latency"]["p99_ms"] for x in g])
@@ -1434,7 +1441,7 @@ def report(bench, args, started):
         L.append(f"| 8 | growth {sizes} queue keys | at {last['keys']:,}: poll {fmt(last['poll_ms'])}, "
                  f"Redis {fmt(last['redis_ms'])}/poll, RSS {fmt(last['rss_mb'], 'MB')}; {step} "
                  f"| — | — | {TARGETS[8]} (≤ 1.5×) | {met(all(oks) if oks else None)} |")
-        details += report_growth(growth, args)
+        details += report_growth(growth)
     rab = res.get("rabbit")
     if rab:
         for row in rab["rows"]:
@@ -1580,12 +1587,13 @@ def report_memory(res):
     return out
 
 
-def report_growth(growth, args):
+def report_growth(growth):
     out = ["", "### 8. Growth", ""]
     out.append("Half lists, half timestamp zsets of the same shape, in their own database; "
                "`max_keys: 1000000` (the default 10,000 would cap them) and "
                "`discovery_interval: 1h`, so the timed window holds only steady polls; discovery "
-               "shows in the `once` column. Values are means over the window's polls.")
+               "shows in the `once` column. Values are means over the window's polls (Redis's "
+               "figures over the polls Redis saw in it: LLEN calls / lists).")
     out.append("")
     out.append("| queue keys | polls | poll | Redis CPU/poll (commandstats) | Redis CPU/poll (`INFO cpu`) | "
                "commands/poll | exporter RSS | `once` | Redis CPU of `once` |")
@@ -1655,13 +1663,15 @@ METHOD_NOTES = [
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--bin", required=True)
+    ap.add_argument("--bin")
     ap.add_argument("--bin-label", default=None, help="how the report names the binary")
-    ap.add_argument("--loadgen", required=True)
-    ap.add_argument("--root", required=True)
+    ap.add_argument("--loadgen")
+    ap.add_argument("--root", default=".")
     ap.add_argument("--out", required=True, help="the Markdown report")
     ap.add_argument("--plot-dir", required=True)
-    ap.add_argument("--json", required=True)
+    ap.add_argument("--json", required=True, help="raw results (written, or read with --report-only)")
+    ap.add_argument("--report-only", action="store_true",
+                    help="render the report and plots again from --json, without running anything")
     ap.add_argument("--command", default="scripts/bench")
     ap.add_argument("--smoke", action="store_true")
     ap.add_argument("--mem-duration", type=float, default=None)
@@ -1669,15 +1679,43 @@ def main():
     ap.add_argument("--only", default="", help="comma-separated scenario numbers")
     ap.add_argument("--no-peer", action="store_true")
     args = ap.parse_args()
+    failed = []
+    if args.report_only:
+        with open(args.json) as f:
+            results = json.load(f)
+    else:
+        results, failed = run(args)
+    os.makedirs(args.plot_dir, exist_ok=True)
+    stem = "bench"
+    pngs = plots(results, args.plot_dir, stem)
+    text = report(results, results["meta"])
+    # Image links relative to the report.
+    rel = os.path.relpath(args.plot_dir, os.path.dirname(os.path.abspath(args.out)))
+    text = text.replace("](docs/bench-", f"]({rel}/{stem}-")
+    if not pngs:
+        text += "\n(matplotlib not available: no plots.)\n"
+    with open(args.out, "w") as f:
+        f.write(text)
+    log(f"wrote {args.out}" + (f", {', '.join(pngs)}" if pngs else ""))
+    if failed:
+        log(f"failed scenarios: {', '.join(failed)}")
+        sys.exit(1)
+
+
+def run(args):
+    """Runs the scenarios; returns the results (with their meta data) and
+    the scenarios that failed. The raw results are written to --json."""
+    if not (args.bin and args.loadgen):
+        sys.exit("--bin and --loadgen are required (or --report-only)")
     p = SMOKE if args.smoke else FULL
     if args.runs:
         p["runs"] = args.runs
     if args.mem_duration is None:
         args.mem_duration = 3.0 if args.smoke else 120.0
-    args.version = subprocess.run([args.bin, "--version"], capture_output=True,
-                                  text=True).stdout.strip()
+    version = subprocess.run([args.bin, "--version"], capture_output=True,
+                             text=True).stdout.strip()
     started = datetime.datetime.now(datetime.timezone.utc)
-    args.rev = git_rev(args.root)
+    rev = git_rev(args.root)
 
     def stop(*_):
         raise KeyboardInterrupt
@@ -1697,23 +1735,18 @@ def main():
                 proc.kill()
                 proc.wait()
         shutil.rmtree(bench.work, ignore_errors=True)
+    results = bench.results
+    results["meta"] = dict(
+        smoke=args.smoke, p=p, command=args.command, binary=args.bin_label or args.bin,
+        version=version, rev=rev, started=f"{started:%Y-%m-%d %H:%M}",
+        minutes=(time.time() - started.timestamp()) / 60, machine=machine(),
+        redis_version=getattr(bench, "redis_version", ""), peer_version=bench.peer_version,
+        rabbit_version=bench.rabbit_version, zset_encoding=getattr(bench, "zset_encoding", "?"),
+        notes=bench.notes, failed=bench.failed)
     with open(args.json, "w") as f:
-        json.dump(bench.results, f, indent=1, default=str)
-    os.makedirs(args.plot_dir, exist_ok=True)
-    stem = "bench"
-    pngs = plots(bench.results, args.plot_dir, stem)
-    text = report(bench, args, started)
-    # Image links relative to the report.
-    rel = os.path.relpath(args.plot_dir, os.path.dirname(os.path.abspath(args.out)))
-    text = text.replace("](docs/bench-", f"]({rel}/{stem}-")
-    if not pngs:
-        text += "\n(matplotlib not available: no plots.)\n"
-    with open(args.out, "w") as f:
-        f.write(text)
-    log(f"wrote {args.out}, {args.json}" + (f", {', '.join(pngs)}" if pngs else ""))
-    if bench.failed:
-        log(f"failed scenarios: {', '.join(bench.failed)}")
-        sys.exit(1)
+        json.dump(results, f, indent=1, default=str)
+    log(f"wrote {args.json}")
+    return results, bench.failed
 
 
 if __name__ == "__main__":
