@@ -135,8 +135,8 @@ impl Inner {
     /// Validates metadata, including what the config can tell (`source`).
     fn parse(&self, meta: &HashMap<String, String>) -> Result<Arc<ScalerQuery>, Status> {
         self.parsed.get_or_parse(meta, || {
-            let query =
-                metadata::parse(meta).map_err(|e| Status::invalid_argument(e.to_string()))?;
+            let query = metadata::parse(meta)
+                .map_err(|e| Status::invalid_argument(bounded(e.to_string())))?;
             query::check_static(&query, &self.hub.snapshots()).map_err(to_status)?;
             Ok(query)
         })
@@ -232,10 +232,29 @@ fn who(r: &ScaledObjectRef) -> String {
 /// Maps a query failure to its gRPC status.
 fn to_status(e: QueryError) -> Status {
     match e {
-        QueryError::InvalidArgument(m) => Status::invalid_argument(m),
-        QueryError::NotFound(m) => Status::not_found(m),
-        QueryError::Unavailable(m) => Status::unavailable(m),
+        QueryError::InvalidArgument(m) => Status::invalid_argument(bounded(m)),
+        QueryError::NotFound(m) => Status::not_found(bounded(m)),
+        QueryError::Unavailable(m) => Status::unavailable(bounded(m)),
     }
+}
+
+/// Longest error message sent, in bytes.
+const MAX_MESSAGE_BYTES: usize = 1024;
+
+/// An error message cut to [`MAX_MESSAGE_BYTES`]. Messages travel in the
+/// `grpc-message` header, percent-encoded; one echoing a huge metadata value
+/// overflowed HTTP/2's header limit and reached the client as a protocol
+/// error instead of its real code (found by `tests/properties.rs`).
+fn bounded(mut message: String) -> String {
+    if message.len() > MAX_MESSAGE_BYTES {
+        let mut cut = MAX_MESSAGE_BYTES;
+        while !message.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        message.truncate(cut);
+        message.push('…');
+    }
+    message
 }
 
 /// The canonical gRPC code name, the `code` label.
@@ -417,10 +436,10 @@ fn get_metrics(inner: &Inner, req: &GetMetricsRequest) -> Result<GetMetricsRespo
     let name = names::metric_name(&query);
     let asked = names::normalize_requested(&req.metric_name);
     if !asked.is_empty() && asked != name {
-        return Err(Status::invalid_argument(format!(
+        return Err(Status::invalid_argument(bounded(format!(
             "metricName: {:?} is not this trigger's metric; its metadata gives {name:?} (optionally prefixed sN-)",
             req.metric_name
-        )));
+        ))));
     }
     let reading = inner.read(&query);
     log_decision(METHOD, &who(r), &query, &reading);
@@ -584,5 +603,19 @@ mod query_cache_tests {
         let bad = meta(&[("queue", "q"), ("mode", "Depth")]);
         assert!(cache.get_or_parse(&bad, || parse(&bad)).is_err());
         assert!(cache.get_or_parse(&bad, || parse(&bad)).is_err());
+    }
+}
+
+#[cfg(test)]
+mod message_tests {
+    use super::*;
+
+    #[test]
+    fn long_messages_are_cut_on_a_char_boundary() {
+        let long = "\u{2ee5e}".repeat(1000);
+        let cut = bounded(format!("scalerMetadata.source: no source named {long:?}"));
+        assert!(cut.len() <= MAX_MESSAGE_BYTES + '…'.len_utf8());
+        assert!(cut.ends_with('…') && cut.starts_with("scalerMetadata.source"));
+        assert_eq!(bounded("short".into()), "short");
     }
 }
