@@ -299,7 +299,9 @@ async fn redis_killed_and_restarted_goes_up_down_up_never_stale_and_right_within
         assert!(age < fresh_bound, "up with {age:.2}s old data: {s:?}");
         seen_up += 1;
     }
-    assert!(seen_up > 10);
+    // Enough up scrapes for the check above to mean something (a loaded
+    // machine scrapes less often than every 25 ms).
+    assert!(seen_up >= 3, "only {seen_up} scrapes while up");
 
     // gRPC: only real values (3 or 5), the old one only while younger than
     // max_staleness, UNAVAILABLE otherwise; never another code.
