@@ -658,25 +658,10 @@ impl RabbitUser {
 
 impl Drop for RabbitUser {
     fn drop(&mut self) {
-        let url = format!(
+        crate::support::delete_as_guest(format!(
             "{}/users/{}",
             crate::support::RABBIT_API,
             crate::support::pct(&self.name)
-        );
-        let _ = std::thread::spawn(move || {
-            if let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            {
-                rt.block_on(async {
-                    let _ = reqwest::Client::new()
-                        .delete(&url)
-                        .basic_auth("guest", Some("guest"))
-                        .send()
-                        .await;
-                });
-            }
-        })
-        .join();
+        ));
     }
 }

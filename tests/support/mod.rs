@@ -671,23 +671,7 @@ impl RabbitVhost {
 
 impl Drop for RabbitVhost {
     fn drop(&mut self) {
-        // Runs on its own thread and runtime: the test's runtime may be gone.
-        let url = format!("{RABBIT_API}/vhosts/{}", pct(&self.name));
-        let _ = std::thread::spawn(move || {
-            if let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            {
-                rt.block_on(async {
-                    let _ = reqwest::Client::new()
-                        .delete(&url)
-                        .basic_auth("guest", Some("guest"))
-                        .send()
-                        .await;
-                });
-            }
-        })
-        .join();
+        delete_as_guest(format!("{RABBIT_API}/vhosts/{}", pct(&self.name)));
     }
 }
 
@@ -761,4 +745,24 @@ pub fn monitored(monitor: &mut redis::Connection) -> Vec<String> {
         }
     }
     seen
+}
+
+/// DELETEs a management API object as guest, on its own thread and runtime
+/// (for `Drop`: the test's runtime may be gone). Errors are ignored.
+pub fn delete_as_guest(url: String) {
+    let _ = std::thread::spawn(move || {
+        if let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        {
+            rt.block_on(async {
+                let _ = reqwest::Client::new()
+                    .delete(&url)
+                    .basic_auth("guest", Some("guest"))
+                    .send()
+                    .await;
+            });
+        }
+    })
+    .join();
 }
