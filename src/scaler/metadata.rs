@@ -10,11 +10,12 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use globset::{Glob, GlobMatcher};
 
-use crate::snapshot::{CounterHistory, JobState};
+use crate::snapshot::{CounterHistory, JobState, QueueSample};
 
 /// Every key this scaler reads, as listed in error messages.
 pub const ACCEPTED_KEYS: [&str; 11] = [
@@ -231,6 +232,58 @@ pub struct ScalerQuery {
     /// Restricts matching to one library preset's queues (`preset`), for
     /// when two libraries have a queue of the same name.
     pub preset: Option<String>,
+    /// The queues this query matched in the latest snapshots, so repeated
+    /// requests between polls do not test every queue name again.
+    pub memo: MatchMemo,
+}
+
+/// Which queues of each snapshot a query matched, remembered for as long
+/// as the snapshots' queue lists stay the same (one poll each).
+///
+/// Measured reason: with 1,000 trigger maps over 4,000 queues, testing
+/// every name on every `GetMetrics` took about half of the scaler's CPU.
+/// A clone starts empty: it is a cache, not part of the query.
+#[derive(Debug, Default)]
+pub struct MatchMemo(std::sync::Mutex<Option<Arc<Matched>>>);
+
+/// The matches for one set of queue lists.
+#[derive(Debug)]
+pub struct Matched {
+    /// The queue lists the indices point into; held, so none is freed (and
+    /// its address reused by another list) while the memo refers to it.
+    lists: Vec<Arc<[QueueSample]>>,
+    /// Per list, the positions of the matching queues.
+    pub indices: Vec<Vec<u32>>,
+}
+
+impl Clone for MatchMemo {
+    fn clone(&self) -> Self {
+        MatchMemo::default()
+    }
+}
+
+impl MatchMemo {
+    /// The matches in `lists`, from the memo when it was computed for the
+    /// very same lists, else from `compute` (one index list per list).
+    pub fn get_or_compute(
+        &self,
+        lists: Vec<Arc<[QueueSample]>>,
+        compute: impl FnOnce(&[Arc<[QueueSample]>]) -> Vec<Vec<u32>>,
+    ) -> Arc<Matched> {
+        // A poisoned lock only means another request panicked while
+        // storing; the memo is a cache and is simply recomputed.
+        let mut memo = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(m) = memo.as_ref()
+            && m.lists.len() == lists.len()
+            && m.lists.iter().zip(&lists).all(|(a, b)| Arc::ptr_eq(a, b))
+        {
+            return m.clone();
+        }
+        let indices = compute(&lists);
+        let m = Arc::new(Matched { lists, indices });
+        *memo = Some(m.clone());
+        m
+    }
 }
 
 /// Why metadata was refused; always names the key. Maps to `INVALID_ARGUMENT`.
@@ -391,6 +444,7 @@ pub fn parse(meta: &HashMap<String, String>) -> Result<ScalerQuery, MetadataErro
         activation,
         operation,
         window,
+        memo: MatchMemo::default(),
     })
 }
 
