@@ -264,7 +264,7 @@ pub async fn once(config: &Config) -> OnceReport {
         publisher.publish(snapshot);
     }
     let exposition = Exposition::new(hub, Arc::new(Telemetry::new()));
-    let text = exposition.render(Format::Classic).unwrap_or_else(|e| {
+    let text = exposition.render_text(Format::Classic).unwrap_or_else(|e| {
         failures.push(("exposition".to_string(), e.to_string()));
         String::new()
     });
