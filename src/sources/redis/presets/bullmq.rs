@@ -26,8 +26,9 @@ const DELAYED_SEQ: u64 = 0x1000;
 
 /// The highest `delayed` score that is due at `now` (unix seconds): the
 /// bound BullMQ's own `promoteDelayedJobs` uses, `(now_ms + 1) * 4096 - 1`,
-/// so a job due in this very millisecond counts. Scores stay below 2^53
-/// until the year 2248, so the integer is exact as a Redis double.
+/// so a job due in this very millisecond counts. Redis scores are doubles:
+/// the bound stays below 2^53, and so exact, until September 2039, like
+/// BullMQ's own scores.
 pub fn due_score_bound(now: f64) -> u64 {
     let now_ms = (now * 1e3).floor().max(0.0) as u64;
     (now_ms + 1) * DELAYED_SEQ - 1
@@ -211,7 +212,7 @@ mod tests {
         let due_next_ms = 1_000_001 * 4096;
         assert!(due_now_last_seq <= due_score_bound(now));
         assert!(due_next_ms > due_score_bound(now));
-        // A 2025 time stays an exact integer as a Redis double.
+        // A 2025 time is an exact integer as a Redis double (until 2039).
         let bound = due_score_bound(1_750_000_000.5);
         assert_eq!(bound, 1_750_000_000_501 * 4096 - 1);
         assert!(bound < 1 << 53);
