@@ -252,11 +252,18 @@ pub async fn once(config: &Config) -> OnceReport {
     let built = build(&sources, &mut builder);
     let hub = builder.build();
     let mut failures = Vec::new();
-    for (source, publisher, _) in built {
-        let (snapshot, ok) = match source {
-            Built::Redis(mut s) => sources::poll_once(&mut s, &publisher).await,
-            Built::Rabbit(mut s) => sources::poll_once(&mut s, &publisher).await,
-        };
+    // Every source at once, as `serve` polls them: the slowest sets the time.
+    let polled = futures_util::future::join_all(built.into_iter().map(
+        |(source, publisher, _)| async move {
+            let (snapshot, ok) = match source {
+                Built::Redis(mut s) => sources::poll_once(&mut s, &publisher).await,
+                Built::Rabbit(mut s) => sources::poll_once(&mut s, &publisher).await,
+            };
+            (snapshot, ok, publisher)
+        },
+    ))
+    .await;
+    for (snapshot, ok, publisher) in polled {
         if !ok {
             let reasons: Vec<_> = snapshot.polls.errors.keys().map(|r| r.as_str()).collect();
             failures.push((snapshot.source.to_string(), reasons.join(",")));
