@@ -120,9 +120,12 @@ impl Signals {
         {
             /// A handler's next delivery, or never when it is missing.
             async fn recv(s: &mut Option<tokio::signal::unix::Signal>) {
-                match s {
-                    Some(s) if s.recv().await.is_some() => {}
-                    _ => std::future::pending().await,
+                let delivered = match s {
+                    Some(s) => s.recv().await.is_some(),
+                    None => false,
+                };
+                if !delivered {
+                    std::future::pending::<()>().await;
                 }
             }
             tokio::select! {
