@@ -36,7 +36,9 @@ pub enum AppError {
     Scaler(#[from] ScalerError),
     /// A reload was asked for, but the config came from standard input,
     /// which cannot be read twice.
-    #[error("the configuration was read from standard input and cannot be read again; restart to change it")]
+    #[error(
+        "the configuration was read from standard input and cannot be read again; restart to change it"
+    )]
     ReloadFromStdin,
 }
 
@@ -245,7 +247,10 @@ async fn stop_sources(sources: Vec<RunningSource>, grace: Duration) {
     }
     let deadline = tokio::time::Instant::now() + grace;
     for mut r in sources {
-        if tokio::time::timeout_at(deadline, &mut r.task).await.is_err() {
+        if tokio::time::timeout_at(deadline, &mut r.task)
+            .await
+            .is_err()
+        {
             tracing::warn!(source = %r.name, "source did not stop within {grace:?}; aborting it");
             r.task.abort();
         }

@@ -231,7 +231,10 @@ mod tests {
     }
 
     fn names(hub: &Hub) -> Vec<String> {
-        hub.snapshots().iter().map(|s| s.source.to_string()).collect()
+        hub.snapshots()
+            .iter()
+            .map(|s| s.source.to_string())
+            .collect()
     }
 
     #[test]

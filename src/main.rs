@@ -68,7 +68,11 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(dispatch(cli.command.unwrap_or(Command::Serve), config, opts)) {
+    match runtime.block_on(dispatch(
+        cli.command.unwrap_or(Command::Serve),
+        config,
+        opts,
+    )) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e:#}");

@@ -58,12 +58,12 @@ async fn passwords_from_source_overrides_reach_the_backends_and_never_show() {
     let mut conn = redis.conn();
     let _: () = redis::cmd("RPUSH")
         .arg("work")
-        .arg(["a", "b", "c"])
+        .arg(&["a", "b", "c"])
         .query(&mut conn)
         .unwrap();
     // From now on only the password opens it.
     let _: () = redis::cmd("CONFIG")
-        .arg(["SET", "requirepass", redis_pw.as_str()])
+        .arg(&["SET", "requirepass", redis_pw.as_str()])
         .query(&mut conn)
         .unwrap();
     let vhost = RabbitVhost::create("config-env").await;
@@ -84,18 +84,34 @@ async fn passwords_from_source_overrides_reach_the_backends_and_never_show() {
     let (code, stdout, stderr) = run_bin(&["check", "--connect", "--config", path], &[]);
     assert_eq!(code, 1, "{stdout}{stderr}");
     assert!(stderr.contains("sources.main: cannot poll"), "{stderr}");
-    assert!(stderr.contains("sources.orders-eu: cannot poll"), "{stderr}");
+    assert!(
+        stderr.contains("sources.orders-eu: cannot poll"),
+        "{stderr}"
+    );
 
     // By index and by name (ORDERS_EU for `orders-eu`); the RabbitMQ
     // password is text even where it could read as something else.
-    for redis_var in ["QUEUE_EXPORTER__SOURCES__0__URL", "QUEUE_EXPORTER__SOURCES__MAIN__URL"] {
+    for redis_var in [
+        "QUEUE_EXPORTER__SOURCES__0__URL",
+        "QUEUE_EXPORTER__SOURCES__MAIN__URL",
+    ] {
         let env = [
             (redis_var, redis_url.as_str()),
-            ("QUEUE_EXPORTER__SOURCES__ORDERS_EU__PASSWORD", rabbit_pw.as_str()),
+            (
+                "QUEUE_EXPORTER__SOURCES__ORDERS_EU__PASSWORD",
+                rabbit_pw.as_str(),
+            ),
         ];
         for args in [
             vec!["check", "--config", path, "--log-level", "trace"],
-            vec!["check", "--connect", "--config", path, "--log-level", "trace"],
+            vec![
+                "check",
+                "--connect",
+                "--config",
+                path,
+                "--log-level",
+                "trace",
+            ],
             vec!["once", "--config", path, "--log-level", "trace"],
         ] {
             let (code, stdout, stderr) = run_bin(&args, &env);
@@ -123,8 +139,17 @@ async fn passwords_from_source_overrides_reach_the_backends_and_never_show() {
         ],
     );
     assert_eq!(code, 1, "{stdout}{stderr}");
-    assert!(stderr.contains("sources.orders-eu: cannot poll (auth)"), "{stderr}");
-    assert_hidden(&wrong, &[("wrong stdout".into(), stdout), ("wrong stderr".into(), stderr)]);
+    assert!(
+        stderr.contains("sources.orders-eu: cannot poll (auth)"),
+        "{stderr}"
+    );
+    assert_hidden(
+        &wrong,
+        &[
+            ("wrong stdout".into(), stdout),
+            ("wrong stderr".into(), stderr),
+        ],
+    );
 
     // `serve` at trace level: both sources up with the right values; then
     // a SIGHUP reads the same environment and keeps both running.
@@ -141,8 +166,16 @@ async fn passwords_from_source_overrides_reach_the_backends_and_never_show() {
     .await;
     let up = poll_until(Duration::from_secs(20), || async {
         let text = exp.metrics().await;
-        (sample(&text, "queue_depth", &[("source", "main"), ("queue", "work")]) == Some(3.0)
-            && sample(&text, "queue_exporter_source_up", &[("source", "orders-eu")]) == Some(1.0))
+        (sample(
+            &text,
+            "queue_depth",
+            &[("source", "main"), ("queue", "work")],
+        ) == Some(3.0)
+            && sample(
+                &text,
+                "queue_exporter_source_up",
+                &[("source", "orders-eu")],
+            ) == Some(1.0))
         .then_some(text)
     })
     .await
@@ -172,7 +205,10 @@ async fn passwords_from_source_overrides_reach_the_backends_and_never_show() {
     assert!(exp.terminate().success());
     outputs.push(("serve stdout".into(), exp.stdout()));
     outputs.push(("serve stderr".into(), exp.stderr()));
-    assert!(exp.stderr().lines().count() > 20, "trace logging produced almost nothing");
+    assert!(
+        exp.stderr().lines().count() > 20,
+        "trace logging produced almost nothing"
+    );
     assert_hidden(&redis_pw, &outputs);
     assert_hidden(&rabbit_pw, &outputs);
 }

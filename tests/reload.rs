@@ -150,7 +150,10 @@ async fn sighup_adds_a_queue_and_keeps_listeners_streams_and_unchanged_sources()
     assert!(scrape_on(&mut keep_alive).await.contains("queue_depth"));
     let mut client = scaler_common::connect(exp.grpc).await;
     let mut stream: tonic::Streaming<IsActiveResponse> = client
-        .stream_is_active(scaler_common::obj(&[("queue", "extra"), ("source", "main")]))
+        .stream_is_active(scaler_common::obj(&[
+            ("queue", "extra"),
+            ("source", "main"),
+        ]))
         .await
         .expect("stream opens")
         .into_inner();
@@ -187,12 +190,20 @@ async fn sighup_adds_a_queue_and_keeps_listeners_streams_and_unchanged_sources()
     // before the reload, and pushed to the stream opened before it.
     let body = scrape_on(&mut keep_alive).await;
     assert_eq!(
-        value(&body, "queue_depth", &[("source", "main"), ("queue", "extra")]),
+        value(
+            &body,
+            "queue_depth",
+            &[("source", "main"), ("queue", "extra")]
+        ),
         Some(2.0),
         "readers switch once the restarted source has polled:\n{body}"
     );
     assert_eq!(
-        value(&body, "queue_depth", &[("source", "main"), ("queue", "work")]),
+        value(
+            &body,
+            "queue_depth",
+            &[("source", "main"), ("queue", "work")]
+        ),
         Some(3.0)
     );
     let msg = tokio::time::timeout(WAIT, stream.message())
@@ -216,14 +227,21 @@ async fn sighup_adds_a_queue_and_keeps_listeners_streams_and_unchanged_sources()
         &[("source", "other")],
     )
     .unwrap();
-    assert!(after >= other_polls, "other restarted: {after} < {other_polls}");
+    assert!(
+        after >= other_polls,
+        "other restarted: {after} < {other_polls}"
+    );
     assert_eq!(
         value(&text, "queue_exporter_config_reload_success", &[]),
         Some(1.0)
     );
     // The stream opened before the reload is still the one open stream.
     assert_eq!(
-        value(&text, "queue_exporter_scaler_streams", &[("method", "StreamIsActive")]),
+        value(
+            &text,
+            "queue_exporter_scaler_streams",
+            &[("method", "StreamIsActive")]
+        ),
         Some(1.0)
     );
     assert!(exp.running());
@@ -243,7 +261,7 @@ async fn an_invalid_config_keeps_the_old_one_and_a_fixed_one_applies() {
     )
     .await;
     wait_depth(&exp, "main", "work", 3.0).await;
-    let mut client = scaler_common::connect(exp.grpc).await;
+    let client = scaler_common::connect(exp.grpc).await;
     let listen = listen_line(&exp);
     let config_path = exp.config.display().to_string();
 
@@ -320,7 +338,11 @@ async fn an_invalid_config_keeps_the_old_one_and_a_fixed_one_applies() {
     .unwrap();
     assert!(after > before, "{after} <= {before}");
     assert_eq!(
-        value(&text, "queue_depth", &[("source", "main"), ("queue", "extra")]),
+        value(
+            &text,
+            "queue_depth",
+            &[("source", "main"), ("queue", "extra")]
+        ),
         Some(2.0)
     );
     scaler_common::wait_value(&client, &[("queue", "extra")], 2.0).await;
@@ -336,8 +358,9 @@ async fn an_invalid_config_keeps_the_old_one_and_a_fixed_one_applies() {
     let outcome = reload(&exp, &changed).await;
     assert!(outcome.contains("config reloaded from"), "{outcome}");
     assert!(
-        exp.stderr().lines().any(|l| l.contains("listen.http changed")
-            && l.contains("applies only after a restart")),
+        exp.stderr().lines().any(
+            |l| l.contains("listen.http changed") && l.contains("applies only after a restart")
+        ),
         "{}",
         exp.stderr()
     );
@@ -346,10 +369,98 @@ async fn an_invalid_config_keeps_the_old_one_and_a_fixed_one_applies() {
         value(&text, "queue_exporter_config_reload_success", &[]),
         Some(1.0)
     );
-    assert!(!text.contains("queue=\"work\""), "work was removed:\n{text}");
+    assert!(
+        !text.contains("queue=\"work\""),
+        "work was removed:\n{text}"
+    );
     assert!(
         std::net::TcpStream::connect(("127.0.0.1", moved)).is_err(),
         "nothing listens on the new address before a restart"
     );
     assert!(exp.terminate().success(), "{}", exp.stderr());
+}
+
+/// In process, where the moment of the swap is observable: when
+/// `App::reload` returns, readers already see the new sources' first poll
+/// (make before break); a new source whose backend hangs delays the swap by
+/// at most `RELOAD_FIRST_POLL_WAIT`, then is shown unpolled, while the
+/// others keep serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readers_switch_after_the_new_sources_first_poll_and_a_hung_one_waits_at_most_five_seconds()
+{
+    use queue_exporter::app::{RELOAD_FIRST_POLL_WAIT, ReloadSummary};
+    let redis = RedisServer::start();
+    let mut conn = redis.conn();
+    scaler_common::set_list_len(&mut conn, "work", 3);
+    scaler_common::set_list_len(&mut conn, "extra", 2);
+    let one = format!(
+        "listen: {{ grpc: null }}\nsources:\n{}",
+        source("main", &redis.url, &["work"])
+    );
+    let mut app = TestApp::start(&one).await;
+    app.wait_value(
+        "queue_depth",
+        &[("source", "main"), ("queue", "work")],
+        3.0,
+        WAIT,
+    )
+    .await;
+
+    let (two, _dir) = load_config(&format!(
+        "{one}{}",
+        source("second", &redis.url, &["extra"])
+    ));
+    let summary = app.app.as_mut().unwrap().reload(two).await.expect("reload");
+    assert_eq!(
+        summary,
+        ReloadSummary {
+            kept: vec!["main".into()],
+            started: vec!["second".into()],
+            stopped: vec![],
+            need_restart: vec![],
+        }
+    );
+    // No scrape in between: the swap happened after `second` polled.
+    let snapshots = app.app().hub.snapshots();
+    let second = snapshots
+        .iter()
+        .find(|s| &*s.source == "second")
+        .expect("second is served");
+    assert!(second.polled && second.last_success.is_some(), "{second:?}");
+
+    let silent = SilentServer::start();
+    let (three, _dir) = load_config(&format!(
+        "{one}{}",
+        source("hung", &silent.redis_url(), &["work"])
+    ));
+    let started = std::time::Instant::now();
+    let summary = app
+        .app
+        .as_mut()
+        .unwrap()
+        .reload(three)
+        .await
+        .expect("reload");
+    let took = started.elapsed();
+    assert_eq!(summary.started, ["hung"]);
+    assert_eq!(summary.stopped, ["second"]);
+    assert!(
+        took >= RELOAD_FIRST_POLL_WAIT && took < RELOAD_FIRST_POLL_WAIT + Duration::from_secs(5),
+        "{took:?}"
+    );
+    let scrape = app.scrape().await;
+    assert_eq!(
+        scrape.value("queue_depth", &[("source", "main"), ("queue", "work")]),
+        Some(3.0)
+    );
+    assert!(!scrape.shows_queue("extra"), "second was stopped");
+    assert!(
+        !app.app()
+            .hub
+            .snapshots()
+            .iter()
+            .any(|s| &*s.source == "second"),
+        "second is gone"
+    );
+    app.stop().await;
 }

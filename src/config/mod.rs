@@ -463,9 +463,7 @@ impl SourceOverride {
         entries: &[serde_json::Value],
     ) -> Result<SourceOverride, OverrideError> {
         let fail = |path: &str, m: String| (var.to_string(), path.to_string(), m);
-        let rest = var
-            .strip_prefix(&format!("{ENV_PREFIX}__"))
-            .unwrap_or(var);
+        let rest = var.strip_prefix(&format!("{ENV_PREFIX}__")).unwrap_or(var);
         let mut segments = rest.split("__").skip(1);
         let which = segments.next().unwrap_or_default();
         let path: Vec<String> = segments.map(str::to_lowercase).collect();
@@ -647,9 +645,10 @@ fn parse_source_with(
             Ok(source) => return Ok((source, v)),
             Err((path, message)) => {
                 let at = dotted(&path);
-                let retry = overrides.iter().zip(&as_text).position(|(o, text)| {
-                    !*text && o.dotted() == at && !o.json(false).is_string()
-                });
+                let retry = overrides
+                    .iter()
+                    .zip(&as_text)
+                    .position(|(o, text)| !*text && o.dotted() == at && !o.json(false).is_string());
                 match retry {
                     Some(k) => as_text[k] = true,
                     None => return Err((path, message)),
@@ -1048,7 +1047,10 @@ sources:
         let c = load_yaml_env(
             TWO,
             env(&[
-                ("QUEUE_EXPORTER__SOURCES__0__URL", "redis://:pw@10.0.0.1:6380/2"),
+                (
+                    "QUEUE_EXPORTER__SOURCES__0__URL",
+                    "redis://:pw@10.0.0.1:6380/2",
+                ),
                 ("QUEUE_EXPORTER__SOURCES__MAIN__MAX_KEYS", "5"),
                 ("QUEUE_EXPORTER__SOURCES__main__POLL_INTERVAL", "250ms"),
                 ("QUEUE_EXPORTER__SOURCES__MAIN__QUEUES__0__KEY", "other"),
@@ -1078,14 +1080,20 @@ sources:
         assert_eq!(c.source_entry("orders-eu").unwrap()["password"], "12345");
         let plain = load_yaml(TWO).unwrap();
         assert_ne!(plain.source_entry("main"), c.source_entry("main"));
-        assert_eq!(plain.source_entry("main"), load_yaml(TWO).unwrap().source_entry("main"));
+        assert_eq!(
+            plain.source_entry("main"),
+            load_yaml(TWO).unwrap().source_entry("main")
+        );
     }
 
     #[test]
     fn env_overrides_reach_the_default_sources() {
         let c = Config::load_with_env(
             &LoadOptions::default(),
-            env(&[("QUEUE_EXPORTER__SOURCES__REDIS__URL", "redis://127.0.0.1:7000")]),
+            env(&[(
+                "QUEUE_EXPORTER__SOURCES__REDIS__URL",
+                "redis://127.0.0.1:7000",
+            )]),
         )
         .unwrap();
         assert!(c.default_sources);
@@ -1128,16 +1136,24 @@ sources:
                 "environment variable QUEUE_EXPORTER__SOURCES__0__QUEUES__3__KEY: sources[0].queues[3].key: 3 is not an index of this list of 1",
             ),
             (
-                ("QUEUE_EXPORTER__SOURCES__MAIN__URL", "http://qe:hunter2@127.0.0.1:1"),
+                (
+                    "QUEUE_EXPORTER__SOURCES__MAIN__URL",
+                    "http://qe:hunter2@127.0.0.1:1",
+                ),
                 "environment variable QUEUE_EXPORTER__SOURCES__MAIN__URL: sources[0].url: must start with redis://",
             ),
             (
-                ("QUEUE_EXPORTER__SOURCES__ORDERS_EU__URL", "http://u:hunter2@[::1"),
+                (
+                    "QUEUE_EXPORTER__SOURCES__ORDERS_EU__URL",
+                    "http://u:hunter2@[::1",
+                ),
                 "environment variable QUEUE_EXPORTER__SOURCES__ORDERS_EU__URL: sources[1].url: is not a valid URL",
             ),
         ];
         for ((var, value), want) in cases {
-            let e = load_yaml_env(TWO, env(&[(var, value)])).unwrap_err().to_string();
+            let e = load_yaml_env(TWO, env(&[(var, value)]))
+                .unwrap_err()
+                .to_string();
             assert!(e.starts_with(want), "{var}: {e}");
             assert!(!e.contains("hunter2"), "{e}");
         }
@@ -1146,9 +1162,15 @@ sources:
   - { name: a-b, type: redis }
   - { name: a_b, type: redis }
 ";
-        let e = load_yaml_env(twins, env(&[("QUEUE_EXPORTER__SOURCES__A_B__MAX_KEYS", "1")]))
-            .unwrap_err();
-        assert!(e.to_string().contains("A_B names 2 sources; use the index"), "{e}");
+        let e = load_yaml_env(
+            twins,
+            env(&[("QUEUE_EXPORTER__SOURCES__A_B__MAX_KEYS", "1")]),
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string().contains("A_B names 2 sources; use the index"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -332,7 +332,10 @@ fn check_size(meta: &HashMap<String, String>) -> Result<(), MetadataError> {
     }
     let total = size_bytes(meta);
     if total > MAX_TOTAL_BYTES {
-        let largest = keys.iter().max_by_key(|k| meta[**k].len()).map(|k| k.as_str());
+        let largest = keys
+            .iter()
+            .max_by_key(|k| meta[**k].len())
+            .map(|k| k.as_str());
         let largest_len = largest.map_or(0, |k| meta[k].len());
         return Err(too_large(
             largest,
@@ -528,7 +531,10 @@ mod tests {
         // A long key is named by its first 64 bytes, before unknown-key checks.
         let key = "k".repeat(MAX_KEY_BYTES + 1);
         let e = parse(&meta(&[("queue", "q"), (key.as_str(), "v")])).unwrap_err();
-        let shown = format!("scalerMetadata.{}…: key of 257 bytes; at most 256", "k".repeat(64));
+        let shown = format!(
+            "scalerMetadata.{}…: key of 257 bytes; at most 256",
+            "k".repeat(64)
+        );
         assert_eq!(e.to_string(), shown);
 
         let many: Vec<(String, String)> = (0..=MAX_KEYS)
@@ -536,14 +542,21 @@ mod tests {
             .collect();
         let many: HashMap<String, String> = many.into_iter().collect();
         let e = parse(&many).unwrap_err();
-        assert_eq!(e.to_string(), "scalerMetadata: 65 keys; at most 64 are accepted");
+        assert_eq!(
+            e.to_string(),
+            "scalerMetadata: 65 keys; at most 64 are accepted"
+        );
 
         // KEDA's own keys may be long (a PEM in caCert), within the total.
         let pem = "p".repeat(20_000);
         assert!(parse(&meta(&[("queue", "q"), ("caCert", pem.as_str())])).is_ok());
         let pem = "p".repeat(MAX_TOTAL_BYTES);
-        let e = parse(&meta(&[("queue", "q"), ("caCert", pem.as_str()), ("tlsClientKey", "k")]))
-            .unwrap_err();
+        let e = parse(&meta(&[
+            ("queue", "q"),
+            ("caCert", pem.as_str()),
+            ("tlsClientKey", "k"),
+        ]))
+        .unwrap_err();
         assert!(
             e.to_string().starts_with(&format!(
                 "scalerMetadata.caCert: keys and values take {} bytes in all, at most {MAX_TOTAL_BYTES}",

@@ -192,7 +192,7 @@ impl Inner {
     fn read(&self, query: &ScalerQuery) -> Result<Reading, Status> {
         let snapshots = self.hub.snapshots();
         query::evaluate(query, &snapshots, &self.config.borrow(), SystemTime::now())
-        .map_err(to_status)
+            .map_err(to_status)
     }
 
     /// Counts one RPC by method and code, and times it if it was unary.
