@@ -15,6 +15,9 @@ use scaler_common::*;
 use support::*;
 use tonic::Code;
 
+/// Metadata as key/value pairs.
+type Pairs = Vec<(String, String)>;
+
 /// A ScaledObjectRef with exactly `meta` (no keys added).
 fn raw(meta: HashMap<String, String>) -> ScaledObjectRef {
     ScaledObjectRef {
@@ -78,7 +81,7 @@ async fn oversized_metadata_is_invalid_argument_naming_the_key() {
     let many: Vec<(String, String)> = (0..=MAX_KEYS)
         .map(|i| (format!("k{i}FromEnv"), "x".to_string()))
         .collect();
-    let cases: Vec<(&str, Vec<(String, String)>, String)> = vec![
+    let cases: Vec<(&str, Pairs, String)> = vec![
         (
             "a value one byte over",
             vec![("queue".into(), over.clone())],
