@@ -4,7 +4,9 @@
 //! running; an invalid config keeps the old one (values still served,
 //! `queue_exporter_config_reload_success 0`, one log line naming file,
 //! field and problem); a fixed one applies (gauge 1); a changed listen
-//! address is logged as needing a restart. Each test runs its own
+//! address is logged as needing a restart; a config from standard input is
+//! not re-read. In process: readers switch only after the new sources'
+//! first poll, waiting at most 5 s for a hung one. Each test runs its own
 //! redis-server.
 mod reliability_support;
 mod scaler_common;
@@ -463,4 +465,81 @@ async fn readers_switch_after_the_new_sources_first_poll_and_a_hung_one_waits_at
         "second is gone"
     );
     app.stop().await;
+}
+
+/// A config read from standard input cannot be read again: SIGHUP says so
+/// on one line, sets the gauge to 0, and the process keeps serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_config_from_standard_input_is_not_reloaded_and_says_why() {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let redis = RedisServer::start();
+    scaler_common::set_list_len(&mut redis.conn(), "work", 3);
+    let port = free_port();
+    let yaml = format!(
+        "listen: {{ http: 127.0.0.1:{port}, grpc: null }}\nsources:\n{}",
+        source("main", &redis.url, &["work"])
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let err_path = dir.path().join("stderr");
+    let mut child = KillOnDrop(
+        Command::new(BIN)
+            .args(["--config", "-"])
+            .env_remove("RUST_LOG")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&err_path).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    child
+        .0
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(yaml.as_bytes())
+        .unwrap();
+    let base = format!("http://127.0.0.1:{port}");
+    let metrics = || async {
+        let resp = reqwest::get(format!("{base}/metrics")).await.ok()?;
+        if !resp.status().is_success() {
+            return None;
+        }
+        resp.text().await.ok()
+    };
+    poll_until(WAIT, || async {
+        metrics().await.filter(|b| {
+            value(b, "queue_depth", &[("source", "main"), ("queue", "work")]) == Some(3.0)
+        })
+    })
+    .await
+    .expect("serving from stdin");
+    let status = Command::new("kill")
+        .args(["-HUP", &child.0.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let line = poll_until(WAIT, || async {
+        reload_outcomes(&read_text(&err_path)).into_iter().next()
+    })
+    .await
+    .expect("a reload outcome");
+    assert!(
+        line.contains("config reload failed, keeping the running configuration: <stdin>: the configuration was read from standard input"),
+        "{line}"
+    );
+    let body = metrics().await.expect("still serving");
+    assert_eq!(
+        value(&body, "queue_exporter_config_reload_success", &[]),
+        Some(0.0)
+    );
+    assert_eq!(
+        value(
+            &body,
+            "queue_depth",
+            &[("source", "main"), ("queue", "work")]
+        ),
+        Some(3.0)
+    );
+    assert!(child.0.try_wait().unwrap().is_none(), "still running");
 }
