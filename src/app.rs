@@ -382,6 +382,12 @@ impl App {
         summary.stopped = old.iter().map(|r| r.name.clone()).collect();
         stop_sources(old, self.grace).await;
 
+        // What needs a restart stays as it runs, so a later reload still
+        // reports it as changed.
+        let mut new = new;
+        new.listen = self.config.listen.clone();
+        new.scaler.tls = self.config.scaler.tls.clone();
+        new.log = self.config.log.clone();
         self.scaler_config.send_replace(new.scaler.clone());
         self.grace = new.shutdown_grace;
         self.config = new;

@@ -379,6 +379,17 @@ async fn an_invalid_config_keeps_the_old_one_and_a_fixed_one_applies() {
         std::net::TcpStream::connect(("127.0.0.1", moved)).is_err(),
         "nothing listens on the new address before a restart"
     );
+    // Still not applied, so the next reload says so again.
+    let warned = |stderr: &str| {
+        stderr
+            .lines()
+            .filter(|l| l.contains("listen.http changed"))
+            .count()
+    };
+    assert_eq!(warned(&exp.stderr()), 1);
+    let outcome = reload(&exp, &changed).await;
+    assert!(outcome.contains(r#"kept=["main"]"#), "{outcome}");
+    assert_eq!(warned(&exp.stderr()), 2, "{}", exp.stderr());
     assert!(exp.terminate().success(), "{}", exp.stderr());
 }
 
