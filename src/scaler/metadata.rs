@@ -7,6 +7,11 @@
 //! Hand-written rather than derived with serde for a reason users see: every
 //! refusal names the key, the value and what is allowed, as one
 //! `INVALID_ARGUMENT` line KEDA shows in the ScaledObject's events.
+//!
+//! Maps are bounded before anything else is read ([`MAX_KEYS`],
+//! [`MAX_KEY_BYTES`], [`MAX_VALUE_BYTES`], [`MAX_TOTAL_BYTES`]): gRPC alone
+//! lets a client send 4 MiB of metadata, which would be parsed, matched as
+//! globs and cached on every request.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -43,6 +48,21 @@ pub const KEDA_KEYS: [&str; 7] = [
     "tlsClientKey",
     "tlsCertFile",
 ];
+
+/// Most keys a map may have: ours (11) and KEDA's own (7) with room for
+/// `*FromEnv` keys.
+pub const MAX_KEYS: usize = 64;
+
+/// Longest key, in bytes.
+pub const MAX_KEY_BYTES: usize = 256;
+
+/// Longest value of one of our keys, in bytes: a queue name or glob, a
+/// source, vhost or group name. KEDA's own keys (`caCert` may hold a PEM
+/// chain) are bounded only by [`MAX_TOTAL_BYTES`].
+pub const MAX_VALUE_BYTES: usize = 4 * 1024;
+
+/// Most bytes of all keys and values together.
+pub const MAX_TOTAL_BYTES: usize = 64 * 1024;
 
 /// Default per-replica target (`value`).
 pub const DEFAULT_TARGET: f64 = 5.0;
@@ -378,6 +398,81 @@ pub enum MetadataError {
         /// What is wrong and what is allowed.
         problem: String,
     },
+    /// The map, a key or a value is beyond the size limits.
+    #[error("scalerMetadata{}: {problem}", .key.as_deref().map(|k| format!(".{k}")).unwrap_or_default())]
+    TooLarge {
+        /// The offending key (cut to 64 bytes), when one key is at fault.
+        key: Option<String>,
+        /// Which limit, and by how much.
+        problem: String,
+    },
+}
+
+/// The bytes of all keys and values of `meta`.
+pub fn size_bytes(meta: &HashMap<String, String>) -> usize {
+    meta.iter().map(|(k, v)| k.len() + v.len()).sum()
+}
+
+/// `key` cut to 64 bytes (on a char boundary) for messages.
+fn short_key(key: &str) -> String {
+    const MAX: usize = 64;
+    if key.len() <= MAX {
+        return key.to_string();
+    }
+    let mut end = MAX;
+    while !key.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &key[..end])
+}
+
+/// Refuses maps beyond the limits; the error names the key at fault (the
+/// first in sorted order) or, for the total, the largest value's key.
+fn check_size(meta: &HashMap<String, String>) -> Result<(), MetadataError> {
+    let too_large = |key: Option<&str>, problem: String| MetadataError::TooLarge {
+        key: key.map(short_key),
+        problem,
+    };
+    if meta.len() > MAX_KEYS {
+        return Err(too_large(
+            None,
+            format!("{} keys; at most {MAX_KEYS} are accepted", meta.len()),
+        ));
+    }
+    let mut keys: Vec<&String> = meta.keys().collect();
+    keys.sort();
+    for key in &keys {
+        if key.len() > MAX_KEY_BYTES {
+            return Err(too_large(
+                Some(key),
+                format!("key of {} bytes; at most {MAX_KEY_BYTES}", key.len()),
+            ));
+        }
+    }
+    for key in &keys {
+        let len = meta[*key].len();
+        if len > MAX_VALUE_BYTES && !is_keda_key(key) {
+            return Err(too_large(
+                Some(key),
+                format!("value of {len} bytes; at most {MAX_VALUE_BYTES}"),
+            ));
+        }
+    }
+    let total = size_bytes(meta);
+    if total > MAX_TOTAL_BYTES {
+        let largest = keys
+            .iter()
+            .max_by_key(|k| meta[**k].len())
+            .map(|k| k.as_str());
+        let largest_len = largest.map_or(0, |k| meta[k].len());
+        return Err(too_large(
+            largest,
+            format!(
+                "keys and values take {total} bytes in all, at most {MAX_TOTAL_BYTES}; this key's value is the largest ({largest_len} bytes)"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// `"a", "b"`: keys as they were written, quoted so odd spellings are visible.
@@ -395,6 +490,7 @@ fn is_keda_key(key: &str) -> bool {
 
 /// Parses `scalerMetadata`. Empty values count as absent.
 pub fn parse(meta: &HashMap<String, String>) -> Result<ScalerQuery, MetadataError> {
+    check_size(meta)?;
     let mut unknown: Vec<String> = meta
         .keys()
         .filter(|k| !ACCEPTED_KEYS.contains(&k.as_str()) && !is_keda_key(k))
@@ -545,6 +641,61 @@ fn parse_states(list: &str) -> Result<Vec<JobState>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn oversized_maps_are_refused_naming_the_key() {
+        let big = "q".repeat(MAX_VALUE_BYTES + 1);
+        let e = parse(&meta(&[("queue", big.as_str()), ("mode", "Age")])).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "scalerMetadata.queue: value of {} bytes; at most {MAX_VALUE_BYTES}",
+                MAX_VALUE_BYTES + 1
+            )
+        );
+        // At the limit it is only a (long) queue name.
+        let max = "q".repeat(MAX_VALUE_BYTES);
+        assert!(parse(&meta(&[("queue", max.as_str())])).is_ok());
+
+        // A long key is named by its first 64 bytes, before unknown-key checks.
+        let key = "k".repeat(MAX_KEY_BYTES + 1);
+        let e = parse(&meta(&[("queue", "q"), (key.as_str(), "v")])).unwrap_err();
+        let shown = format!(
+            "scalerMetadata.{}…: key of 257 bytes; at most 256",
+            "k".repeat(64)
+        );
+        assert_eq!(e.to_string(), shown);
+
+        let many: Vec<(String, String)> = (0..=MAX_KEYS)
+            .map(|i| (format!("k{i}FromEnv"), "x".into()))
+            .collect();
+        let many: HashMap<String, String> = many.into_iter().collect();
+        let e = parse(&many).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "scalerMetadata: 65 keys; at most 64 are accepted"
+        );
+
+        // KEDA's own keys may be long (a PEM in caCert), within the total.
+        let pem = "p".repeat(20_000);
+        assert!(parse(&meta(&[("queue", "q"), ("caCert", pem.as_str())])).is_ok());
+        let pem = "p".repeat(MAX_TOTAL_BYTES);
+        let e = parse(&meta(&[
+            ("queue", "q"),
+            ("caCert", pem.as_str()),
+            ("tlsClientKey", "k"),
+        ]))
+        .unwrap_err();
+        assert!(
+            e.to_string().starts_with(&format!(
+                "scalerMetadata.caCert: keys and values take {} bytes in all, at most {MAX_TOTAL_BYTES}",
+                MAX_TOTAL_BYTES + "queue".len() + 1 + "caCert".len() + "tlsClientKey".len() + 1
+            )),
+            "{e}"
+        );
+        // Values never appear in these messages.
+        assert!(!e.to_string().contains("ppp"));
+    }
 
     #[test]
     fn state_is_a_comma_list_of_job_states_for_queue_length() {
