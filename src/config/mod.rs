@@ -18,6 +18,7 @@ mod preset;
 mod rabbitmq;
 mod redis;
 mod secret;
+mod web;
 
 use duration::de_opt_duration;
 pub use duration::parse_duration;
@@ -25,10 +26,11 @@ pub use preset::{ALL_QUEUES, CounterKeys, DEFAULT_STALLED_CHECK_LIMIT, Preset, P
 pub use rabbitmq::{ClientTlsConfig, NameRegex, RabbitMethod, RabbitSourceConfig, RabbitStats};
 pub use redis::{
     AgeSpec, CaptureLabels, JsonField, KeyType, ListEnd, QueueSpec, QueueTarget, RESERVED_LABELS,
-    RedisSourceConfig, RedisUrl, ScoreMode, ScoreUnit, TimeUnit, default_age_buckets,
+    RedisSourceConfig, RedisTlsConfig, RedisUrl, ScoreMode, ScoreUnit, TimeUnit, default_age_buckets,
     default_age_histogram_interval,
 };
 pub use secret::{Redacted, read_secret_file};
+pub use web::{BcryptHash, ClientAuthType, WebConfig, WebTlsConfig};
 
 /// Prefix of environment overrides (`QUEUE_EXPORTER__LISTEN__HTTP=...`).
 pub const ENV_PREFIX: &str = "QUEUE_EXPORTER";
@@ -62,6 +64,8 @@ pub struct Config {
     pub log: LogConfig,
     /// The KEDA external scaler's options.
     pub scaler: ScalerConfig,
+    /// TLS and basic auth of the HTTP listener.
+    pub web: WebConfig,
     /// Sources to poll, in config order.
     pub sources: Vec<SourceConfig>,
     /// How long SIGTERM waits for open streams, in-flight scrapes and polls
@@ -84,6 +88,8 @@ struct RawConfig {
     log: LogConfig,
     #[serde(default)]
     scaler: ScalerConfig,
+    #[serde(default)]
+    web: WebConfig,
     #[serde(default)]
     sources: Option<Vec<serde_json::Value>>,
     #[serde(
@@ -309,6 +315,7 @@ impl Config {
             listen: raw.listen,
             log: raw.log,
             scaler: raw.scaler,
+            web: raw.web,
             sources,
             shutdown_grace: raw.shutdown_grace,
             default_sources,
@@ -355,6 +362,7 @@ impl Config {
                 SourceConfig::RabbitMq(c) => c.validate(&at)?,
             }
         }
+        self.web.validate()?;
         if self.shutdown_grace.is_zero() {
             return Err(("shutdown_grace".into(), "must be greater than 0".into()));
         }
