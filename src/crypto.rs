@@ -39,7 +39,9 @@ pub enum PemFileError {
 
 /// Reads a PEM file that must hold at least one certificate, all valid;
 /// returns the bytes as read and the parsed certificates.
-pub fn read_pem_certs(path: &Path) -> Result<(Vec<u8>, Vec<CertificateDer<'static>>), PemFileError> {
+pub fn read_pem_certs(
+    path: &Path,
+) -> Result<(Vec<u8>, Vec<CertificateDer<'static>>), PemFileError> {
     let bytes = read(path)?;
     let certs = CertificateDer::pem_slice_iter(&bytes)
         .collect::<Result<Vec<_>, _>>()

@@ -56,8 +56,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     // Needs no config.
     if let Some(Command::HashPassword { cost }) = cli.command {
-        return match queue_exporter::http::auth::hash_password_from(std::io::stdin().lock(), cost)
-        {
+        return match queue_exporter::http::auth::hash_password_from(std::io::stdin().lock(), cost) {
             Ok(hash) => {
                 println!("{hash}");
                 ExitCode::SUCCESS
@@ -101,6 +100,12 @@ fn main() -> ExitCode {
 async fn dispatch(command: Command, config: Config) -> anyhow::Result<ExitCode> {
     match command {
         Command::Serve => {
+            // Unusable TLS files and the like: one line naming the config
+            // file and the field, exit 2, as `check` says it.
+            if let Err(e) = app::preflight(&config) {
+                eprintln!("{}: {e}", config.origin);
+                return Ok(ExitCode::from(2));
+            }
             app::run(config).await?;
             Ok(ExitCode::SUCCESS)
         }

@@ -26,8 +26,8 @@ pub use preset::{ALL_QUEUES, CounterKeys, DEFAULT_STALLED_CHECK_LIMIT, Preset, P
 pub use rabbitmq::{ClientTlsConfig, NameRegex, RabbitMethod, RabbitSourceConfig, RabbitStats};
 pub use redis::{
     AgeSpec, CaptureLabels, JsonField, KeyType, ListEnd, QueueSpec, QueueTarget, RESERVED_LABELS,
-    RedisSourceConfig, RedisTlsConfig, RedisUrl, ScoreMode, ScoreUnit, TimeUnit, default_age_buckets,
-    default_age_histogram_interval,
+    RedisSourceConfig, RedisTlsConfig, RedisUrl, ScoreMode, ScoreUnit, TimeUnit,
+    default_age_buckets, default_age_histogram_interval,
 };
 pub use secret::{Redacted, read_secret_file};
 pub use web::{BcryptHash, ClientAuthType, WebConfig, WebTlsConfig};
@@ -785,5 +785,26 @@ sources:
             assert!(e.contains(want), "{extra}: {e}");
             assert!(!e.contains("hunter2"), "{e}");
         }
+    }
+
+    #[test]
+    fn web_block_keeps_user_names_as_written_and_checks_hashes() {
+        let hash = bcrypt::hash("pw", 4).unwrap();
+        let c = load_yaml(&format!(
+            "web:\n  basic_auth_users:\n    Prometheus: \"{hash}\"\n{FULL}"
+        ))
+        .unwrap();
+        let names: Vec<_> = c.web.basic_auth_users.keys().cloned().collect();
+        assert_eq!(names, ["Prometheus"]);
+        assert!(c.web.tls_server_config.is_none());
+        let e = load_yaml(&format!(
+            "web:\n  basic_auth_users:\n    bob: \"{}\"\n{FULL}",
+            hash.replacen("$2b$04$", "$2b$99$", 1)
+        ))
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "config.yaml: web.basic_auth_users.bob: has a bcrypt cost outside 4..=31"
+        );
     }
 }
