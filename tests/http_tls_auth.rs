@@ -152,6 +152,9 @@ async fn https_serves_only_clients_that_trust_the_ca() {
     assert!(plain.is_err(), "plaintext answered: {plain:?}");
     // The server keeps serving after the failed handshakes.
     wait_depth(&trusted, &metrics, None, 4.0).await;
+    // SIGTERM ends the HTTPS listener like the plain one.
+    let mut e = e;
+    assert!(e.terminate().success(), "{}", e.stderr());
 }
 
 #[tokio::test]

@@ -5,8 +5,9 @@
 //! cached under a keyed SHA-256 of the presented user and password: a
 //! known header costs one hash-map lookup. Misses are checked one at a time
 //! (a burst of scrapers with the same new header costs one bcrypt, and no
-//! burst of wrong passwords can occupy more than one core). Plain passwords
-//! are never stored, logged or echoed.
+//! burst of wrong passwords can occupy more than one core), on tasks that
+//! outlive a client that hangs up, at most [`MAX_QUEUED`] waiting. Plain
+//! passwords are never stored, logged or echoed.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -30,6 +31,9 @@ pub const OPEN_PATHS: [&str; 2] = ["/healthz", "/readyz"];
 /// distinct wrong passwords cannot grow memory).
 const CACHE_LIMIT: usize = 1024;
 
+/// Cache misses waiting for (or in) a bcrypt check at most; more are refused.
+const MAX_QUEUED: usize = 64;
+
 /// The `WWW-Authenticate` challenge of a 401.
 const CHALLENGE: &str = "Basic realm=\"queue-exporter\", charset=\"UTF-8\"";
 
@@ -47,6 +51,8 @@ pub struct BasicAuth {
     cache: Mutex<HashMap<[u8; 32], bool>>,
     /// Held while bcrypt runs: one check at a time.
     checking: tokio::sync::Mutex<()>,
+    /// Permits for checks waiting or running ([`MAX_QUEUED`]).
+    queued: Arc<tokio::sync::Semaphore>,
     /// How many bcrypt checks ran (cache misses).
     verifications: AtomicU64,
 }
@@ -81,13 +87,16 @@ impl BasicAuth {
             key,
             cache: Mutex::new(HashMap::new()),
             checking: tokio::sync::Mutex::new(()),
+            queued: Arc::new(tokio::sync::Semaphore::new(MAX_QUEUED)),
             verifications: AtomicU64::new(0),
         }))
     }
 
     /// Whether an `Authorization` header value names a user whose password
-    /// matches.
-    pub async fn check(&self, header: &[u8]) -> bool {
+    /// matches. A miss is checked on a task of its own, so a client that
+    /// gives up (a scrape timeout shorter than a bcrypt check) still leaves
+    /// the verdict in the cache for its next try.
+    pub async fn check(self: &Arc<Self>, header: &[u8]) -> bool {
         let Some((user, password)) = parse_basic(header) else {
             return false;
         };
@@ -95,29 +104,40 @@ impl BasicAuth {
         if let Some(ok) = self.cached(&digest) {
             return ok;
         }
-        let _one_at_a_time = self.checking.lock().await;
-        // Another request may have checked the same header meanwhile.
-        if let Some(ok) = self.cached(&digest) {
-            return ok;
-        }
-        let (hash, known) = match self.users.get(&user) {
-            Some(h) => (h.clone(), true),
-            None => (self.decoy.clone(), false),
+        // Bounded: a flood of new wrong passwords from clients that hang up
+        // cannot queue bcrypt work without end; past the bound, new headers
+        // are refused until the queue drains (cached ones still pass).
+        let Ok(queued) = self.queued.clone().try_acquire_owned() else {
+            return false;
         };
-        self.verifications.fetch_add(1, Ordering::Relaxed);
-        let verified =
-            tokio::task::spawn_blocking(move || bcrypt::verify(&password, hash.as_str()))
-                .await
-                .ok()
-                .and_then(Result::ok)
-                .unwrap_or(false);
-        let ok = known && verified;
-        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
-        if cache.len() >= CACHE_LIMIT {
-            cache.clear();
-        }
-        cache.insert(digest, ok);
-        ok
+        let me = Arc::clone(self);
+        let checked = tokio::spawn(async move {
+            let _queued = queued;
+            let _one_at_a_time = me.checking.lock().await;
+            // Another request may have checked the same header meanwhile.
+            if let Some(ok) = me.cached(&digest) {
+                return ok;
+            }
+            let (hash, known) = match me.users.get(&user) {
+                Some(h) => (h.clone(), true),
+                None => (me.decoy.clone(), false),
+            };
+            me.verifications.fetch_add(1, Ordering::Relaxed);
+            let verified =
+                tokio::task::spawn_blocking(move || bcrypt::verify(&password, hash.as_str()))
+                    .await
+                    .ok()
+                    .and_then(Result::ok)
+                    .unwrap_or(false);
+            let ok = known && verified;
+            let mut cache = me.cache.lock().unwrap_or_else(|p| p.into_inner());
+            if cache.len() >= CACHE_LIMIT {
+                cache.clear();
+            }
+            cache.insert(digest, ok);
+            ok
+        });
+        checked.await.unwrap_or(false)
     }
 
     /// How many bcrypt checks ran so far (each a cache miss).
@@ -227,8 +247,9 @@ fn unauthorized() -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
-    fn auth_for(users: &[(&str, &str)]) -> BasicAuth {
+    fn auth_for(users: &[(&str, &str)]) -> Arc<BasicAuth> {
         let users = users
             .iter()
             .map(|(u, p)| {
@@ -236,7 +257,7 @@ mod tests {
                 (u.to_string(), BcryptHash::parse(&hash).unwrap())
             })
             .collect();
-        BasicAuth::new(&users).unwrap().unwrap()
+        Arc::new(BasicAuth::new(&users).unwrap().unwrap())
     }
 
     fn basic(user_pass: &str) -> Vec<u8> {
@@ -299,7 +320,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn concurrent_checks_of_one_header_run_bcrypt_once() {
-        let auth = Arc::new(auth_for(&[("bob", "pw")]));
+        let auth = auth_for(&[("bob", "pw")]);
         let tasks: Vec<_> = (0..10)
             .map(|_| {
                 let auth = auth.clone();
@@ -316,6 +337,20 @@ mod tests {
             assert!(!auth.check(&basic("bob:stale")).await);
         }
         assert_eq!(auth.verifications(), 2);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_check_the_client_gave_up_on_still_lands_in_the_cache() {
+        let auth = auth_for(&[("bob", "pw")]);
+        let gave_up = tokio::time::timeout(Duration::ZERO, auth.check(&basic("bob:pw"))).await;
+        assert!(gave_up.is_err(), "the check was still running");
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while auth.cache.lock().unwrap().is_empty() {
+            assert!(std::time::Instant::now() < deadline, "never cached");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(auth.check(&basic("bob:pw")).await);
+        assert_eq!(auth.verifications(), 1);
     }
 
     #[tokio::test]
