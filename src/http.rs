@@ -30,12 +30,22 @@ pub struct HttpState {
 }
 
 /// What `web:` asks of the listener, loaded once at startup.
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 pub struct HttpSecurity {
     /// Serve HTTPS with this config.
     pub tls: Option<Arc<rustls::ServerConfig>>,
     /// Require basic auth (except on [`auth::OPEN_PATHS`]).
     pub auth: Option<Arc<auth::BasicAuth>>,
+}
+
+impl std::fmt::Debug for HttpSecurity {
+    // Shows what is on, never the key material the TLS config holds.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpSecurity")
+            .field("tls", &self.tls.is_some())
+            .field("auth", &self.auth)
+            .finish()
+    }
 }
 
 impl HttpSecurity {
