@@ -12,13 +12,14 @@ use tokio::task::{JoinHandle, JoinSet};
 
 use crate::config::{Config, ConfigError, LoadOptions, ScalerConfig, SourceConfig};
 use crate::exposition::{Exposition, Format};
-use crate::http::{self, HttpError, HttpState};
+use crate::http::{self, HttpError, HttpSecurity, HttpState};
 use crate::hub::{Hub, HubBuilder, HubControl, SnapshotPublisher, SourceSlot};
 use crate::scaler::{self, ScalerError};
 use crate::shutdown::{Shutdown, ShutdownTrigger, Signal, Signals};
 use crate::snapshot::SourceKind;
 use crate::sources::rabbitmq::{self, RabbitSource};
 use crate::sources::redis::RedisSource;
+use crate::sources::redis::tls::RedisTlsError;
 use crate::sources::{self, Source};
 use crate::telemetry::Telemetry;
 
@@ -40,6 +41,15 @@ pub enum AppError {
         "the configuration was read from standard input and cannot be read again; restart to change it"
     )]
     ReloadFromStdin,
+    /// A Redis source's TLS file (`sources[i].tls.*`) cannot be used.
+    #[error("sources[{index}].{error}")]
+    RedisTls {
+        /// The source's position in `sources`.
+        index: usize,
+        /// Which file, and why.
+        #[source]
+        error: RedisTlsError,
+    },
 }
 
 /// How long a reload waits for newly started sources to finish their first
@@ -166,17 +176,26 @@ fn build(
     configs.iter().map(|c| build_one(c, hub)).collect()
 }
 
-/// Checks what the config can only tell by touching files: the gRPC TLS
-/// certificate and key (and client CA) must load. Used by `start`, `reload`
-/// and `check`.
-pub fn preflight(config: &Config) -> Result<(), AppError> {
+/// Checks what the config can only tell by touching files: the TLS
+/// certificates and keys of the gRPC listener, the HTTP listener and the
+/// Redis sources must load, and the HTTP basic-auth users must be usable.
+/// Used by `start`, `reload` and `check`; returns what the HTTP listener needs.
+pub fn preflight(config: &Config) -> Result<HttpSecurity, AppError> {
     crate::crypto::install_crypto_provider();
     if config.listen.grpc.is_some()
         && let Some(tls) = &config.scaler.tls
     {
         scaler::tls::server_config(tls)?;
     }
-    Ok(())
+    for (index, source) in config.sources.iter().enumerate() {
+        if let SourceConfig::Redis(r) = source
+            && let Some(tls) = &r.tls
+        {
+            crate::sources::redis::tls::certificates(tls)
+                .map_err(|error| AppError::RedisTls { index, error })?;
+        }
+    }
+    Ok(HttpSecurity::from_config(&config.web)?)
 }
 
 /// Starts a built source's poll loop, stoppable alone by its own trigger.
@@ -216,6 +235,9 @@ fn restart_only_changes(old: &Config, new: &Config) -> Vec<&'static str> {
     }
     if old.scaler.tls != new.scaler.tls {
         changed.push("scaler.tls");
+    }
+    if old.web != new.web {
+        changed.push("web");
     }
     if old.log.format != new.log.format {
         changed.push("log.format");
@@ -260,7 +282,7 @@ async fn stop_sources(sources: Vec<RunningSource>, grace: Duration) {
 impl App {
     /// Starts everything; returns once the listeners are bound.
     pub async fn start(config: Config) -> Result<App, AppError> {
-        preflight(&config)?;
+        let security = preflight(&config)?;
         let sources = select_sources(&config).await;
         let mut builder = HubBuilder::default();
         let built = build(&sources, &mut builder);
@@ -292,11 +314,11 @@ impl App {
         };
         let shutdown = trigger.subscribe();
         tasks.spawn(async move {
-            if let Err(e) = http::serve(http_listener, state, shutdown).await {
+            if let Err(e) = http::serve(http_listener, state, security, shutdown).await {
                 tracing::error!(error = %e, "HTTP listener stopped");
             }
         });
-        tracing::info!(%http_addr, "serving /metrics");
+        tracing::info!(%http_addr, tls = config.web.tls_server_config.is_some(), basic_auth = !config.web.basic_auth_users.is_empty(), "serving /metrics");
 
         let scaler_config = watch::Sender::new(config.scaler.clone());
         let grpc_addr = match grpc {

@@ -1,5 +1,11 @@
 //! The process-wide rustls crypto provider, shared by every TLS user (Redis `rediss://`,
-//! RabbitMQ HTTPS and `amqps://`, the gRPC listener).
+//! RabbitMQ HTTPS and `amqps://`, the gRPC and HTTP listeners), and the PEM
+//! file readers the TLS configs share.
+
+use std::path::{Path, PathBuf};
+
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
 /// Chooses rustls' process-wide crypto provider. Several dependencies enable
 /// different providers (ring via tonic, aws-lc-rs via reqwest), and rustls then
@@ -7,4 +13,65 @@
 pub fn install_crypto_provider() {
     // Err only means a provider is already installed, which is what we want.
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+}
+
+/// A PEM file that cannot be used. Names the file, never its contents (a
+/// key file's bytes are a secret); the caller adds the config field.
+#[derive(Debug, thiserror::Error)]
+pub enum PemFileError {
+    /// The file could not be read.
+    #[error("cannot read {}: {source}", .path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The file was read but holds nothing usable.
+    #[error("{}: {problem}", .path.display())]
+    Content {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        problem: &'static str,
+    },
+}
+
+/// Reads a PEM file that must hold at least one certificate, all valid;
+/// returns the bytes as read and the parsed certificates.
+pub fn read_pem_certs(
+    path: &Path,
+) -> Result<(Vec<u8>, Vec<CertificateDer<'static>>), PemFileError> {
+    let bytes = read(path)?;
+    let certs = CertificateDer::pem_slice_iter(&bytes)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|_| content(path, "is not valid PEM"))?;
+    if certs.is_empty() {
+        return Err(content(path, "holds no PEM certificate"));
+    }
+    Ok((bytes, certs))
+}
+
+/// Reads a PEM file that must hold a private key (PKCS#8, PKCS#1 or SEC1);
+/// returns the bytes as read and the parsed key.
+pub fn read_pem_key(path: &Path) -> Result<(Vec<u8>, PrivateKeyDer<'static>), PemFileError> {
+    let bytes = read(path)?;
+    // The parser's error is not shown: only what is missing.
+    let key = PrivateKeyDer::from_pem_slice(&bytes)
+        .map_err(|_| content(path, "holds no PEM private key"))?;
+    Ok((bytes, key))
+}
+
+fn read(path: &Path) -> Result<Vec<u8>, PemFileError> {
+    std::fs::read(path).map_err(|source| PemFileError::Read {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+fn content(path: &Path, problem: &'static str) -> PemFileError {
+    PemFileError::Content {
+        path: path.to_path_buf(),
+        problem,
+    }
 }

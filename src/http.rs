@@ -1,5 +1,9 @@
 //! The HTTP listener: `/metrics`, `/healthz`, `/readyz` and a landing page.
-//! Handlers only read snapshots; none of them reaches a backend.
+//! Handlers only read snapshots; none of them reaches a backend. Optionally
+//! HTTPS ([`tls`]) and basic auth ([`auth`]), configured under `web:`.
+
+pub mod auth;
+pub mod tls;
 
 use std::sync::Arc;
 
@@ -10,6 +14,8 @@ use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
 use tower_http::compression::CompressionLayer;
 
+use crate::config::WebConfig;
+use crate::crypto::PemFileError;
 use crate::exposition::{Exposition, Format, accepts_gzip};
 use crate::hub::Hub;
 use crate::shutdown::Shutdown;
@@ -23,13 +29,53 @@ pub struct HttpState {
     pub hub: Hub,
 }
 
-/// Builds the router (gzip when the client accepts it).
-pub fn router(state: HttpState) -> Router {
-    Router::new()
+/// What `web:` asks of the listener, loaded once at startup.
+#[derive(Clone, Default)]
+pub struct HttpSecurity {
+    /// Serve HTTPS with this config.
+    pub tls: Option<Arc<rustls::ServerConfig>>,
+    /// Require basic auth (except on [`auth::OPEN_PATHS`]).
+    pub auth: Option<Arc<auth::BasicAuth>>,
+}
+
+impl std::fmt::Debug for HttpSecurity {
+    // Shows what is on, never the key material the TLS config holds.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpSecurity")
+            .field("tls", &self.tls.is_some())
+            .field("auth", &self.auth)
+            .finish()
+    }
+}
+
+impl HttpSecurity {
+    /// Reads the TLS files and sets up basic auth.
+    pub fn from_config(web: &WebConfig) -> Result<HttpSecurity, HttpError> {
+        let tls = match &web.tls_server_config {
+            Some(cfg) => Some(Arc::new(tls::server_config(cfg)?)),
+            None => None,
+        };
+        let auth = auth::BasicAuth::new(&web.basic_auth_users)?.map(Arc::new);
+        Ok(HttpSecurity { tls, auth })
+    }
+}
+
+/// Builds the router (gzip when the client accepts it), behind basic auth
+/// when `auth` is set.
+pub fn router(state: HttpState, auth: Option<Arc<auth::BasicAuth>>) -> Router {
+    let router = Router::new()
         .route("/", get(landing))
         .route("/metrics", get(metrics))
         .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
+        .route("/readyz", get(readyz));
+    // Around every route and the fallback: an unauthenticated request is
+    // refused before any work, and unknown paths answer 401, not 404, as
+    // with exporter-toolkit.
+    let router = match auth {
+        Some(a) => router.layer(axum::middleware::from_fn_with_state(a, auth::require)),
+        None => router,
+    };
+    router
         .layer(
             CompressionLayer::new()
                 .gzip(true)
@@ -49,18 +95,53 @@ pub enum HttpError {
     /// The server failed while running.
     #[error("HTTP server failed: {0}")]
     Serve(#[source] std::io::Error),
+    /// A `web.tls_server_config` file cannot be used.
+    #[error("web.tls_server_config.{field}: {error}")]
+    TlsFile {
+        /// The config field naming the file.
+        field: &'static str,
+        /// Why.
+        #[source]
+        error: PemFileError,
+    },
+    /// rustls refused the certificates (a key that does not match, ...).
+    #[error("web.tls_server_config.{field}: {error}")]
+    Tls {
+        /// The config field most likely at fault.
+        field: &'static str,
+        /// rustls' error (never key material).
+        #[source]
+        error: rustls::Error,
+    },
+    /// Basic auth could not be set up.
+    #[error(transparent)]
+    Auth(#[from] auth::NoRandomness),
 }
 
 /// Serves until shutdown; in-flight requests are given time to finish.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     state: HttpState,
-    mut shutdown: Shutdown,
+    security: HttpSecurity,
+    shutdown: Shutdown,
 ) -> Result<(), HttpError> {
-    axum::serve(listener, router(state))
-        .with_graceful_shutdown(async move { shutdown.recv().await })
-        .await
-        .map_err(HttpError::Serve)
+    let app = router(state, security.auth);
+    let mut stop = shutdown.clone();
+    let signal = async move { stop.recv().await };
+    match security.tls {
+        None => axum::serve(listener, app)
+            .with_graceful_shutdown(signal)
+            .await
+            .map_err(HttpError::Serve),
+        Some(config) => {
+            let listener =
+                tls::TlsListener::new(listener, config, shutdown).map_err(HttpError::Serve)?;
+            axum::serve(listener, app)
+                .with_graceful_shutdown(signal)
+                .await
+                .map_err(HttpError::Serve)
+        }
+    }
 }
 
 /// A rendered `/metrics` body.

@@ -43,10 +43,30 @@ enum Command {
     },
     /// Discover and poll once, print the exposition to stdout, and exit.
     Once,
+    /// Read a password from standard input (one line) and print its bcrypt
+    /// hash, for `web.basic_auth_users`.
+    HashPassword {
+        /// bcrypt cost (4 to 31); each step doubles the time of a check.
+        #[arg(long, default_value_t = 10)]
+        cost: u32,
+    },
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // Needs no config.
+    if let Some(Command::HashPassword { cost }) = cli.command {
+        return match queue_exporter::http::auth::hash_password_from(std::io::stdin().lock(), cost) {
+            Ok(hash) => {
+                println!("{hash}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("hash-password: {e}");
+                ExitCode::from(2)
+            }
+        };
+    }
     let opts = LoadOptions {
         file: cli.config.clone(),
         listen_http: cli.listen_http,
@@ -84,6 +104,12 @@ fn main() -> ExitCode {
 async fn dispatch(command: Command, config: Config, opts: LoadOptions) -> anyhow::Result<ExitCode> {
     match command {
         Command::Serve => {
+            // Unusable TLS files and the like: one line naming the config
+            // file and the field, exit 2, as `check` says it.
+            if let Err(e) = app::preflight(&config) {
+                eprintln!("{}: {e}", config.origin);
+                return Ok(ExitCode::from(2));
+            }
             // `opts` again on SIGHUP: the same file, env and flags.
             app::run(config, opts).await?;
             Ok(ExitCode::SUCCESS)
@@ -109,6 +135,9 @@ async fn dispatch(command: Command, config: Config, opts: LoadOptions) -> anyhow
                 Ok(ExitCode::FAILURE)
             }
         }
+        Command::HashPassword { .. } => Err(anyhow::anyhow!(
+            "hash-password is handled before the config is loaded"
+        )),
         Command::Once => {
             let report = app::once(&config).await;
             print!("{}", report.text);

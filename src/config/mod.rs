@@ -21,6 +21,7 @@ mod preset;
 mod rabbitmq;
 mod redis;
 mod secret;
+mod web;
 
 use duration::de_opt_duration;
 pub use duration::parse_duration;
@@ -28,10 +29,11 @@ pub use preset::{ALL_QUEUES, CounterKeys, DEFAULT_STALLED_CHECK_LIMIT, Preset, P
 pub use rabbitmq::{ClientTlsConfig, NameRegex, RabbitMethod, RabbitSourceConfig, RabbitStats};
 pub use redis::{
     AgeSpec, CaptureLabels, JsonField, KeyType, ListEnd, QueueSpec, QueueTarget, RESERVED_LABELS,
-    RedisSourceConfig, RedisUrl, ScoreMode, ScoreUnit, TimeUnit, default_age_buckets,
-    default_age_histogram_interval,
+    RedisSourceConfig, RedisTlsConfig, RedisUrl, ScoreMode, ScoreUnit, TimeUnit,
+    default_age_buckets, default_age_histogram_interval,
 };
 pub use secret::{Redacted, read_secret_file};
+pub use web::{BcryptHash, ClientAuthType, WebConfig, WebTlsConfig};
 
 /// Prefix of environment overrides (`QUEUE_EXPORTER__LISTEN__HTTP=...`).
 pub const ENV_PREFIX: &str = "QUEUE_EXPORTER";
@@ -65,6 +67,8 @@ pub struct Config {
     pub log: LogConfig,
     /// The KEDA external scaler's options.
     pub scaler: ScalerConfig,
+    /// TLS and basic auth of the HTTP listener.
+    pub web: WebConfig,
     /// Sources to poll, in config order.
     pub sources: Vec<SourceConfig>,
     /// How long SIGTERM waits for open streams, in-flight scrapes and polls
@@ -90,6 +94,8 @@ struct RawConfig {
     log: LogConfig,
     #[serde(default)]
     scaler: ScalerConfig,
+    #[serde(default)]
+    web: WebConfig,
     #[serde(default)]
     sources: Option<Vec<serde_json::Value>>,
     #[serde(
@@ -322,6 +328,7 @@ impl Config {
             listen: raw.listen,
             log: raw.log,
             scaler: raw.scaler,
+            web: raw.web,
             sources,
             shutdown_grace: raw.shutdown_grace,
             default_sources,
@@ -375,6 +382,7 @@ impl Config {
                 SourceConfig::RabbitMq(c) => c.validate(&at)?,
             }
         }
+        self.web.validate()?;
         if self.shutdown_grace.is_zero() {
             return Err(("shutdown_grace".into(), "must be greater than 0".into()));
         }
@@ -1258,5 +1266,26 @@ sources:
             assert!(e.contains(want), "{extra}: {e}");
             assert!(!e.contains("hunter2"), "{e}");
         }
+    }
+
+    #[test]
+    fn web_block_keeps_user_names_as_written_and_checks_hashes() {
+        let hash = bcrypt::hash("pw", 4).unwrap();
+        let c = load_yaml(&format!(
+            "web:\n  basic_auth_users:\n    Prometheus: \"{hash}\"\n{FULL}"
+        ))
+        .unwrap();
+        let names: Vec<_> = c.web.basic_auth_users.keys().cloned().collect();
+        assert_eq!(names, ["Prometheus"]);
+        assert!(c.web.tls_server_config.is_none());
+        let e = load_yaml(&format!(
+            "web:\n  basic_auth_users:\n    bob: \"{}\"\n{FULL}",
+            hash.replacen("$2b$04$", "$2b$99$", 1)
+        ))
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "config.yaml: web.basic_auth_users.bob: has a bcrypt cost outside 4..=31"
+        );
     }
 }

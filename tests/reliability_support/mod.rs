@@ -69,6 +69,8 @@ pub struct Exporter {
     pub pid: u32,
     /// `http://127.0.0.1:{port}`.
     pub base: String,
+    /// The HTTP listener's port.
+    pub http_port: u16,
     /// The gRPC scaler's address.
     pub grpc: SocketAddr,
     /// Holds the config and the output files.
@@ -84,6 +86,28 @@ impl Exporter {
     /// `/healthz` answers. `args` are extra command-line arguments, `env`
     /// extra environment variables (RUST_LOG is removed unless given).
     pub async fn start(body: &str, args: &[&str], env: &[(&str, &str)]) -> Exporter {
+        let e = Exporter::launch(body, args, env);
+        let url = format!("{}/healthz", e.base);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Ok(r) = reqwest::get(&url).await
+                && r.status().is_success()
+            {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "exporter did not serve /healthz within 20 s; stderr:\n{}",
+                e.stderr()
+            );
+            tokio::time::sleep(Duration::from_millis(30)).await;
+        }
+        e
+    }
+
+    /// Like [`Exporter::start`] without waiting for anything: for listeners
+    /// a plain-HTTP `/healthz` cannot reach (HTTPS, client certificates).
+    pub fn launch(body: &str, args: &[&str], env: &[(&str, &str)]) -> Exporter {
         let dir = tempfile::tempdir().expect("tempdir");
         let http = free_port();
         let grpc_port = free_port();
@@ -105,32 +129,17 @@ impl Exporter {
             cmd.env(k, v);
         }
         let child = cmd.spawn().expect("start the exporter binary");
-        let e = Exporter {
+        Exporter {
             pid: child.id(),
             child: Some(child),
+            http_port: http,
             base: format!("http://127.0.0.1:{http}"),
             grpc: SocketAddr::from(([127, 0, 0, 1], grpc_port)),
             dir,
             config,
             stdout,
             stderr,
-        };
-        let url = format!("{}/healthz", e.base);
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            if let Ok(r) = reqwest::get(&url).await
-                && r.status().is_success()
-            {
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "exporter did not serve /healthz within 20 s; stderr:\n{}",
-                e.stderr()
-            );
-            tokio::time::sleep(Duration::from_millis(30)).await;
         }
-        e
     }
 
     /// GET `/metrics` (classic text); panics if it does not answer 200.

@@ -13,6 +13,7 @@ mod poll;
 mod presets;
 mod reply;
 mod scope;
+pub mod tls;
 mod tracked;
 
 use std::sync::Arc;
@@ -94,8 +95,18 @@ impl RedisSource {
             let settings = info.redis_settings().clone().set_password(password);
             info = info.set_redis_settings(settings);
         }
-        let client = redis::Client::open(info)
-            .map_err(|e| SourceError::Config(format!("invalid url {target}: {:?}", e.kind())))?;
+        let client = match &self.config.tls {
+            Some(tls) => {
+                let certs =
+                    tls::certificates(tls).map_err(|e| SourceError::Config(e.to_string()))?;
+                redis::Client::build_with_tls(info, certs).map_err(|e| {
+                    SourceError::Config(format!("tls: unusable certificates: {:?}", e.kind()))
+                })?
+            }
+            None => redis::Client::open(info).map_err(|e| {
+                SourceError::Config(format!("invalid url {target}: {:?}", e.kind()))
+            })?,
+        };
         let cfg = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(self.config.timeout))
             .set_response_timeout(Some(self.config.timeout))
