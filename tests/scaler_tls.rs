@@ -7,54 +7,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use queue_exporter::scaler::proto::external_scaler_client::ExternalScalerClient;
-use rcgen::{
-    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
-};
 use scaler_common::*;
 use support::*;
 use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity};
-
-/// A CA and what it signed, as PEM.
-struct Pki {
-    /// The CA certificate.
-    ca: String,
-    /// Server certificate for `localhost` and 127.0.0.1, and its key.
-    server: (String, String),
-    /// Client certificate, and its key.
-    client: (String, String),
-}
-
-fn make_pki(name: &str) -> Pki {
-    let ca_key = KeyPair::generate().unwrap();
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params
-        .distinguished_name
-        .push(DnType::CommonName, format!("{name} test CA"));
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca_cert = ca_params.self_signed(&ca_key).unwrap();
-    let issuer = Issuer::new(ca_params, ca_key);
-
-    let leaf = |sans: Vec<String>, usage: ExtendedKeyUsagePurpose| {
-        let key = KeyPair::generate().unwrap();
-        let mut params = CertificateParams::new(sans).unwrap();
-        params.extended_key_usages = vec![usage];
-        let cert = params.signed_by(&key, &issuer).unwrap();
-        (cert.pem(), key.serialize_pem())
-    };
-    let server = leaf(
-        vec!["localhost".into(), "127.0.0.1".into()],
-        ExtendedKeyUsagePurpose::ServerAuth,
-    );
-    let client = leaf(
-        vec!["keda-operator".into()],
-        ExtendedKeyUsagePurpose::ClientAuth,
-    );
-    Pki {
-        ca: ca_cert.pem(),
-        server,
-        client,
-    }
-}
 
 /// Writes the server's files and returns the `scaler:` config block.
 fn tls_yaml(dir: &tempfile::TempDir, pki: &Pki, mutual: bool) -> String {

@@ -63,7 +63,7 @@ impl HttpClient {
         Ok(c)
     }
 
-    /// Builds the client; reads `tls.ca_file` if set.
+    /// Builds the client; reads `tls.ca_file`, `tls.cert_file` and `tls.key_file` if set.
     pub fn new(config: &RabbitSourceConfig) -> Result<Self, SourceError> {
         Self::with_bounds(config, config.timeout, config.max_response_bytes)
     }
@@ -93,6 +93,25 @@ impl HttpClient {
             for cert in certs {
                 builder = builder.add_root_certificate(cert);
             }
+        }
+        if let (Some(cert), Some(key)) = (&config.tls.cert_file, &config.tls.key_file) {
+            let read = |field: &str, path: &std::path::Path| {
+                std::fs::read(path).map_err(|e| {
+                    SourceError::Config(format!("cannot read tls.{field} {}: {e}", path.display()))
+                })
+            };
+            // reqwest wants the certificate chain and the key in one PEM buffer.
+            let mut pem = read("cert_file", cert)?;
+            pem.push(b'\n');
+            pem.extend(read("key_file", key)?);
+            let identity = reqwest::Identity::from_pem(&pem).map_err(|_| {
+                SourceError::Config(format!(
+                    "tls.cert_file {} and tls.key_file {} are not a PEM certificate and its private key",
+                    cert.display(),
+                    key.display()
+                ))
+            })?;
+            builder = builder.identity(identity);
         }
         if config.tls.insecure_skip_verify {
             builder = builder.danger_accept_invalid_certs(true);
