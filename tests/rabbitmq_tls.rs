@@ -141,6 +141,16 @@ async fn https_management_and_amqps_work_with_the_ca_and_a_client_certificate_an
         assert!(line.contains(why), "{src}: {why} not in {line}");
         assert!(!line.contains("guest:guest"), "{line}");
     }
+    // Said once per source, not at every failed poll, and no library
+    // repeats it at ERROR on each attempt.
+    for (src, _) in failing {
+        let n = stderr
+            .lines()
+            .filter(|l| l.contains(&format!("source={src} ")))
+            .count();
+        assert_eq!(n, 1, "{src} logged {n} times:\n{stderr}");
+    }
+    assert!(!stderr.contains(" ERROR "), "{stderr}");
     // The good sources never failed.
     for src in ["https", "amqps"] {
         for r in ["connect", "timeout", "auth", "backend"] {

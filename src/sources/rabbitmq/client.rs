@@ -203,7 +203,7 @@ impl HttpClient {
         let e = e.without_url();
         if e.is_timeout() {
             SourceError::Timeout(self.timeout)
-        } else if e.is_connect() {
+        } else if e.is_connect() || is_tls_failure(&e) {
             SourceError::Connect {
                 target: display_url(url),
                 cause: chain(&e),
@@ -212,6 +212,28 @@ impl HttpClient {
             SourceError::Backend(format!("GET {}: {}", display_url(url), chain(&e)))
         }
     }
+}
+
+/// Whether a TLS error is somewhere in the chain (a certificate refused,
+/// an alert from the server). Such an error is a connection failure at
+/// whatever stage the HTTP client met it: with TLS 1.3 a server refusing the
+/// client certificate only says so on the first read, after the handshake
+/// looked done to the client. rustls errors travel inside `io::Error`s,
+/// whose `source()` skips them, so those are opened too.
+fn is_tls_failure(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = cur {
+        if err.is::<rustls::Error>() {
+            return true;
+        }
+        if let Some(io) = err.downcast_ref::<std::io::Error>()
+            && io.get_ref().is_some_and(|inner| inner.is::<rustls::Error>())
+        {
+            return true;
+        }
+        cur = err.source();
+    }
+    false
 }
 
 /// The error and its causes, joined. URLs in them carry no credentials:
