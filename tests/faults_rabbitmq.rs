@@ -655,12 +655,20 @@ fn check_observer(name: &str, obs: &Observer, since: Instant, outages: &[Outage]
     }
     for o in outages {
         let seen = &o.seen[i];
-        let frozen = seen.down.last_success.expect("last success kept while down");
+        let frozen = seen
+            .down
+            .last_success
+            .expect("last success kept while down");
         for s in scrapes
             .iter()
             .filter(|s| s.at >= seen.down.at && s.at < o.restarting)
         {
-            assert_eq!(s.up, Some(0.0), "{name} {:?}: up while broken: {s:?}", o.fault);
+            assert_eq!(
+                s.up,
+                Some(0.0),
+                "{name} {:?}: up while broken: {s:?}",
+                o.fault
+            );
             assert_eq!(
                 s.last_success,
                 Some(frozen),
@@ -704,7 +712,10 @@ fn check_observer(name: &str, obs: &Observer, since: Instant, outages: &[Outage]
     let mut seen_up = 0;
     for s in scrapes.iter().filter(|s| s.up == Some(1.0)) {
         let age = wall() - s.at.elapsed().as_secs_f64() - s.last_success.unwrap();
-        assert!(age < poll + 1.5, "{name}: up with {age:.2}s old data: {s:?}");
+        assert!(
+            age < poll + 1.5,
+            "{name}: up with {age:.2}s old data: {s:?}"
+        );
         seen_up += 1;
     }
     assert!(seen_up >= 3, "{name}: only {seen_up} scrapes while up");
@@ -712,12 +723,14 @@ fn check_observer(name: &str, obs: &Observer, since: Instant, outages: &[Outage]
     let slowest = scrapes.iter().map(|s| s.took).max().unwrap();
     let slowest_rpc = answers.iter().map(|a| a.took).max().unwrap();
     assert!(slowest < Duration::from_secs(1), "{name}: {slowest:?}");
-    assert!(slowest_rpc < Duration::from_secs(1), "{name}: {slowest_rpc:?}");
+    assert!(
+        slowest_rpc < Duration::from_secs(1),
+        "{name}: {slowest_rpc:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_private_node_stopped_then_killed_goes_down_and_up_honestly_and_amqp_is_back_within_2s()
-{
+async fn a_private_node_stopped_then_killed_goes_down_and_up_honestly_and_amqp_is_back_within_2s() {
     let mut node = PrivateRabbit::start(None).await;
     put(&node, 3).await;
     let exp = Exporter::start(&node_sources(&node), &[], &[]).await;
@@ -747,11 +760,7 @@ async fn a_private_node_stopped_then_killed_goes_down_and_up_honestly_and_amqp_i
     let outages = [stopped, killed];
     tokio::time::sleep(Duration::from_millis(300)).await;
 
-    let mut report = vec![format!(
-        "node {}: starts {:?}",
-        node.node,
-        node.starts
-    )];
+    let mut report = vec![format!("node {}: starts {:?}", node.node, node.starts)];
     for o in &outages {
         report.push(format!(
             "{:?}: node down for {:?}, back {:?} after the fault",

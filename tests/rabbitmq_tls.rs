@@ -71,7 +71,12 @@ async fn https_management_and_amqps_work_with_the_ca_and_a_client_certificate_an
         source("https", "management", &https, &full(&ca, &client)),
         source("amqps", "amqp", &amqps, &full(&ca, &client)),
         // Trusts another CA: the server's certificate is refused.
-        source("https-wrong-ca", "management", &https, &full(&other_ca, &client)),
+        source(
+            "https-wrong-ca",
+            "management",
+            &https,
+            &full(&other_ca, &client),
+        ),
         source("amqps-wrong-ca", "amqp", &amqps, &full(&other_ca, &client)),
         // No client certificate: the server refuses the handshake.
         source("https-no-cert", "management", &https, &ca_only),
@@ -121,7 +126,12 @@ async fn https_management_and_amqps_work_with_the_ca_and_a_client_certificate_an
             .then_some(s)
     })
     .await
-    .unwrap_or_else(|| panic!("not every failing source counted connect errors:\n{}", exp.stderr()));
+    .unwrap_or_else(|| {
+        panic!(
+            "not every failing source counted connect errors:\n{}",
+            exp.stderr()
+        )
+    });
     let stderr = exp.stderr();
     for (src, why) in failing {
         assert_eq!(s.source_up(src), Some(0.0), "{src}");

@@ -1,9 +1,10 @@
 //! Helpers for the issue-14 reliability tests (`faults_*`, `hostile_input`,
 //! `least_privilege`, `secrets`, `load`): the exporter binary as a child
 //! process observed from outside (`/metrics`, gRPC, `/proc/<pid>`), a
-//! private redis-server that can be killed, frozen and restarted, a raw
-//! HTTP server that misbehaves on purpose, and a TCP proxy that can be made
-//! slow, drop connections or cut responses.
+//! private redis-server that can be killed, frozen and restarted, a private
+//! rabbitmq-server that can be stopped, killed and restarted (optionally
+//! with TLS listeners), a raw HTTP server that misbehaves on purpose, and a
+//! TCP proxy that can be made slow, drop connections or cut responses.
 //!
 //! Test files include it next to `support`:
 //! `mod support; mod reliability_support;`.
@@ -11,9 +12,9 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
-use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -711,9 +712,10 @@ pub struct RabbitTls {
 /// It can be stopped and started (`rabbitmqctl stop_app`/`start_app`),
 /// killed and restarted with its data.
 ///
-/// A start takes ~9–11 s on the project's 2-core machine (Erlang boot plus
-/// the management plugin), `stop_app` ~6 s and `start_app` ~2 s (most of
-/// both is the CLI's own Erlang VM starting): keep node starts few. Killed on
+/// A start takes 8–11 s on the project's 2-core machine (Erlang boot plus
+/// the management plugin; 15–33 s when the machine is at load 13),
+/// `stop_app` 2–6 s and `start_app` ~2 s (much of both is the CLI's own
+/// Erlang VM starting): keep node starts few. Killed on
 /// drop; a watchdog shell also kills it if the test process dies without
 /// dropping it (a SIGKILLed test run).
 pub struct PrivateRabbit {

@@ -328,8 +328,10 @@ impl Observer {
         pairs.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
         let a = answers.clone();
         let asker = tokio::spawn(async move {
-            let pairs: Vec<(&str, &str)> =
-                pairs.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+            let pairs: Vec<(&str, &str)> = pairs
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_str()))
+                .collect();
             loop {
                 let mut c = c.clone();
                 let at = Instant::now();

@@ -256,14 +256,16 @@ async fn open(
         target: target.to_string(),
         cause,
     };
-    let addrs: Vec<SocketAddr> =
-        match tokio::time::timeout(config.timeout, tokio::net::lookup_host((host.as_str(), port)))
-            .await
-        {
-            Ok(Ok(a)) => a.collect(),
-            Ok(Err(e)) => return Err(connect_error(format!("cannot resolve {host}: {e}"))),
-            Err(_) => return Err(SourceError::Timeout(config.timeout)),
-        };
+    let addrs: Vec<SocketAddr> = match tokio::time::timeout(
+        config.timeout,
+        tokio::net::lookup_host((host.as_str(), port)),
+    )
+    .await
+    {
+        Ok(Ok(a)) => a.collect(),
+        Ok(Err(e)) => return Err(connect_error(format!("cannot resolve {host}: {e}"))),
+        Err(_) => return Err(SourceError::Timeout(config.timeout)),
+    };
     let runtime = lapin::runtime::default_runtime()
         .map_err(|e| SourceError::Config(format!("no async runtime for lapin: {e}")))?;
     let props = ConnectionProperties::default()

@@ -227,7 +227,9 @@ fn is_tls_failure(e: &(dyn std::error::Error + 'static)) -> bool {
             return true;
         }
         if let Some(io) = err.downcast_ref::<std::io::Error>()
-            && io.get_ref().is_some_and(|inner| inner.is::<rustls::Error>())
+            && io
+                .get_ref()
+                .is_some_and(|inner| inner.is::<rustls::Error>())
         {
             return true;
         }
