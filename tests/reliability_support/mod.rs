@@ -1014,8 +1014,9 @@ impl PrivateRabbit {
     /// OOM kill; clients see their connections reset, with no AMQP close.
     pub fn kill(&mut self) {
         if let Some(mut c) = self.server.take() {
-            let _ = Command::new("kill")
-                .args(["-9", "--", &format!("-{}", c.id())])
+            // The shell's own `kill` takes a process group (no procps needed).
+            let _ = Command::new("sh")
+                .args(["-c", &format!("kill -9 -{}", c.id())])
                 .status();
             let _ = c.kill();
             let _ = c.wait();
