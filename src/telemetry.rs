@@ -160,11 +160,22 @@ impl Telemetry {
     }
 }
 
+/// Libraries that log at ERROR on every failed connection attempt (lapin's
+/// I/O loop, rustls' platform verifier): the source reports the same failure
+/// itself, once per outage, with its reason. Silenced unless `RUST_LOG` is set
+/// (`RUST_LOG=info,lapin=debug` brings them back).
+const NOISY_LIBRARIES: [&str; 2] = ["lapin=off", "rustls_platform_verifier=off"];
+
 /// Installs the global `tracing` subscriber. `RUST_LOG` wins over `log.level`.
 pub fn init_logging(config: &LogConfig) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .or_else(|_| tracing_subscriber::EnvFilter::try_new(&config.level))
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+        let level = tracing_subscriber::EnvFilter::try_new(&config.level)
+            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        NOISY_LIBRARIES.iter().fold(level, |f, d| match d.parse() {
+            Ok(directive) => f.add_directive(directive),
+            Err(_) => f,
+        })
+    });
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(colour_logs())

@@ -16,177 +16,13 @@ mod reliability_support;
 mod scaler_common;
 mod support;
 
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use reliability_support::*;
+use scaler_common::{Answer, Observer, Scraped, up_runs, wall};
 use support::{SilentServer, sample};
 use tonic::Code;
-
-fn wall() -> f64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_secs_f64()
-}
-
-/// One `/metrics` scrape as the observer saw it.
-#[derive(Debug, Clone)]
-struct Scrape {
-    at: Instant,
-    /// Status 200 and a body that parses.
-    ok: bool,
-    up: Option<f64>,
-    depth: Option<f64>,
-    last_success: Option<f64>,
-    /// How long the scrape took.
-    took: Duration,
-}
-
-/// One `GetMetrics` answer: the value, or the status code.
-#[derive(Debug, Clone)]
-struct Answer {
-    at: Instant,
-    /// Wall-clock time when the request was sent.
-    sent_wall: f64,
-    result: Result<f64, Code>,
-    took: Duration,
-}
-
-/// Scrapes `/metrics` every 25 ms and asks `GetMetrics` for `queue` every
-/// 50 ms, recording everything, until dropped.
-struct Observer {
-    scrapes: Arc<Mutex<Vec<Scrape>>>,
-    answers: Arc<Mutex<Vec<Answer>>>,
-    tasks: Vec<tokio::task::JoinHandle<()>>,
-}
-
-impl Observer {
-    async fn start(exp: &Exporter, source: &str, queue: &str) -> Observer {
-        let scrapes: Arc<Mutex<Vec<Scrape>>> = Arc::default();
-        let answers: Arc<Mutex<Vec<Answer>>> = Arc::default();
-        let url = format!("{}/metrics", exp.base);
-        let (s, src, q) = (scrapes.clone(), source.to_string(), queue.to_string());
-        let scraper = tokio::spawn(async move {
-            let client = reqwest::Client::builder()
-                .timeout(Duration::from_secs(5))
-                .build()
-                .unwrap();
-            loop {
-                let at = Instant::now();
-                let body = match client.get(&url).send().await {
-                    Ok(r) if r.status() == 200 => r.text().await.ok(),
-                    _ => None,
-                };
-                let took = at.elapsed();
-                let parsed = body.as_deref().map(|b| {
-                    let labels = [("source", src.as_str())];
-                    (
-                        sample(b, "queue_exporter_source_up", &labels),
-                        sample(
-                            b,
-                            "queue_depth",
-                            &[("source", src.as_str()), ("queue", q.as_str())],
-                        ),
-                        sample(b, "queue_exporter_last_success_timestamp_seconds", &labels),
-                    )
-                });
-                let (up, depth, last_success) = parsed.unwrap_or((None, None, None));
-                s.lock().unwrap().push(Scrape {
-                    at,
-                    ok: body.is_some(),
-                    up,
-                    depth,
-                    last_success,
-                    took,
-                });
-                tokio::time::sleep(Duration::from_millis(25)).await;
-            }
-        });
-        let c = scaler_common::connect(exp.grpc).await;
-        let (a, src, q) = (answers.clone(), source.to_string(), queue.to_string());
-        let asker = tokio::spawn(async move {
-            loop {
-                let mut c = c.clone();
-                let at = Instant::now();
-                let sent_wall = wall();
-                let r = scaler_common::metrics(&mut c, &[("source", &src), ("queue", &q)]).await;
-                a.lock().unwrap().push(Answer {
-                    at,
-                    sent_wall,
-                    result: r.map(|(_, f)| f).map_err(|s| s.code()),
-                    took: at.elapsed(),
-                });
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        });
-        Observer {
-            scrapes,
-            answers,
-            tasks: vec![scraper, asker],
-        }
-    }
-
-    fn scrapes(&self) -> Vec<Scrape> {
-        self.scrapes.lock().unwrap().clone()
-    }
-
-    fn answers(&self) -> Vec<Answer> {
-        self.answers.lock().unwrap().clone()
-    }
-
-    /// Waits (up to `timeout`) for a scrape after `since` that satisfies `f`.
-    async fn wait_scrape(
-        &self,
-        since: Instant,
-        timeout: Duration,
-        what: &str,
-        f: impl Fn(&Scrape) -> bool,
-    ) -> Scrape {
-        poll_until(timeout, || async {
-            self.scrapes().into_iter().find(|s| s.at >= since && f(s))
-        })
-        .await
-        .unwrap_or_else(|| panic!("no scrape with {what} within {timeout:?}"))
-    }
-
-    /// Waits (up to `timeout`) for a gRPC answer sent after `since` that satisfies `f`.
-    async fn wait_answer(
-        &self,
-        since: Instant,
-        timeout: Duration,
-        what: &str,
-        f: impl Fn(&Answer) -> bool,
-    ) -> Answer {
-        poll_until(timeout, || async {
-            self.answers().into_iter().find(|a| a.at >= since && f(a))
-        })
-        .await
-        .unwrap_or_else(|| panic!("no GetMetrics answer {what} within {timeout:?}"))
-    }
-}
-
-impl Drop for Observer {
-    fn drop(&mut self) {
-        for t in &self.tasks {
-            t.abort();
-        }
-    }
-}
-
-/// The run-length compression of `source_up` over the scrapes: `[1, 0, 1]`
-/// means up, then down once, then up again.
-fn up_runs(scrapes: &[Scrape]) -> Vec<f64> {
-    let mut runs: Vec<f64> = Vec::new();
-    for s in scrapes {
-        if let Some(u) = s.up
-            && runs.last() != Some(&u)
-        {
-            runs.push(u);
-        }
-    }
-    runs
-}
 
 const POLL: f64 = 0.2;
 const MAX_STALENESS: f64 = 1.0;
@@ -202,10 +38,10 @@ async fn redis_killed_and_restarted_goes_up_down_up_never_stale_and_right_within
     let mut redis = PrivateRedis::persistent();
     redis.run::<()>(&[b"RPUSH", b"work", b"a", b"b", b"c"]);
     let exp = Exporter::start(&one_redis_source(&redis.url), &[], &[]).await;
-    let obs = Observer::start(&exp, "main", "work").await;
+    let obs = Observer::start(&exp.base, exp.grpc, "main", "work").await;
     let t0 = Instant::now();
     obs.wait_scrape(t0, Duration::from_secs(15), "depth 3", |s| {
-        s.depth == Some(3.0) && s.up == Some(1.0)
+        s.value == Some(3.0) && s.up == Some(1.0)
     })
     .await;
     obs.wait_answer(t0, Duration::from_secs(15), "= 3", |a| a.result == Ok(3.0))
@@ -235,7 +71,7 @@ async fn redis_killed_and_restarted_goes_up_down_up_never_stale_and_right_within
     redis.run::<()>(&[b"RPUSH", b"work", b"d", b"e"]);
     let recovered = obs
         .wait_scrape(back, Duration::from_secs(10), "depth 5 and up", |s| {
-            s.depth == Some(5.0) && s.up == Some(1.0)
+            s.value == Some(5.0) && s.up == Some(1.0)
         })
         .await;
     let grpc_recovered = obs
@@ -265,7 +101,7 @@ async fn redis_killed_and_restarted_goes_up_down_up_never_stale_and_right_within
     assert!(scrapes.iter().all(|s| s.ok), "a scrape failed");
     assert!(scrapes.len() > 30, "only {} scrapes", scrapes.len());
     // Up, down, up: once.
-    let after_first_up: Vec<Scrape> = scrapes
+    let after_first_up: Vec<Scraped> = scrapes
         .iter()
         .skip_while(|s| s.up != Some(1.0))
         .cloned()
@@ -280,10 +116,10 @@ async fn redis_killed_and_restarted_goes_up_down_up_never_stale_and_right_within
         // Never a stale value shown as fresh: a down source has no queue
         // series, and any depth shown is a real one (3 before, 5 after).
         if s.up == Some(0.0) {
-            assert_eq!(s.depth, None, "depth shown while down: {s:?}");
+            assert_eq!(s.value, None, "depth shown while down: {s:?}");
             assert_eq!(s.last_success, Some(frozen), "last success moved: {s:?}");
         }
-        if let Some(d) = s.depth {
+        if let Some(d) = s.value {
             assert_eq!(s.up, Some(1.0), "{s:?}");
             assert!(d == 3.0 || d == 5.0, "made-up depth {d}: {s:?}");
         }
@@ -342,10 +178,10 @@ async fn a_frozen_redis_times_out_is_shown_down_and_recovers_within_2s_of_thawin
     redis.run::<()>(&[b"RPUSH", b"work", b"a", b"b"]);
     let yaml = one_redis_source(&redis.url).replace("timeout: 1s", "timeout: 500ms");
     let exp = Exporter::start(&yaml, &[], &[]).await;
-    let obs = Observer::start(&exp, "main", "work").await;
+    let obs = Observer::start(&exp.base, exp.grpc, "main", "work").await;
     let t0 = Instant::now();
     obs.wait_scrape(t0, Duration::from_secs(15), "depth 2", |s| {
-        s.depth == Some(2.0)
+        s.value == Some(2.0)
     })
     .await;
 
@@ -376,7 +212,7 @@ async fn a_frozen_redis_times_out_is_shown_down_and_recovers_within_2s_of_thawin
     redis.run::<()>(&[b"RPUSH", b"work", b"c"]);
     let back = obs
         .wait_scrape(thawed, Duration::from_secs(10), "depth 3", |s| {
-            s.depth == Some(3.0) && s.up == Some(1.0)
+            s.value == Some(3.0) && s.up == Some(1.0)
         })
         .await;
     let scrapes = obs.scrapes();
@@ -389,7 +225,7 @@ async fn a_frozen_redis_times_out_is_shown_down_and_recovers_within_2s_of_thawin
     assert!(recovery < Duration::from_secs(2), "{recovery:?}");
     assert!(scrapes.iter().all(|s| s.ok));
     for s in scrapes.iter().filter(|s| s.up == Some(0.0)) {
-        assert_eq!(s.depth, None, "{s:?}");
+        assert_eq!(s.value, None, "{s:?}");
     }
     // The readers never waited for the frozen server.
     let slowest = scrapes.iter().map(|s| s.took).max().unwrap();
@@ -465,10 +301,10 @@ async fn a_hung_or_crawling_source_never_delays_another_sources_polls_or_readers
         hole = black_hole.port,
     );
     let exp = Exporter::start(&yaml, &[], &[]).await;
-    let obs = Observer::start(&exp, "good", "work").await;
+    let obs = Observer::start(&exp.base, exp.grpc, "good", "work").await;
     let t0 = Instant::now();
     obs.wait_scrape(t0, Duration::from_secs(15), "good depth 2", |s| {
-        s.depth == Some(2.0)
+        s.value == Some(2.0)
     })
     .await;
     // `frozen-redis` has been polled successfully; now it hangs.
@@ -495,7 +331,7 @@ async fn a_hung_or_crawling_source_never_delays_another_sources_polls_or_readers
     let body = exp.metrics().await;
     let window = start.elapsed();
     let after = polls(&body);
-    let scrapes: Vec<Scrape> = obs
+    let scrapes: Vec<Scraped> = obs
         .scrapes()
         .into_iter()
         .filter(|s| s.at >= start)
@@ -554,7 +390,7 @@ async fn a_hung_or_crawling_source_never_delays_another_sources_polls_or_readers
     assert!(
         scrapes
             .iter()
-            .all(|s| s.ok && s.up == Some(1.0) && s.depth == Some(2.0))
+            .all(|s| s.ok && s.up == Some(1.0) && s.value == Some(2.0))
     );
     assert!(slowest < Duration::from_secs(1), "{slowest:?}");
     assert!(!answers.is_empty());

@@ -1244,6 +1244,14 @@ sources:
                 "sources[0].tls.insecure_skip_verify: ",
             ),
             (
+                format!("{amqp}    tls: {{ cert_file: /c.pem }}\n"),
+                "sources[0].tls.key_file: is required with tls.cert_file",
+            ),
+            (
+                "    tls: { key_file: /c.key }\n".to_string(),
+                "sources[0].tls.cert_file: is required with tls.key_file",
+            ),
+            (
                 "    urls: [\"http://n1:15692\"]\n".to_string(),
                 "sources[0].urls: is only used by method prometheus",
             ),

@@ -46,6 +46,13 @@ pub struct ClientTlsConfig {
     /// Accept any server certificate. For tests only.
     #[serde(default)]
     pub insecure_skip_verify: bool,
+    /// Client certificate (PEM, the chain leaf first), for a server that
+    /// asks for one (`verify_peer` with `fail_if_no_peer_cert`). With `key_file`.
+    #[serde(default)]
+    pub cert_file: Option<PathBuf>,
+    /// The client certificate's private key (PEM, PKCS#8, PKCS#1 or SEC1). With `cert_file`.
+    #[serde(default)]
+    pub key_file: Option<PathBuf>,
 }
 
 /// A RabbitMQ source.
@@ -163,6 +170,21 @@ impl RabbitSourceConfig {
                 at("tls.insecure_skip_verify"),
                 "is not supported for amqps://; give the server's CA in tls.ca_file".into(),
             ));
+        }
+        match (&c.tls.cert_file, &c.tls.key_file) {
+            (Some(_), None) => {
+                return Err((
+                    at("tls.key_file"),
+                    "is required with tls.cert_file (the client certificate's key)".into(),
+                ));
+            }
+            (None, Some(_)) => {
+                return Err((
+                    at("tls.cert_file"),
+                    "is required with tls.key_file (the client certificate)".into(),
+                ));
+            }
+            _ => {}
         }
         if c.max_response_bytes == 0 {
             return Err((at("max_response_bytes"), "must be greater than 0".into()));

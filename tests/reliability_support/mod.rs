@@ -1,9 +1,10 @@
 //! Helpers for the issue-14 reliability tests (`faults_*`, `hostile_input`,
 //! `least_privilege`, `secrets`, `load`): the exporter binary as a child
 //! process observed from outside (`/metrics`, gRPC, `/proc/<pid>`), a
-//! private redis-server that can be killed, frozen and restarted, a raw
-//! HTTP server that misbehaves on purpose, and a TCP proxy that can be made
-//! slow, drop connections or cut responses.
+//! private redis-server that can be killed, frozen and restarted, a private
+//! rabbitmq-server that can be stopped, killed and restarted (optionally
+//! with TLS listeners), a raw HTTP server that misbehaves on purpose, and a
+//! TCP proxy that can be made slow, drop connections or cut responses.
 //!
 //! Test files include it next to `support`:
 //! `mod support; mod reliability_support;`.
@@ -11,6 +12,7 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -672,5 +674,378 @@ impl Drop for RabbitUser {
             crate::support::RABBIT_API,
             crate::support::pct(&self.name)
         ));
+    }
+}
+
+/// A port for a server that must keep it across restarts: free now, and
+/// below the kernel's ephemeral range (`ip_local_port_range`, 32768–60999
+/// here), so no outgoing connection and no `bind(0)` of another test on the
+/// machine can take it while the server is down. Ports from [`free_port`]
+/// are ephemeral ones: another process grabbed one within seconds when a
+/// private RabbitMQ released it for a restart.
+pub fn stable_free_port() -> u16 {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let seed = std::process::id().wrapping_mul(2_654_435_761)
+        ^ std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+    for _ in 0..1000 {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = 20_000 + (seed.wrapping_add(n.wrapping_mul(7919)) % 12_000) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port in 20000..32000");
+}
+
+/// TLS for a [`PrivateRabbit`]: an AMQPS listener and an HTTPS management
+/// listener with this server certificate, both requiring a client
+/// certificate signed by `ca` (`verify_peer`, `fail_if_no_peer_cert`).
+#[derive(Debug, Clone)]
+pub struct RabbitTls {
+    /// The CA file: trusted for client certificates.
+    pub ca: PathBuf,
+    /// The server certificate (PEM).
+    pub cert: PathBuf,
+    /// Its private key (PEM).
+    pub key: PathBuf,
+}
+
+/// A second, private `rabbitmq-server` (the one on 5672/15672 is shared
+/// by every test and is never restarted): its own node name, AMQP,
+/// distribution and management ports, Mnesia and log directories, config
+/// file, enabled-plugins file and Erlang cookie, all under a temp dir.
+/// It can be stopped and started (`rabbitmqctl stop_app`/`start_app`),
+/// killed and restarted with its data.
+///
+/// A start takes 8–11 s on the project's 2-core machine (Erlang boot plus
+/// the management plugin; 15–33 s when the machine is at load 13),
+/// `stop_app` 2–6 s and `start_app` ~2 s (much of both is the CLI's own
+/// Erlang VM starting): keep node starts few. Killed on
+/// drop; a watchdog shell also kills it if the test process dies without
+/// dropping it (a SIGKILLed test run).
+pub struct PrivateRabbit {
+    /// The Erlang node name, `qe-<pid>-<n>@localhost`.
+    pub node: String,
+    /// Plain AMQP, on 127.0.0.1.
+    pub amqp_port: u16,
+    /// The management API over HTTP, on 127.0.0.1.
+    pub mgmt_port: u16,
+    /// Erlang distribution (rabbitmqctl talks to the node through it).
+    pub dist_port: u16,
+    /// AMQPS, when started with TLS.
+    pub amqps_port: Option<u16>,
+    /// The management API over HTTPS, when started with TLS.
+    pub mgmt_tls_port: Option<u16>,
+    /// How long each start took, until the management API and AMQP answered.
+    pub starts: Vec<Duration>,
+    dir: tempfile::TempDir,
+    server: Option<Child>,
+    watchdog: Option<Child>,
+}
+
+/// Where RabbitMQ's own scripts are: Debian's `/usr/sbin` wrappers switch to
+/// the `rabbitmq` user when run as root (and then could not read the temp
+/// dir), so the real scripts in `/usr/lib/rabbitmq/bin` are used when they
+/// exist; any other install has them on `PATH`.
+fn rabbit_script(name: &str) -> PathBuf {
+    let debian = Path::new("/usr/lib/rabbitmq/bin").join(name);
+    if debian.exists() {
+        debian
+    } else {
+        PathBuf::from(name)
+    }
+}
+
+impl PrivateRabbit {
+    /// Starts a node with the management plugin (and TLS listeners if
+    /// `tls`), and waits until its management API and AMQP answer.
+    pub async fn start(tls: Option<RabbitTls>) -> PrivateRabbit {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        static COUNT: AtomicU32 = AtomicU32::new(0);
+        let dir = tempfile::tempdir().expect("tempdir");
+        let node = format!(
+            "qe-{}-{}@localhost",
+            std::process::id(),
+            COUNT.fetch_add(1, Ordering::Relaxed)
+        );
+        let (amqp_port, mgmt_port, dist_port) =
+            (stable_free_port(), stable_free_port(), stable_free_port());
+        let mut conf =
+            format!("management.tcp.port = {mgmt_port}\nmanagement.tcp.ip = 127.0.0.1\n");
+        let (mut amqps_port, mut mgmt_tls_port) = (None, None);
+        if let Some(t) = &tls {
+            let (a, m) = (stable_free_port(), stable_free_port());
+            let (ca, cert, key) = (t.ca.display(), t.cert.display(), t.key.display());
+            conf.push_str(&format!(
+                "listeners.ssl.local = 127.0.0.1:{a}\n\
+                 ssl_options.cacertfile = {ca}\nssl_options.certfile = {cert}\n\
+                 ssl_options.keyfile = {key}\nssl_options.verify = verify_peer\n\
+                 ssl_options.fail_if_no_peer_cert = true\n\
+                 management.ssl.port = {m}\nmanagement.ssl.ip = 127.0.0.1\n\
+                 management.ssl.cacertfile = {ca}\nmanagement.ssl.certfile = {cert}\n\
+                 management.ssl.keyfile = {key}\nmanagement.ssl.verify = verify_peer\n\
+                 management.ssl.fail_if_no_peer_cert = true\n"
+            ));
+            (amqps_port, mgmt_tls_port) = (Some(a), Some(m));
+        }
+        let d = dir.path();
+        std::fs::create_dir_all(d.join("mnesia")).expect("mnesia dir");
+        std::fs::create_dir_all(d.join("log")).expect("log dir");
+        std::fs::write(d.join("rabbitmq.conf"), conf).expect("rabbitmq.conf");
+        std::fs::write(d.join("enabled_plugins"), "[rabbitmq_management].\n")
+            .expect("enabled_plugins");
+        // Empty: /etc/rabbitmq/rabbitmq-env.conf names the shared node.
+        std::fs::write(d.join("rabbitmq-env.conf"), "").expect("env file");
+        let mut r = PrivateRabbit {
+            node,
+            amqp_port,
+            mgmt_port,
+            dist_port,
+            amqps_port,
+            mgmt_tls_port,
+            starts: Vec::new(),
+            dir,
+            server: None,
+            watchdog: None,
+        };
+        r.watchdog = Some(r.spawn_watchdog());
+        r.boot().await;
+        r
+    }
+
+    /// The environment every RabbitMQ script gets for this node.
+    fn env(&self) -> Vec<(&'static str, String)> {
+        let d = self.dir.path();
+        let p = |name: &str| d.join(name).display().to_string();
+        vec![
+            // The Erlang cookie is created in (and read from) $HOME.
+            ("HOME", p("")),
+            ("RABBITMQ_NODENAME", self.node.clone()),
+            ("RABBITMQ_NODE_IP_ADDRESS", "127.0.0.1".into()),
+            ("RABBITMQ_NODE_PORT", self.amqp_port.to_string()),
+            ("RABBITMQ_DIST_PORT", self.dist_port.to_string()),
+            ("RABBITMQ_MNESIA_BASE", p("mnesia")),
+            ("RABBITMQ_LOG_BASE", p("log")),
+            ("RABBITMQ_CONFIG_FILE", p("rabbitmq.conf")),
+            ("RABBITMQ_ADVANCED_CONFIG_FILE", p("advanced.config")),
+            ("RABBITMQ_ENABLED_PLUGINS_FILE", p("enabled_plugins")),
+            ("RABBITMQ_CONF_ENV_FILE", p("rabbitmq-env.conf")),
+            (
+                "RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS",
+                "-kernel inet_dist_use_interface {127,0,0,1}".into(),
+            ),
+        ]
+    }
+
+    /// Kills the node (and removes its files) once this test process is
+    /// gone, however it ended.
+    fn spawn_watchdog(&self) -> Child {
+        let script = format!(
+            "while kill -0 {test} 2>/dev/null; do sleep 1; done; \
+             kill -9 -$(cat '{group}' 2>/dev/null) 2>/dev/null; rm -rf '{dir}'",
+            test = std::process::id(),
+            group = self.dir.path().join("server.pgid").display(),
+            dir = self.dir.path().display(),
+        );
+        Command::new("sh")
+            .args(["-c", &script])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("sh")
+    }
+
+    /// Starts the server process and waits until it answers.
+    async fn boot(&mut self) {
+        let started = Instant::now();
+        let out = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join("server.out"))
+            .expect("server.out");
+        let err = out.try_clone().expect("server.out");
+        let child = Command::new(rabbit_script("rabbitmq-server"))
+            // Its own process group, so that one signal reaches the script,
+            // the Erlang VM and its helpers.
+            .process_group(0)
+            .envs(self.env())
+            .current_dir(self.dir.path())
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .expect("rabbitmq-server must be installed (scripts/setup-services)");
+        std::fs::write(self.dir.path().join("server.pgid"), child.id().to_string())
+            .expect("server.pgid");
+        self.server = Some(child);
+        self.wait_ready(Duration::from_secs(120)).await;
+        self.starts.push(started.elapsed());
+    }
+
+    /// Waits until the management API answers and AMQP accepts connections.
+    async fn wait_ready(&mut self, limit: Duration) {
+        let deadline = Instant::now() + limit;
+        let client = reqwest::Client::builder()
+            .timeout(Duration::from_secs(2))
+            .build()
+            .expect("client");
+        loop {
+            let mgmt = client
+                .get(format!("{}/api/overview", self.mgmt_url()))
+                .basic_auth("guest", Some("guest"))
+                .send()
+                .await
+                .is_ok_and(|r| r.status().is_success());
+            if mgmt
+                && TcpStream::connect(("127.0.0.1", self.amqp_port))
+                    .await
+                    .is_ok()
+            {
+                return;
+            }
+            if let Some(c) = &mut self.server
+                && let Ok(Some(status)) = c.try_wait()
+            {
+                panic!(
+                    "rabbitmq-server {} exited ({status}) before answering:\n{}",
+                    self.node,
+                    self.logs()
+                );
+            }
+            assert!(
+                Instant::now() < deadline,
+                "rabbitmq-server {} did not answer within {limit:?}:\n{}",
+                self.node,
+                self.logs()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// The server's console output and the end of its log, for failures.
+    pub fn logs(&self) -> String {
+        let out = read_text(&self.dir.path().join("server.out"));
+        let log = read_text(
+            &self
+                .dir
+                .path()
+                .join("log")
+                .join(format!("{}.log", self.node)),
+        );
+        let tail: Vec<&str> = log.lines().rev().take(40).collect();
+        format!(
+            "--- console\n{out}\n--- log (last 40 lines)\n{}",
+            tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+        )
+    }
+
+    /// `http://127.0.0.1:{mgmt_port}`.
+    pub fn mgmt_url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.mgmt_port)
+    }
+
+    /// `amqp://guest:guest@127.0.0.1:{amqp_port}/%2F` (the default vhost).
+    pub fn amqp_url(&self) -> String {
+        format!("amqp://guest:guest@127.0.0.1:{}/%2F", self.amqp_port)
+    }
+
+    /// An AMQP connection to the default vhost, for writing test data.
+    pub async fn connect(&self) -> lapin::Connection {
+        lapin::Connection::connect(&self.amqp_url(), lapin::ConnectionProperties::default())
+            .await
+            .unwrap_or_else(|e| panic!("AMQP connection to {}: {e}", self.node))
+    }
+
+    /// Messages ready in `queue`, by a passive declare of the test's own: the
+    /// ground truth to compare the exporter with.
+    pub async fn ready(&self, queue: &str) -> u32 {
+        let conn = self.connect().await;
+        let ch = conn.create_channel().await.expect("channel");
+        let q = ch
+            .queue_declare(
+                queue.into(),
+                lapin::options::QueueDeclareOptions {
+                    passive: true,
+                    ..Default::default()
+                },
+                lapin::types::FieldTable::default(),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("passive declare {queue}: {e}"));
+        let _ = conn.close(200, "done".into()).await;
+        q.message_count()
+    }
+
+    /// Runs `rabbitmqctl -n <node> <args>`; panics unless it succeeds.
+    pub async fn ctl(&self, args: &[&str]) -> String {
+        let out = tokio::process::Command::new(rabbit_script("rabbitmqctl"))
+            .envs(self.env())
+            .arg("-n")
+            .arg(&self.node)
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .await
+            .expect("rabbitmqctl");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            out.status.success(),
+            "rabbitmqctl {args:?} on {}: {text}\n{}",
+            self.node,
+            self.logs()
+        );
+        text
+    }
+
+    /// `rabbitmqctl stop_app`: the broker and its management API stop (AMQP
+    /// connections are closed by the server), the Erlang node keeps running.
+    pub async fn stop_app(&self) {
+        self.ctl(&["stop_app"]).await;
+    }
+
+    /// `rabbitmqctl start_app`, then waits until it answers again.
+    pub async fn start_app(&mut self) {
+        self.ctl(&["start_app"]).await;
+        self.wait_ready(Duration::from_secs(60)).await;
+    }
+
+    /// SIGKILL to the server's process group (the start script, the Erlang
+    /// VM and its helpers): the broker dies at once, as in a crash or an
+    /// OOM kill; clients see their connections reset, with no AMQP close.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.server.take() {
+            // The shell's own `kill` takes a process group (no procps needed).
+            let _ = Command::new("sh")
+                .args(["-c", &format!("kill -9 -{}", c.id())])
+                .status();
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Starts the node again after [`PrivateRabbit::kill`], with the same
+    /// name, ports and data (durable queues, persistent messages).
+    pub async fn restart(&mut self) {
+        self.kill();
+        self.boot().await;
+    }
+}
+
+impl Drop for PrivateRabbit {
+    fn drop(&mut self) {
+        self.kill();
+        if let Some(mut w) = self.watchdog.take() {
+            let _ = w.kill();
+            let _ = w.wait();
+        }
     }
 }

@@ -1,6 +1,7 @@
 //! Helpers shared by the `scaler_*` tests: a gRPC client generated from the
 //! same proto the server uses, metadata builders, KEDA's replica arithmetic,
-//! and Redis test-data writers.
+//! and Redis test-data writers; and, for the `faults_*` tests, an
+//! [`Observer`] that records `/metrics` and `GetMetrics` over time.
 #![allow(dead_code)]
 
 use std::collections::HashMap;
@@ -209,4 +210,206 @@ pub fn set_list_len(conn: &mut redis::Connection, key: &str, n: usize) {
 /// A gauge or counter from the app's `/metrics`.
 pub async fn self_metric(app: &TestApp, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
     sample(&app.metrics().await, name, labels)
+}
+
+/// Seconds since the Unix epoch, now.
+pub fn wall() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+}
+
+/// One `/metrics` scrape as an [`Observer`] saw it.
+#[derive(Debug, Clone)]
+pub struct Scraped {
+    /// When it was sent.
+    pub at: std::time::Instant,
+    /// Status 200 and a body that parses.
+    pub ok: bool,
+    /// `queue_exporter_source_up{source}`.
+    pub up: Option<f64>,
+    /// The watched per-queue metric (`queue_depth` unless told otherwise).
+    pub value: Option<f64>,
+    /// `queue_exporter_last_success_timestamp_seconds{source}`.
+    pub last_success: Option<f64>,
+    /// How long the scrape took.
+    pub took: Duration,
+}
+
+/// One `GetMetrics` answer: the value, or the status code.
+#[derive(Debug, Clone)]
+pub struct Answer {
+    /// When it was sent.
+    pub at: std::time::Instant,
+    /// Wall-clock time when the request was sent.
+    pub sent_wall: f64,
+    /// The float value, or the status code.
+    pub result: Result<f64, tonic::Code>,
+    /// How long the call took.
+    pub took: Duration,
+}
+
+/// Scrapes `/metrics` every 25 ms and asks `GetMetrics` for one queue every
+/// 50 ms, recording everything, until dropped: how the faults tests watch an
+/// exporter from outside while its backend breaks.
+pub struct Observer {
+    scrapes: std::sync::Arc<std::sync::Mutex<Vec<Scraped>>>,
+    answers: std::sync::Arc<std::sync::Mutex<Vec<Answer>>>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Observer {
+    /// Watches `queue_depth{source, queue}` and `GetMetrics` (mode
+    /// `QueueLength`) of the exporter at `base` (HTTP) and `grpc`.
+    pub async fn start(base: &str, grpc: SocketAddr, source: &str, queue: &str) -> Observer {
+        Self::start_with(base, grpc, source, queue, "queue_depth", &[]).await
+    }
+
+    /// Watches `metric{source, queue}` and `GetMetrics` with `extra`
+    /// metadata (a `mode` matching the metric, say).
+    pub async fn start_with(
+        base: &str,
+        grpc: SocketAddr,
+        source: &str,
+        queue: &str,
+        metric: &str,
+        extra: &[(&str, &str)],
+    ) -> Observer {
+        use std::sync::{Arc, Mutex};
+        use std::time::Instant;
+        let scrapes: Arc<Mutex<Vec<Scraped>>> = Arc::default();
+        let answers: Arc<Mutex<Vec<Answer>>> = Arc::default();
+        let url = format!("{base}/metrics");
+        let (s, src, q, m) = (
+            scrapes.clone(),
+            source.to_string(),
+            queue.to_string(),
+            metric.to_string(),
+        );
+        let scraper = tokio::spawn(async move {
+            let client = reqwest::Client::builder()
+                .timeout(Duration::from_secs(5))
+                .build()
+                .unwrap();
+            loop {
+                let at = Instant::now();
+                let body = match client.get(&url).send().await {
+                    Ok(r) if r.status() == 200 => r.text().await.ok(),
+                    _ => None,
+                };
+                let took = at.elapsed();
+                let parsed = body.as_deref().map(|b| {
+                    let scrape = crate::support::Scrape::parse(b);
+                    let labels = [("source", src.as_str())];
+                    (
+                        scrape.value("queue_exporter_source_up", &labels),
+                        scrape.value(&m, &[("source", src.as_str()), ("queue", q.as_str())]),
+                        scrape.value("queue_exporter_last_success_timestamp_seconds", &labels),
+                    )
+                });
+                let (up, value, last_success) = parsed.unwrap_or((None, None, None));
+                s.lock().unwrap().push(Scraped {
+                    at,
+                    ok: body.is_some(),
+                    up,
+                    value,
+                    last_success,
+                    took,
+                });
+                tokio::time::sleep(Duration::from_millis(25)).await;
+            }
+        });
+        let c = connect(grpc).await;
+        let mut pairs: Vec<(String, String)> = vec![
+            ("source".into(), source.into()),
+            ("queue".into(), queue.into()),
+        ];
+        pairs.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        let a = answers.clone();
+        let asker = tokio::spawn(async move {
+            let pairs: Vec<(&str, &str)> = pairs
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_str()))
+                .collect();
+            loop {
+                let mut c = c.clone();
+                let at = Instant::now();
+                let sent_wall = wall();
+                let r = metrics(&mut c, &pairs).await;
+                a.lock().unwrap().push(Answer {
+                    at,
+                    sent_wall,
+                    result: r.map(|(_, f)| f).map_err(|s| s.code()),
+                    took: at.elapsed(),
+                });
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        });
+        Observer {
+            scrapes,
+            answers,
+            tasks: vec![scraper, asker],
+        }
+    }
+
+    /// Every scrape so far.
+    pub fn scrapes(&self) -> Vec<Scraped> {
+        self.scrapes.lock().unwrap().clone()
+    }
+
+    /// Every `GetMetrics` answer so far.
+    pub fn answers(&self) -> Vec<Answer> {
+        self.answers.lock().unwrap().clone()
+    }
+
+    /// Waits (up to `timeout`) for a scrape after `since` that satisfies `f`.
+    pub async fn wait_scrape(
+        &self,
+        since: std::time::Instant,
+        timeout: Duration,
+        what: &str,
+        f: impl Fn(&Scraped) -> bool,
+    ) -> Scraped {
+        crate::support::wait_for(&format!("a scrape with {what}"), timeout, || async {
+            self.scrapes().into_iter().find(|s| s.at >= since && f(s))
+        })
+        .await
+    }
+
+    /// Waits (up to `timeout`) for a gRPC answer sent after `since` that satisfies `f`.
+    pub async fn wait_answer(
+        &self,
+        since: std::time::Instant,
+        timeout: Duration,
+        what: &str,
+        f: impl Fn(&Answer) -> bool,
+    ) -> Answer {
+        crate::support::wait_for(&format!("a GetMetrics answer {what}"), timeout, || async {
+            self.answers().into_iter().find(|a| a.at >= since && f(a))
+        })
+        .await
+    }
+}
+
+impl Drop for Observer {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+/// The run-length compression of `source_up` over the scrapes: `[1, 0, 1]`
+/// means up, then down once, then up again.
+pub fn up_runs(scrapes: &[Scraped]) -> Vec<f64> {
+    let mut runs: Vec<f64> = Vec::new();
+    for s in scrapes {
+        if let Some(u) = s.up
+            && runs.last() != Some(&u)
+        {
+            runs.push(u);
+        }
+    }
+    runs
 }

@@ -1,19 +1,33 @@
-//! Method `amqp`: one connection (lapin, with auto-recovery) and a
-//! **passive** `queue.declare` per configured queue. Passive declares never
-//! create or change anything. A missing queue answers 404, which closes the
-//! channel it was asked on, so declares run on throw-away channels: a
-//! channel that saw an error is replaced and the other queues are not
-//! disturbed. The reply carries ready messages and consumers only.
+//! Method `amqp`: one connection (lapin) and a **passive** `queue.declare`
+//! per configured queue. Passive declares never create or change anything.
+//! A missing queue answers 404, which closes the channel it was asked on, so
+//! declares run on throw-away channels: a channel that saw an error is
+//! replaced and the other queues are not disturbed. The reply carries ready
+//! messages and consumers only.
+//!
+//! Recovery is ours, not lapin's: a poll that fails in any other way drops
+//! the connection and cuts its socket, and the next poll opens a new one,
+//! bounded by `timeout`. (lapin's own auto-recovery retried in the
+//! background on its schedule: ~11 s after a black-holed path healed, and now
+//! and then minutes.) The socket is cut through a duplicate of its file
+//! descriptor ([`SocketCutter`]), because lapin runs each connection on its
+//! own I/O thread that only ends when the socket does: a handshake that a
+//! black hole never answers would otherwise keep a thread and a socket per
+//! attempt.
 
 use crate::snapshot::Reason;
 use std::collections::HashSet;
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::future::join_all;
 use lapin::options::QueueDeclareOptions;
+use lapin::tcp::{OwnedIdentity, OwnedTLSConfig};
 use lapin::types::FieldTable;
-use lapin::{Channel, Connection, ConnectionProperties, ErrorKind};
+use lapin::uri::{AMQPScheme, AMQPUri};
+use lapin::{AsyncTcpStream, Channel, Connection, ConnectionProperties, ErrorKind};
 
 use super::credentials::{self, Credentials};
 use super::filter::QueueFilter;
@@ -28,9 +42,9 @@ const CHANNELS_IN_FLIGHT: usize = 8;
 /// State of the AMQP method between polls.
 #[derive(Default)]
 pub struct Amqp {
-    /// The connection, once made (boxed: it is large). Lapin recovers it
-    /// after network errors; if recovery gives up, the next poll makes a new one.
-    conn: Option<Box<Connection>>,
+    /// The connection, once made (boxed: it is large). Dropped, with its
+    /// socket cut, by any poll that fails on it; the next poll makes a new one.
+    conn: Option<Box<Live>>,
     /// Queues missing or refused at the last poll, so that a change is
     /// logged once rather than at every poll.
     unseen: HashSet<String>,
@@ -41,9 +55,50 @@ impl std::fmt::Debug for Amqp {
         f.debug_struct("Amqp")
             .field(
                 "connected",
-                &self.conn.as_ref().map(|c| c.status().connected()),
+                &self.conn.as_ref().map(|c| c.conn.status().connected()),
             )
             .finish()
+    }
+}
+
+/// An open connection and the means to cut its socket.
+struct Live {
+    /// The lapin connection.
+    conn: Connection,
+    /// Shuts its TCP socket down when the connection is given up.
+    socket: SocketCutter,
+}
+
+impl Live {
+    /// Gives the connection up at once: the socket is shut down (so lapin's
+    /// I/O thread ends now, not when a dead peer times out) and the
+    /// connection dropped.
+    fn abandon(self) {
+        self.socket.cut();
+        drop(self.conn);
+    }
+}
+
+/// A duplicate of a connection's TCP socket (`dup` of its descriptor),
+/// filled in by the connect function that lapin calls. Shutting the
+/// duplicate down shuts the one socket down for lapin too, in whatever
+/// state its handshake or I/O is.
+#[derive(Clone, Default)]
+struct SocketCutter(Arc<Mutex<Option<std::net::TcpStream>>>);
+
+impl SocketCutter {
+    /// Keeps the duplicate of the latest socket.
+    fn keep(&self, socket: std::net::TcpStream) {
+        // A poisoned lock only means a panic elsewhere while holding it; the
+        // slot itself is still usable.
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(socket);
+    }
+
+    /// Shuts the socket down (both directions), if one was opened.
+    fn cut(&self) {
+        if let Some(s) = self.0.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
     }
 }
 
@@ -101,8 +156,21 @@ impl Amqp {
 
         let mut outcomes: Vec<Option<DeclareOutcome>> = vec![None; names.len()];
         for r in results {
-            for (i, o) in r? {
-                outcomes[i] = Some(o);
+            match r {
+                Ok(found) => {
+                    for (i, o) in found {
+                        outcomes[i] = Some(o);
+                    }
+                }
+                Err(e) => {
+                    // Whatever went wrong (a lost or hung connection, a
+                    // connection-level refusal), the next poll starts from a
+                    // new connection instead of waiting on this one.
+                    if let Some(live) = self.conn.take() {
+                        live.abandon();
+                    }
+                    return Err(e);
+                }
             }
         }
         let mut out = PollOutput::default();
@@ -140,66 +208,153 @@ impl Amqp {
         Ok(out)
     }
 
-    /// The live connection, connecting first if there is none.
+    /// The live connection, connecting first if there is none (or if the
+    /// one kept has closed since the last poll).
     async fn connection(
         &mut self,
         config: &RabbitSourceConfig,
-        uri: lapin::uri::AMQPUri,
+        uri: AMQPUri,
         target: &str,
         secret: &str,
     ) -> Result<&Connection, SourceError> {
-        if let Some(c) = &self.conn {
-            let status = c.status();
-            if status.reconnecting() || status.connecting() {
-                return Err(SourceError::Connect {
-                    target: target.to_string(),
-                    cause: "connection lost; lapin is recovering it".into(),
-                });
-            }
-            if !status.connected() {
-                self.conn = None;
-            }
+        if self
+            .conn
+            .as_ref()
+            .is_some_and(|c| !c.conn.status().connected())
+            && let Some(dead) = self.conn.take()
+        {
+            tracing::debug!(source = %config.name, %target, "AMQP connection lost; reconnecting");
+            dead.abandon();
         }
         if self.conn.is_none() {
-            let tls = lapin::tcp::OwnedTLSConfig {
-                identity: None,
-                cert_chain: match &config.tls.ca_file {
-                    Some(path) => Some(std::fs::read_to_string(path).map_err(|e| {
-                        SourceError::Config(format!(
-                            "cannot read tls.ca_file {}: {e}",
-                            path.display()
-                        ))
-                    })?),
-                    None => None,
-                },
-            };
-            let runtime = lapin::runtime::default_runtime()
-                .map_err(|e| SourceError::Config(format!("no async runtime for lapin: {e}")))?;
-            let props = ConnectionProperties::default()
-                .with_connection_name(format!("queue-exporter {}", config.name).into())
-                .enable_auto_recover()
-                // Few, quick TCP retries: a broker that stays down is
-                // reported by the next poll, not retried in the background.
-                .configure_backoff(|b| {
-                    b.with_min_delay(Duration::from_millis(100))
-                        .with_max_delay(Duration::from_secs(1))
-                        .with_max_times(3)
-                });
-            crate::crypto::install_crypto_provider();
-            let connect = Connection::connect_uri_with_config(uri, props, tls, runtime);
-            let conn = match tokio::time::timeout(config.timeout, connect).await {
-                Ok(Ok(c)) => c,
-                Ok(Err(e)) => return Err(map_error(&e, target, secret)),
-                Err(_) => return Err(SourceError::Timeout(config.timeout)),
-            };
+            let live = open(config, uri, target, secret).await?;
             tracing::debug!(source = %config.name, %target, "AMQP connection open");
-            self.conn = Some(Box::new(conn));
+            self.conn = Some(Box::new(live));
         }
-        self.conn.as_deref().ok_or_else(|| SourceError::Connect {
-            target: target.to_string(),
-            cause: "no connection".into(),
-        })
+        self.conn
+            .as_deref()
+            .map(|l| &l.conn)
+            .ok_or_else(|| SourceError::Connect {
+                target: target.to_string(),
+                cause: "no connection".into(),
+            })
     }
+}
+
+/// Opens a connection (TCP, TLS for `amqps://`, the AMQP handshake) within
+/// `timeout`. lapin retries nothing: the poll loop is the retry.
+async fn open(
+    config: &RabbitSourceConfig,
+    uri: AMQPUri,
+    target: &str,
+    secret: &str,
+) -> Result<Live, SourceError> {
+    let tls = Arc::new(tls_config(config)?);
+    let host = uri.authority.host.clone();
+    let port = uri.authority.port;
+    let connect_error = |cause: String| SourceError::Connect {
+        target: target.to_string(),
+        cause,
+    };
+    let addrs: Vec<SocketAddr> = match tokio::time::timeout(
+        config.timeout,
+        tokio::net::lookup_host((host.as_str(), port)),
+    )
+    .await
+    {
+        Ok(Ok(a)) => a.collect(),
+        Ok(Err(e)) => return Err(connect_error(format!("cannot resolve {host}: {e}"))),
+        Err(_) => return Err(SourceError::Timeout(config.timeout)),
+    };
+    let runtime = lapin::runtime::default_runtime()
+        .map_err(|e| SourceError::Config(format!("no async runtime for lapin: {e}")))?;
+    let props = ConnectionProperties::default()
+        .with_connection_name(format!("queue-exporter {}", config.name).into());
+    crate::crypto::install_crypto_provider();
+    let socket = SocketCutter::default();
+    let keep = socket.clone();
+    // Whatever ends this attempt early (an error, `timeout`, or the poll's
+    // own deadline dropping this future) cuts the socket on the way out.
+    let mut unless_kept = CutOnDrop(Some(socket.clone()));
+    let connect = Connection::connector(
+        uri,
+        runtime,
+        async move |uri: AMQPUri, runtime| {
+            let stream = AsyncTcpStream::connect(&runtime, addrs.clone()).await?;
+            if let AsyncTcpStream::Plain(s) = &stream {
+                keep.keep(duplicate(s.get_ref())?);
+            }
+            Ok(match uri.scheme {
+                AMQPScheme::AMQPS => {
+                    stream
+                        .into_tls(&uri.authority.host, OwnedTLSConfig::as_ref(&tls))
+                        .await?
+                }
+                AMQPScheme::AMQP => stream,
+            })
+        },
+        props,
+    );
+    match tokio::time::timeout(config.timeout, connect).await {
+        Ok(Ok(conn)) => {
+            unless_kept.0 = None;
+            Ok(Live { conn, socket })
+        }
+        Ok(Err(e)) => Err(map_error(&e, target, secret)),
+        // The handshake got no answer (a black hole, a hung broker); the
+        // guard ends lapin's attempt rather than leave it waiting.
+        Err(_) => Err(SourceError::Timeout(config.timeout)),
+    }
+}
+
+/// Cuts the socket when dropped, unless emptied first (the connection was
+/// handed over).
+struct CutOnDrop(Option<SocketCutter>);
+
+impl Drop for CutOnDrop {
+    fn drop(&mut self) {
+        if let Some(s) = self.0.take() {
+            s.cut();
+        }
+    }
+}
+
+/// A second handle on the same socket, for [`SocketCutter`].
+fn duplicate(s: &tokio::net::TcpStream) -> std::io::Result<std::net::TcpStream> {
+    use std::os::fd::AsFd;
+    Ok(std::net::TcpStream::from(s.as_fd().try_clone_to_owned()?))
+}
+
+/// TLS settings for `amqps://`: `tls.ca_file` as extra roots, and
+/// `tls.cert_file`/`tls.key_file` as the client identity. Files are read at
+/// every connect, so a rotated certificate is picked up by the next one.
+fn tls_config(config: &RabbitSourceConfig) -> Result<OwnedTLSConfig, SourceError> {
+    let read = |field: &str, path: &std::path::Path| {
+        std::fs::read(path).map_err(|e| {
+            SourceError::Config(format!("cannot read tls.{field} {}: {e}", path.display()))
+        })
+    };
+    let cert_chain = match &config.tls.ca_file {
+        Some(path) => Some(String::from_utf8(read("ca_file", path)?).map_err(|_| {
+            SourceError::Config(format!(
+                "tls.ca_file {} holds no valid PEM certificate",
+                path.display()
+            ))
+        })?),
+        None => None,
+    };
+    let identity = match (&config.tls.cert_file, &config.tls.key_file) {
+        (Some(cert), Some(key)) => Some(OwnedIdentity::PKCS8 {
+            pem: read("cert_file", cert)?,
+            key: read("key_file", key)?,
+        }),
+        // Validation requires both or neither.
+        _ => None,
+    };
+    Ok(OwnedTLSConfig {
+        identity,
+        cert_chain,
+    })
 }
 
 /// What the declaring channels share.
@@ -266,7 +421,10 @@ impl Worker<'_> {
                 },
             }
         };
+        // After an error the connection is given up anyway; closing its
+        // channels would only wait on it.
         if let Some(ch) = channel
+            && result.is_ok()
             && ch.status().connected()
         {
             let _ = tokio::time::timeout(self.timeout, ch.close(200, "done".into())).await;
@@ -305,6 +463,9 @@ fn map_error(e: &lapin::Error, target: &str, secret: &str) -> SourceError {
             SourceError::Auth { target, cause }
         }
         ErrorKind::ProtocolError(p) if p.get_id() == 404 => SourceError::NotFound(cause),
+        // 320 CONNECTION_FORCED: the broker is shutting down or an operator
+        // closed the connection; it is gone, as after a reset.
+        ErrorKind::ProtocolError(p) if p.get_id() == 320 => SourceError::Connect { target, cause },
         ErrorKind::AuthProviderError(_) => SourceError::Auth { target, cause },
         ErrorKind::IOError(_)
         | ErrorKind::InvalidConnectionState(_)

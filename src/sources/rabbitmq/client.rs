@@ -63,7 +63,7 @@ impl HttpClient {
         Ok(c)
     }
 
-    /// Builds the client; reads `tls.ca_file` if set.
+    /// Builds the client; reads `tls.ca_file`, `tls.cert_file` and `tls.key_file` if set.
     pub fn new(config: &RabbitSourceConfig) -> Result<Self, SourceError> {
         Self::with_bounds(config, config.timeout, config.max_response_bytes)
     }
@@ -93,6 +93,25 @@ impl HttpClient {
             for cert in certs {
                 builder = builder.add_root_certificate(cert);
             }
+        }
+        if let (Some(cert), Some(key)) = (&config.tls.cert_file, &config.tls.key_file) {
+            let read = |field: &str, path: &std::path::Path| {
+                std::fs::read(path).map_err(|e| {
+                    SourceError::Config(format!("cannot read tls.{field} {}: {e}", path.display()))
+                })
+            };
+            // reqwest wants the certificate chain and the key in one PEM buffer.
+            let mut pem = read("cert_file", cert)?;
+            pem.push(b'\n');
+            pem.extend(read("key_file", key)?);
+            let identity = reqwest::Identity::from_pem(&pem).map_err(|_| {
+                SourceError::Config(format!(
+                    "tls.cert_file {} and tls.key_file {} are not a PEM certificate and its private key",
+                    cert.display(),
+                    key.display()
+                ))
+            })?;
+            builder = builder.identity(identity);
         }
         if config.tls.insecure_skip_verify {
             builder = builder.danger_accept_invalid_certs(true);
@@ -184,7 +203,7 @@ impl HttpClient {
         let e = e.without_url();
         if e.is_timeout() {
             SourceError::Timeout(self.timeout)
-        } else if e.is_connect() {
+        } else if e.is_connect() || is_tls_failure(&e) {
             SourceError::Connect {
                 target: display_url(url),
                 cause: chain(&e),
@@ -193,6 +212,30 @@ impl HttpClient {
             SourceError::Backend(format!("GET {}: {}", display_url(url), chain(&e)))
         }
     }
+}
+
+/// Whether a TLS error is somewhere in the chain (a certificate refused,
+/// an alert from the server). Such an error is a connection failure at
+/// whatever stage the HTTP client met it: with TLS 1.3 a server refusing the
+/// client certificate only says so on the first read, after the handshake
+/// looked done to the client. rustls errors travel inside `io::Error`s,
+/// whose `source()` skips them, so those are opened too.
+fn is_tls_failure(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = cur {
+        if err.is::<rustls::Error>() {
+            return true;
+        }
+        if let Some(io) = err.downcast_ref::<std::io::Error>()
+            && io
+                .get_ref()
+                .is_some_and(|inner| inner.is::<rustls::Error>())
+        {
+            return true;
+        }
+        cur = err.source();
+    }
+    false
 }
 
 /// The error and its causes, joined. URLs in them carry no credentials:
