@@ -21,9 +21,8 @@ mod sidekiq;
 use std::time::SystemTime;
 
 use redis::Value;
-use redis::aio::ConnectionManager;
 
-use super::commands::{cmd, pipelined, scan};
+use super::commands::{Conn, cmd, pipelined, query, scan};
 use super::keyname::display_key;
 use super::reply;
 use crate::config::{CounterKeys, KeyType, Preset, PresetSpec, QueueSpec};
@@ -300,7 +299,7 @@ impl PresetState {
     /// Re-reads every entry's registry (SMEMBERS, or SCAN with bounded COUNT).
     pub async fn discover(
         &mut self,
-        conn: &mut ConnectionManager,
+        conn: &mut Conn,
         scan_count: u32,
     ) -> redis::RedisResult<()> {
         for entry in &mut self.entries {
@@ -361,7 +360,7 @@ impl PresetState {
     /// pipelined round trips, read-only.
     pub async fn poll(
         &self,
-        conn: &ConnectionManager,
+        conn: &Conn,
         plain: &[QueueSpec],
         now: SystemTime,
     ) -> redis::RedisResult<PresetPoll> {
@@ -465,8 +464,8 @@ fn fixed_queues(preset: &Preset) -> Vec<Vec<u8>> {
 }
 
 /// `SMEMBERS key` as raw members.
-async fn smembers(conn: &mut ConnectionManager, k: &[u8]) -> redis::RedisResult<Vec<Vec<u8>>> {
-    cmd("SMEMBERS", k).query_async(conn).await
+async fn smembers(conn: &mut Conn, k: &[u8]) -> redis::RedisResult<Vec<Vec<u8>>> {
+    query(conn, cmd("SMEMBERS", k)).await
 }
 
 #[cfg(test)]
