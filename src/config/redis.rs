@@ -707,6 +707,59 @@ mod tests {
     }
 
     #[test]
+    fn cluster_and_sentinel_urls_parse() {
+        let u = RedisUrl::parse("redis+cluster://u:p@10.0.0.1:7000").unwrap();
+        assert!(matches!(u.kind(), UrlKind::Cluster));
+        assert_eq!(
+            u.info().addr(),
+            &redis::ConnectionAddr::Tcp("10.0.0.1".into(), 7000)
+        );
+        assert_eq!(u.info().redis_settings().password(), Some("p"));
+        let u = RedisUrl::parse("rediss+cluster://10.0.0.1:7000").unwrap();
+        assert!(matches!(
+            u.info().addr(),
+            redis::ConnectionAddr::TcpTls { port: 7000, .. }
+        ));
+
+        let u = RedisUrl::parse("redis+sentinel://qe:p%40ss@s1:26380,s2,[::1]:5/my%20master/2")
+            .unwrap();
+        let UrlKind::Sentinel(spec) = u.kind() else {
+            panic!("sentinel")
+        };
+        assert_eq!(spec.master_name, "my master");
+        let addrs: Vec<_> = spec.sentinels.iter().map(|s| s.addr().clone()).collect();
+        assert_eq!(
+            addrs,
+            [
+                redis::ConnectionAddr::Tcp("s1".into(), 26380),
+                redis::ConnectionAddr::Tcp("s2".into(), 26379),
+                redis::ConnectionAddr::Tcp("::1".into(), 5),
+            ]
+        );
+        // Credentials and database are the master's, never the sentinels'.
+        assert_eq!(u.info().redis_settings().password(), Some("p@ss"));
+        assert_eq!(u.info().redis_settings().username(), Some("qe"));
+        assert_eq!(u.info().redis_settings().db(), 2);
+        assert!(
+            spec.sentinels
+                .iter()
+                .all(|s| s.redis_settings().password().is_none())
+        );
+        assert!(!format!("{u:?}").contains("p%40ss"));
+
+        for bad in [
+            "redis+sentinel://:secret@s1:26379",
+            "redis+sentinel://:secret@s1,,s2/m",
+            "redis+sentinel://:secret@s1/m/0/x",
+            "redis+sentinel://:secret@s1/m/notadb",
+            "redis+sentinel://:secret@s1:99999/m",
+        ] {
+            let e = RedisUrl::parse(bad).map(|_| ()).unwrap_err();
+            assert!(!e.contains("secret"), "{e}");
+        }
+    }
+
+    #[test]
     fn json_fields_become_pointers() {
         assert_eq!(
             JsonField::new("meta.times.0").unwrap().pointer(),

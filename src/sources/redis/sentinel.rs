@@ -46,13 +46,14 @@ impl Sentinels {
     pub async fn master(&mut self) -> RedisResult<(String, u16)> {
         let n = self.conns.len();
         let mut last_error = None;
-        for i in (0..n).map(|k| (self.preferred + k) % n) {
+        let first = self.preferred;
+        for i in (0..n).map(|k| (first + k) % n) {
+            let conn = self.conn(i);
+            let mut cmd = redis::cmd("SENTINEL");
+            cmd.arg("GET-MASTER-ADDR-BY-NAME")
+                .arg(&self.spec.master_name);
             let answer = async {
-                let mut conn = self.conn(i)?;
-                let mut cmd = redis::cmd("SENTINEL");
-                cmd.arg("GET-MASTER-ADDR-BY-NAME")
-                    .arg(&self.spec.master_name);
-                let reply: Value = cmd.query_async(&mut conn).await?;
+                let reply: Value = cmd.query_async(&mut conn?).await?;
                 master_addr(&reply)
             }
             .await;
