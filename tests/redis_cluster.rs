@@ -84,7 +84,8 @@ impl Cluster {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             let ok = self.nodes.iter().all(|n| {
-                let Ok(mut c) = redis::Client::open(n.url.as_str()).and_then(|c| c.get_connection())
+                let Ok(mut c) =
+                    redis::Client::open(n.url.as_str()).and_then(|c| c.get_connection())
                 else {
                     return false;
                 };
@@ -231,8 +232,7 @@ fn labelled(s: &Scrape, name: &str, source: &str, queue: &str) -> Option<f64> {
 
 /// Every `(queue, depth)` of `source` in `want` is what the scrape shows.
 fn all_exact(s: &Scrape, source: &str, want: &[(String, f64)]) -> bool {
-    want.iter()
-        .all(|(k, d)| depth(s, source, k) == Some(*d))
+    want.iter().all(|(k, d)| depth(s, source, k) == Some(*d))
 }
 
 /// The keys of `want` whose depth differs, for messages.
@@ -241,31 +241,6 @@ fn wrong(s: &Scrape, source: &str, want: &[(String, f64)]) -> Vec<String> {
         .filter(|(k, d)| depth(s, source, k) != Some(*d))
         .map(|(k, d)| format!("{k}: want {d}, got {:?}", depth(s, source, k)))
         .collect()
-}
-
-/// Scrapes until `done` holds and returns that scrape; on timeout, panics
-/// showing the last scrape's source and queue lines.
-async fn until(app: &TestApp, what: &str, timeout: Duration, done: impl Fn(&Scrape) -> bool) -> Scrape {
-    let deadline = Instant::now() + timeout;
-    loop {
-        let s = app.scrape().await;
-        if done(&s) {
-            return s;
-        }
-        if Instant::now() > deadline {
-            let lines: Vec<&str> = s
-                .text()
-                .lines()
-                .filter(|l| {
-                    l.starts_with("queue_depth") || l.starts_with("queue_exporter_source_up")
-                        || (l.starts_with("queue_exporter_poll_errors_total") && !l.ends_with(" 0"))
-                        || l.starts_with("queue_exporter_tracked_keys")
-                })
-                .collect();
-            panic!("timed out waiting for {what}; last scrape:\n{}", lines.join("\n"));
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 fn now() -> f64 {
@@ -339,7 +314,8 @@ async fn keys_on_every_node_read_exactly_over_metrics_and_grpc_with_either_confi
         port = cluster.nodes[1].port,
     );
     let app = TestApp::start(&yaml).await;
-    let s = until(&app, "every key exact", Duration::from_secs(30), |s| {
+    let s = app
+        .until("every key exact", Duration::from_secs(30), |s| {
             all_exact(s, "cl", &want)
                 && depth(s, "cl2", "{grp}:a") == Some(3.0)
                 && depth(s, "cl2", "{grp}:b") == Some(4.0)
@@ -377,7 +353,7 @@ async fn keys_on_every_node_read_exactly_over_metrics_and_grpc_with_either_confi
     // A change on any node shows up.
     set_list(&mut c, "q:5", 11);
     set_list(&mut c, "q:17", 12);
-    until(&app, "new depths", Duration::from_secs(10), |s| {
+    app.until("new depths", Duration::from_secs(10), |s| {
         depth(s, "cl", "q:5") == Some(11.0) && depth(s, "cl", "q:17") == Some(12.0)
     })
     .await;
@@ -422,7 +398,7 @@ async fn a_slot_migrated_by_hand_is_read_behind_ask_then_moved_and_the_source_st
             ("other".to_string(), 2.0),
         ]
     };
-    until(&app, "initial depths", Duration::from_secs(30), |s| {
+    app.until("initial depths", Duration::from_secs(30), |s| {
         all_exact(s, "cl", &expect(7.0, 5.0))
     })
     .await;
@@ -458,20 +434,38 @@ async fn a_slot_migrated_by_hand_is_read_behind_ask_then_moved_and_the_source_st
     run(src, &["CLUSTER", "SETSLOT", &slot_s, "MIGRATING", &dst_id]);
     run(
         src,
-        &["MIGRATE", "127.0.0.1", &dst_port, "", "0", "5000", "KEYS", a],
+        &[
+            "MIGRATE",
+            "127.0.0.1",
+            &dst_port,
+            "",
+            "0",
+            "5000",
+            "KEYS",
+            a,
+        ],
     );
     // A value only the importing node has, reachable only behind ASKING.
     asking(&cluster, dst, &["RPUSH", a, "new"]);
-    until(&app, "a = 8 through ASK", Duration::from_secs(10), |s| {
+    app.until("a = 8 through ASK", Duration::from_secs(10), |s| {
         all_exact(s, "cl", &expect(8.0, 5.0))
     })
     .await;
     run(
         src,
-        &["MIGRATE", "127.0.0.1", &dst_port, "", "0", "5000", "KEYS", b],
+        &[
+            "MIGRATE",
+            "127.0.0.1",
+            &dst_port,
+            "",
+            "0",
+            "5000",
+            "KEYS",
+            b,
+        ],
     );
     asking(&cluster, dst, &["RPUSH", b, "new"]);
-    until(&app, "b = 6 through ASK", Duration::from_secs(10), |s| {
+    app.until("b = 6 through ASK", Duration::from_secs(10), |s| {
         all_exact(s, "cl", &expect(8.0, 6.0))
     })
     .await;
@@ -486,7 +480,7 @@ async fn a_slot_migrated_by_hand_is_read_behind_ask_then_moved_and_the_source_st
         .arg("newer")
         .query(&mut cluster.node(dst))
         .expect("RPUSH on the new owner");
-    until(&app, "a = 9 through MOVED", Duration::from_secs(10), |s| {
+    app.until("a = 9 through MOVED", Duration::from_secs(10), |s| {
         all_exact(s, "cl", &expect(9.0, 6.0))
     })
     .await;
@@ -540,7 +534,7 @@ async fn resharding_while_polling_and_rediscovering_never_shows_a_wrong_or_missi
         url = cluster.url(0),
     );
     let app = TestApp::start(&yaml).await;
-    until(&app, "initial depths", Duration::from_secs(30), |s| {
+    app.until("initial depths", Duration::from_secs(30), |s| {
         all_exact(s, "cl", &want)
     })
     .await;
@@ -590,7 +584,8 @@ async fn resharding_while_polling_and_rediscovering_never_shows_a_wrong_or_missi
     assert!(scrapes >= 10, "only {scrapes} scrapes during resharding");
     // Slots really moved, and values are still right afterwards.
     assert!(cluster.dbsize(1) > 0 && cluster.dbsize(0) > 0);
-    let s = until(&app, "depths after resharding", Duration::from_secs(10), |s| {
+    let s = app
+        .until("depths after resharding", Duration::from_secs(10), |s| {
             all_exact(s, "cl", &want)
         })
         .await;
@@ -629,7 +624,7 @@ async fn a_killed_node_marks_the_source_down_never_zero_and_it_comes_back_right(
         url = cluster.url(0),
     );
     let app = TestApp::start(&yaml).await;
-    until(&app, "initial depths", Duration::from_secs(30), |s| {
+    app.until("initial depths", Duration::from_secs(30), |s| {
         all_exact(s, "cl", &want)
     })
     .await;
@@ -666,7 +661,8 @@ async fn a_killed_node_marks_the_source_down_never_zero_and_it_comes_back_right(
     let back = Instant::now();
     cluster.wait_ok();
     assert_eq!(cluster.dbsize(victim), victim_keys, "the node lost keys");
-    let s = until(&app, "up and right again", Duration::from_secs(30), |s| {
+    let s = app
+        .until("up and right again", Duration::from_secs(30), |s| {
             s.source_up("cl") == Some(1.0) && all_exact(s, "cl", &want)
         })
         .await;
@@ -700,7 +696,11 @@ async fn the_cluster_needs_read_connection_and_cluster_slots_and_nothing_more() 
                 .query(&mut n)
                 .expect("ACL SETUSER");
         }
-        let _: () = redis::cmd("ACL").arg("LOG").arg("RESET").query(&mut n).unwrap();
+        let _: () = redis::cmd("ACL")
+            .arg("LOG")
+            .arg("RESET")
+            .query(&mut n)
+            .unwrap();
     }
     let mut c = cluster.client();
     let t = now();
@@ -750,7 +750,8 @@ async fn the_cluster_needs_read_connection_and_cluster_slots_and_nothing_more() 
         "#
     );
     let app = TestApp::start(&yaml).await;
-    let s = until(&app, "depths as qe", Duration::from_secs(30), |s| {
+    let s = app
+        .until("depths as qe", Duration::from_secs(30), |s| {
             all_exact(s, "ro", &want) && s.errors("noslots", "auth").is_some_and(|e| e > 0.0)
         })
         .await;

@@ -26,8 +26,7 @@ pub use rabbitmq::{ClientTlsConfig, NameRegex, RabbitMethod, RabbitSourceConfig,
 pub use redis::{
     AgeSpec, CaptureLabels, JsonField, KeyType, ListEnd, QueueSpec, QueueTarget, RESERVED_LABELS,
     RedisSourceConfig, RedisUrl, ScoreMode, ScoreUnit, SentinelSpec, TimeUnit, UrlKind,
-    default_age_buckets,
-    default_age_histogram_interval,
+    default_age_buckets, default_age_histogram_interval,
 };
 pub use secret::{Redacted, read_secret_file};
 
@@ -783,7 +782,10 @@ sources:
     #[test]
     fn cluster_and_sentinel_settings_are_checked_with_one_line_errors() {
         let redis = |extra: &str| format!("sources:\n  - name: r\n    type: redis\n{extra}");
-        let c = load_yaml(&redis("    url: redis://10.0.0.1:7000\n    cluster: true\n")).unwrap();
+        let c = load_yaml(&redis(
+            "    url: redis://10.0.0.1:7000\n    cluster: true\n",
+        ))
+        .unwrap();
         let SourceConfig::Redis(r) = &c.sources[0] else {
             panic!("redis")
         };

@@ -312,7 +312,11 @@ fn parse_sentinel(scheme: &str, rest: &str) -> Result<(ConnectionInfo, UrlKind),
     let mut segments = path.split('/');
     let master_name = segments
         .next()
-        .map(|m| percent_encoding::percent_decode_str(m).decode_utf8_lossy().into_owned())
+        .map(|m| {
+            percent_encoding::percent_decode_str(m)
+                .decode_utf8_lossy()
+                .into_owned()
+        })
         .filter(|m| !m.is_empty())
         .ok_or_else(|| format!("needs the master's name after the sentinels {usage}"))?;
     let db = segments.next().unwrap_or("");

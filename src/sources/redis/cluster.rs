@@ -330,7 +330,8 @@ impl ClusterConn {
             cmd.arg("SLOTS");
             match cmd.query_async::<Value>(&mut conn).await {
                 Ok(reply) => {
-                    let Some(t) = Topology::parse(&reply, &addr).filter(|t| !t.primaries.is_empty())
+                    let Some(t) =
+                        Topology::parse(&reply, &addr).filter(|t| !t.primaries.is_empty())
                     else {
                         last_error = Some(RedisError::from((
                             ErrorKind::Client,
@@ -495,7 +496,11 @@ mod tests {
         Value::Array(vec![
             Value::Int(start),
             Value::Int(end),
-            Value::Array(vec![host, Value::Int(port), Value::BulkString(b"id".to_vec())]),
+            Value::Array(vec![
+                host,
+                Value::Int(port),
+                Value::BulkString(b"id".to_vec()),
+            ]),
         ])
     }
 
@@ -514,7 +519,15 @@ mod tests {
     #[test]
     fn slots_agree_with_the_redis_crate() {
         let keys: [&[u8]; 9] = [
-            b"", b"a", b"{", b"}{", b"{}", b"x{y}z", b"{{}}", b"jobs:{tenant-7}:wait", b"\xff\x00{\x01}",
+            b"",
+            b"a",
+            b"{",
+            b"}{",
+            b"{}",
+            b"x{y}z",
+            b"{{}}",
+            b"jobs:{tenant-7}:wait",
+            b"\xff\x00{\x01}",
         ];
         for key in keys.into_iter().chain([&b"q:12345"[..], b"k:0", b"{t}:2"]) {
             assert_eq!(Slot::new(slot(key)), Some(Slot::for_key(key)), "{key:?}");
@@ -524,8 +537,21 @@ mod tests {
     #[test]
     fn the_key_of_every_command_the_sources_send_is_found() {
         for name in [
-            "LLEN", "LINDEX", "ZCARD", "ZRANGE", "ZCOUNT", "HLEN", "SCARD", "TYPE", "HGET",
-            "EXISTS", "GET", "LRANGE", "SISMEMBER", "SMEMBERS", "llen",
+            "LLEN",
+            "LINDEX",
+            "ZCARD",
+            "ZRANGE",
+            "ZCOUNT",
+            "HLEN",
+            "SCARD",
+            "TYPE",
+            "HGET",
+            "EXISTS",
+            "GET",
+            "LRANGE",
+            "SISMEMBER",
+            "SMEMBERS",
+            "llen",
         ] {
             let mut c = redis::cmd(name);
             c.arg(b"some{tag}key").arg(0).arg(1);

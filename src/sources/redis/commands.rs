@@ -171,10 +171,7 @@ async fn scan_node(
 }
 
 /// TYPE for each key, pipelined.
-pub async fn type_of(
-    conn: &Conn,
-    keys: &[Vec<u8>],
-) -> redis::RedisResult<Vec<KeyState>> {
+pub async fn type_of(conn: &Conn, keys: &[Vec<u8>]) -> redis::RedisResult<Vec<KeyState>> {
     let cmds: Vec<redis::Cmd> = keys.iter().map(|k| cmd("TYPE", k)).collect();
     let replies = pipelined(conn, cmds).await?;
     Ok(replies.iter().map(key_state).collect())

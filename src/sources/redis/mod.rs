@@ -24,10 +24,10 @@ use std::time::{Duration, Instant, SystemTime};
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
-use commands::Conn;
 use crate::config::{RedisSourceConfig, read_secret_file};
 use crate::snapshot::QueueScope;
 use crate::sources::{PollOutput, Source, SourceError};
+use commands::Conn;
 
 pub use commands::PIPELINE_CHUNK;
 pub use scope::RedisScope;

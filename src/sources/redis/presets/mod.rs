@@ -297,11 +297,7 @@ impl PresetState {
     }
 
     /// Re-reads every entry's registry (SMEMBERS, or SCAN with bounded COUNT).
-    pub async fn discover(
-        &mut self,
-        conn: &mut Conn,
-        scan_count: u32,
-    ) -> redis::RedisResult<()> {
+    pub async fn discover(&mut self, conn: &mut Conn, scan_count: u32) -> redis::RedisResult<()> {
         for entry in &mut self.entries {
             let mut names = match &entry.spec.preset {
                 Preset::Rq { prefix } => {
