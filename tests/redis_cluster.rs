@@ -10,9 +10,12 @@
 //!   goes down;
 //! - `redis-cli --cluster reshard` while polling and rediscovering: every
 //!   scrape shows every key with its exact depth;
+//! - a key that moves between nodes while discovery scans them (so no
+//!   node's SCAN returns it) stays tracked and right;
 //! - one node killed: the source is down (no zeros), back: up and right;
 //! - the ACL `-@all +@read +@connection +cluster|slots ~*` is enough, and
 //!   without `+cluster|slots` the source says `auth`.
+mod reliability_support;
 mod scaler_common;
 mod support;
 
@@ -20,6 +23,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use reliability_support::{Proxy, ProxyMode};
 use support::{RedisServer, Scrape, TestApp};
 
 /// A 3-primary cluster on free ports, killed on drop.
@@ -143,35 +147,36 @@ impl Cluster {
             .expect("CLUSTER KEYSLOT")
     }
 
-    /// Which node (index) serves `slot`, according to node 0.
-    fn owner(&self, slot: u16) -> usize {
-        let ranges: Vec<(u16, u16, (String, u16))> = redis::cmd("CLUSTER")
+    /// `(first slot, last slot, primary's port)` per range, as node `i` sees them.
+    fn ranges(&self, i: usize) -> Vec<(u16, u16, u16)> {
+        let int = |v: &redis::Value| match v {
+            redis::Value::Int(i) => *i as u16,
+            other => panic!("{other:?}"),
+        };
+        redis::cmd("CLUSTER")
             .arg("SLOTS")
-            .query::<Vec<redis::Value>>(&mut self.node(0))
+            .query::<Vec<redis::Value>>(&mut self.node(i))
             .expect("CLUSTER SLOTS")
             .into_iter()
             .map(|r| {
                 let redis::Value::Array(items) = r else {
                     panic!("range {r:?}")
                 };
-                let int = |v: &redis::Value| match v {
-                    redis::Value::Int(i) => *i as u16,
-                    other => panic!("{other:?}"),
-                };
                 let redis::Value::Array(node) = &items[2] else {
                     panic!("node")
                 };
-                (
-                    int(&items[0]),
-                    int(&items[1]),
-                    (String::new(), int(&node[1])),
-                )
+                (int(&items[0]), int(&items[1]), int(&node[1]))
             })
-            .collect();
-        let port = ranges
-            .iter()
+            .collect()
+    }
+
+    /// Which node (index) serves `slot`, according to node 0.
+    fn owner(&self, slot: u16) -> usize {
+        let port = self
+            .ranges(0)
+            .into_iter()
             .find(|(s, e, _)| (*s..=*e).contains(&slot))
-            .map(|(_, _, (_, p))| *p)
+            .map(|(_, _, p)| p)
             .expect("slot served");
         self.nodes
             .iter()
@@ -593,6 +598,131 @@ async fn resharding_while_polling_and_rediscovering_never_shows_a_wrong_or_missi
         s.value("queue_exporter_tracked_keys", &[("source", "cl")]),
         Some(want.len() as f64)
     );
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_moving_between_nodes_while_discovery_scans_them_stays_tracked_and_right() {
+    let cluster = Cluster::start();
+    let mut c = cluster.client();
+    let key = "mv:1";
+    set_list(&mut c, key, 4);
+    let mut want = vec![(key.to_string(), 4.0)];
+    for i in 2..12 {
+        let k = format!("mv:{i}");
+        set_list(&mut c, &k, i);
+        want.push((k, i as f64));
+    }
+    drop(c);
+    let slot = cluster.slot(key);
+    let src = cluster.owner(slot);
+    let dst = (src + 1) % 3;
+    let (src_id, dst_id) = (cluster.id(src), cluster.id(dst));
+
+    // The exporter reaches `src` through a proxy that delays each request
+    // by a second (`src` announces the proxy's port), so `src` runs its
+    // discovery SCAN a second after `dst` has run its own.
+    let proxy = Proxy::start(&format!("127.0.0.1:{}", cluster.nodes[src].port)).await;
+    proxy.set(ProxyMode::SlowRequests(Duration::from_secs(1)));
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("cluster-announce-port")
+        .arg(proxy.port)
+        .query(&mut cluster.node(src))
+        .expect("CONFIG SET cluster-announce-port");
+    tokio::task::block_in_place(|| {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !(0..3).all(|i| cluster.ranges(i).iter().any(|r| r.2 == proxy.port)) {
+            assert!(Instant::now() < deadline, "the proxy port never spread");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    });
+    let yaml = format!(
+        r#"
+        sources:
+          - name: cl
+            type: redis
+            url: {url}
+            poll_interval: 100ms
+            discovery_interval: 4s
+            timeout: 10s
+            queues:
+              - pattern: "mv:*"
+        "#,
+        url = cluster.url(dst),
+    );
+    let app = TestApp::start(&yaml).await;
+    app.until("initial depths", Duration::from_secs(30), |s| {
+        all_exact(s, "cl", &want)
+    })
+    .await;
+
+    // When the next discovery's SCAN reaches `dst`, move the key from `src`
+    // to `dst`: `dst` has already scanned, `src` scans a second later.
+    let mut monitor = support::start_monitor(&cluster.nodes[dst]);
+    // (A read that times out breaks the connection: wait long instead.)
+    monitor
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let scanned = tokio::task::block_in_place(|| {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            match monitor.recv_response() {
+                Ok(redis::Value::SimpleString(line)) if line.contains("\"SCAN\"") => {
+                    return Instant::now();
+                }
+                Ok(_) => {}
+                Err(e) => panic!("MONITOR on dst: {e}"),
+            }
+            assert!(Instant::now() < deadline, "no discovery SCAN on dst");
+        }
+    });
+    let run = |i: usize, args: &[&str]| {
+        let mut cmd = redis::cmd(args[0]);
+        for x in &args[1..] {
+            cmd.arg(*x);
+        }
+        let _: redis::Value = cmd.query(&mut cluster.node(i)).expect("cluster command");
+    };
+    let slot_s = slot.to_string();
+    let dst_port = cluster.nodes[dst].port.to_string();
+    run(dst, &["CLUSTER", "SETSLOT", &slot_s, "IMPORTING", &src_id]);
+    run(src, &["CLUSTER", "SETSLOT", &slot_s, "MIGRATING", &dst_id]);
+    run(
+        src,
+        &[
+            "MIGRATE",
+            "127.0.0.1",
+            &dst_port,
+            "",
+            "0",
+            "5000",
+            "KEYS",
+            key,
+        ],
+    );
+    let moved = scanned.elapsed();
+    assert!(
+        moved < Duration::from_millis(800),
+        "moved only {moved:?} after the SCAN"
+    );
+
+    // Until just before the discovery after next: every scrape is up and
+    // shows the key (the SCANs of that round both missed it).
+    let mut scrapes = 0;
+    while scanned.elapsed() < Duration::from_secs(7) {
+        let s = app.scrape().await;
+        assert_eq!(s.source_up("cl"), Some(1.0), "down:\n{s}");
+        let bad = wrong(&s, "cl", &want);
+        assert!(
+            bad.is_empty(),
+            "{:?} after the move: {bad:?}",
+            scanned.elapsed()
+        );
+        scrapes += 1;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(scrapes >= 5, "only {scrapes} scrapes");
     app.stop().await;
 }
 
