@@ -358,7 +358,7 @@ async fn keys_on_every_node_read_exactly_over_metrics_and_grpc_with_either_confi
     // A change on any node shows up.
     set_list(&mut c, "q:5", 11);
     set_list(&mut c, "q:17", 12);
-    app.until("new depths", Duration::from_secs(10), |s| {
+    app.until("new depths", Duration::from_secs(30), |s| {
         depth(s, "cl", "q:5") == Some(11.0) && depth(s, "cl", "q:17") == Some(12.0)
     })
     .await;
@@ -452,7 +452,7 @@ async fn a_slot_migrated_by_hand_is_read_behind_ask_then_moved_and_the_source_st
     );
     // A value only the importing node has, reachable only behind ASKING.
     asking(&cluster, dst, &["RPUSH", a, "new"]);
-    app.until("a = 8 through ASK", Duration::from_secs(10), |s| {
+    app.until("a = 8 through ASK", Duration::from_secs(30), |s| {
         all_exact(s, "cl", &expect(8.0, 5.0))
     })
     .await;
@@ -470,7 +470,7 @@ async fn a_slot_migrated_by_hand_is_read_behind_ask_then_moved_and_the_source_st
         ],
     );
     asking(&cluster, dst, &["RPUSH", b, "new"]);
-    app.until("b = 6 through ASK", Duration::from_secs(10), |s| {
+    app.until("b = 6 through ASK", Duration::from_secs(30), |s| {
         all_exact(s, "cl", &expect(8.0, 6.0))
     })
     .await;
@@ -485,7 +485,7 @@ async fn a_slot_migrated_by_hand_is_read_behind_ask_then_moved_and_the_source_st
         .arg("newer")
         .query(&mut cluster.node(dst))
         .expect("RPUSH on the new owner");
-    app.until("a = 9 through MOVED", Duration::from_secs(10), |s| {
+    app.until("a = 9 through MOVED", Duration::from_secs(30), |s| {
         all_exact(s, "cl", &expect(9.0, 6.0))
     })
     .await;
@@ -590,7 +590,7 @@ async fn resharding_while_polling_and_rediscovering_never_shows_a_wrong_or_missi
     // Slots really moved, and values are still right afterwards.
     assert!(cluster.dbsize(1) > 0 && cluster.dbsize(0) > 0);
     let s = app
-        .until("depths after resharding", Duration::from_secs(10), |s| {
+        .until("depths after resharding", Duration::from_secs(30), |s| {
             all_exact(s, "cl", &want)
         })
         .await;

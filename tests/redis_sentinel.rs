@@ -173,7 +173,7 @@ async fn the_master_is_found_through_sentinels_and_followed_across_failovers() {
         port = sentinel.port,
     );
     let app = TestApp::start(&yaml).await;
-    app.until("depth 4.0", Duration::from_secs(20), |s| {
+    app.until("depth 4.0", Duration::from_secs(30), |s| {
         depth(s) == Some(4.0)
     })
     .await;
@@ -208,7 +208,7 @@ async fn the_master_is_found_through_sentinels_and_followed_across_failovers() {
         })
     });
     rpush(&second, "work", 1);
-    app.until("depth 5.0", Duration::from_secs(10), |s| {
+    app.until("depth 5.0", Duration::from_secs(30), |s| {
         depth(s) == Some(5.0)
     })
     .await;
@@ -217,7 +217,7 @@ async fn the_master_is_found_through_sentinels_and_followed_across_failovers() {
     first.stop();
     let after_kill = Instant::now();
     rpush(&second, "work", 1);
-    app.until("depth 6.0", Duration::from_secs(10), |s| {
+    app.until("depth 6.0", Duration::from_secs(30), |s| {
         depth(s) == Some(6.0)
     })
     .await;
@@ -261,7 +261,7 @@ async fn the_master_is_found_through_sentinels_and_followed_across_failovers() {
     let promoted = killed.elapsed();
     rpush(&first, "work", 1);
     let s = app
-        .until("depth 7", Duration::from_secs(15), |s| {
+        .until("depth 7", Duration::from_secs(30), |s| {
             depth(s) == Some(7.0)
         })
         .await;

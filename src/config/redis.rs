@@ -197,8 +197,9 @@ pub enum UrlKind {
     Standalone,
     /// `redis+cluster://`, `rediss+cluster://`: a node of a Redis Cluster.
     Cluster,
-    /// `redis+sentinel://`, `rediss+sentinel://`: the master sentinels name.
-    Sentinel(SentinelSpec),
+    /// `redis+sentinel://`, `rediss+sentinel://`: the master sentinels name
+    /// (boxed: rare, and it would make every source config larger).
+    Sentinel(Box<SentinelSpec>),
 }
 
 /// The sentinels of a `redis+sentinel://` URL and the master to ask them for.
@@ -328,10 +329,10 @@ fn parse_sentinel(scheme: &str, rest: &str) -> Result<(ConnectionInfo, UrlKind),
         .map_err(|e| format!("is not a valid Redis URL ({:?}) {usage}", e.kind()))?;
     Ok((
         info,
-        UrlKind::Sentinel(SentinelSpec {
+        UrlKind::Sentinel(Box::new(SentinelSpec {
             master_name,
             sentinels,
-        }),
+        })),
     ))
 }
 

@@ -39,10 +39,9 @@ pub struct RedisSource {
     config: RedisSourceConfig,
     /// The connection, created lazily and reconnecting on its own.
     conn: Option<Conn>,
-    /// For a `redis+sentinel://` URL: the sentinels asked for the master.
-    sentinels: Option<sentinel::Sentinels>,
-    /// The master address `conn` points at (sentinel mode).
-    master: Option<(String, u16)>,
+    /// For a `redis+sentinel://` URL: the sentinels asked for the master
+    /// (boxed: most sources have none).
+    sentinels: Option<Box<sentinel::Sentinels>>,
     /// Keys being polled, learned at discovery.
     tracked: Vec<TrackedKey>,
     /// Keys found beyond `max_keys` at the last discovery.
@@ -66,15 +65,17 @@ impl std::fmt::Debug for RedisSource {
 impl RedisSource {
     /// Builds the source; no connection is made until the first poll.
     pub fn new(config: RedisSourceConfig) -> Self {
-        let sentinels = config
-            .sentinel()
-            .map(|spec| sentinel::Sentinels::new(spec.clone(), manager_config(&config)));
+        let sentinels = config.sentinel().map(|spec| {
+            Box::new(sentinel::Sentinels::new(
+                spec.clone(),
+                manager_config(&config),
+            ))
+        });
         RedisSource {
             presets: presets::PresetState::new(&config.presets),
             config,
             conn: None,
             sentinels,
-            master: None,
             tracked: Vec::new(),
             dropped: 0,
             last_discovery: None,
@@ -103,8 +104,8 @@ impl RedisSource {
                 let target = format!("sentinels of master {:?}", sentinels.master_name());
                 map_redis_error(e, &target, self.config.timeout)
             })?;
-            if self.master.as_ref() != Some(&addr) {
-                if self.master.is_some() {
+            if sentinels.current.as_ref() != Some(&addr) {
+                if sentinels.current.is_some() {
                     tracing::info!(
                         source = %self.config.name,
                         master = %format!("{}:{}", addr.0, addr.1),
@@ -112,7 +113,7 @@ impl RedisSource {
                     );
                 }
                 self.conn = None;
-                self.master = Some(addr);
+                sentinels.current = Some(addr);
             }
         }
         if let Some(c) = &self.conn {
@@ -120,7 +121,7 @@ impl RedisSource {
         }
         let target = self.target();
         let mut info = self.config.url.info().clone();
-        if let Some((host, port)) = &self.master {
+        if let Some((host, port)) = self.sentinels.as_ref().and_then(|s| s.current.as_ref()) {
             info = cluster::at_addr(&info, host, *port);
         }
         if let Some(path) = &self.config.password_file {

@@ -23,6 +23,8 @@ pub struct Sentinels {
     conns: Vec<Option<ConnectionManager>>,
     /// The sentinel that answered last: asked first next time.
     preferred: usize,
+    /// The master address the source's connection points at.
+    pub current: Option<(String, u16)>,
 }
 
 impl Sentinels {
@@ -33,6 +35,7 @@ impl Sentinels {
             spec,
             config,
             preferred: 0,
+            current: None,
         }
     }
 
