@@ -1,18 +1,21 @@
 //! Wiring: builds sources from the config, starts their poll loops, the
-//! HTTP listener and the gRPC scaler, and stops them all on shutdown.
+//! HTTP listener and the gRPC scaler, reloads the config on SIGHUP (sources
+//! rebuilt, listeners untouched), and stops them all on shutdown.
 //! Also the one-shot `once` and `check` commands.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::{Duration, SystemTime};
 
-use tokio::task::JoinSet;
+use tokio::sync::watch;
+use tokio::task::{JoinHandle, JoinSet};
 
-use crate::config::{Config, ConfigError, SourceConfig};
+use crate::config::{Config, ConfigError, LoadOptions, ScalerConfig, SourceConfig};
 use crate::exposition::{Exposition, Format};
 use crate::http::{self, HttpError, HttpState};
-use crate::hub::{Hub, HubBuilder, SnapshotPublisher};
+use crate::hub::{Hub, HubBuilder, HubControl, SnapshotPublisher, SourceSlot};
 use crate::scaler::{self, ScalerError};
-use crate::shutdown::{Shutdown, ShutdownTrigger};
+use crate::shutdown::{Shutdown, ShutdownTrigger, Signal, Signals};
 use crate::snapshot::SourceKind;
 use crate::sources::rabbitmq::{self, RabbitSource};
 use crate::sources::redis::RedisSource;
@@ -31,7 +34,19 @@ pub enum AppError {
     /// The gRPC listener failed.
     #[error(transparent)]
     Scaler(#[from] ScalerError),
+    /// A reload was asked for, but the config came from standard input,
+    /// which cannot be read twice.
+    #[error(
+        "the configuration was read from standard input and cannot be read again; restart to change it"
+    )]
+    ReloadFromStdin,
 }
+
+/// How long a reload waits for newly started sources to finish their first
+/// poll before it shows them to readers, so a scrape or a KEDA query right
+/// after a reload still finds data (a source that is slower than this is
+/// shown unpolled, like at startup).
+pub const RELOAD_FIRST_POLL_WAIT: Duration = Duration::from_secs(5);
 
 /// A running exporter.
 #[derive(Debug)]
@@ -44,10 +59,50 @@ pub struct App {
     pub hub: Hub,
     /// Fires shutdown.
     trigger: ShutdownTrigger,
-    /// Every task started.
+    /// The listeners' tasks (HTTP, gRPC).
     tasks: JoinSet<()>,
     /// How long shutdown waits for tasks (`shutdown_grace`).
-    grace: std::time::Duration,
+    grace: Duration,
+    /// Replaces the hub's set of sources on reload.
+    control: HubControl,
+    /// The poll loops running now, in config order.
+    running: Vec<RunningSource>,
+    /// The scaler's settings; the gRPC service follows changes (reload).
+    scaler_config: watch::Sender<ScalerConfig>,
+    /// Process-level metrics, including the reload gauges.
+    telemetry: Arc<Telemetry>,
+    /// The config in force: the one started with, or the last reload applied.
+    config: Config,
+}
+
+/// One source's poll loop, as the app tracks it across reloads.
+#[derive(Debug)]
+struct RunningSource {
+    /// The `source` label.
+    name: String,
+    /// The source's config entry as written; a reload keeps the loop
+    /// running when the new entry is identical.
+    entry: Option<serde_json::Value>,
+    /// Its snapshot slot, carried into the next set when kept.
+    slot: SourceSlot,
+    /// Stops this loop alone (a child of the process-wide trigger).
+    stop: ShutdownTrigger,
+    /// The loop's task.
+    task: JoinHandle<()>,
+}
+
+/// What a reload did, by source name.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct ReloadSummary {
+    /// Sources whose config did not change: their loops kept running, with
+    /// their connections, discovered keys and rate history.
+    pub kept: Vec<String>,
+    /// Sources started (new, or changed and restarted).
+    pub started: Vec<String>,
+    /// Sources stopped (removed, or changed and restarted).
+    pub stopped: Vec<String>,
+    /// Settings that changed but apply only after a restart.
+    pub need_restart: Vec<&'static str>,
 }
 
 /// A source ready to run, with its publisher.
@@ -73,10 +128,10 @@ async fn select_sources(config: &Config) -> Vec<SourceConfig> {
             }
             SourceConfig::RabbitMq(r) => {
                 if rabbitmq::probe_default(r).await {
-                    tracing::info!(source = %r.name, url = %r.url, "default source: local RabbitMQ management API answers; watching all queues");
+                    tracing::info!(source = %r.name, url = %crate::config::Redacted(&r.url), "default source: local RabbitMQ management API answers; watching all queues");
                     chosen.push(s.clone());
                 } else {
-                    tracing::info!(url = %r.url, "default source: no RabbitMQ management API answers; RabbitMQ not watched");
+                    tracing::info!(url = %crate::config::Redacted(&r.url), "default source: no RabbitMQ management API answers; RabbitMQ not watched");
                 }
             }
         }
@@ -84,34 +139,36 @@ async fn select_sources(config: &Config) -> Vec<SourceConfig> {
     chosen
 }
 
+/// Builds one source and registers its slot in `hub`.
+fn build_one(
+    c: &SourceConfig,
+    hub: &mut HubBuilder,
+) -> (Built, SnapshotPublisher, std::time::Duration) {
+    let (kind, built) = match c {
+        SourceConfig::Redis(r) => (SourceKind::Redis, Built::Redis(RedisSource::new(r.clone()))),
+        SourceConfig::RabbitMq(r) => (
+            SourceKind::RabbitMq,
+            Built::Rabbit(RabbitSource::new(r.clone())),
+        ),
+    };
+    let scope = match &built {
+        Built::Redis(s) => s.scope(),
+        Built::Rabbit(s) => s.scope(),
+    };
+    let publisher = hub.add_source(c.name(), kind, c.poll_interval(), scope);
+    (built, publisher, c.poll_interval())
+}
+
 fn build(
     configs: &[SourceConfig],
     hub: &mut HubBuilder,
 ) -> Vec<(Built, SnapshotPublisher, std::time::Duration)> {
-    configs
-        .iter()
-        .map(|c| {
-            let (kind, built) = match c {
-                SourceConfig::Redis(r) => {
-                    (SourceKind::Redis, Built::Redis(RedisSource::new(r.clone())))
-                }
-                SourceConfig::RabbitMq(r) => (
-                    SourceKind::RabbitMq,
-                    Built::Rabbit(RabbitSource::new(r.clone())),
-                ),
-            };
-            let scope = match &built {
-                Built::Redis(s) => s.scope(),
-                Built::Rabbit(s) => s.scope(),
-            };
-            let publisher = hub.add_source(c.name(), kind, c.poll_interval(), scope);
-            (built, publisher, c.poll_interval())
-        })
-        .collect()
+    configs.iter().map(|c| build_one(c, hub)).collect()
 }
 
 /// Checks what the config can only tell by touching files: the gRPC TLS
-/// certificate and key (and client CA) must load. Used by `start` and `check`.
+/// certificate and key (and client CA) must load. Used by `start`, `reload`
+/// and `check`.
 pub fn preflight(config: &Config) -> Result<(), AppError> {
     crate::crypto::install_crypto_provider();
     if config.listen.grpc.is_some()
@@ -122,6 +179,84 @@ pub fn preflight(config: &Config) -> Result<(), AppError> {
     Ok(())
 }
 
+/// Starts a built source's poll loop, stoppable alone by its own trigger.
+fn spawn_source(
+    name: &str,
+    entry: Option<serde_json::Value>,
+    built: Built,
+    publisher: SnapshotPublisher,
+    interval: Duration,
+    parent: &ShutdownTrigger,
+) -> RunningSource {
+    let stop = parent.child();
+    let slot = publisher.slot();
+    let shutdown = stop.subscribe();
+    let task = match built {
+        Built::Redis(s) => tokio::spawn(run_source(s, publisher, interval, shutdown)),
+        Built::Rabbit(s) => tokio::spawn(run_source(s, publisher, interval, shutdown)),
+    };
+    RunningSource {
+        name: name.to_string(),
+        entry,
+        slot,
+        stop,
+        task,
+    }
+}
+
+/// The settings of `new` that differ from `old` but are fixed while the
+/// process runs (bound sockets, the gRPC TLS acceptor, the log subscriber).
+fn restart_only_changes(old: &Config, new: &Config) -> Vec<&'static str> {
+    let mut changed = Vec::new();
+    if old.listen.http != new.listen.http {
+        changed.push("listen.http");
+    }
+    if old.listen.grpc != new.listen.grpc {
+        changed.push("listen.grpc");
+    }
+    if old.scaler.tls != new.scaler.tls {
+        changed.push("scaler.tls");
+    }
+    if old.log.format != new.log.format {
+        changed.push("log.format");
+    }
+    if old.log.level != new.log.level {
+        changed.push("log.level");
+    }
+    changed
+}
+
+/// Waits until every slot has finished a poll, or `limit` has passed.
+async fn first_polls(hub: &Hub, slots: &[SourceSlot], limit: Duration) {
+    let mut changes = hub.subscribe();
+    let _ = tokio::time::timeout(limit, async {
+        while !slots.iter().all(|s| s.current().polled) {
+            if changes.changed().await.is_err() {
+                return;
+            }
+        }
+    })
+    .await;
+}
+
+/// Stops source loops: signals them all, then waits for each up to `grace`
+/// (a loop stops at its next await point, so this is quick) and aborts the rest.
+async fn stop_sources(sources: Vec<RunningSource>, grace: Duration) {
+    for r in &sources {
+        r.stop.fire();
+    }
+    let deadline = tokio::time::Instant::now() + grace;
+    for mut r in sources {
+        if tokio::time::timeout_at(deadline, &mut r.task)
+            .await
+            .is_err()
+        {
+            tracing::warn!(source = %r.name, "source did not stop within {grace:?}; aborting it");
+            r.task.abort();
+        }
+    }
+}
+
 impl App {
     /// Starts everything; returns once the listeners are bound.
     pub async fn start(config: Config) -> Result<App, AppError> {
@@ -129,7 +264,7 @@ impl App {
         let sources = select_sources(&config).await;
         let mut builder = HubBuilder::default();
         let built = build(&sources, &mut builder);
-        let hub = builder.build();
+        let (hub, control) = builder.build_swappable();
         let telemetry = Arc::new(Telemetry::new());
         let trigger = ShutdownTrigger::new();
         let mut tasks = JoinSet::new();
@@ -142,13 +277,14 @@ impl App {
             None => None,
         };
 
-        for (source, publisher, interval) in built {
-            let shutdown = trigger.subscribe();
-            match source {
-                Built::Redis(s) => tasks.spawn(run_source(s, publisher, interval, shutdown)),
-                Built::Rabbit(s) => tasks.spawn(run_source(s, publisher, interval, shutdown)),
-            };
-        }
+        let running = sources
+            .iter()
+            .zip(built)
+            .map(|(c, (source, publisher, interval))| {
+                let entry = config.source_entry(c.name()).cloned();
+                spawn_source(c.name(), entry, source, publisher, interval, &trigger)
+            })
+            .collect();
 
         let state = HttpState {
             exposition: Arc::new(Exposition::new(hub.clone(), telemetry.clone())),
@@ -162,11 +298,12 @@ impl App {
         });
         tracing::info!(%http_addr, "serving /metrics");
 
+        let scaler_config = watch::Sender::new(config.scaler.clone());
         let grpc_addr = match grpc {
             Some((listener, addr)) => {
                 let (hub, cfg, tel, shutdown) = (
                     hub.clone(),
-                    config.scaler.clone(),
+                    scaler_config.subscribe(),
                     telemetry.clone(),
                     trigger.subscribe(),
                 );
@@ -180,6 +317,7 @@ impl App {
             }
             None => None,
         };
+        telemetry.config_applied(SystemTime::now());
 
         Ok(App {
             http_addr,
@@ -188,7 +326,117 @@ impl App {
             trigger,
             tasks,
             grace: config.shutdown_grace,
+            control,
+            running,
+            scaler_config,
+            telemetry,
+            config,
         })
+    }
+
+    /// Applies a new config without touching the listeners: open
+    /// connections, `StreamIsActive` streams and in-flight scrapes go on.
+    ///
+    /// Sources are matched by name: one whose config entry is unchanged
+    /// keeps running; a new or changed one is started, and readers are
+    /// switched to the new set once its new sources have polled once (at
+    /// most [`RELOAD_FIRST_POLL_WAIT`]); removed and replaced loops are then
+    /// stopped. `scaler.max_staleness` and `shutdown_grace` apply at once;
+    /// `listen.*`, `scaler.tls` and `log.*` only after a restart (they are
+    /// listed in the summary and logged). A config that fails
+    /// [`preflight`] changes nothing.
+    pub async fn reload(&mut self, new: Config) -> Result<ReloadSummary, AppError> {
+        preflight(&new)?;
+        let need_restart = restart_only_changes(&self.config, &new);
+        let chosen = select_sources(&new).await;
+        let mut old = std::mem::take(&mut self.running);
+        let mut next = self.control.builder();
+        let mut running = Vec::with_capacity(chosen.len());
+        let mut summary = ReloadSummary {
+            need_restart,
+            ..ReloadSummary::default()
+        };
+        let mut fresh = Vec::new();
+        for c in &chosen {
+            let entry = new.source_entry(c.name()).cloned();
+            let same = old
+                .iter()
+                .position(|r| r.name == c.name() && r.entry.is_some() && r.entry == entry);
+            if let Some(i) = same {
+                let r = old.remove(i);
+                next.keep(r.slot.clone());
+                summary.kept.push(r.name.clone());
+                running.push(r);
+            } else {
+                let (built, publisher, interval) = build_one(c, &mut next);
+                let r = spawn_source(c.name(), entry, built, publisher, interval, &self.trigger);
+                fresh.push(r.slot.clone());
+                summary.started.push(r.name.clone());
+                running.push(r);
+            }
+        }
+        // Make before break: readers switch once the new sources have data.
+        first_polls(&self.hub, &fresh, RELOAD_FIRST_POLL_WAIT).await;
+        self.control.install(next);
+        self.running = running;
+        summary.stopped = old.iter().map(|r| r.name.clone()).collect();
+        stop_sources(old, self.grace).await;
+
+        // What needs a restart stays as it runs, so a later reload still
+        // reports it as changed.
+        let mut new = new;
+        new.listen = self.config.listen.clone();
+        new.scaler.tls = self.config.scaler.tls.clone();
+        new.log = self.config.log.clone();
+        self.scaler_config.send_replace(new.scaler.clone());
+        self.grace = new.shutdown_grace;
+        self.config = new;
+        self.telemetry.config_applied(SystemTime::now());
+        Ok(summary)
+    }
+
+    /// Loads the config again as `opts` says (the file, the environment,
+    /// the command-line overrides) and applies it; on any problem the
+    /// running config stays. Logs the outcome on one line and sets
+    /// `queue_exporter_config_reload_success`.
+    pub async fn reload_from(&mut self, opts: &LoadOptions) -> Result<ReloadSummary, AppError> {
+        let origin = self.config.origin.clone();
+        let result = if opts.file.as_deref().is_some_and(|f| f.as_os_str() == "-") {
+            Err(AppError::ReloadFromStdin)
+        } else {
+            match Config::load(opts) {
+                Ok(config) => self.reload(config).await,
+                Err(e) => Err(AppError::Config(e)),
+            }
+        };
+        match &result {
+            Ok(summary) => {
+                for field in &summary.need_restart {
+                    tracing::warn!(
+                        "config reload: {field} changed in {origin}, but it applies only after a restart; still using the old {field}"
+                    );
+                }
+                tracing::info!(
+                    kept = ?summary.kept,
+                    started = ?summary.started,
+                    stopped = ?summary.stopped,
+                    "config reloaded from {origin}"
+                );
+            }
+            Err(e) => {
+                self.telemetry.config_refused();
+                // A config error names its file itself; the others do not.
+                match e {
+                    AppError::Config(e) => tracing::error!(
+                        "config reload failed, keeping the running configuration: {e}"
+                    ),
+                    e => tracing::error!(
+                        "config reload failed, keeping the running configuration: {origin}: {e}"
+                    ),
+                }
+            }
+        }
+        result
     }
 
     /// Signals shutdown and waits up to `shutdown_grace` for tasks (listeners
@@ -200,11 +448,17 @@ impl App {
         let grace = self.grace;
         let drained = tokio::time::timeout(grace, async {
             while self.tasks.join_next().await.is_some() {}
+            for r in &mut self.running {
+                let _ = (&mut r.task).await;
+            }
         })
         .await;
         if drained.is_err() {
             tracing::warn!("some tasks did not stop within {grace:?}; aborting them");
             self.tasks.abort_all();
+            for r in &self.running {
+                r.task.abort();
+            }
         }
     }
 }
@@ -226,10 +480,23 @@ async fn run_source<S: Source>(
     }
 }
 
-/// Runs until SIGTERM/SIGINT, then shuts down gracefully.
-pub async fn run(config: Config) -> Result<(), AppError> {
-    let app = App::start(config).await?;
-    crate::shutdown::os_signal().await;
+/// Runs until SIGTERM/SIGINT, then shuts down gracefully. SIGHUP reloads
+/// the config as `opts` says (see [`App::reload_from`]).
+pub async fn run(config: Config, opts: LoadOptions) -> Result<(), AppError> {
+    // First, so that a SIGHUP during startup is a reload, not the default
+    // action (terminate).
+    let mut signals = Signals::install();
+    let mut app = App::start(config).await?;
+    loop {
+        match signals.next().await {
+            Signal::Terminate => break,
+            Signal::Reload => {
+                tracing::info!("SIGHUP: reloading the configuration");
+                // The outcome is logged and counted by `reload_from`.
+                let _ = app.reload_from(&opts).await;
+            }
+        }
+    }
     tracing::info!("shutting down");
     app.shutdown().await;
     Ok(())
@@ -252,11 +519,18 @@ pub async fn once(config: &Config) -> OnceReport {
     let built = build(&sources, &mut builder);
     let hub = builder.build();
     let mut failures = Vec::new();
-    for (source, publisher, _) in built {
-        let (snapshot, ok) = match source {
-            Built::Redis(mut s) => sources::poll_once(&mut s, &publisher).await,
-            Built::Rabbit(mut s) => sources::poll_once(&mut s, &publisher).await,
-        };
+    // Every source at once, as `serve` polls them: the slowest sets the time.
+    let polled = futures_util::future::join_all(built.into_iter().map(
+        |(source, publisher, _)| async move {
+            let (snapshot, ok) = match source {
+                Built::Redis(mut s) => sources::poll_once(&mut s, &publisher).await,
+                Built::Rabbit(mut s) => sources::poll_once(&mut s, &publisher).await,
+            };
+            (snapshot, ok, publisher)
+        },
+    ))
+    .await;
+    for (snapshot, ok, publisher) in polled {
         if !ok {
             let reasons: Vec<_> = snapshot.polls.errors.keys().map(|r| r.as_str()).collect();
             failures.push((snapshot.source.to_string(), reasons.join(",")));
@@ -264,7 +538,7 @@ pub async fn once(config: &Config) -> OnceReport {
         publisher.publish(snapshot);
     }
     let exposition = Exposition::new(hub, Arc::new(Telemetry::new()));
-    let text = exposition.render(Format::Classic).unwrap_or_else(|e| {
+    let text = exposition.render_text(Format::Classic).unwrap_or_else(|e| {
         failures.push(("exposition".to_string(), e.to_string()));
         String::new()
     });

@@ -67,8 +67,8 @@ pub async fn serve(
 enum MetricsBody {
     /// Already gzip-compressed.
     Gzip(Vec<u8>),
-    /// Plain text.
-    Plain(String),
+    /// Plain text: the cached snapshot part and the live part.
+    Plain(crate::exposition::Body),
 }
 
 async fn metrics(State(state): State<HttpState>, headers: HeaderMap) -> Response {
@@ -103,7 +103,18 @@ async fn metrics(State(state): State<HttpState>, headers: HeaderMap) -> Response
             gz,
         )
             .into_response(),
-        Ok(Ok(MetricsBody::Plain(body))) => ([content_type], body).into_response(),
+        Ok(Ok(MetricsBody::Plain(body))) => {
+            // Two chunks, so the cached part (megabytes with thousands of
+            // queues) is sent without a copy per scrape.
+            let len = body.len();
+            let chunks = [body.cached, body.live].map(Ok::<_, std::convert::Infallible>);
+            (
+                [content_type],
+                [(header::CONTENT_LENGTH, len.to_string())],
+                axum::body::Body::from_stream(futures_util::stream::iter(chunks)),
+            )
+                .into_response()
+        }
         // Never a truncated body: a scraper would take it for missing series.
         Ok(Err(e)) => rendering_failed(&e),
         Err(e) => rendering_failed(&e),

@@ -68,7 +68,11 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(dispatch(cli.command.unwrap_or(Command::Serve), config)) {
+    match runtime.block_on(dispatch(
+        cli.command.unwrap_or(Command::Serve),
+        config,
+        opts,
+    )) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e:#}");
@@ -77,10 +81,11 @@ fn main() -> ExitCode {
     }
 }
 
-async fn dispatch(command: Command, config: Config) -> anyhow::Result<ExitCode> {
+async fn dispatch(command: Command, config: Config, opts: LoadOptions) -> anyhow::Result<ExitCode> {
     match command {
         Command::Serve => {
-            app::run(config).await?;
+            // `opts` again on SIGHUP: the same file, env and flags.
+            app::run(config, opts).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Check { connect } => {

@@ -257,7 +257,9 @@ pub enum JobState {
     Failed,
     /// Finished (as far as the library keeps them).
     Completed,
-    /// Held in a paused queue.
+    /// A word of the presets issue's vocabulary, kept so `state: paused`
+    /// stays a valid trigger word; no preset maps a key to it: a paused
+    /// queue's backlog stays `Waiting` and the pause is `PresetFacts::paused`.
     Paused,
 }
 
@@ -312,6 +314,11 @@ pub struct PresetFacts {
     /// Work a worker took and lost, by the library's own definition;
     /// `None` where it cannot be told.
     pub stalled: Option<u64>,
+    /// Delayed, scheduled or retrying jobs whose due time has passed but
+    /// that still sit in the library's time-ordered set (a subset of
+    /// `delayed`/`retry`): nothing (worker, poller, forwarder) has moved
+    /// them. `None` where the library has no such set.
+    pub overdue: Option<u64>,
 }
 
 impl PresetFacts {

@@ -48,6 +48,12 @@ pub struct Telemetry {
     tasks: Gauge,
     /// `queue_exporter_open_fds`: file descriptors open now (Linux).
     open_fds: Gauge,
+    /// `queue_exporter_config_reload_success`: 1 if the last config load
+    /// (startup or reload) was applied, 0 if it was refused.
+    config_reload_success: Gauge,
+    /// `queue_exporter_config_last_reload_success_timestamp_seconds`: when
+    /// a config was last applied (startup counts, as in Prometheus).
+    config_reload_timestamp: Gauge,
 }
 
 impl Default for Telemetry {
@@ -103,6 +109,18 @@ impl Telemetry {
             "File descriptors the process has open now",
             open_fds.clone(),
         );
+        let config_reload_success = Gauge::default();
+        registry.register(
+            "queue_exporter_config_reload_success",
+            "1 if the last configuration load (startup or SIGHUP) was applied, 0 if it was refused and the previous one kept",
+            config_reload_success.clone(),
+        );
+        let config_reload_timestamp = Gauge::default();
+        registry.register(
+            "queue_exporter_config_last_reload_success_timestamp_seconds",
+            "Unix time the configuration was last applied (startup or SIGHUP)",
+            config_reload_timestamp.clone(),
+        );
         Telemetry {
             registry,
             grpc_requests,
@@ -110,7 +128,23 @@ impl Telemetry {
             scaler_streams,
             tasks,
             open_fds,
+            config_reload_success,
+            config_reload_timestamp,
         }
+    }
+
+    /// Records a configuration applied (at startup or by a reload) at `at`.
+    pub fn config_applied(&self, at: std::time::SystemTime) {
+        let secs = at
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+        self.config_reload_success.set(1);
+        self.config_reload_timestamp.set(secs);
+    }
+
+    /// Records a reload that was refused (the previous config stays).
+    pub fn config_refused(&self) {
+        self.config_reload_success.set(0);
     }
 
     /// Reads the process gauges; called before each scrape renders them.

@@ -110,6 +110,9 @@ async fn rq_queues_registries_latency_and_an_abandoned_job() {
     assert_eq!(depth(&s, "default", "rq", "waiting"), Some(3.0), "{s}");
     assert_eq!(depth(&s, "default", "rq", "delayed"), Some(1.0));
     assert_eq!(depth(&s, "low", "rq", "waiting"), Some(2.0));
+    assert_eq!(depth(&s, "low", "rq", "delayed"), Some(1.0));
+    // default's scheduled job is 600 s out: not overdue.
+    assert_eq!(gauge(&s, "queue_overdue_jobs", "default", "rq"), Some(0.0));
     assert_eq!(depth(&s, "failing", "rq", "failed"), Some(1.0));
     assert_eq!(depth(&s, "failing", "rq", "waiting"), Some(0.0));
     assert_eq!(gauge(&s, "queue_stalled_jobs", "slowq", "rq"), Some(0.0));
@@ -154,6 +157,11 @@ async fn rq_queues_registries_latency_and_an_abandoned_job() {
         )
         .await;
     assert_eq!(depth(&s, "slowq", "rq", "active"), Some(1.0));
+    // low's job was due 1 s after the fixture ran; no worker runs RQ's
+    // scheduler, so it is still in rq:scheduled:low, overdue.
+    assert_eq!(depth(&s, "low", "rq", "delayed"), Some(1.0));
+    assert_eq!(gauge(&s, "queue_overdue_jobs", "low", "rq"), Some(1.0));
+    assert_eq!(gauge(&s, "queue_overdue_jobs", "default", "rq"), Some(0.0));
     app.stop().await;
 }
 
@@ -183,11 +191,16 @@ async fn sidekiq_queues_global_sets_latency_and_a_dead_process() {
         &["HSET", "host:2:live", "busy", "2", "beat", "1"],
     );
     rcmd(&mut conn, &["SET", "stat:processed", "41"]);
+    // Sidekiq Pro's `paused` set (Pro does not run here): `critical` is
+    // paused, and its jobs stay `waiting`.
+    rcmd(&mut conn, &["SADD", "paused", "critical"]);
 
     let app = TestApp::start(&config(&redis.url, "- preset: sidekiq\n")).await;
+    // The 1 s schedule and QuickJob's retry (due in 1-10 s) turn overdue:
+    // no Sidekiq process polls the sets.
     let s = app
-        .scrape_until("sidekiq queues", Duration::from_secs(15), |s| {
-            depth(s, "critical", "sidekiq", "waiting").is_some()
+        .scrape_until("sidekiq overdue jobs", Duration::from_secs(40), |s| {
+            gauge(s, "queue_overdue_jobs", "(all)", "sidekiq") == Some(2.0)
         })
         .await;
     assert_eq!(
@@ -196,8 +209,10 @@ async fn sidekiq_queues_global_sets_latency_and_a_dead_process() {
         "{s}"
     );
     assert_eq!(depth(&s, "default", "sidekiq", "waiting"), Some(3.0));
-    assert_eq!(depth(&s, "(all)", "sidekiq", "delayed"), Some(1.0));
-    assert_eq!(depth(&s, "(all)", "sidekiq", "retry"), Some(1.0));
+    assert_eq!(gauge(&s, "queue_paused", "critical", "sidekiq"), Some(1.0));
+    assert_eq!(depth(&s, "critical", "sidekiq", "paused"), None);
+    assert_eq!(depth(&s, "(all)", "sidekiq", "delayed"), Some(2.0));
+    assert_eq!(depth(&s, "(all)", "sidekiq", "retry"), Some(2.0));
     assert_eq!(depth(&s, "(all)", "sidekiq", "failed"), Some(0.0));
     assert_eq!(depth(&s, "(all)", "sidekiq", "active"), Some(2.0));
     assert_eq!(
@@ -219,7 +234,7 @@ async fn sidekiq_queues_global_sets_latency_and_a_dead_process() {
         3.0
     );
     let retry = [("queue", "(all)"), ("state", "retry,delayed")];
-    assert_eq!(metrics(&mut c, &retry).await.unwrap().1, 2.0);
+    assert_eq!(metrics(&mut c, &retry).await.unwrap().1, 4.0);
     assert!(active(&mut c, &[("queue", "critical")]).await.unwrap());
     app.stop().await;
 }
@@ -253,11 +268,12 @@ async fn celery_priority_lists_sum_into_waiting() {
         gauge(&s, "queue_stalled_jobs", "(all)", "celery"),
         Some(0.0)
     );
-    // Messages carry no enqueue time.
+    // Messages carry no enqueue time; kombu keeps no delayed set.
     assert_eq!(
         gauge(&s, "queue_oldest_message_age_seconds", "celery", "celery"),
         None
     );
+    assert_eq!(gauge(&s, "queue_overdue_jobs", "celery", "celery"), None);
     let mut c = client(&app).await;
     assert_eq!(
         metrics(&mut c, &[("queue", "celery")]).await.unwrap().1,
@@ -274,7 +290,7 @@ async fn celery_priority_lists_sum_into_waiting() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn bullmq_waiting_prioritized_delayed_paused_and_stalled() {
+async fn bullmq_waiting_prioritized_delayed_overdue_flows_paused_and_stalled() {
     let redis = RedisServer::start();
     let node_dir = fixture("node");
     let probe = format!(
@@ -294,17 +310,28 @@ async fn bullmq_waiting_prioritized_delayed_paused_and_stalled() {
         .scrape_until("bullmq queues", Duration::from_secs(15), |s| {
             depth(s, "stall", "bullmq", "active").is_some()
                 && depth(s, "mail", "bullmq", "waiting").is_some()
-                && depth(s, "held", "bullmq", "paused").is_some()
+                && depth(s, "held", "bullmq", "waiting").is_some()
+                && depth(s, "flow", "bullmq", "waiting").is_some()
         })
         .await;
     // 3 in `wait` + 2 in `prioritized`.
     assert_eq!(depth(&s, "mail", "bullmq", "waiting"), Some(5.0), "{s}");
-    assert_eq!(depth(&s, "mail", "bullmq", "delayed"), Some(1.0));
+    // `later` (600 s) and `soon` (200 ms, never promoted: no worker).
+    assert_eq!(depth(&s, "mail", "bullmq", "delayed"), Some(2.0));
+    assert_eq!(gauge(&s, "queue_overdue_jobs", "mail", "bullmq"), Some(1.0));
     assert_eq!(depth(&s, "mail", "bullmq", "active"), Some(0.0));
     assert_eq!(gauge(&s, "queue_paused", "mail", "bullmq"), Some(0.0));
+    // A paused queue's backlog stays `waiting`; the pause is its own gauge.
     assert_eq!(gauge(&s, "queue_paused", "held", "bullmq"), Some(1.0));
-    assert_eq!(depth(&s, "held", "bullmq", "paused"), Some(2.0));
-    assert_eq!(depth(&s, "held", "bullmq", "waiting"), Some(0.0));
+    assert_eq!(depth(&s, "held", "bullmq", "waiting"), Some(2.0));
+    assert_eq!(depth(&s, "held", "bullmq", "paused"), None);
+    assert_eq!(gauge(&s, "queue_overdue_jobs", "held", "bullmq"), Some(0.0));
+    // The flow's child waits; its parent waits on the child, in
+    // `waiting-children`: state `delayed`, and never overdue.
+    assert_eq!(depth(&s, "flow", "bullmq", "waiting"), Some(1.0));
+    assert_eq!(depth(&s, "flow", "bullmq", "delayed"), Some(1.0));
+    assert_eq!(depth(&s, "flow", "bullmq", "active"), Some(0.0));
+    assert_eq!(gauge(&s, "queue_overdue_jobs", "flow", "bullmq"), Some(0.0));
     assert_eq!(depth(&s, "stall", "bullmq", "active"), Some(1.0));
     // The killed worker's lock expired: stalled, as BullMQ's checker will see it.
     assert_eq!(
@@ -314,13 +341,33 @@ async fn bullmq_waiting_prioritized_delayed_paused_and_stalled() {
     assert_eq!(gauge(&s, "queue_stalled_jobs", "mail", "bullmq"), Some(0.0));
     let age = gauge(&s, "queue_oldest_message_age_seconds", "mail", "bullmq").unwrap();
     assert!(age >= 0.0 && age <= now() - before + 1.0, "age {age}");
+    let age = gauge(&s, "queue_oldest_message_age_seconds", "held", "bullmq").unwrap();
+    assert!(age >= 0.0 && age <= now() - before + 1.0, "held age {age}");
+    // The exporter only read: the overdue job is still in `delayed`.
+    let mut conn = redis.conn();
+    let delayed: u64 = redis::cmd("ZCARD")
+        .arg("bull:mail:delayed")
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(delayed, 2);
 
     let mut c = client(&app).await;
     assert_eq!(metrics(&mut c, &[("queue", "mail")]).await.unwrap().1, 5.0);
     let q = [("queue", "mail"), ("state", "waiting,delayed")];
-    assert_eq!(metrics(&mut c, &q).await.unwrap().1, 6.0);
-    assert!(!active(&mut c, &[("queue", "held")]).await.unwrap());
+    assert_eq!(metrics(&mut c, &q).await.unwrap().1, 7.0);
+    let q = [("queue", "flow"), ("state", "waiting,delayed")];
+    assert_eq!(metrics(&mut c, &q).await.unwrap().1, 2.0);
     assert!(active(&mut c, &[("queue", "mail")]).await.unwrap());
+    // The paused queue's backlog is `waiting`: KEDA sees it.
+    assert_eq!(metrics(&mut c, &[("queue", "held")]).await.unwrap().1, 2.0);
+    assert!(active(&mut c, &[("queue", "held")]).await.unwrap());
+    // Drained (BullMQ keeps `meta`, so the queue stays discovered): 0.
+    rcmd(
+        &mut conn,
+        &["DEL", "bull:held:wait", "bull:held:1", "bull:held:2"],
+    );
+    wait_value(&c, &[("queue", "held")], 0.0).await;
+    assert!(!active(&mut c, &[("queue", "held")]).await.unwrap());
     app.stop().await;
 }
 
@@ -355,6 +402,7 @@ async fn asynq_layout_states_latency_orphans_and_pause() {
         &mut conn,
         &["ZADD", "asynq:{critical}:lease", &past, "a1", &future, "a2"],
     );
+    // s3 and r2 are due: no server's forwarder moved them (overdue).
     rcmd(
         &mut conn,
         &[
@@ -364,11 +412,13 @@ async fn asynq_layout_states_latency_orphans_and_pause() {
             "s1",
             &future,
             "s2",
+            &past,
+            "s3",
         ],
     );
     rcmd(
         &mut conn,
-        &["ZADD", "asynq:{critical}:retry", &future, "r1"],
+        &["ZADD", "asynq:{critical}:retry", &future, "r1", &past, "r2"],
     );
     rcmd(
         &mut conn,
@@ -393,14 +443,14 @@ async fn asynq_layout_states_latency_orphans_and_pause() {
     let app = TestApp::start(&config(&redis.url, "- preset: asynq\n")).await;
     let s = app
         .scrape_until("asynq queues", Duration::from_secs(15), |s| {
-            depth(s, "default", "asynq", "paused").is_some()
+            gauge(s, "queue_paused", "default", "asynq").is_some()
         })
         .await;
     for (state, n) in [
         ("waiting", 3.0),
         ("active", 2.0),
-        ("delayed", 2.0),
-        ("retry", 1.0),
+        ("delayed", 3.0),
+        ("retry", 2.0),
         ("failed", 1.0),
         ("completed", 2.0),
     ] {
@@ -415,9 +465,18 @@ async fn asynq_layout_states_latency_orphans_and_pause() {
         Some(1.0)
     );
     assert_eq!(gauge(&s, "queue_paused", "critical", "asynq"), Some(0.0));
+    assert_eq!(
+        gauge(&s, "queue_overdue_jobs", "critical", "asynq"),
+        Some(2.0)
+    );
+    assert_eq!(
+        gauge(&s, "queue_overdue_jobs", "default", "asynq"),
+        Some(0.0)
+    );
+    // A paused queue keeps its pending tasks `waiting`; the pause is a gauge.
     assert_eq!(gauge(&s, "queue_paused", "default", "asynq"), Some(1.0));
-    assert_eq!(depth(&s, "default", "asynq", "paused"), Some(2.0));
-    assert_eq!(depth(&s, "default", "asynq", "waiting"), Some(0.0));
+    assert_eq!(depth(&s, "default", "asynq", "waiting"), Some(2.0));
+    assert_eq!(depth(&s, "default", "asynq", "paused"), None);
     assert_eq!(
         gauge(&s, "queue_jobs_processed_total", "critical", "asynq"),
         Some(120.0)
@@ -439,8 +498,12 @@ async fn asynq_layout_states_latency_orphans_and_pause() {
         3.0
     );
     assert!(active(&mut c, &[("queue", "critical")]).await.unwrap());
-    // A paused queue has nothing a worker may take: KEDA stays at zero.
-    assert!(!active(&mut c, &[("queue", "default")]).await.unwrap());
+    // A paused queue's backlog is `waiting`, for KEDA too.
+    assert_eq!(
+        metrics(&mut c, &[("queue", "default")]).await.unwrap().1,
+        2.0
+    );
+    assert!(active(&mut c, &[("queue", "default")]).await.unwrap());
     let e = metrics(&mut c, &[("queue", "critical"), ("state", "queued")])
         .await
         .unwrap_err();
@@ -488,6 +551,7 @@ async fn rediswq_waiting_processing_and_expired_leases() {
         gauge(&s, "queue_oldest_message_age_seconds", "job2", "rediswq"),
         None
     );
+    assert_eq!(gauge(&s, "queue_overdue_jobs", "job2", "rediswq"), None);
     let mut c = client(&app).await;
     assert_eq!(metrics(&mut c, &[("queue", "job2")]).await.unwrap().1, 3.0);
     rcmd(&mut conn, &["FLUSHALL"]);
@@ -560,6 +624,8 @@ async fn priority_zset_due_and_future_items_counters_and_exposition() {
     assert_eq!(depth(&s, "jobs", "priority-zset", "active"), Some(2.0));
     assert_eq!(depth(&s, "jobs", "priority-zset", "completed"), Some(4.0));
     assert_eq!(depth(&s, "jobs", "priority-zset", "failed"), Some(1.0));
+    // Due items already count as waiting: no overdue gauge.
+    assert!(!s.has("queue_overdue_jobs", &[("queue", "jobs")]), "{s}");
     assert_eq!(
         gauge(&s, "queue_jobs_processed_total", "jobs", "priority-zset"),
         Some(100.0)

@@ -92,3 +92,90 @@ sources:
     }
     app.stop().await;
 }
+
+/// The bucket counts a test computes itself from the ages it wrote.
+fn truth(ages: &[f64], bounds: &[f64]) -> Vec<f64> {
+    bounds
+        .iter()
+        .map(|b| ages.iter().filter(|a| *a <= b).count() as f64)
+        .collect()
+}
+
+#[tokio::test]
+async fn probed_histograms_match_the_true_counts_as_the_queue_churns() {
+    // Ages stay at least 5 s away from every bound, and the test ends long
+    // before an item could drift across one, so the truth does not move.
+    let redis = RedisServer::start();
+    let bounds = [10.0, 60.0, 300.0, 900.0];
+    let t = now();
+    let mut ages: Vec<f64> = (0..60).map(|i| 20.0 + f64::from(i) * 13.0).collect();
+    ages.retain(|a| bounds.iter().all(|b| (a - b).abs() > 5.0));
+    let write = |ages: &[f64]| {
+        let _: () = redis::cmd("DEL")
+            .arg("churn")
+            .query(&mut redis.conn())
+            .unwrap();
+        let scores: Vec<f64> = ages.iter().map(|a| t - a).collect();
+        if !scores.is_empty() {
+            zadd(&redis, "churn", &scores);
+        }
+    };
+    write(&ages);
+    let app = TestApp::start(&format!(
+        r#"listen: {{ grpc: null }}
+sources:
+  - name: main
+    type: redis
+    url: {}
+    poll_interval: 100ms
+    age_buckets: [10s, 60s, 300s, 900s]
+    age_histogram_interval: 0s
+    queues:
+      - key: churn
+        score: timestamp
+"#,
+        redis.url
+    ))
+    .await;
+    let check = |ages: Vec<f64>, step: &'static str| {
+        let app = &app;
+        async move {
+            let want = truth(&ages, &bounds);
+            let n = ages.len() as f64;
+            app.scrape_until(step, Duration::from_secs(10), |s| {
+                s.value("queue_messages_ready", &[("queue", "churn")]) == Some(n)
+                    && ["10.0", "60.0", "300.0", "900.0"]
+                        .iter()
+                        .zip(&want)
+                        .all(|(le, w)| s.bucket("churn", le) == Some(*w))
+            })
+            .await;
+        }
+    };
+    check(ages.clone(), "first measurement").await;
+    let mut monitor = start_monitor(&redis);
+    // A small change: inside the probes' windows.
+    ages.extend([30.0, 31.5]);
+    write(&ages);
+    check(ages.clone(), "two young items").await;
+    // A big change: outside them (a probe misses and ZCOUNT answers).
+    ages.extend((0..12).map(|i| 100.0 + f64::from(i)));
+    write(&ages);
+    check(ages.clone(), "twelve more in one bucket").await;
+    // Items leave from the middle, and one arrives older than any bound.
+    ages.retain(|a| !(150.0..400.0).contains(a));
+    ages.push(2000.0);
+    write(&ages);
+    check(ages.clone(), "middle removed, a very old one added").await;
+    ages.clear();
+    write(&ages);
+    check(ages.clone(), "drained").await;
+
+    let lines = monitored(&mut monitor);
+    let probes = lines
+        .iter()
+        .filter(|l| l.contains("\"ZRANGE\" \"churn\"") && l.contains("\"REV\" \"LIMIT\""))
+        .count();
+    assert!(probes > 0, "steady measurements probe: {lines:#?}");
+    app.stop().await;
+}

@@ -375,19 +375,31 @@ fn bad_configs_and_environment_overrides_never_echo_a_password() {
             outputs.push((format!("{label} {args:?} stderr"), stderr));
         }
     }
-    // Environment overrides: a source's URL cannot be set this way (sources
-    // are a list), and the error names the variable, not its value.
+    // Environment overrides of a source's URL: a bad one is blamed on the
+    // variable, never echoing its value; a good one is used, silently.
     let good = write_file(&dir, "good.yaml", &redis("redis://127.0.0.1:1", ""));
     let var = "QUEUE_EXPORTER__SOURCES__0__URL";
-    let value = format!("redis://qe:{pw}@127.0.0.1:1");
-    let (code, stdout, stderr) = run_bin(
-        &["check", "--config", good.to_str().unwrap()],
-        &[(var, value.as_str())],
-    );
-    assert_ne!(code, 0, "{var}");
-    assert!(stderr.contains(var), "{var}: {stderr}");
-    outputs.push((format!("{var} stdout"), stdout));
-    outputs.push((format!("{var} stderr"), stderr));
+    for (value, ok) in [
+        (format!("http://qe:{pw}@127.0.0.1:1"), false),
+        (format!("redis://qe:{pw}@127.0.0.1:notaport"), false),
+        (format!("redis://qe:{pw}@127.0.0.1:1"), true),
+    ] {
+        for args in [
+            vec!["check", "--config", good.to_str().unwrap()],
+            vec!["check", "--connect", "--config", good.to_str().unwrap()],
+        ] {
+            let (code, stdout, stderr) =
+                run_bin(&args, &[(var, value.as_str()), ("RUST_LOG", "trace")]);
+            if !ok {
+                assert_eq!(code, 2, "{var} {args:?}: {stderr}");
+                assert!(stderr.contains(var), "{var}: {stderr}");
+            } else if args.len() == 3 {
+                assert_eq!(code, 0, "{var} {args:?}: {stderr}");
+            }
+            outputs.push((format!("{var} {args:?} stdout"), stdout));
+            outputs.push((format!("{var} {args:?} stderr"), stderr));
+        }
+    }
     assert_hidden(&pw, &outputs);
 }
 

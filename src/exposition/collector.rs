@@ -146,6 +146,13 @@ impl SnapshotCollector {
         )?;
         self.queue_gauge(
             enc,
+            "queue_overdue_jobs",
+            "Delayed, scheduled or retrying jobs whose due time has passed but that no worker, \
+             poller or forwarder has moved to the queue yet (a subset of state delayed/retry)",
+            |q| q.preset.as_ref()?.overdue,
+        )?;
+        self.queue_gauge(
+            enc,
             "queue_messages_ready",
             "Items a worker could take now",
             |q| q.ready,

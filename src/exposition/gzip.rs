@@ -28,10 +28,10 @@ pub struct Deflated {
 
 impl Deflated {
     /// Deflates `prefix`; `None` if the compressor fails.
-    pub fn new(prefix: &str) -> Option<Deflated> {
-        let blocks = deflate(prefix.as_bytes(), FlushCompress::Sync)?;
+    pub fn new(prefix: &[u8]) -> Option<Deflated> {
+        let blocks = deflate(prefix, FlushCompress::Sync)?;
         let mut crc = crc32fast::Hasher::new();
-        crc.update(prefix.as_bytes());
+        crc.update(prefix);
         Some(Deflated {
             blocks,
             crc,
@@ -100,7 +100,7 @@ mod tests {
         let prefix: String = (0..20_000)
             .map(|i| format!("queue_depth{{queue=\"q{i}\"}} {i}\n"))
             .collect();
-        let cached = Deflated::new(&prefix).unwrap();
+        let cached = Deflated::new(prefix.as_bytes()).unwrap();
         for suffix in [
             "",
             "# EOF\n",
@@ -114,7 +114,7 @@ mod tests {
 
     #[test]
     fn an_empty_prefix_works_too() {
-        let gz = Deflated::new("").unwrap().finish(b"x 1\n").unwrap();
+        let gz = Deflated::new(b"").unwrap().finish(b"x 1\n").unwrap();
         assert_eq!(gunzip(&gz), "x 1\n");
     }
 }

@@ -2,6 +2,13 @@
 //! the classic Prometheus text format, and caches the snapshot part per
 //! snapshot epoch so repeated scrapes do not re-encode unchanged data.
 //!
+//! One scrape per epoch encodes (and one deflates); scrapes that arrive
+//! meanwhile are served the previous epoch's part, at most one poll older,
+//! instead of encoding the same data again or waiting. Measured reason: with
+//! 4,000 queues and 10 concurrent scrapers, every new snapshot made all of
+//! them encode 2.5 MB at once, which set the p99 (227 ms). Bodies are the
+//! cached bytes plus the small live part, sent without copying the cache.
+//!
 //! `prometheus-client` writes OpenMetrics only. [`finish`] adapts its output
 //! line by line where the two formats differ: descriptor lines (`# TYPE`,
 //! `# HELP`, `# UNIT`, `# EOF`) for the classic format, and the gauge
@@ -13,7 +20,10 @@ mod gzip;
 mod labels;
 
 use std::fmt::Write as _;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
 
 use prometheus_client::registry::Registry;
 
@@ -55,10 +65,38 @@ impl Format {
 #[derive(Debug)]
 struct EncodedPart {
     /// The text.
-    text: String,
+    text: Bytes,
     /// The text deflated up to a sync flush, made on the first gzip scrape
     /// of this epoch; `None` inside if compression failed (served plain).
     deflated: std::sync::OnceLock<Option<gzip::Deflated>>,
+    /// Set by the scrape that deflates, so others do not wait for it.
+    deflating: AtomicBool,
+}
+
+/// A body: the cached snapshot part and the live part, in that order.
+#[derive(Debug)]
+pub struct Body {
+    /// The snapshot part, shared with the cache.
+    pub cached: Bytes,
+    /// The process metrics (and `# EOF`), made for this scrape.
+    pub live: Bytes,
+}
+
+impl Body {
+    /// Total length in bytes.
+    pub fn len(&self) -> usize {
+        self.cached.len() + self.live.len()
+    }
+
+    /// True when there is nothing to send.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The body as one buffer (copies; for tests and `once`).
+    pub fn to_vec(&self) -> Vec<u8> {
+        [self.cached.as_ref(), self.live.as_ref()].concat()
+    }
 }
 
 /// True when an `Accept`-style header (`Accept`, `Accept-Encoding`) lists a
@@ -89,6 +127,17 @@ pub fn accepts_gzip(accept_encoding: Option<&str>) -> bool {
 /// An encoded snapshot part and the hub epoch it was encoded at.
 type CachedPart = (u64, Arc<EncodedPart>);
 
+/// The cache of one format.
+#[derive(Debug, Default)]
+struct Slot {
+    /// The newest encoded part.
+    part: Option<CachedPart>,
+    /// A scrape is encoding a newer epoch right now.
+    encoding: bool,
+    /// The newest part whose gzip is made, served while another deflates.
+    gzipped: Option<Arc<EncodedPart>>,
+}
+
 /// Renders `/metrics` bodies from the hub's snapshots.
 #[derive(Debug)]
 pub struct Exposition {
@@ -97,7 +146,7 @@ pub struct Exposition {
     /// Process-level metrics, encoded live after the snapshot part.
     telemetry: Arc<Telemetry>,
     /// Encoded snapshot part per format (OpenMetrics, classic).
-    cache: Mutex<[Option<CachedPart>; 2]>,
+    cache: Mutex<[Slot; 2]>,
 }
 
 impl Exposition {
@@ -106,18 +155,25 @@ impl Exposition {
         Exposition {
             hub,
             telemetry,
-            cache: Mutex::new([None, None]),
+            cache: Mutex::new([Slot::default(), Slot::default()]),
         }
     }
 
     /// The full body for one scrape.
-    pub fn render(&self, format: Format) -> Result<String, EncodeError> {
+    pub fn render(&self, format: Format) -> Result<Body, EncodeError> {
         let part = self.snapshot_part(format)?;
         let live = self.live_part(format)?;
-        let mut out = String::with_capacity(part.text.len() + live.len());
-        out.push_str(&part.text);
-        out.push_str(&live);
-        Ok(out)
+        Ok(Body {
+            cached: part.text.clone(),
+            live: Bytes::from(live),
+        })
+    }
+
+    /// The full body as text (copies; for `once` and tests).
+    pub fn render_text(&self, format: Format) -> Result<String, EncodeError> {
+        let body = self.render(format)?;
+        // Both parts are `String`s made by the encoder, so UTF-8.
+        Ok(String::from_utf8_lossy(&body.to_vec()).into_owned())
     }
 
     /// The full body for one scrape, gzip-compressed, or `None` if
@@ -127,13 +183,34 @@ impl Exposition {
     /// a scrape only compresses the small live part (process metrics) and
     /// appends it, so repeated scrapes cost little however many series there are.
     pub fn render_gzip(&self, format: Format) -> Result<Option<Vec<u8>>, EncodeError> {
-        let part = self.snapshot_part(format)?;
+        let part = self.gzip_part(format)?;
         let live = self.live_part(format)?;
         Ok(part
             .deflated
             .get_or_init(|| gzip::Deflated::new(&part.text))
             .as_ref()
             .and_then(|deflated| deflated.finish(live.as_bytes())))
+    }
+
+    /// The part a gzip scrape deflates or reuses: the newest, unless another
+    /// scrape is deflating it and an older one is ready.
+    fn gzip_part(&self, format: Format) -> Result<Arc<EncodedPart>, EncodeError> {
+        let part = self.snapshot_part(format)?;
+        let slot = slot_of(format);
+        if part.deflated.get().is_some() || !part.deflating.swap(true, Ordering::AcqRel) {
+            // Ready, or this scrape deflates it (in `render_gzip`).
+            if let Ok(mut cache) = self.cache.lock() {
+                cache[slot].gzipped = Some(part.clone());
+            }
+            return Ok(part);
+        }
+        let ready = self
+            .cache
+            .lock()
+            .ok()
+            .and_then(|cache| cache[slot].gzipped.clone())
+            .filter(|p| p.deflated.get().is_some());
+        Ok(ready.unwrap_or(part))
     }
 
     /// Process-level metrics (encoded on every scrape), plus `# EOF`.
@@ -148,29 +225,63 @@ impl Exposition {
         Ok(out)
     }
 
+    /// The snapshot part for this scrape: cached for the current epoch,
+    /// the previous one while another scrape encodes, or encoded here.
     fn snapshot_part(&self, format: Format) -> Result<Arc<EncodedPart>, EncodeError> {
-        let slot = match format {
-            Format::OpenMetrics => 0,
-            Format::Classic => 1,
-        };
+        let slot = slot_of(format);
         // Read the epoch before the snapshots: if a publish lands in between,
         // the newer data is cached under the older epoch and simply re-encoded
         // on the next scrape.
         let epoch = self.hub.epoch();
-        if let Ok(cache) = self.cache.lock()
-            && let Some((e, body)) = &cache[slot]
-            && *e == epoch
-        {
-            return Ok(body.clone());
-        }
-        let body = Arc::new(EncodedPart {
-            text: encode_snapshots(&self.hub, format)?,
-            deflated: std::sync::OnceLock::new(),
-        });
         if let Ok(mut cache) = self.cache.lock() {
-            cache[slot] = Some((epoch, body.clone()));
+            let s = &mut cache[slot];
+            match &s.part {
+                Some((e, part)) if *e == epoch || s.encoding => return Ok(part.clone()),
+                _ => s.encoding = true,
+            }
         }
-        Ok(body)
+        let guard = Encoding {
+            cache: &self.cache,
+            slot,
+        };
+        let encoded = encode_snapshots(&self.hub, format);
+        drop(guard);
+        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        let s = &mut cache[slot];
+        let part = Arc::new(EncodedPart {
+            text: Bytes::from(encoded?),
+            deflated: std::sync::OnceLock::new(),
+            deflating: AtomicBool::new(false),
+        });
+        if s.part.as_ref().is_none_or(|(e, _)| *e <= epoch) {
+            s.part = Some((epoch, part.clone()));
+        }
+        Ok(part)
+    }
+}
+
+/// Clears a slot's `encoding` flag when the encode ends, even by a panic,
+/// so scrapes never keep getting an old part.
+struct Encoding<'a> {
+    /// The cache.
+    cache: &'a Mutex<[Slot; 2]>,
+    /// The slot being encoded.
+    slot: usize,
+}
+
+impl Drop for Encoding<'_> {
+    fn drop(&mut self) {
+        // A poisoned lock still holds a valid cache.
+        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        cache[self.slot].encoding = false;
+    }
+}
+
+/// The cache slot of a format.
+fn slot_of(format: Format) -> usize {
+    match format {
+        Format::OpenMetrics => 0,
+        Format::Classic => 1,
     }
 }
 
@@ -249,6 +360,32 @@ pub fn finish(om: &str, format: Format) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::hub::HubBuilder;
+    use crate::snapshot::{AnyName, Snapshot, SourceKind};
+    use std::time::Duration;
+
+    #[test]
+    fn while_one_scrape_encodes_a_new_snapshot_others_get_the_previous_part() {
+        let mut builder = HubBuilder::default();
+        let interval = Duration::from_secs(1);
+        let publisher = builder.add_source("s", SourceKind::Redis, interval, Arc::new(AnyName));
+        let exposition = Exposition::new(builder.build(), Arc::new(Telemetry::new()));
+        let first = exposition.snapshot_part(Format::Classic).unwrap();
+        let again = exposition.snapshot_part(Format::Classic).unwrap();
+        assert!(Arc::ptr_eq(&first, &again), "one encode per snapshot");
+
+        publisher.publish(Snapshot::initial("s", SourceKind::Redis, interval));
+        // Another scrape is encoding the new snapshot: this one does not wait.
+        exposition.cache.lock().unwrap()[1].encoding = true;
+        let during = exposition.snapshot_part(Format::Classic).unwrap();
+        assert!(Arc::ptr_eq(&first, &during));
+        exposition.cache.lock().unwrap()[1].encoding = false;
+        let after = exposition.snapshot_part(Format::Classic).unwrap();
+        assert!(!Arc::ptr_eq(&first, &after), "the new snapshot is encoded");
+        // The other format has its own slot.
+        let om = exposition.snapshot_part(Format::OpenMetrics).unwrap();
+        assert!(!Arc::ptr_eq(&om, &after));
+    }
 
     #[test]
     fn negotiation_prefers_openmetrics_only_when_asked() {

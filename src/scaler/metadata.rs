@@ -7,14 +7,20 @@
 //! Hand-written rather than derived with serde for a reason users see: every
 //! refusal names the key, the value and what is allowed, as one
 //! `INVALID_ARGUMENT` line KEDA shows in the ScaledObject's events.
+//!
+//! Maps are bounded before anything else is read ([`MAX_KEYS`],
+//! [`MAX_KEY_BYTES`], [`MAX_VALUE_BYTES`], [`MAX_TOTAL_BYTES`]): gRPC alone
+//! lets a client send 4 MiB of metadata, which would be parsed, matched as
+//! globs and cached on every request.
 
 use std::collections::HashMap;
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
-use globset::{Glob, GlobMatcher};
+use globset::Glob;
 
-use crate::snapshot::{CounterHistory, JobState};
+use crate::snapshot::{CounterHistory, JobState, QueueSample};
 
 /// Every key this scaler reads, as listed in error messages.
 pub const ACCEPTED_KEYS: [&str; 11] = [
@@ -42,6 +48,21 @@ pub const KEDA_KEYS: [&str; 7] = [
     "tlsClientKey",
     "tlsCertFile",
 ];
+
+/// Most keys a map may have: ours (11) and KEDA's own (7) with room for
+/// `*FromEnv` keys.
+pub const MAX_KEYS: usize = 64;
+
+/// Longest key, in bytes.
+pub const MAX_KEY_BYTES: usize = 256;
+
+/// Longest value of one of our keys, in bytes: a queue name or glob, a
+/// source, vhost or group name. KEDA's own keys (`caCert` may hold a PEM
+/// chain) are bounded only by [`MAX_TOTAL_BYTES`].
+pub const MAX_VALUE_BYTES: usize = 4 * 1024;
+
+/// Most bytes of all keys and values together.
+pub const MAX_TOTAL_BYTES: usize = 64 * 1024;
 
 /// Default per-replica target (`value`).
 pub const DEFAULT_TARGET: f64 = 5.0;
@@ -152,12 +173,71 @@ impl Operation {
 }
 
 /// The `queue` key: an exact name, which may also be a glob.
+///
+/// Matching runs once per trigger map and snapshot over every queue name,
+/// so it is made cheap where it can be (measured: with 500 brace globs over
+/// 4,000 queues, globset's per-name path handling took most of the
+/// scaler's CPU): a glob of literals and `{a,b}` groups only becomes a set
+/// of names; other globs run as one regex, after a literal-prefix check.
 #[derive(Debug, Clone)]
 pub struct QueueSelector {
     /// The text as given (trimmed).
     text: String,
-    /// The compiled glob, when the text has glob syntax and compiles.
-    glob: Option<GlobMatcher>,
+    /// How a name other than `text` itself can match.
+    glob: Option<GlobMatch>,
+}
+
+/// A compiled glob.
+#[derive(Debug, Clone)]
+enum GlobMatch {
+    /// Literals and brace groups only: every name it matches.
+    Names(std::collections::HashSet<String>),
+    /// Wildcards: the glob's regex (as globset builds it).
+    Regex(regex::bytes::Regex),
+}
+
+/// A brace-only glob expands to at most this many names; beyond, it runs
+/// as a regex.
+const MAX_EXPANDED_NAMES: usize = 1024;
+
+/// Every name a glob of literals and non-nested `{a,b}` groups matches, or
+/// `None` for any other glob (wildcards, classes, escapes, nesting).
+fn expand_braces(text: &str) -> Option<Vec<String>> {
+    if text.contains(['*', '?', '[', ']', '\\']) {
+        return None;
+    }
+    let mut names = vec![String::new()];
+    let mut rest = text;
+    while !rest.is_empty() {
+        let (literal, group) = match rest.find('{') {
+            Some(open) => {
+                let close = rest[open..].find('}')? + open;
+                (&rest[..open], Some(&rest[open + 1..close]))
+            }
+            None => (rest, None),
+        };
+        if literal.contains('}') {
+            return None;
+        }
+        for n in &mut names {
+            n.push_str(literal);
+        }
+        let Some(group) = group else { break };
+        if group.contains('{') {
+            return None;
+        }
+        let alternatives: Vec<&str> = group.split(',').collect();
+        // globset reads an empty alternative its own way: leave it to it.
+        if alternatives.contains(&"") || names.len() * alternatives.len() > MAX_EXPANDED_NAMES {
+            return None;
+        }
+        names = names
+            .iter()
+            .flat_map(|n| alternatives.iter().map(move |a| format!("{n}{a}")))
+            .collect();
+        rest = &rest[literal.len() + group.len() + 2..];
+    }
+    Some(names)
 }
 
 impl QueueSelector {
@@ -165,7 +245,14 @@ impl QueueSelector {
     pub fn new(text: &str) -> QueueSelector {
         let has_meta = text.contains(['*', '?', '[', '{']);
         let glob = if has_meta {
-            Glob::new(text).ok().map(|g| g.compile_matcher())
+            Glob::new(text)
+                .ok()
+                .and_then(|g| match expand_braces(text) {
+                    Some(names) => Some(GlobMatch::Names(names.into_iter().collect())),
+                    None => regex::bytes::Regex::new(g.regex())
+                        .ok()
+                        .map(GlobMatch::Regex),
+                })
         } else {
             None
         };
@@ -187,7 +274,16 @@ impl QueueSelector {
 
     /// True when `name` equals the text or matches it as a glob.
     pub fn matches(&self, name: &str) -> bool {
-        name == self.text || self.glob.as_ref().is_some_and(|g| g.is_match(name))
+        if name == self.text {
+            return true;
+        }
+        match &self.glob {
+            None => false,
+            Some(GlobMatch::Names(names)) => names.contains(name),
+            Some(GlobMatch::Regex(re)) => {
+                name.starts_with(self.literal_prefix()) && re.is_match(name.as_bytes())
+            }
+        }
     }
 
     /// What every name the selector matches starts with: the text before
@@ -231,6 +327,58 @@ pub struct ScalerQuery {
     /// Restricts matching to one library preset's queues (`preset`), for
     /// when two libraries have a queue of the same name.
     pub preset: Option<String>,
+    /// The queues this query matched in the latest snapshots, so repeated
+    /// requests between polls do not test every queue name again.
+    pub memo: MatchMemo,
+}
+
+/// Which queues of each snapshot a query matched, remembered for as long
+/// as the snapshots' queue lists stay the same (one poll each).
+///
+/// Measured reason: with 1,000 trigger maps over 4,000 queues, testing
+/// every name on every `GetMetrics` took about half of the scaler's CPU.
+/// A clone starts empty: it is a cache, not part of the query.
+#[derive(Debug, Default)]
+pub struct MatchMemo(std::sync::Mutex<Option<Arc<Matched>>>);
+
+/// The matches for one set of queue lists.
+#[derive(Debug)]
+pub struct Matched {
+    /// The queue lists the indices point into; held, so none is freed (and
+    /// its address reused by another list) while the memo refers to it.
+    lists: Vec<Arc<[QueueSample]>>,
+    /// Per list, the positions of the matching queues.
+    pub indices: Vec<Vec<u32>>,
+}
+
+impl Clone for MatchMemo {
+    fn clone(&self) -> Self {
+        MatchMemo::default()
+    }
+}
+
+impl MatchMemo {
+    /// The matches in `lists`, from the memo when it was computed for the
+    /// very same lists, else from `compute` (one index list per list).
+    pub fn get_or_compute(
+        &self,
+        lists: Vec<Arc<[QueueSample]>>,
+        compute: impl FnOnce(&[Arc<[QueueSample]>]) -> Vec<Vec<u32>>,
+    ) -> Arc<Matched> {
+        // A poisoned lock only means another request panicked while
+        // storing; the memo is a cache and is simply recomputed.
+        let mut memo = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(m) = memo.as_ref()
+            && m.lists.len() == lists.len()
+            && m.lists.iter().zip(&lists).all(|(a, b)| Arc::ptr_eq(a, b))
+        {
+            return m.clone();
+        }
+        let indices = compute(&lists);
+        let m = Arc::new(Matched { lists, indices });
+        *memo = Some(m.clone());
+        m
+    }
 }
 
 /// Why metadata was refused; always names the key. Maps to `INVALID_ARGUMENT`.
@@ -250,6 +398,81 @@ pub enum MetadataError {
         /// What is wrong and what is allowed.
         problem: String,
     },
+    /// The map, a key or a value is beyond the size limits.
+    #[error("scalerMetadata{}: {problem}", .key.as_deref().map(|k| format!(".{k}")).unwrap_or_default())]
+    TooLarge {
+        /// The offending key (cut to 64 bytes), when one key is at fault.
+        key: Option<String>,
+        /// Which limit, and by how much.
+        problem: String,
+    },
+}
+
+/// The bytes of all keys and values of `meta`.
+pub fn size_bytes(meta: &HashMap<String, String>) -> usize {
+    meta.iter().map(|(k, v)| k.len() + v.len()).sum()
+}
+
+/// `key` cut to 64 bytes (on a char boundary) for messages.
+fn short_key(key: &str) -> String {
+    const MAX: usize = 64;
+    if key.len() <= MAX {
+        return key.to_string();
+    }
+    let mut end = MAX;
+    while !key.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &key[..end])
+}
+
+/// Refuses maps beyond the limits; the error names the key at fault (the
+/// first in sorted order) or, for the total, the largest value's key.
+fn check_size(meta: &HashMap<String, String>) -> Result<(), MetadataError> {
+    let too_large = |key: Option<&str>, problem: String| MetadataError::TooLarge {
+        key: key.map(short_key),
+        problem,
+    };
+    if meta.len() > MAX_KEYS {
+        return Err(too_large(
+            None,
+            format!("{} keys; at most {MAX_KEYS} are accepted", meta.len()),
+        ));
+    }
+    let mut keys: Vec<&String> = meta.keys().collect();
+    keys.sort();
+    for key in &keys {
+        if key.len() > MAX_KEY_BYTES {
+            return Err(too_large(
+                Some(key),
+                format!("key of {} bytes; at most {MAX_KEY_BYTES}", key.len()),
+            ));
+        }
+    }
+    for key in &keys {
+        let len = meta[*key].len();
+        if len > MAX_VALUE_BYTES && !is_keda_key(key) {
+            return Err(too_large(
+                Some(key),
+                format!("value of {len} bytes; at most {MAX_VALUE_BYTES}"),
+            ));
+        }
+    }
+    let total = size_bytes(meta);
+    if total > MAX_TOTAL_BYTES {
+        let largest = keys
+            .iter()
+            .max_by_key(|k| meta[**k].len())
+            .map(|k| k.as_str());
+        let largest_len = largest.map_or(0, |k| meta[k].len());
+        return Err(too_large(
+            largest,
+            format!(
+                "keys and values take {total} bytes in all, at most {MAX_TOTAL_BYTES}; this key's value is the largest ({largest_len} bytes)"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// `"a", "b"`: keys as they were written, quoted so odd spellings are visible.
@@ -267,6 +490,7 @@ fn is_keda_key(key: &str) -> bool {
 
 /// Parses `scalerMetadata`. Empty values count as absent.
 pub fn parse(meta: &HashMap<String, String>) -> Result<ScalerQuery, MetadataError> {
+    check_size(meta)?;
     let mut unknown: Vec<String> = meta
         .keys()
         .filter(|k| !ACCEPTED_KEYS.contains(&k.as_str()) && !is_keda_key(k))
@@ -391,6 +615,7 @@ pub fn parse(meta: &HashMap<String, String>) -> Result<ScalerQuery, MetadataErro
         activation,
         operation,
         window,
+        memo: MatchMemo::default(),
     })
 }
 
@@ -416,6 +641,61 @@ fn parse_states(list: &str) -> Result<Vec<JobState>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn oversized_maps_are_refused_naming_the_key() {
+        let big = "q".repeat(MAX_VALUE_BYTES + 1);
+        let e = parse(&meta(&[("queue", big.as_str()), ("mode", "Age")])).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "scalerMetadata.queue: value of {} bytes; at most {MAX_VALUE_BYTES}",
+                MAX_VALUE_BYTES + 1
+            )
+        );
+        // At the limit it is only a (long) queue name.
+        let max = "q".repeat(MAX_VALUE_BYTES);
+        assert!(parse(&meta(&[("queue", max.as_str())])).is_ok());
+
+        // A long key is named by its first 64 bytes, before unknown-key checks.
+        let key = "k".repeat(MAX_KEY_BYTES + 1);
+        let e = parse(&meta(&[("queue", "q"), (key.as_str(), "v")])).unwrap_err();
+        let shown = format!(
+            "scalerMetadata.{}…: key of 257 bytes; at most 256",
+            "k".repeat(64)
+        );
+        assert_eq!(e.to_string(), shown);
+
+        let many: Vec<(String, String)> = (0..=MAX_KEYS)
+            .map(|i| (format!("k{i}FromEnv"), "x".into()))
+            .collect();
+        let many: HashMap<String, String> = many.into_iter().collect();
+        let e = parse(&many).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "scalerMetadata: 65 keys; at most 64 are accepted"
+        );
+
+        // KEDA's own keys may be long (a PEM in caCert), within the total.
+        let pem = "p".repeat(20_000);
+        assert!(parse(&meta(&[("queue", "q"), ("caCert", pem.as_str())])).is_ok());
+        let pem = "p".repeat(MAX_TOTAL_BYTES);
+        let e = parse(&meta(&[
+            ("queue", "q"),
+            ("caCert", pem.as_str()),
+            ("tlsClientKey", "k"),
+        ]))
+        .unwrap_err();
+        assert!(
+            e.to_string().starts_with(&format!(
+                "scalerMetadata.caCert: keys and values take {} bytes in all, at most {MAX_TOTAL_BYTES}",
+                MAX_TOTAL_BYTES + "queue".len() + 1 + "caCert".len() + "tlsClientKey".len() + 1
+            )),
+            "{e}"
+        );
+        // Values never appear in these messages.
+        assert!(!e.to_string().contains("ppp"));
+    }
 
     #[test]
     fn state_is_a_comma_list_of_job_states_for_queue_length() {
@@ -562,6 +842,42 @@ mod tests {
         assert_eq!(q.activation, 1.0);
         assert_eq!(q.source, None);
         assert!(q.queue.is_glob());
+    }
+
+    #[test]
+    fn fast_glob_matching_agrees_with_globset() {
+        let globs = [
+            "q:{a,b,c}",
+            "{x,y}:{1,2}:tail",
+            "q:{a,}",
+            "jobs:*",
+            "jobs:?:x",
+            "j[ab]:*",
+            "odd\\*name",
+            "ü*{é,e}",
+            "a}b{c,d}",
+            "{a,{b,c}}",
+        ];
+        let names = [
+            "q:a", "q:b", "q:c", "q:d", "q:", "x:1:tail", "y:2:tail", "x:3:tail", "jobs:",
+            "jobs:1", "jobs:1:x", "ja:z", "jc:z", "odd*name", "oddXname", "üé", "üxe", "a}bc", "b",
+            "c", "a",
+        ];
+        for glob in globs {
+            let Ok(reference) = Glob::new(glob).map(|g| g.compile_matcher()) else {
+                continue;
+            };
+            let ours = QueueSelector::new(glob);
+            for name in names {
+                assert_eq!(
+                    ours.matches(name),
+                    name == glob || reference.is_match(name),
+                    "glob {glob:?} name {name:?}"
+                );
+            }
+        }
+        assert!(expand_braces("q:{a,b}{1,2}").is_some_and(|n| n.len() == 4));
+        assert!(expand_braces("q:*{a,b}").is_none());
     }
 
     #[test]

@@ -91,20 +91,22 @@ pub enum ScalerError {
 }
 
 /// Serves the external scaler, grpc.health.v1 and reflection until shutdown.
-/// Open streams end when shutdown fires.
+/// Open streams end when shutdown fires. `config` may change while serving
+/// (a config reload): `max_staleness` follows it; TLS is set up once, here.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     hub: Hub,
-    config: ScalerConfig,
+    config: tokio::sync::watch::Receiver<ScalerConfig>,
     telemetry: Arc<Telemetry>,
     shutdown: Shutdown,
 ) -> Result<(), ScalerError> {
+    let tls = config.borrow().tls.clone();
     let mut builder = tonic::transport::Server::builder()
         .max_concurrent_streams(MAX_STREAMS_PER_CONNECTION)
         .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
         .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
         .tcp_nodelay(true);
-    if let Some(tls) = &config.tls {
+    if let Some(tls) = &tls {
         builder = builder
             .tls_config(tls::server_config(tls)?)
             .map_err(ScalerError::Tls)?;

@@ -74,10 +74,21 @@ pub fn evaluate(
 
     // Matching uses each source's last successful poll, even if it is old,
     // so a source that is down still counts for ambiguity.
+    let memo = query.memo.get_or_compute(
+        candidates.iter().map(|s| s.queues.clone()).collect(),
+        |lists| lists.iter().map(|l| matching(query, l)).collect(),
+    );
     let matches: Vec<(&Arc<Snapshot>, Vec<&QueueSample>)> = candidates
         .iter()
-        .map(|s| (*s, matching(query, s)))
-        .filter(|(_, qs)| !qs.is_empty())
+        .zip(&memo.indices)
+        .filter(|(_, idx)| !idx.is_empty())
+        .map(|(s, idx)| {
+            let qs = idx
+                .iter()
+                .filter_map(|&i| s.queues.get(i as usize))
+                .collect();
+            (*s, qs)
+        })
         .collect();
 
     let (snapshot, queues) = match matches.as_slice() {
@@ -270,19 +281,21 @@ fn empty_value(query: &ScalerQuery, s: &Snapshot) -> Result<f64, QueryError> {
 }
 
 /// Queues of one snapshot that the query selects.
-fn matching<'a>(query: &ScalerQuery, snapshot: &'a Snapshot) -> Vec<&'a QueueSample> {
-    snapshot
-        .queues
+fn matching(query: &ScalerQuery, queues: &[QueueSample]) -> Vec<u32> {
+    queues
         .iter()
-        .filter(|q| match &query.vhost {
+        .enumerate()
+        .map(|(i, q)| (i as u32, q))
+        .filter(|(_, q)| match &query.vhost {
             Some(v) => q.vhost.as_deref() == Some(v.as_str()),
             None => true,
         })
-        .filter(|q| match &query.preset {
+        .filter(|(_, q)| match &query.preset {
             Some(p) => q.preset.as_ref().is_some_and(|f| f.preset == p.as_str()),
             None => true,
         })
-        .filter(|q| query.queue.matches(&q.name))
+        .filter(|(_, q)| query.queue.matches(&q.name))
+        .map(|(i, _)| i)
         .collect()
 }
 

@@ -11,7 +11,9 @@ use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
 use futures_util::Stream;
+use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
 use tokio::sync::watch;
 use tonic::{Code, Request, Response, Status};
 
@@ -43,8 +45,8 @@ pub struct Scaler {
 struct Inner {
     /// The snapshots, the only data source.
     hub: Hub,
-    /// Staleness limits.
-    config: ScalerConfig,
+    /// Staleness limits; a config reload replaces them.
+    config: watch::Receiver<ScalerConfig>,
     /// RPC counters, durations and the open-stream gauge.
     telemetry: Arc<Telemetry>,
     /// Ends open streams.
@@ -52,15 +54,76 @@ struct Inner {
     /// Parsed metadata by map, so a ScaledObject's glob is compiled once,
     /// not on every request.
     parsed: QueryCache,
+    /// The RPC metrics' handles by method and code.
+    handles: RpcHandles,
+}
+
+/// The request counter and duration histogram of each (method, code), so a
+/// request neither builds label strings nor looks them up in the families
+/// (a measurable share of a `GetMetrics` under load).
+#[derive(Debug, Default)]
+struct RpcHandles(std::sync::RwLock<HashMap<(&'static str, Code), RpcMetrics>>);
+
+/// One (method, code)'s request counter and duration histogram.
+type RpcMetrics = (Counter, Histogram);
+
+impl RpcHandles {
+    /// The handles for `method` and `code`, made on first use.
+    fn get(&self, telemetry: &Telemetry, method: &'static str, code: Code) -> RpcMetrics {
+        // A poisoned lock only means a panic elsewhere mid-insert; the map
+        // of handles is still valid.
+        if let Some(h) = self
+            .0
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&(method, code))
+        {
+            return h.clone();
+        }
+        let handles = (
+            telemetry
+                .grpc_requests
+                .get_or_create(&GrpcLabels {
+                    method: method.to_string(),
+                    code: code_name(code).to_string(),
+                })
+                .clone(),
+            telemetry
+                .grpc_duration
+                .get_or_create(&MethodLabels {
+                    method: method.to_string(),
+                })
+                .clone(),
+        );
+        self.0
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert((method, code), handles.clone());
+        handles
+    }
 }
 
 /// Parsed queries by metadata map. KEDA sends the same few maps over and
-/// over; the source names they are checked against never change while the
-/// process runs, so a successful parse stays valid. Errors are not kept.
+/// over; the source names they are checked against change only when a
+/// config reload replaces the hub's sources, which empties the cache, so a
+/// successful parse stays valid until then. Errors are not kept.
 #[derive(Debug, Default)]
 struct QueryCache {
-    /// Entries by an order-independent hash of the map.
-    entries: std::sync::Mutex<CacheMap>,
+    /// Entries by an order-independent hash of the map, and the hub
+    /// generation (set of sources) they were checked against.
+    entries: std::sync::Mutex<Cached>,
+}
+
+/// What [`QueryCache`] holds behind its lock.
+#[derive(Debug, Default)]
+struct Cached {
+    /// The hub generation the entries were checked against.
+    generation: u64,
+    /// The entries.
+    map: CacheMap,
+    /// Bytes of metadata held (keys and values), bounded by
+    /// [`QueryCache::MAX_BYTES`].
+    bytes: usize,
 }
 
 /// Metadata maps and their queries, bucketed by [`QueryCache::hash`].
@@ -71,6 +134,11 @@ impl QueryCache {
     /// against a client sending endless distinct maps).
     const MAX_ENTRIES: usize = 10_000;
 
+    /// Metadata bytes kept at most: with maps of up to
+    /// [`metadata::MAX_TOTAL_BYTES`] each, the entry count alone would
+    /// allow hundreds of MiB.
+    const MAX_BYTES: usize = 16 << 20;
+
     /// A hash of `meta` that does not depend on its iteration order.
     fn hash(meta: &HashMap<String, String>) -> u64 {
         use std::hash::{BuildHasher, BuildHasherDefault};
@@ -80,18 +148,21 @@ impl QueryCache {
             .fold(meta.len() as u64, u64::wrapping_add)
     }
 
-    /// The cached query for `meta`, or `parse`d and cached.
+    /// The cached query for `meta` checked against the hub's sources of
+    /// `generation`, or `parse`d and cached.
     fn get_or_parse(
         &self,
         meta: &HashMap<String, String>,
+        generation: u64,
         parse: impl FnOnce() -> Result<ScalerQuery, Status>,
     ) -> Result<Arc<ScalerQuery>, Status> {
         let hash = Self::hash(meta);
         // A poisoned lock only means another handler panicked mid-insert;
         // the map is still a valid cache.
-        let lookup = |entries: &CacheMap| {
-            entries
-                .get(&hash)
+        let lookup = |cached: &Cached| {
+            (cached.generation == generation)
+                .then(|| cached.map.get(&hash))
+                .flatten()
                 .and_then(|b| b.iter().find(|(m, _)| m == meta))
                 .map(|(_, q)| q.clone())
         };
@@ -99,11 +170,20 @@ impl QueryCache {
             return Ok(q);
         }
         let query = Arc::new(parse()?);
-        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        if entries.len() >= Self::MAX_ENTRIES {
-            entries.clear();
+        let size = metadata::size_bytes(meta);
+        let mut cached = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        if cached.generation != generation
+            || cached.map.len() >= Self::MAX_ENTRIES
+            || cached.bytes + size > Self::MAX_BYTES
+        {
+            *cached = Cached {
+                generation,
+                ..Cached::default()
+            };
         }
-        entries
+        cached.bytes += size;
+        cached
+            .map
             .entry(hash)
             .or_default()
             .push((meta.clone(), query.clone()));
@@ -112,10 +192,10 @@ impl QueryCache {
 }
 
 impl Scaler {
-    /// Builds the service over `hub`.
+    /// Builds the service over `hub`; `config` follows reloads.
     pub fn new(
         hub: Hub,
-        config: ScalerConfig,
+        config: watch::Receiver<ScalerConfig>,
         telemetry: Arc<Telemetry>,
         shutdown: Shutdown,
     ) -> Self {
@@ -126,6 +206,7 @@ impl Scaler {
                 telemetry,
                 shutdown,
                 parsed: QueryCache::default(),
+                handles: RpcHandles::default(),
             }),
         }
     }
@@ -134,7 +215,10 @@ impl Scaler {
 impl Inner {
     /// Validates metadata, including what the config can tell (`source`).
     fn parse(&self, meta: &HashMap<String, String>) -> Result<Arc<ScalerQuery>, Status> {
-        self.parsed.get_or_parse(meta, || {
+        // Read before the check, so a set installed meanwhile makes the
+        // entry stale rather than wrongly current.
+        let generation = self.hub.generation();
+        self.parsed.get_or_parse(meta, generation, || {
             let query = metadata::parse(meta)
                 .map_err(|e| Status::invalid_argument(bounded(e.to_string())))?;
             query::check_static(&query, &self.hub.snapshots()).map_err(to_status)?;
@@ -156,31 +240,17 @@ impl Inner {
 
     /// The query's value from the latest snapshots.
     fn read(&self, query: &ScalerQuery) -> Result<Reading, Status> {
-        query::evaluate(
-            query,
-            &self.hub.snapshots(),
-            &self.config,
-            SystemTime::now(),
-        )
-        .map_err(to_status)
+        let snapshots = self.hub.snapshots();
+        query::evaluate(query, &snapshots, &self.config.borrow(), SystemTime::now())
+            .map_err(to_status)
     }
 
     /// Counts one RPC by method and code, and times it if it was unary.
     fn record(&self, method: &'static str, code: Code, started: Option<Instant>) {
-        self.telemetry
-            .grpc_requests
-            .get_or_create(&GrpcLabels {
-                method: method.to_string(),
-                code: code_name(code).to_string(),
-            })
-            .inc();
+        let (requests, duration) = self.handles.get(&self.telemetry, method, code);
+        requests.inc();
         if let Some(started) = started {
-            self.telemetry
-                .grpc_duration
-                .get_or_create(&MethodLabels {
-                    method: method.to_string(),
-                })
-                .observe(started.elapsed().as_secs_f64());
+            duration.observe(started.elapsed().as_secs_f64());
         }
     }
 
@@ -592,17 +662,48 @@ mod query_cache_tests {
     fn a_map_is_parsed_once_whatever_its_order_and_errors_are_not_kept() {
         let cache = QueryCache::default();
         let a = meta(&[("queue", "jobs:*"), ("mode", "Age"), ("value", "60")]);
-        let first = cache.get_or_parse(&a, || parse(&a)).unwrap();
+        let first = cache.get_or_parse(&a, 0, || parse(&a)).unwrap();
         let again = cache
-            .get_or_parse(&a.clone(), || panic!("parsed twice"))
+            .get_or_parse(&a.clone(), 0, || panic!("parsed twice"))
             .unwrap();
         assert!(Arc::ptr_eq(&first, &again));
         let other = meta(&[("queue", "jobs:*"), ("mode", "Age"), ("value", "61")]);
-        let third = cache.get_or_parse(&other, || parse(&other)).unwrap();
+        let third = cache.get_or_parse(&other, 0, || parse(&other)).unwrap();
         assert!(!Arc::ptr_eq(&first, &third));
         let bad = meta(&[("queue", "q"), ("mode", "Depth")]);
-        assert!(cache.get_or_parse(&bad, || parse(&bad)).is_err());
-        assert!(cache.get_or_parse(&bad, || parse(&bad)).is_err());
+        assert!(cache.get_or_parse(&bad, 0, || parse(&bad)).is_err());
+        assert!(cache.get_or_parse(&bad, 0, || parse(&bad)).is_err());
+    }
+
+    #[test]
+    fn a_new_set_of_sources_empties_the_cache() {
+        let cache = QueryCache::default();
+        let a = meta(&[("queue", "q"), ("source", "main")]);
+        let first = cache.get_or_parse(&a, 0, || parse(&a)).unwrap();
+        // After a reload the map is checked again (the source may be gone).
+        let checked = std::cell::Cell::new(false);
+        let again = cache
+            .get_or_parse(&a, 1, || {
+                checked.set(true);
+                parse(&a)
+            })
+            .unwrap();
+        assert!(checked.get() && !Arc::ptr_eq(&first, &again));
+        let cached = cache.entries.lock().unwrap();
+        assert_eq!((cached.generation, cached.map.len()), (1, 1));
+    }
+
+    #[test]
+    fn the_cache_is_bounded_in_bytes() {
+        let cache = QueryCache::default();
+        let big = "q".repeat(4000);
+        for i in 0..(QueryCache::MAX_BYTES / 4000 + 100) {
+            let m = meta(&[("queue", &format!("{big}{i}"))]);
+            cache.get_or_parse(&m, 0, || parse(&m)).unwrap();
+        }
+        let cached = cache.entries.lock().unwrap();
+        assert!(cached.bytes <= QueryCache::MAX_BYTES, "{}", cached.bytes);
+        assert!(!cached.map.is_empty());
     }
 }
 

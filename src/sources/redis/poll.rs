@@ -11,7 +11,7 @@ use redis::Value;
 
 use super::age::item_timestamp;
 use super::commands::{Conn, cmd, pipelined, type_of};
-use super::histogram::{self, HistogramPlan, Remeasure};
+use super::histogram::{self, Again, HistogramPlan};
 use super::keyname::display_key;
 use super::reply;
 use super::tracked::{KeyState, TrackedKey};
@@ -44,9 +44,13 @@ pub async fn poll_keys(
     let mut samples: Vec<Option<QueueSample>> = vec![None; tracked.len()];
     let mut pending: Vec<usize> = (0..tracked.len()).collect();
 
-    // At most two rounds: measure, then re-type and re-measure what changed
-    // (and re-measure histograms whose skipped buckets turned out to matter).
-    for round in 0..2 {
+    // At most three rounds: measure, then re-type and re-measure what changed
+    // (and measure histograms whose first round only located the due items,
+    // or whose skipped buckets or probes turned out to matter); a key can
+    // need two of these in one poll (a first measurement whose probe misses).
+    const ROUNDS: usize = 3;
+    for round in 0..ROUNDS {
+        let last_round = round + 1 == ROUNDS;
         let mut cmds: Vec<redis::Cmd> = Vec::with_capacity(pending.len() * 2);
         let plans: Vec<Plan> = pending
             .iter()
@@ -80,26 +84,41 @@ pub async fn poll_keys(
                     polled.age_parse_failures += u64::from(age_failed);
                     key.mixed =
                         matches!((s.ready, s.scheduled), (Some(r), Some(sch)) if r > 0 && sch > 0);
+                    // The oldest member's size bounds the next probes' replies.
+                    let member_len = match key.state {
+                        KeyState::Typed(KeyType::Zset) => {
+                            r.get(1).and_then(reply::first_member_len)
+                        }
+                        _ => None,
+                    };
                     key.histogram.record(
                         &key.key,
                         plan.histogram,
                         s.oldest_age_seconds,
+                        member_len,
                         s.age_histogram.clone(),
                         config.age_histogram_interval,
                         now_secs,
                     );
                     samples[i] = Some(*s);
                 }
-                KeyOutcome::Retype if round == 0 => retype.push(i),
-                KeyOutcome::Remeasure if round == 0 => {
+                KeyOutcome::Retype if !last_round => retype.push(i),
+                KeyOutcome::Remeasure if !last_round => {
                     key.histogram.forget_hint();
                     remeasure.push(i);
                 }
-                KeyOutcome::Count if round == 0 => {
+                KeyOutcome::Deferred { oldest, newest } if !last_round => {
+                    key.histogram.defer(oldest, newest, now_secs);
+                    remeasure.push(i);
+                }
+                KeyOutcome::Count if !last_round => {
                     key.mixed = true;
                     remeasure.push(i);
                 }
-                KeyOutcome::Retype | KeyOutcome::Remeasure | KeyOutcome::Count => {
+                KeyOutcome::Retype
+                | KeyOutcome::Remeasure
+                | KeyOutcome::Deferred { .. }
+                | KeyOutcome::Count => {
                     // Changed under us twice within one poll: report what we know.
                     samples[i] = Some(identity(key, None));
                 }
@@ -227,8 +246,15 @@ enum KeyOutcome {
     Sample(Box<QueueSample>, bool),
     /// The key's type is not what we thought; learn it and try again.
     Retype,
-    /// Skipped age buckets turned out to matter; measure again in full.
+    /// Skipped age buckets or probes turned out to matter; measure again in full.
     Remeasure,
+    /// A first histogram measurement located the due items; ask the buckets.
+    Deferred {
+        /// Age of the oldest due item.
+        oldest: Option<f64>,
+        /// Age of the newest due item.
+        newest: Option<f64>,
+    },
     /// A timestamp zset holds due and scheduled items: measure again with a count.
     Count,
     /// Redis answered an error for this key; the reason to count.
@@ -356,15 +382,23 @@ fn read(
                 _ => None,
             };
             let counts = 3 + usize::from(plan.counted);
+            let age_of = |score: f64| (now_secs - spec.score_unit.to_unix_seconds(score)).max(0.0);
             s.age_histogram = match key.histogram.read(
                 plan.histogram,
                 r.get(counts..).unwrap_or_default(),
                 due,
                 s.oldest_age_seconds,
                 age_buckets,
+                age_of,
             ) {
                 Ok(h) => h,
-                Err(Remeasure) => return KeyOutcome::Remeasure,
+                Err(Again::Remeasure) => return KeyOutcome::Remeasure,
+                Err(Again::Deferred { newest }) => {
+                    return KeyOutcome::Deferred {
+                        oldest: s.oldest_age_seconds,
+                        newest,
+                    };
+                }
             };
             s
         }

@@ -87,6 +87,15 @@ pub fn first_score(v: &Value) -> Option<Option<f64>> {
     }
 }
 
+/// The byte length of the first member of a `ZRANGE .. WITHSCORES` reply.
+pub fn first_member_len(v: &Value) -> Option<usize> {
+    match as_array(v)? {
+        [Value::Array(pair), ..] => as_bytes(pair.first()?).map(<[u8]>::len),
+        [member, ..] => as_bytes(member).map(<[u8]>::len),
+        [] => None,
+    }
+}
+
 /// True for a `WRONGTYPE` error reply.
 pub fn is_wrongtype(v: &Value) -> bool {
     matches!(v, Value::ServerError(e) if e.code() == "WRONGTYPE")

@@ -3,7 +3,7 @@
 
 use redis::Value;
 
-use super::{Follow, Stage, Stamp, below, count, key, preset_sample, set_state};
+use super::{Follow, Stage, Stamp, below, count, due_count, key, preset_sample, set_state, sum};
 use crate::snapshot::JobState;
 
 /// `<prefix>:{<q>}:<name>`.
@@ -11,7 +11,7 @@ fn k(prefix: &str, q: &[u8], name: &[u8]) -> Vec<u8> {
     key(&[prefix.as_bytes(), b":{", q, b"}:", name])
 }
 
-/// Round 1: eleven read-only commands.
+/// Round 1: thirteen read-only commands.
 pub fn plan(prefix: &str, q: &[u8], now: f64) -> Vec<redis::Cmd> {
     let c = |name: &str, n: &[u8]| super::cmd(name, &k(prefix, q, n));
     let mut zcount = c("ZCOUNT", b"lease");
@@ -30,6 +30,10 @@ pub fn plan(prefix: &str, q: &[u8], now: f64) -> Vec<redis::Cmd> {
         c("GET", b"processed"),
         c("GET", b"failed"),
         lindex,
+        // Due tasks the forwarder (every 5 s in a running server) has not
+        // moved to `pending` yet.
+        due_count(&k(prefix, q, b"scheduled"), now),
+        due_count(&k(prefix, q, b"retry"), now),
     ]
 }
 
@@ -37,22 +41,17 @@ pub fn plan(prefix: &str, q: &[u8], now: f64) -> Vec<redis::Cmd> {
 pub fn read(prefix: &str, q: &[u8], r: &[Value]) -> Stage {
     let at = |i: usize| r.get(i).unwrap_or(&Value::Nil);
     let mut s = preset_sample("asynq", q);
-    let paused = super::reply::as_u64(at(6)).map(|n| n == 1);
-    if paused == Some(true) {
-        set_state(&mut s, JobState::Paused, count(at(0)));
-        set_state(&mut s, JobState::Waiting, Some(0));
-    } else {
-        set_state(&mut s, JobState::Waiting, count(at(0)));
-    }
+    set_state(&mut s, JobState::Waiting, count(at(0)));
     set_state(&mut s, JobState::Active, count(at(1)));
     set_state(&mut s, JobState::Delayed, count(at(2)));
     set_state(&mut s, JobState::Retry, count(at(3)));
     set_state(&mut s, JobState::Failed, count(at(4)));
     set_state(&mut s, JobState::Completed, count(at(5)));
     let f = super::facts(&mut s);
-    f.paused = paused;
+    f.paused = super::reply::as_u64(at(6)).map(|n| n == 1);
     // Lease scores are expiries: a past one is an orphaned task.
     f.stalled = count(at(7));
+    f.overdue = sum(&[at(11), at(12)]);
     s.jobs.processed = count(at(8));
     s.jobs.failed = count(at(9));
     let mut follow = Vec::new();
@@ -88,6 +87,8 @@ mod tests {
             bulk("100"),
             bulk("7"),
             bulk("id1"),
+            int(1),
+            int(2),
         ];
         let st = read("asynq", b"critical", &r);
         let f = st.sample.preset.as_ref().unwrap();
@@ -103,23 +104,38 @@ mod tests {
             .map(|s| f.states[&s]),
             [5, 1, 2, 3, 4, 6]
         );
-        assert_eq!((f.paused, f.stalled), (Some(false), Some(1)));
+        assert_eq!(f.states.len(), 6);
+        assert_eq!(
+            (f.paused, f.stalled, f.overdue),
+            (Some(false), Some(1), Some(3))
+        );
         assert_eq!(
             (st.sample.jobs.processed, st.sample.jobs.failed),
             (Some(100), Some(7))
         );
         assert_eq!(st.follow[0].1, Follow::Stamp(Stamp::Nanos));
-        assert_eq!(plan("asynq", b"q", 0.0).len(), 11);
+        let p = plan("asynq", b"q", 1000.5);
+        assert_eq!(p.len(), 13);
+        assert_eq!(
+            p[12].get_packed_command(),
+            redis::cmd("ZCOUNT")
+                .arg("asynq:{q}:retry")
+                .arg("-inf")
+                .arg("1000.5")
+                .get_packed_command()
+        );
     }
 
     #[test]
-    fn a_paused_queue_holds_its_pending_tasks_as_paused() {
+    fn a_paused_queue_keeps_its_pending_tasks_waiting() {
         let mut r: Vec<Value> = (0..10).map(|_| int(0)).chain([Value::Nil]).collect();
+        r.extend([int(0), int(0)]);
         r[0] = int(3);
         r[6] = int(1);
         let f = read("asynq", b"q", &r).sample.preset.unwrap();
-        assert_eq!(f.states[&JobState::Paused], 3);
-        assert_eq!(f.states[&JobState::Waiting], 0);
+        assert_eq!(f.states[&JobState::Waiting], 3);
+        assert!(!f.states.contains_key(&JobState::Paused));
         assert_eq!(f.paused, Some(true));
+        assert_eq!(f.overdue, Some(0));
     }
 }

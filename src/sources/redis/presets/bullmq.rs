@@ -1,7 +1,10 @@
 //! BullMQ (5.x/6.x): keys under `<prefix>:<q>:`. `wait` is LPUSHed and
 //! taken from the tail (the oldest is at `LINDEX -1`); the job hash keeps
 //! `timestamp` in ms; an active job without its `:lock` key is stalled.
-//! BullMQ's own `getCounts` script is never called: it deletes markers.
+//! A paused queue keeps its backlog in `waiting` (the pause is the
+//! `queue_paused` gauge); `delayed` scores encode the due time as
+//! `due_ms * 4096 + seq`. BullMQ's own `getCounts` script is never called:
+//! it deletes markers.
 
 use redis::Value;
 
@@ -17,8 +20,22 @@ fn k(prefix: &str, q: &[u8], name: &[u8]) -> Vec<u8> {
 /// markers (5.x) are skipped, and there are never two in a row.
 const TAIL: i64 = 3;
 
-/// Round 1: eleven read-only commands.
-pub fn plan(prefix: &str, q: &[u8], limit: usize) -> Vec<redis::Cmd> {
+/// Jobs per millisecond in a `delayed` score: BullMQ bakes a 12-bit
+/// sequence under the due time (`getDelayedScore.lua`: `due_ms * 0x1000`).
+const DELAYED_SEQ: u64 = 0x1000;
+
+/// The highest `delayed` score that is due at `now` (unix seconds): the
+/// bound BullMQ's own `promoteDelayedJobs` uses, `(now_ms + 1) * 4096 - 1`,
+/// so a job due in this very millisecond counts. Redis scores are doubles:
+/// the bound stays below 2^53, and so exact, until September 2039, like
+/// BullMQ's own scores.
+pub fn due_score_bound(now: f64) -> u64 {
+    let now_ms = (now * 1e3).floor().max(0.0) as u64;
+    (now_ms + 1) * DELAYED_SEQ - 1
+}
+
+/// Round 1: thirteen read-only commands.
+pub fn plan(prefix: &str, q: &[u8], limit: usize, now: f64) -> Vec<redis::Cmd> {
     let c = |name: &str, n: &[u8]| super::cmd(name, &k(prefix, q, n));
     let mut hexists = c("HEXISTS", b"meta");
     hexists.arg("paused");
@@ -28,6 +45,8 @@ pub fn plan(prefix: &str, q: &[u8], limit: usize) -> Vec<redis::Cmd> {
     active.arg(0).arg(limit.saturating_sub(1));
     let mut first_prioritized = c("ZRANGE", b"prioritized");
     first_prioritized.arg(0).arg(0);
+    let mut overdue = c("ZCOUNT", b"delayed");
+    overdue.arg("-inf").arg(due_score_bound(now));
     vec![
         c("LLEN", b"wait"),
         c("LLEN", b"paused"),
@@ -40,6 +59,8 @@ pub fn plan(prefix: &str, q: &[u8], limit: usize) -> Vec<redis::Cmd> {
         tail,
         active,
         first_prioritized,
+        c("ZCARD", b"waiting-children"),
+        overdue,
     ]
 }
 
@@ -48,20 +69,20 @@ pub fn read(prefix: &str, q: &[u8], r: &[Value]) -> Stage {
     let at = |i: usize| r.get(i).unwrap_or(&Value::Nil);
     let mut s = preset_sample("bullmq", q);
     // 6.x pauses with `meta.paused` only (jobs stay in `wait`); 5.x also
-    // renamed `wait` to `paused`. Either way these jobs are one backlog.
+    // renamed `wait` to `paused`. Either way these jobs are the backlog,
+    // `waiting`, and the pause is its own gauge (`HEXISTS meta paused`).
     let backlog = sum(&[at(0), at(1), at(2)]);
-    let paused = super::reply::as_u64(at(7)).map(|n| n == 1);
-    if paused == Some(true) {
-        set_state(&mut s, JobState::Paused, backlog);
-        set_state(&mut s, JobState::Waiting, Some(0));
-    } else {
-        set_state(&mut s, JobState::Waiting, backlog);
-    }
+    set_state(&mut s, JobState::Waiting, backlog);
     set_state(&mut s, JobState::Active, count(at(3)));
-    set_state(&mut s, JobState::Delayed, count(at(4)));
+    // `waiting-children` parents wait on their children, not on a time,
+    // but like delayed jobs no worker may take them yet.
+    set_state(&mut s, JobState::Delayed, sum(&[at(4), at(11)]));
     set_state(&mut s, JobState::Completed, count(at(5)));
     set_state(&mut s, JobState::Failed, count(at(6)));
-    super::facts(&mut s).paused = paused;
+    let f = super::facts(&mut s);
+    f.paused = super::reply::as_u64(at(7)).map(|n| n == 1);
+    // Due jobs stay in `delayed` until a worker promotes them.
+    f.overdue = count(at(12));
 
     let ids = |v: &Value| -> Vec<Vec<u8>> {
         super::reply::as_array(v)
@@ -114,6 +135,8 @@ mod tests {
             list(tail),
             list(active),
             list(&[]),
+            int(7),
+            int(2),
         ]
     }
 
@@ -127,11 +150,14 @@ mod tests {
         let f = st.sample.preset.as_ref().unwrap();
         assert_eq!(f.states[&JobState::Waiting], 6);
         assert_eq!(f.states[&JobState::Active], 2);
-        assert_eq!(f.states[&JobState::Delayed], 4);
+        // 4 delayed + 7 parents in waiting-children.
+        assert_eq!(f.states[&JobState::Delayed], 11);
         assert_eq!(f.states[&JobState::Completed], 5);
         assert_eq!(f.states[&JobState::Failed], 6);
+        assert_eq!(f.states.len(), 5);
         assert_eq!(f.paused, Some(false));
         assert_eq!(f.stalled, Some(0));
+        assert_eq!(f.overdue, Some(2));
         // One stamp (job 8, the marker skipped) and two lock checks.
         assert_eq!(st.follow.len(), 3);
         assert_eq!(st.follow[0].1, Follow::Stamp(Stamp::Millis));
@@ -151,14 +177,15 @@ mod tests {
     }
 
     #[test]
-    fn a_paused_queue_holds_its_backlog_as_paused() {
-        let f = read("bull", b"q", &replies(1, &[], &[]))
-            .sample
-            .preset
-            .unwrap();
-        assert_eq!(f.states[&JobState::Paused], 6);
-        assert_eq!(f.states[&JobState::Waiting], 0);
+    fn a_paused_queue_keeps_its_backlog_waiting() {
+        let st = read("bull", b"q", &replies(1, &["3"], &[]));
+        let f = st.sample.preset.as_ref().unwrap();
+        // wait 2 + paused (5.x list) 1 + prioritized 3.
+        assert_eq!(f.states[&JobState::Waiting], 6);
+        assert!(!f.states.contains_key(&JobState::Paused));
         assert_eq!(f.paused, Some(true));
+        // Latency is still read: the backlog is as old while paused.
+        assert_eq!(st.follow[0].1, Follow::Stamp(Stamp::Millis));
     }
 
     #[test]
@@ -173,6 +200,30 @@ mod tests {
                 .arg("timestamp")
                 .get_packed_command()
         );
-        assert_eq!(plan("bull", b"q", 100).len(), 11);
+        assert_eq!(plan("bull", b"q", 100, 0.0).len(), 13);
+    }
+
+    #[test]
+    fn overdue_counts_scores_due_up_to_this_millisecond() {
+        // Due at 1000.000 s: seq 0..4095 share that millisecond.
+        let now = 1000.0004;
+        assert_eq!(due_score_bound(now), 1_000_001 * 4096 - 1);
+        let due_now_last_seq = 1_000_000 * 4096 + 4095;
+        let due_next_ms = 1_000_001 * 4096;
+        assert!(due_now_last_seq <= due_score_bound(now));
+        assert!(due_next_ms > due_score_bound(now));
+        // A 2025 time is an exact integer as a Redis double (until 2039).
+        let bound = due_score_bound(1_750_000_000.5);
+        assert_eq!(bound, 1_750_000_000_501 * 4096 - 1);
+        assert!(bound < 1 << 53);
+        let packed = plan("bull", b"q", 1, 1000.0004)[12].get_packed_command();
+        assert_eq!(
+            packed,
+            redis::cmd("ZCOUNT")
+                .arg("bull:q:delayed")
+                .arg("-inf")
+                .arg("4096004095")
+                .get_packed_command()
+        );
     }
 }

@@ -152,6 +152,15 @@ pub(super) fn below(n: f64) -> String {
     format!("({n}")
 }
 
+/// `ZCOUNT <key> -inf <now>`: members scored at or before `now` (unix
+/// seconds), the bound the libraries' own schedulers move due jobs by
+/// (Sidekiq's `zrangebyscore -inf now`, asynq's forwarder, RQ's scheduler).
+pub(super) fn due_count(k: &[u8], now: f64) -> redis::Cmd {
+    let mut c = cmd("ZCOUNT", k);
+    c.arg("-inf").arg(format!("{now}"));
+    c
+}
+
 /// A timestamp reply in `unit`, as unix seconds.
 fn stamp_seconds(v: &Value, unit: Stamp) -> Option<f64> {
     let text = reply::as_str(v)?.trim();
@@ -204,12 +213,12 @@ pub(super) fn glob_escape(text: &[u8]) -> Vec<u8> {
 fn plan(preset: &Preset, queue: &[u8], now: f64) -> Vec<redis::Cmd> {
     match preset {
         Preset::Rq { prefix } => rq::plan(prefix, queue, now),
-        Preset::Sidekiq { prefix, .. } => sidekiq::plan(prefix, queue),
+        Preset::Sidekiq { prefix, .. } => sidekiq::plan(prefix, queue, now),
         Preset::Asynq { prefix } => asynq::plan(prefix, queue, now),
         Preset::Bullmq {
             prefix,
             stalled_check_limit,
-        } => bullmq::plan(prefix, queue, *stalled_check_limit),
+        } => bullmq::plan(prefix, queue, *stalled_check_limit, now),
         Preset::Celery {
             sep,
             priority_steps,

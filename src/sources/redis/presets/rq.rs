@@ -3,7 +3,7 @@
 
 use redis::Value;
 
-use super::{Follow, Stage, Stamp, below, count, key, preset_sample, set_state, sum};
+use super::{Follow, Stage, Stamp, below, count, due_count, key, preset_sample, set_state, sum};
 use crate::snapshot::JobState;
 
 /// The keys of queue `q`: `<prefix>:<kind>:<q>`.
@@ -11,7 +11,7 @@ fn k(prefix: &str, kind: &str, q: &[u8]) -> Vec<u8> {
     key(&[prefix.as_bytes(), b":", kind.as_bytes(), b":", q])
 }
 
-/// Round 1: nine read-only commands.
+/// Round 1: ten read-only commands.
 pub fn plan(prefix: &str, q: &[u8], now: f64) -> Vec<redis::Cmd> {
     let list = k(prefix, "queue", q);
     let zcard = |kind: &str| super::cmd("ZCARD", &k(prefix, kind, q));
@@ -29,6 +29,8 @@ pub fn plan(prefix: &str, q: &[u8], now: f64) -> Vec<redis::Cmd> {
         zcard("scheduled"),
         zcount,
         lindex,
+        // Due jobs no `--with-scheduler` worker has enqueued yet.
+        due_count(&k(prefix, "scheduled", q), now),
     ]
 }
 
@@ -44,7 +46,9 @@ pub fn read(prefix: &str, q: &[u8], r: &[Value]) -> Stage {
     set_state(&mut s, JobState::Failed, count(at(4)));
     set_state(&mut s, JobState::Delayed, count(at(6)));
     // wip scores are heartbeat expiries: past ones are abandoned jobs.
-    super::facts(&mut s).stalled = count(at(7));
+    let f = super::facts(&mut s);
+    f.stalled = count(at(7));
+    f.overdue = count(at(9));
     let mut follow = Vec::new();
     match at(8) {
         Value::Nil => s.oldest_age_seconds = Some(0.0),
@@ -76,6 +80,7 @@ mod tests {
             int(7),
             int(1),
             bulk("abc"),
+            int(2),
         ];
         let st = read("rq", b"default", &r);
         let f = st.sample.preset.as_ref().unwrap();
@@ -86,6 +91,7 @@ mod tests {
         assert_eq!(f.states[&JobState::Failed], 5);
         assert_eq!(f.states[&JobState::Delayed], 7);
         assert_eq!(f.stalled, Some(1));
+        assert_eq!(f.overdue, Some(2));
         assert_eq!(f.paused, None);
         assert_eq!(st.follow.len(), 1);
         assert_eq!(st.follow[0].1, Follow::Stamp(Stamp::Iso8601));
@@ -116,7 +122,16 @@ mod tests {
     }
 
     #[test]
-    fn plan_is_nine_commands() {
-        assert_eq!(plan("rq", b"q", 1.0).len(), 9);
+    fn plan_is_ten_commands() {
+        let p = plan("rq", b"q", 1.5);
+        assert_eq!(p.len(), 10);
+        assert_eq!(
+            p[9].get_packed_command(),
+            redis::cmd("ZCOUNT")
+                .arg("rq:scheduled:q")
+                .arg("-inf")
+                .arg("1.5")
+                .get_packed_command()
+        );
     }
 }

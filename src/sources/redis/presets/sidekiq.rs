@@ -1,10 +1,11 @@
 //! Sidekiq (6.x–8.x): `queue:<q>` lists (LPUSH, BRPOP: the oldest is at the
 //! tail), and source-wide `schedule`, `retry`, `dead` zsets, `stat:*`
-//! totals and `processes`, reported once under the queue `(all)`.
+//! totals and `processes`, reported once under the queue `(all)`. A queue
+//! in Sidekiq Pro's `paused` set keeps its jobs in `waiting`.
 
 use redis::Value;
 
-use super::{Follow, Stage, count, preset_sample, set_state};
+use super::{Follow, Stage, count, due_count, preset_sample, set_state, sum};
 use crate::config::ALL_QUEUES;
 use crate::snapshot::JobState;
 
@@ -17,8 +18,8 @@ pub fn k(prefix: &str, name: &[u8]) -> Vec<u8> {
     }
 }
 
-/// Round 1: three commands per queue; six for `(all)`.
-pub fn plan(prefix: &str, q: &[u8]) -> Vec<redis::Cmd> {
+/// Round 1: three commands per queue; eight for `(all)`.
+pub fn plan(prefix: &str, q: &[u8], now: f64) -> Vec<redis::Cmd> {
     if q == ALL_QUEUES.as_bytes() {
         return vec![
             super::cmd("ZCARD", &k(prefix, b"schedule")),
@@ -27,6 +28,10 @@ pub fn plan(prefix: &str, q: &[u8]) -> Vec<redis::Cmd> {
             super::cmd("GET", &k(prefix, b"stat:processed")),
             super::cmd("GET", &k(prefix, b"stat:failed")),
             super::cmd("SMEMBERS", &k(prefix, b"processes")),
+            // Due jobs the scheduled-set poller (every ~5 s across all
+            // processes) has not pushed to their queue yet.
+            due_count(&k(prefix, b"schedule"), now),
+            due_count(&k(prefix, b"retry"), now),
         ];
     }
     let list = k(prefix, &super::key(&[b"queue:", q]));
@@ -48,6 +53,7 @@ pub fn read(prefix: &str, q: &[u8], r: &[Value], now: f64, limit: usize) -> Stag
         set_state(&mut s, JobState::Failed, count(at(2)));
         s.jobs.processed = count(at(3));
         s.jobs.failed = count(at(4));
+        super::facts(&mut s).overdue = sum(&[at(6), at(7)]);
         let processes = super::reply::as_array(at(5)).unwrap_or(&[]);
         let mut follow = Vec::new();
         if super::reply::as_array(at(5)).is_some() {
@@ -69,15 +75,8 @@ pub fn read(prefix: &str, q: &[u8], r: &[Value], now: f64, limit: usize) -> Stag
         }
         return Stage { sample: s, follow };
     }
-    let paused = super::reply::as_u64(at(2)).map(|n| n == 1);
-    let depth = count(at(0));
-    if paused == Some(true) {
-        set_state(&mut s, JobState::Paused, depth);
-        set_state(&mut s, JobState::Waiting, Some(0));
-    } else {
-        set_state(&mut s, JobState::Waiting, depth);
-    }
-    super::facts(&mut s).paused = paused;
+    set_state(&mut s, JobState::Waiting, count(at(0)));
+    super::facts(&mut s).paused = super::reply::as_u64(at(2)).map(|n| n == 1);
     s.oldest_age_seconds = match at(1) {
         Value::Nil => Some(0.0),
         v => super::reply::as_bytes(v).and_then(|job| latency(job, now)),
@@ -121,12 +120,14 @@ mod tests {
     }
 
     #[test]
-    fn a_paused_queue_holds_paused_jobs() {
+    fn a_paused_queue_keeps_its_jobs_waiting() {
         let st = read("", b"q", &[int(4), Value::Nil, int(1)], 1.0, 10);
         let f = st.sample.preset.unwrap();
-        assert_eq!(f.states[&JobState::Paused], 4);
-        assert_eq!(f.states[&JobState::Waiting], 0);
+        assert_eq!(f.states[&JobState::Waiting], 4);
+        assert_eq!(f.states.len(), 1);
         assert_eq!(f.paused, Some(true));
+        // Per-queue samples have no time-ordered set of their own.
+        assert_eq!(f.overdue, None);
     }
 
     #[test]
@@ -138,6 +139,8 @@ mod tests {
             bulk("10"),
             Value::Nil,
             list(&["h:1:a", "h:2:b", "h:3:c"]),
+            int(1),
+            int(1),
         ];
         let st = read("ns", b"(all)", &r, 0.0, 2);
         let f = st.sample.preset.as_ref().unwrap();
@@ -146,11 +149,21 @@ mod tests {
         assert_eq!(f.states[&JobState::Failed], 3);
         assert_eq!(f.states[&JobState::Active], 0);
         assert_eq!(f.stalled, Some(0));
+        assert_eq!(f.overdue, Some(2));
         assert_eq!(st.sample.jobs.processed, Some(10));
         assert_eq!(st.sample.jobs.failed, Some(0));
         // Two processes checked (the bound), two commands each.
         assert_eq!(st.follow.len(), 4);
-        assert_eq!(plan("ns", b"(all)").len(), 6);
-        assert_eq!(plan("", b"q").len(), 3);
+        let all = plan("ns", b"(all)", 1000.25);
+        assert_eq!(all.len(), 8);
+        assert_eq!(
+            all[6].get_packed_command(),
+            redis::cmd("ZCOUNT")
+                .arg("ns:schedule")
+                .arg("-inf")
+                .arg("1000.25")
+                .get_packed_command()
+        );
+        assert_eq!(plan("", b"q", 0.0).len(), 3);
     }
 }
