@@ -272,6 +272,20 @@ impl QueueSelector {
         self.glob.is_some()
     }
 
+    /// Every name the selector matches, when that is a finite set (an
+    /// exact name, or a glob of literals and brace groups).
+    pub fn names(&self) -> Option<Vec<&str>> {
+        match &self.glob {
+            None => Some(vec![self.text.as_str()]),
+            Some(GlobMatch::Names(names)) => Some(
+                std::iter::once(self.text.as_str())
+                    .chain(names.iter().map(String::as_str))
+                    .collect(),
+            ),
+            Some(GlobMatch::Regex(_)) => None,
+        }
+    }
+
     /// True when `name` equals the text or matches it as a glob.
     pub fn matches(&self, name: &str) -> bool {
         if name == self.text {

@@ -56,6 +56,8 @@ struct Inner {
     parsed: QueryCache,
     /// The RPC metrics' handles by method and code.
     handles: RpcHandles,
+    /// Queue positions by name per snapshot, shared by all queries.
+    indexes: query::NameIndexes,
 }
 
 /// The request counter and duration histogram of each (method, code), so a
@@ -207,6 +209,7 @@ impl Scaler {
                 shutdown,
                 parsed: QueryCache::default(),
                 handles: RpcHandles::default(),
+                indexes: query::NameIndexes::default(),
             }),
         }
     }
@@ -241,8 +244,14 @@ impl Inner {
     /// The query's value from the latest snapshots.
     fn read(&self, query: &ScalerQuery) -> Result<Reading, Status> {
         let snapshots = self.hub.snapshots();
-        query::evaluate(query, &snapshots, &self.config.borrow(), SystemTime::now())
-            .map_err(to_status)
+        query::evaluate_with(
+            query,
+            &snapshots,
+            &self.indexes,
+            &self.config.borrow(),
+            SystemTime::now(),
+        )
+        .map_err(to_status)
     }
 
     /// Counts one RPC by method and code, and times it if it was unary.
