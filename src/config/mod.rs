@@ -29,8 +29,8 @@ pub use preset::{ALL_QUEUES, CounterKeys, DEFAULT_STALLED_CHECK_LIMIT, Preset, P
 pub use rabbitmq::{ClientTlsConfig, NameRegex, RabbitMethod, RabbitSourceConfig, RabbitStats};
 pub use redis::{
     AgeSpec, CaptureLabels, JsonField, KeyType, ListEnd, QueueSpec, QueueTarget, RESERVED_LABELS,
-    RedisSourceConfig, RedisTlsConfig, RedisUrl, ScoreMode, ScoreUnit, TimeUnit,
-    default_age_buckets, default_age_histogram_interval,
+    RedisSourceConfig, RedisTlsConfig, RedisUrl, ScoreMode, ScoreUnit, SentinelSpec, TimeUnit,
+    UrlKind, default_age_buckets, default_age_histogram_interval,
 };
 pub use secret::{Redacted, read_secret_file};
 pub use web::{BcryptHash, ClientAuthType, WebConfig, WebTlsConfig};
@@ -1295,5 +1295,50 @@ sources:
             e.to_string(),
             "config.yaml: web.basic_auth_users.bob: has a bcrypt cost outside 4..=31"
         );
+    }
+
+    #[test]
+    fn cluster_and_sentinel_settings_are_checked_with_one_line_errors() {
+        let redis = |extra: &str| format!("sources:\n  - name: r\n    type: redis\n{extra}");
+        let c = load_yaml(&redis(
+            "    url: redis://10.0.0.1:7000\n    cluster: true\n",
+        ))
+        .unwrap();
+        let SourceConfig::Redis(r) = &c.sources[0] else {
+            panic!("redis")
+        };
+        assert!(r.is_cluster() && r.sentinel().is_none());
+        let c = load_yaml(&redis("    url: redis+cluster://10.0.0.1:7000\n")).unwrap();
+        let SourceConfig::Redis(r) = &c.sources[0] else {
+            panic!("redis")
+        };
+        assert!(r.is_cluster() && !r.cluster);
+
+        for (extra, want) in [
+            (
+                "    url: unix:///tmp/r.sock\n    cluster: true\n",
+                "config.yaml: sources[0].cluster: needs a redis:// or rediss:// url (cluster nodes are reached over TCP)",
+            ),
+            (
+                "    url: redis+cluster://:secret@h:7000/2\n",
+                "config.yaml: sources[0].url: selects a database other than 0, which a Redis Cluster does not have",
+            ),
+            (
+                "    url: redis://h:7000/1\n    cluster: true\n",
+                "config.yaml: sources[0].url: selects a database other than 0, which a Redis Cluster does not have",
+            ),
+            (
+                "    url: redis+sentinel://h:26379/m\n    cluster: true\n",
+                "config.yaml: sources[0].cluster: cannot be combined with a redis+sentinel:// url (sentinels manage a master, not a cluster)",
+            ),
+            (
+                "    url: redis+sentinel://:secret@h:26379\n",
+                "config.yaml: sources[0].url: needs the master's name after the sentinels (redis+sentinel://[user:password@]host:port[,host:port…]/master_name[/db])",
+            ),
+        ] {
+            let e = load_yaml(&redis(extra)).unwrap_err().to_string();
+            assert_eq!(e, want);
+            assert!(!e.contains("secret") && !e.contains('\n'), "{e}");
+        }
     }
 }

@@ -478,6 +478,9 @@ pub enum ProxyMode {
     Pass,
     /// Forwards, but holds each chunk from the server back this long.
     Slow(Duration),
+    /// Forwards, but holds each chunk from the client back this long, so
+    /// the server runs each request that much later.
+    SlowRequests(Duration),
     /// Accepts and closes at once.
     Drop,
     /// Forwards the request, then only this many bytes of the answer, then
@@ -566,14 +569,24 @@ async fn proxy_conn(mut client: TcpStream, upstream: String, mode: ProxyMode) {
                 }
             }
         }
-        ProxyMode::Pass | ProxyMode::Slow(_) | ProxyMode::Cut(_) => {
+        ProxyMode::Pass | ProxyMode::Slow(_) | ProxyMode::SlowRequests(_) | ProxyMode::Cut(_) => {
             let Ok(server) = TcpStream::connect(&upstream).await else {
                 return;
             };
             let (mut cr, mut cw) = client.into_split();
             let (mut sr, mut sw) = server.into_split();
             let up = async {
-                let _ = tokio::io::copy(&mut cr, &mut sw).await;
+                if let ProxyMode::SlowRequests(d) = mode {
+                    let mut buf = vec![0u8; 16 * 1024];
+                    while let Ok(n @ 1..) = cr.read(&mut buf).await {
+                        tokio::time::sleep(d).await;
+                        if sw.write_all(&buf[..n]).await.is_err() {
+                            break;
+                        }
+                    }
+                } else {
+                    let _ = tokio::io::copy(&mut cr, &mut sw).await;
+                }
                 let _ = sw.shutdown().await;
             };
             let down = async {

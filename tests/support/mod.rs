@@ -168,6 +168,41 @@ impl TestApp {
         .await
     }
 
+    /// Like [`TestApp::scrape_until`], but a timeout shows the last scrape's
+    /// depths, `source_up`, tracked keys and non-zero error counters.
+    pub async fn until(
+        &self,
+        what: &str,
+        timeout: Duration,
+        done: impl Fn(&Scrape) -> bool,
+    ) -> Scrape {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let s = self.scrape().await;
+            if done(&s) {
+                return s;
+            }
+            if Instant::now() > deadline {
+                let lines: Vec<&str> = s
+                    .text()
+                    .lines()
+                    .filter(|l| {
+                        l.starts_with("queue_depth")
+                            || l.starts_with("queue_exporter_source_up")
+                            || l.starts_with("queue_exporter_tracked_keys")
+                            || (l.starts_with("queue_exporter_poll_errors_total")
+                                && !l.ends_with(" 0"))
+                    })
+                    .collect();
+                panic!(
+                    "timed out waiting for {what}; last scrape:\n{}",
+                    lines.join("\n")
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     /// Scrapes until `name{labels}` is `want`, and returns that scrape.
     pub async fn wait_value(
         &self,

@@ -1,14 +1,43 @@
-//! The Redis commands discovery and polling send, in one place: SCAN, TYPE
-//! and pipelined batches. This is the seam a Redis Cluster implementation
-//! replaces (per-node SCAN, per-slot pipelines); nothing above it changes.
+//! The Redis commands discovery and polling send, in one place: SCAN, TYPE,
+//! single commands and pipelined batches, over a [`Conn`]: one server (also
+//! a master found through sentinels) or a Redis Cluster (per-primary SCAN,
+//! pipelines split per slot owner, MOVED/ASK followed; see `cluster`).
+//! Nothing above this seam knows which.
 
 use futures_util::{StreamExt, TryStreamExt};
 use redis::Value;
 use redis::aio::ConnectionManager;
 
+use super::cluster::ClusterConn;
 use super::reply;
 use super::tracked::KeyState;
 use crate::config::KeyType;
+
+/// How a source reaches its keys.
+#[derive(Clone)]
+pub enum Conn {
+    /// One server: a standalone Redis, or the master sentinels named.
+    Single(ConnectionManager),
+    /// A Redis Cluster.
+    Cluster(ClusterConn),
+}
+
+impl Conn {
+    /// Whether this is a cluster, whose SCAN spans several nodes (so a key
+    /// moving between nodes during the scan can be missed; discovery then
+    /// re-checks the keys it already tracks).
+    pub fn is_cluster(&self) -> bool {
+        matches!(self, Conn::Cluster(_))
+    }
+
+    /// A new discovery round starts: a cluster re-reads its slot map, so
+    /// added or removed primaries are scanned. Nothing for one server.
+    pub fn begin_discovery(&self) {
+        if let Conn::Cluster(c) = self {
+            c.mark_stale();
+        }
+    }
+}
 
 /// Commands per pipelined round trip.
 pub const PIPELINE_CHUNK: usize = 1000;
@@ -24,7 +53,33 @@ pub fn cmd(name: &str, key: &[u8]) -> redis::Cmd {
 
 /// Sends `cmds` in pipelined chunks (several in flight) and returns one reply
 /// per command, in order. Error replies come back as `Value::ServerError`.
-pub async fn pipelined(
+pub async fn pipelined(conn: &Conn, cmds: Vec<redis::Cmd>) -> redis::RedisResult<Vec<Value>> {
+    match conn {
+        Conn::Single(c) => pipelined_single(c, cmds).await,
+        Conn::Cluster(c) => c.pipelined(cmds, PIPELINE_CHUNK, PIPELINES_IN_FLIGHT).await,
+    }
+}
+
+/// One command's reply, converted; an error reply is an error.
+pub async fn query<T: redis::FromRedisValue>(
+    conn: &Conn,
+    cmd: redis::Cmd,
+) -> redis::RedisResult<T> {
+    match conn {
+        Conn::Single(c) => cmd.query_async(&mut c.clone()).await,
+        Conn::Cluster(c) => {
+            let reply = c
+                .pipelined(vec![cmd], PIPELINE_CHUNK, PIPELINES_IN_FLIGHT)
+                .await?
+                .pop()
+                .unwrap_or(Value::Nil);
+            Ok(T::from_redis_value(reply.extract_error()?)?)
+        }
+    }
+}
+
+/// [`pipelined`] on one server.
+async fn pipelined_single(
     conn: &ConnectionManager,
     cmds: Vec<redis::Cmd>,
 ) -> redis::RedisResult<Vec<Value>> {
@@ -53,8 +108,41 @@ pub async fn pipelined(
     Ok(replies.into_iter().flatten().collect())
 }
 
-/// Full SCAN over the keyspace with MATCH (and TYPE), COUNT-bounded.
+/// Full SCAN over the keyspace with MATCH (and TYPE), COUNT-bounded; in a
+/// cluster, over every primary.
 pub async fn scan(
+    conn: &mut Conn,
+    pattern: &[u8],
+    key_type: Option<KeyType>,
+    count: u32,
+) -> redis::RedisResult<Vec<Vec<u8>>> {
+    match conn {
+        Conn::Single(c) => scan_node(c, pattern, key_type, count).await,
+        Conn::Cluster(c) => {
+            let result = async {
+                let nodes = c.primaries().await?;
+                let per_node =
+                    futures_util::future::try_join_all(nodes.into_iter().map(|mut n| async move {
+                        scan_node(&mut n, pattern, key_type, count).await
+                    }))
+                    .await?;
+                // A key in a slot being migrated may be on two nodes for a moment.
+                let mut keys: Vec<Vec<u8>> = per_node.into_iter().flatten().collect();
+                keys.sort_unstable();
+                keys.dedup();
+                Ok(keys)
+            }
+            .await;
+            if result.is_err() {
+                c.mark_stale();
+            }
+            result
+        }
+    }
+}
+
+/// Full SCAN of one server.
+async fn scan_node(
     conn: &mut ConnectionManager,
     pattern: &[u8],
     key_type: Option<KeyType>,
@@ -83,10 +171,7 @@ pub async fn scan(
 }
 
 /// TYPE for each key, pipelined.
-pub async fn type_of(
-    conn: &ConnectionManager,
-    keys: &[Vec<u8>],
-) -> redis::RedisResult<Vec<KeyState>> {
+pub async fn type_of(conn: &Conn, keys: &[Vec<u8>]) -> redis::RedisResult<Vec<KeyState>> {
     let cmds: Vec<redis::Cmd> = keys.iter().map(|k| cmd("TYPE", k)).collect();
     let replies = pipelined(conn, cmds).await?;
     Ok(replies.iter().map(key_state).collect())

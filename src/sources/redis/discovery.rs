@@ -7,9 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use redis::aio::ConnectionManager;
-
-use super::commands::{scan, type_of};
+use super::commands::{Conn, scan, type_of};
 use super::glob;
 use super::histogram::HistogramState;
 use super::keyname::display_key;
@@ -27,10 +25,14 @@ pub struct Discovered {
     pub collisions: u64,
 }
 
-/// Runs one discovery round.
+/// Runs one discovery round. `tracked` are the keys tracked so far: in a
+/// cluster, pattern keys among them that the SCAN of every primary did not
+/// return are re-checked with TYPE, since a key moving between nodes during
+/// the scans (resharding) is missed by both; keys that still exist stay.
 pub async fn discover(
-    conn: &mut ConnectionManager,
+    conn: &mut Conn,
     config: &RedisSourceConfig,
+    tracked: &[TrackedKey],
 ) -> redis::RedisResult<Discovered> {
     // key → (spec index, exact, type if already known)
     let mut found: BTreeMap<Vec<u8>, (usize, bool, Option<KeyType>)> = BTreeMap::new();
@@ -101,6 +103,11 @@ pub async fn discover(
     for ((i, t, _), keys) in scans.iter().zip(results) {
         for k in keys {
             found.entry(k).or_insert((*i, false, *t));
+        }
+    }
+    if conn.is_cluster() {
+        for k in tracked.iter().filter(|k| !k.exact) {
+            found.entry(k.key.clone()).or_insert((k.spec, false, None));
         }
     }
 
@@ -200,12 +207,12 @@ pub fn capture_labels(re: Option<&regex::Regex>, name: &str) -> Vec<(String, Str
 /// about keys still tracked is carried over, and changes are logged (the
 /// `max_keys` and collision warnings once per change, not every round).
 pub async fn rediscover(
-    conn: &mut ConnectionManager,
+    conn: &mut Conn,
     config: &RedisSourceConfig,
     tracked: &mut Vec<TrackedKey>,
     dropped: &mut u64,
 ) -> redis::RedisResult<()> {
-    let mut found = discover(conn, config).await?;
+    let mut found = discover(conn, config, tracked).await?;
     if found.tracked.len() != tracked.len() || found.dropped != *dropped {
         tracing::debug!(
             source = %config.name,

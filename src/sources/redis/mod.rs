@@ -1,9 +1,12 @@
 //! The Redis source: discovers queue keys with SCAN/TYPE every
 //! `discovery_interval`, and polls their sizes in pipelined batches every
 //! `poll_interval`. Only read-only commands are issued; the whole source
-//! works under the ACL `-@all +@read +@connection`.
+//! works under the ACL `-@all +@read +@connection` (a cluster also needs
+//! `+cluster|slots`). One server, a Redis Cluster (`cluster`) or the master
+//! that sentinels name (`sentinel`) are all reached through `commands::Conn`.
 
 mod age;
+mod cluster;
 mod commands;
 mod discovery;
 pub mod glob;
@@ -13,6 +16,7 @@ mod poll;
 mod presets;
 mod reply;
 mod scope;
+mod sentinel;
 pub mod tls;
 mod tracked;
 
@@ -24,6 +28,7 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use crate::config::{RedisSourceConfig, read_secret_file};
 use crate::snapshot::QueueScope;
 use crate::sources::{PollOutput, Source, SourceError};
+use commands::Conn;
 
 pub use commands::PIPELINE_CHUNK;
 pub use scope::RedisScope;
@@ -34,7 +39,10 @@ pub struct RedisSource {
     /// The source's configuration.
     config: RedisSourceConfig,
     /// The connection, created lazily and reconnecting on its own.
-    conn: Option<ConnectionManager>,
+    conn: Option<Conn>,
+    /// For a `redis+sentinel://` URL: the sentinels asked for the master
+    /// (boxed: most sources have none).
+    sentinels: Option<Box<sentinel::Sentinels>>,
     /// Keys being polled, learned at discovery.
     tracked: Vec<TrackedKey>,
     /// Keys found beyond `max_keys` at the last discovery.
@@ -58,10 +66,17 @@ impl std::fmt::Debug for RedisSource {
 impl RedisSource {
     /// Builds the source; no connection is made until the first poll.
     pub fn new(config: RedisSourceConfig) -> Self {
+        let sentinels = config.sentinel().map(|spec| {
+            Box::new(sentinel::Sentinels::new(
+                spec.clone(),
+                manager_config(&config),
+            ))
+        });
         RedisSource {
             presets: presets::PresetState::new(&config.presets),
             config,
             conn: None,
+            sentinels,
             tracked: Vec::new(),
             dropped: 0,
             last_discovery: None,
@@ -82,12 +97,34 @@ impl RedisSource {
         self.config.url.redacted()
     }
 
-    fn connection(&mut self) -> Result<ConnectionManager, SourceError> {
+    /// The connection; with sentinels, first asks them for the master and
+    /// reconnects if it moved.
+    async fn connection(&mut self) -> Result<Conn, SourceError> {
+        if let Some(sentinels) = &mut self.sentinels {
+            let addr = sentinels.master().await.map_err(|e| {
+                let target = format!("sentinels of master {:?}", sentinels.master_name());
+                map_redis_error(e, &target, self.config.timeout)
+            })?;
+            if sentinels.current.as_ref() != Some(&addr) {
+                if sentinels.current.is_some() {
+                    tracing::info!(
+                        source = %self.config.name,
+                        master = %format!("{}:{}", addr.0, addr.1),
+                        "sentinels name a new master; following it"
+                    );
+                }
+                self.conn = None;
+                sentinels.current = Some(addr);
+            }
+        }
         if let Some(c) = &self.conn {
             return Ok(c.clone());
         }
         let target = self.target();
         let mut info = self.config.url.info().clone();
+        if let Some((host, port)) = self.sentinels.as_ref().and_then(|s| s.current.as_ref()) {
+            info = cluster::at_addr(&info, host, *port);
+        }
         if let Some(path) = &self.config.password_file {
             let password = read_secret_file(path).map_err(|e| {
                 SourceError::Config(format!("cannot read password_file {}: {e}", path.display()))
@@ -95,28 +132,27 @@ impl RedisSource {
             let settings = info.redis_settings().clone().set_password(password);
             info = info.set_redis_settings(settings);
         }
-        let client = match &self.config.tls {
-            Some(tls) => {
-                let certs =
-                    tls::certificates(tls).map_err(|e| SourceError::Config(e.to_string()))?;
-                redis::Client::build_with_tls(info, certs).map_err(|e| {
-                    SourceError::Config(format!("tls: unusable certificates: {:?}", e.kind()))
-                })?
-            }
-            None => redis::Client::open(info).map_err(|e| {
-                SourceError::Config(format!("invalid url {target}: {:?}", e.kind()))
-            })?,
-        };
-        let cfg = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(self.config.timeout))
-            .set_response_timeout(Some(self.config.timeout))
-            .set_number_of_retries(1)
-            .set_max_delay(crate::sources::MAX_BACKOFF);
-        let conn = ConnectionManager::new_lazy_with_config(client, cfg).map_err(|e| {
-            SourceError::Connect {
-                target,
-                cause: e.to_string(),
-            }
+        let cfg = manager_config(&self.config);
+        let conn = if self.config.is_cluster() {
+            cluster::ClusterConn::new(info, cfg).map(Conn::Cluster)
+        } else {
+            let client = match &self.config.tls {
+                Some(tls) => {
+                    let certs =
+                        tls::certificates(tls).map_err(|e| SourceError::Config(e.to_string()))?;
+                    redis::Client::build_with_tls(info, certs).map_err(|e| {
+                        SourceError::Config(format!("tls: unusable certificates: {:?}", e.kind()))
+                    })?
+                }
+                None => redis::Client::open(info).map_err(|e| {
+                    SourceError::Config(format!("invalid url {target}: {:?}", e.kind()))
+                })?,
+            };
+            ConnectionManager::new_lazy_with_config(client, cfg).map(Conn::Single)
+        }
+        .map_err(|e| SourceError::Connect {
+            target,
+            cause: e.to_string(),
         })?;
         self.conn = Some(conn.clone());
         Ok(conn)
@@ -125,6 +161,16 @@ impl RedisSource {
     fn map_error(&self, e: redis::RedisError) -> SourceError {
         map_redis_error(e, &self.target(), self.config.timeout)
     }
+}
+
+/// Timeouts, retries and backoff of every connection a source makes (the
+/// server, each cluster node, each sentinel).
+fn manager_config(config: &RedisSourceConfig) -> ConnectionManagerConfig {
+    ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(config.timeout))
+        .set_response_timeout(Some(config.timeout))
+        .set_number_of_retries(1)
+        .set_max_delay(crate::sources::MAX_BACKOFF)
 }
 
 /// Whether a Redis error code means our credentials or permissions were
@@ -158,11 +204,12 @@ pub fn map_redis_error(e: redis::RedisError, target: &str, timeout: Duration) ->
 
 impl Source for RedisSource {
     async fn poll(&mut self) -> Result<PollOutput, SourceError> {
-        let mut conn = self.connection()?;
+        let mut conn = self.connection().await?;
         let due = self
             .last_discovery
             .is_none_or(|t| t.elapsed() >= self.config.discovery_interval);
         if due {
+            conn.begin_discovery();
             discovery::rediscover(
                 &mut conn,
                 &self.config,

@@ -8,10 +8,9 @@
 use std::time::SystemTime;
 
 use redis::Value;
-use redis::aio::ConnectionManager;
 
 use super::age::item_timestamp;
-use super::commands::{cmd, pipelined, type_of};
+use super::commands::{Conn, cmd, pipelined, type_of};
 use super::histogram::{self, Again, HistogramPlan};
 use super::keyname::display_key;
 use super::reply;
@@ -32,7 +31,7 @@ pub struct Polled {
 
 /// Polls every tracked key, re-typing keys whose type changed.
 pub async fn poll_keys(
-    conn: &mut ConnectionManager,
+    conn: &mut Conn,
     config: &RedisSourceConfig,
     tracked: &mut [TrackedKey],
     now: SystemTime,

@@ -21,9 +21,8 @@ mod sidekiq;
 use std::time::SystemTime;
 
 use redis::Value;
-use redis::aio::ConnectionManager;
 
-use super::commands::{cmd, pipelined, scan};
+use super::commands::{Conn, cmd, pipelined, query, scan};
 use super::keyname::display_key;
 use super::reply;
 use crate::config::{CounterKeys, KeyType, Preset, PresetSpec, QueueSpec};
@@ -307,11 +306,7 @@ impl PresetState {
     }
 
     /// Re-reads every entry's registry (SMEMBERS, or SCAN with bounded COUNT).
-    pub async fn discover(
-        &mut self,
-        conn: &mut ConnectionManager,
-        scan_count: u32,
-    ) -> redis::RedisResult<()> {
+    pub async fn discover(&mut self, conn: &mut Conn, scan_count: u32) -> redis::RedisResult<()> {
         for entry in &mut self.entries {
             let mut names = match &entry.spec.preset {
                 Preset::Rq { prefix } => {
@@ -370,7 +365,7 @@ impl PresetState {
     /// pipelined round trips, read-only.
     pub async fn poll(
         &self,
-        conn: &ConnectionManager,
+        conn: &Conn,
         plain: &[QueueSpec],
         now: SystemTime,
     ) -> redis::RedisResult<PresetPoll> {
@@ -474,8 +469,8 @@ fn fixed_queues(preset: &Preset) -> Vec<Vec<u8>> {
 }
 
 /// `SMEMBERS key` as raw members.
-async fn smembers(conn: &mut ConnectionManager, k: &[u8]) -> redis::RedisResult<Vec<Vec<u8>>> {
-    cmd("SMEMBERS", k).query_async(conn).await
+async fn smembers(conn: &mut Conn, k: &[u8]) -> redis::RedisResult<Vec<Vec<u8>>> {
+    query(conn, cmd("SMEMBERS", k)).await
 }
 
 #[cfg(test)]
