@@ -333,6 +333,11 @@ impl PrivateRedis {
         let child = Command::new("redis-server")
             .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no"])
+            // Never load an RDB another test's replica wrote in the working directory.
+            .arg("--dir")
+            .arg(std::env::temp_dir())
+            .arg("--dbfilename")
+            .arg(format!("queue-exporter-test-{}.rdb", self.port))
             .args(&self.args)
             .stdout(Stdio::null())
             .stderr(Stdio::null())

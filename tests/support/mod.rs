@@ -62,6 +62,12 @@ impl RedisServer {
                 "",
                 "--appendonly",
                 "no",
+                // Never load an RDB another test's replica wrote in the
+                // working directory (a full sync writes one there).
+                "--dir",
+                &std::env::temp_dir().to_string_lossy(),
+                "--dbfilename",
+                &format!("queue-exporter-test-{}.rdb", self.port),
             ])
             .args(&self.args)
             .stdout(Stdio::null())
