@@ -153,6 +153,7 @@ pub async fn discover(
             exact: is_exact,
             histogram: HistogramState::default(),
             mixed: false,
+            peek_paused_until: 0.0,
         };
         if is_exact {
             exact.push(tk);

@@ -14,7 +14,7 @@ use super::commands::{Conn, cmd, pipelined, type_of};
 use super::histogram::{self, Again, HistogramPlan};
 use super::keyname::display_key;
 use super::reply;
-use super::tracked::{KeyState, TrackedKey};
+use super::tracked::{KeyState, MAX_PEEK_BYTES, PEEK_PAUSE_SECS, TrackedKey};
 use crate::config::{KeyType, ListEnd, QueueSpec, RedisSourceConfig, ScoreMode};
 use crate::snapshot::{Counters, GroupSample, QueueSample, QueueType, Reason};
 
@@ -84,6 +84,20 @@ pub async fn poll_keys(
                     polled.age_parse_failures += u64::from(age_failed);
                     key.mixed =
                         matches!((s.ready, s.scheduled), (Some(r), Some(sch)) if r > 0 && sch > 0);
+                    if let (KeyState::Typed(KeyType::List), Some(Value::BulkString(item))) =
+                        (&key.state, r.get(1))
+                        && item.len() > MAX_PEEK_BYTES
+                    {
+                        if key.peek_paused_until == 0.0 {
+                            tracing::warn!(
+                                key = %key.name,
+                                bytes = item.len(),
+                                "head item too large to peek for age; its age is unknown, \
+                                 re-checked once a minute"
+                            );
+                        }
+                        key.peek_paused_until = now_secs + PEEK_PAUSE_SECS;
+                    }
                     // The oldest member's size bounds the next probes' replies.
                     let member_len = match key.state {
                         KeyState::Typed(KeyType::Zset) => {
@@ -163,6 +177,8 @@ struct Plan {
     counted: bool,
     /// What the age histogram asked (timestamp zsets).
     histogram: HistogramPlan,
+    /// The list's age peek was skipped (an oversized head item, recently).
+    peek_paused: bool,
 }
 
 /// Appends the commands that measure `key` to `out`.
@@ -176,11 +192,14 @@ fn plan(
     let k = key.key.as_slice();
     let mut histogram = HistogramPlan::default();
     let mut counted = false;
+    let mut peek_paused = false;
     let cmds = match &key.state {
         KeyState::Missing | KeyState::Unsupported(_) => vec![cmd("TYPE", k)],
         KeyState::Typed(KeyType::List) => {
             let mut v = vec![cmd("LLEN", k)];
-            if let Some(age) = &spec.age {
+            if spec.age.is_some() && now_secs < key.peek_paused_until {
+                peek_paused = true;
+            } else if let Some(age) = &spec.age {
                 let mut c = cmd("LINDEX", k);
                 c.arg(match age.end {
                     ListEnd::Head => 0,
@@ -236,6 +255,7 @@ fn plan(
         len,
         counted,
         histogram,
+        peek_paused,
     }
 }
 
@@ -337,6 +357,11 @@ fn read(
             if let Some(age) = &spec.age {
                 match (len, r.get(1)) {
                     (Some(0), _) => s.oldest_age_seconds = Some(0.0),
+                    // Unknown, and counted, while the peek pauses.
+                    (Some(_), _) if plan.peek_paused => age_failed = true,
+                    (Some(_), Some(Value::BulkString(item))) if item.len() > MAX_PEEK_BYTES => {
+                        age_failed = true;
+                    }
                     (Some(_), Some(Value::BulkString(item))) => match item_timestamp(item, age) {
                         Some(ts) => s.oldest_age_seconds = Some((now_secs - ts).max(0.0)),
                         None => age_failed = true,
@@ -516,6 +541,7 @@ mod tests {
             exact: false,
             histogram: HistogramState::default(),
             mixed: false,
+            peek_paused_until: 0.0,
         }
     }
 
@@ -549,6 +575,7 @@ mod tests {
             len: replies.len(),
             counted,
             histogram: HistogramPlan::default(),
+            peek_paused: false,
         };
         read(key, spec, &plan, replies, NOW, &[])
     }

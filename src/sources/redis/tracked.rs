@@ -34,7 +34,19 @@ pub struct TrackedKey {
     /// A timestamp zset that held due and scheduled items at the last poll,
     /// so this poll counts its due items with ZCOUNT in the first round trip.
     pub mixed: bool,
+    /// Unix seconds until which the age peek is skipped: the head item was
+    /// larger than [`MAX_PEEK_BYTES`] (see there).
+    pub peek_paused_until: f64,
 }
+
+/// A list's head item is read whole (LINDEX has no byte range). One larger
+/// than this is not parsed, and the key's age peeks pause for
+/// [`PEEK_PAUSE_SECS`], counted as unreadable ages: an 8 MiB item then
+/// costs one read a minute instead of one per poll.
+pub const MAX_PEEK_BYTES: usize = 1 << 20;
+
+/// How long the age peek of a key with an oversized head item pauses.
+pub const PEEK_PAUSE_SECS: f64 = 60.0;
 
 impl TrackedKey {
     /// Keeps what polls learned about `old`, the same key before this
@@ -44,6 +56,7 @@ impl TrackedKey {
         if old.key == self.key && old.spec == self.spec && old.state == self.state {
             self.histogram = old.histogram.clone();
             self.mixed = old.mixed;
+            self.peek_paused_until = old.peek_paused_until;
         }
     }
 }
