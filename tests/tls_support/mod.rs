@@ -9,54 +9,10 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use rcgen::{
-    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
-};
-
 use crate::support::{free_port, write_file};
 
-/// A CA and what it signed, as PEM.
-pub struct Pki {
-    /// The CA certificate.
-    pub ca: String,
-    /// Server certificate for `localhost` and 127.0.0.1, and its key.
-    pub server: (String, String),
-    /// Client certificate, and its key.
-    pub client: (String, String),
-}
-
-/// A new CA named `name`, with a server and a client certificate.
-pub fn make_pki(name: &str) -> Pki {
-    let ca_key = KeyPair::generate().unwrap();
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params
-        .distinguished_name
-        .push(DnType::CommonName, format!("{name} test CA"));
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca_cert = ca_params.self_signed(&ca_key).unwrap();
-    let issuer = Issuer::new(ca_params, ca_key);
-
-    let leaf = |sans: Vec<String>, usage: ExtendedKeyUsagePurpose| {
-        let key = KeyPair::generate().unwrap();
-        let mut params = CertificateParams::new(sans).unwrap();
-        params.extended_key_usages = vec![usage];
-        let cert = params.signed_by(&key, &issuer).unwrap();
-        (cert.pem(), key.serialize_pem())
-    };
-    let server = leaf(
-        vec!["localhost".into(), "127.0.0.1".into()],
-        ExtendedKeyUsagePurpose::ServerAuth,
-    );
-    let client = leaf(
-        vec!["queue-exporter".into()],
-        ExtendedKeyUsagePurpose::ClientAuth,
-    );
-    Pki {
-        ca: ca_cert.pem(),
-        server,
-        client,
-    }
-}
+/// The test PKI is the shared one of `support`.
+pub use crate::support::{Pki, make_pki};
 
 /// A [`Pki`] written to files.
 pub struct PkiFiles {
