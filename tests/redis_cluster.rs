@@ -116,6 +116,38 @@ impl Cluster {
         format!("redis+cluster://127.0.0.1:{}", self.nodes[i].port)
     }
 
+    /// Runs one command on node `i` directly.
+    fn run(&self, i: usize, args: &[&str]) {
+        let mut cmd = redis::cmd(args[0]);
+        for x in &args[1..] {
+            cmd.arg(*x);
+        }
+        let _: redis::Value = cmd.query(&mut self.node(i)).expect("cluster command");
+    }
+
+    /// Starts moving `slot` from node `src` to node `dst`: `dst` imports,
+    /// `src` migrates (and answers ASK for keys already moved).
+    fn begin_migration(&self, slot: u16, src: usize, dst: usize) {
+        let slot = slot.to_string();
+        self.run(
+            dst,
+            &["CLUSTER", "SETSLOT", &slot, "IMPORTING", &self.id(src)],
+        );
+        self.run(
+            src,
+            &["CLUSTER", "SETSLOT", &slot, "MIGRATING", &self.id(dst)],
+        );
+    }
+
+    /// Moves one key of a migrating slot from node `src` to node `dst`.
+    fn migrate_key(&self, src: usize, dst: usize, key: &str) {
+        let port = self.nodes[dst].port.to_string();
+        self.run(
+            src,
+            &["MIGRATE", "127.0.0.1", &port, "", "0", "5000", "KEYS", key],
+        );
+    }
+
     /// A direct (not cluster-aware) connection to node `i`.
     fn node(&self, i: usize) -> redis::Connection {
         self.nodes[i].conn()
@@ -376,7 +408,7 @@ async fn a_slot_migrated_by_hand_is_read_behind_ask_then_moved_and_the_source_st
     let slot = cluster.slot(a);
     let src = cluster.owner(slot);
     let dst = (src + 1) % 3;
-    let (src_id, dst_id) = (cluster.id(src), cluster.id(dst));
+    let dst_id = cluster.id(dst);
 
     // A long discovery interval: the exporter's slot map is only re-read
     // because of a MOVED, never on a schedule.
@@ -426,49 +458,15 @@ async fn a_slot_migrated_by_hand_is_read_behind_ask_then_moved_and_the_source_st
 
     // Start migrating the slot and move `a` only: the source node now
     // answers ASK for it.
-    let run = |i: usize, args: &[&str]| {
-        let mut cmd = redis::cmd(args[0]);
-        for x in &args[1..] {
-            cmd.arg(*x);
-        }
-        let _: redis::Value = cmd.query(&mut cluster.node(i)).expect("cluster command");
-    };
-    let slot_s = slot.to_string();
-    let dst_port = cluster.nodes[dst].port.to_string();
-    run(dst, &["CLUSTER", "SETSLOT", &slot_s, "IMPORTING", &src_id]);
-    run(src, &["CLUSTER", "SETSLOT", &slot_s, "MIGRATING", &dst_id]);
-    run(
-        src,
-        &[
-            "MIGRATE",
-            "127.0.0.1",
-            &dst_port,
-            "",
-            "0",
-            "5000",
-            "KEYS",
-            a,
-        ],
-    );
+    cluster.begin_migration(slot, src, dst);
+    cluster.migrate_key(src, dst, a);
     // A value only the importing node has, reachable only behind ASKING.
     asking(&cluster, dst, &["RPUSH", a, "new"]);
     app.until("a = 8 through ASK", Duration::from_secs(30), |s| {
         all_exact(s, "cl", &expect(8.0, 5.0))
     })
     .await;
-    run(
-        src,
-        &[
-            "MIGRATE",
-            "127.0.0.1",
-            &dst_port,
-            "",
-            "0",
-            "5000",
-            "KEYS",
-            b,
-        ],
-    );
+    cluster.migrate_key(src, dst, b);
     asking(&cluster, dst, &["RPUSH", b, "new"]);
     app.until("b = 6 through ASK", Duration::from_secs(30), |s| {
         all_exact(s, "cl", &expect(8.0, 6.0))
@@ -478,7 +476,10 @@ async fn a_slot_migrated_by_hand_is_read_behind_ask_then_moved_and_the_source_st
     // Finish: the slot belongs to dst. The exporter's map still says src,
     // which now answers MOVED.
     for i in [dst, src, (dst + 1) % 3] {
-        run(i, &["CLUSTER", "SETSLOT", &slot_s, "NODE", &dst_id]);
+        cluster.run(
+            i,
+            &["CLUSTER", "SETSLOT", &slot.to_string(), "NODE", &dst_id],
+        );
     }
     let _: () = redis::cmd("RPUSH")
         .arg(a)
@@ -617,7 +618,6 @@ async fn a_key_moving_between_nodes_while_discovery_scans_them_stays_tracked_and
     let slot = cluster.slot(key);
     let src = cluster.owner(slot);
     let dst = (src + 1) % 3;
-    let (src_id, dst_id) = (cluster.id(src), cluster.id(dst));
 
     // The exporter reaches `src` through a proxy that delays each request
     // by a second (`src` announces the proxy's port), so `src` runs its
@@ -677,30 +677,8 @@ async fn a_key_moving_between_nodes_while_discovery_scans_them_stays_tracked_and
             assert!(Instant::now() < deadline, "no discovery SCAN on dst");
         }
     });
-    let run = |i: usize, args: &[&str]| {
-        let mut cmd = redis::cmd(args[0]);
-        for x in &args[1..] {
-            cmd.arg(*x);
-        }
-        let _: redis::Value = cmd.query(&mut cluster.node(i)).expect("cluster command");
-    };
-    let slot_s = slot.to_string();
-    let dst_port = cluster.nodes[dst].port.to_string();
-    run(dst, &["CLUSTER", "SETSLOT", &slot_s, "IMPORTING", &src_id]);
-    run(src, &["CLUSTER", "SETSLOT", &slot_s, "MIGRATING", &dst_id]);
-    run(
-        src,
-        &[
-            "MIGRATE",
-            "127.0.0.1",
-            &dst_port,
-            "",
-            "0",
-            "5000",
-            "KEYS",
-            key,
-        ],
-    );
+    cluster.begin_migration(slot, src, dst);
+    cluster.migrate_key(src, dst, key);
     let moved = scanned.elapsed();
     assert!(
         moved < Duration::from_millis(800),

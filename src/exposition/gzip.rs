@@ -29,7 +29,10 @@ pub struct Deflated {
 impl Deflated {
     /// Deflates `prefix`; `None` if the compressor fails.
     pub fn new(prefix: &[u8]) -> Option<Deflated> {
-        let blocks = deflate(prefix, FlushCompress::Sync)?;
+        let mut blocks = deflate(prefix, FlushCompress::Sync)?;
+        // Kept with the cached part until the next snapshot: without the
+        // spare room of the output buffer (metrics text deflates ~20 to 1).
+        blocks.shrink_to_fit();
         let mut crc = crc32fast::Hasher::new();
         crc.update(prefix);
         Some(Deflated {
@@ -60,7 +63,8 @@ impl Deflated {
 /// and open; `Finish`: a final block).
 fn deflate(input: &[u8], flush: FlushCompress) -> Option<Vec<u8>> {
     let mut c = Compress::new(Compression::default(), false);
-    let mut out = Vec::with_capacity(input.len() / 4 + 64);
+    // Metrics text deflates about 20 to 1; the buffer grows if not.
+    let mut out = Vec::with_capacity(input.len() / 16 + 64);
     loop {
         if out.capacity() - out.len() < 64 {
             out.reserve(out.capacity().max(4096));

@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use globset::Glob;
 
-use crate::snapshot::{CounterHistory, JobState, QueueSample};
+use crate::snapshot::{CounterHistory, JobState, QueueSample, Snapshot};
 
 /// Every key this scaler reads, as listed in error messages.
 pub const ACCEPTED_KEYS: [&str; 11] = [
@@ -347,7 +347,8 @@ pub struct ScalerQuery {
 }
 
 /// Which queues of each snapshot a query matched, remembered for as long
-/// as the snapshots' queue lists stay the same (one poll each).
+/// as the snapshots' queue layouts stay the same (usually from one
+/// discovery to the next, across polls).
 ///
 /// Measured reason: with 1,000 trigger maps over 4,000 queues, testing
 /// every name on every `GetMetrics` took about half of the scaler's CPU.
@@ -358,11 +359,40 @@ pub struct MatchMemo(std::sync::Mutex<Option<Arc<Matched>>>);
 /// The matches for one set of queue lists.
 #[derive(Debug)]
 pub struct Matched {
-    /// The queue lists the indices point into; held, so none is freed (and
-    /// its address reused by another list) while the memo refers to it.
-    lists: Vec<Arc<[QueueSample]>>,
+    /// The lists the indices point into, by layout.
+    keys: Vec<ListKey>,
     /// Per list, the positions of the matching queues.
     pub indices: Vec<Vec<u32>>,
+}
+
+/// What a position in a snapshot's queue list means: its layout when the
+/// source published one (positions stay valid while it holds), else the
+/// list itself (held, so its address is not reused by another list).
+#[derive(Debug, Clone)]
+pub enum ListKey {
+    /// A published layout ([`Snapshot::layout`]).
+    Layout(u64),
+    /// A list with no layout (a snapshot that was never published).
+    List(Arc<[QueueSample]>),
+}
+
+impl ListKey {
+    /// The key of `snapshot`'s queue list.
+    pub fn of(snapshot: &Snapshot) -> ListKey {
+        match snapshot.layout {
+            0 => ListKey::List(snapshot.queues.clone()),
+            layout => ListKey::Layout(layout),
+        }
+    }
+
+    /// Whether positions in one list mean the same queues in the other.
+    pub fn same(&self, other: &ListKey) -> bool {
+        match (self, other) {
+            (ListKey::Layout(a), ListKey::Layout(b)) => a == b,
+            (ListKey::List(a), ListKey::List(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        }
+    }
 }
 
 impl Clone for MatchMemo {
@@ -372,24 +402,25 @@ impl Clone for MatchMemo {
 }
 
 impl MatchMemo {
-    /// The matches in `lists`, from the memo when it was computed for the
-    /// very same lists, else from `compute` (one index list per list).
+    /// The matches in the lists named by `keys`, from the memo when it was
+    /// computed for the same layouts, else from `compute` (one index list
+    /// per list).
     pub fn get_or_compute(
         &self,
-        lists: Vec<Arc<[QueueSample]>>,
-        compute: impl FnOnce(&[Arc<[QueueSample]>]) -> Vec<Vec<u32>>,
+        keys: Vec<ListKey>,
+        compute: impl FnOnce() -> Vec<Vec<u32>>,
     ) -> Arc<Matched> {
         // A poisoned lock only means another request panicked while
         // storing; the memo is a cache and is simply recomputed.
         let mut memo = self.0.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(m) = memo.as_ref()
-            && m.lists.len() == lists.len()
-            && m.lists.iter().zip(&lists).all(|(a, b)| Arc::ptr_eq(a, b))
+            && m.keys.len() == keys.len()
+            && m.keys.iter().zip(&keys).all(|(a, b)| a.same(b))
         {
             return m.clone();
         }
-        let indices = compute(&lists);
-        let m = Arc::new(Matched { lists, indices });
+        let indices = compute();
+        let m = Arc::new(Matched { keys, indices });
         *memo = Some(m.clone());
         m
     }

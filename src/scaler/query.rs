@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use crate::config::ScalerConfig;
-use crate::scaler::metadata::{Mode, Operation, ScalerQuery};
+use crate::scaler::metadata::{ListKey, Mode, Operation, ScalerQuery};
 use crate::snapshot::{JobState, NameQuery, QueueSample, QueueType, Reach, Snapshot};
 
 /// The answer to a query.
@@ -65,9 +65,9 @@ pub fn evaluate(
     evaluate_with(query, snapshots, &NameIndexes::default(), config, now)
 }
 
-/// Queue positions by name, one map per queue list, built on first use and
-/// shared by every query: an exact name or a brace glob looks its names up
-/// instead of testing every queue (1,000 trigger maps over 4,000 queues
+/// Queue positions by name, one map per queue layout, built on first use
+/// and shared by every query: an exact name or a brace glob looks its names
+/// up instead of testing every queue (1,000 trigger maps over 4,000 queues
 /// made that scan the scaler's main cost).
 #[derive(Debug, Default)]
 pub struct NameIndexes(std::sync::Mutex<Vec<KeptIndex>>);
@@ -75,18 +75,18 @@ pub struct NameIndexes(std::sync::Mutex<Vec<KeptIndex>>);
 /// Positions of each name in one queue list.
 type NameIndex = HashMap<String, Vec<u32>>;
 
-/// A queue list (held, so its address is not reused) and its index.
-type KeptIndex = (Arc<[QueueSample]>, Arc<NameIndex>);
+/// A queue layout and its index.
+type KeptIndex = (ListKey, Arc<NameIndex>);
 
 impl NameIndexes {
-    /// Lists kept; one or two per source are in use at a time.
+    /// Layouts kept; one or two per source are in use at a time.
     const KEEP: usize = 16;
 
-    /// The index of `list`, built if it is not kept yet.
-    pub fn get(&self, list: &Arc<[QueueSample]>) -> Arc<NameIndex> {
+    /// The index of `list` (whose key is `key`), built if it is not kept yet.
+    pub fn get(&self, key: &ListKey, list: &[QueueSample]) -> Arc<NameIndex> {
         // A poisoned lock only means a panic elsewhere; the cache is valid.
         let mut kept = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((_, index)) = kept.iter().find(|(l, _)| Arc::ptr_eq(l, list)) {
+        if let Some((_, index)) = kept.iter().find(|(k, _)| k.same(key)) {
             return index.clone();
         }
         let mut index = NameIndex::with_capacity(list.len());
@@ -97,7 +97,7 @@ impl NameIndexes {
         if kept.len() >= Self::KEEP {
             kept.remove(0);
         }
-        kept.push((list.clone(), index.clone()));
+        kept.push((key.clone(), index.clone()));
         index
     }
 }
@@ -123,15 +123,14 @@ pub fn evaluate_with(
 
     // Matching uses each source's last successful poll, even if it is old,
     // so a source that is down still counts for ambiguity.
-    let memo = query.memo.get_or_compute(
-        candidates.iter().map(|s| s.queues.clone()).collect(),
-        |lists| {
-            lists
-                .iter()
-                .map(|l| matching(query, l, &indexes.get(l)))
-                .collect()
-        },
-    );
+    let keys: Vec<ListKey> = candidates.iter().map(|s| ListKey::of(s)).collect();
+    let memo = query.memo.get_or_compute(keys.clone(), || {
+        candidates
+            .iter()
+            .zip(&keys)
+            .map(|(s, k)| matching(query, &s.queues, &indexes.get(k, &s.queues)))
+            .collect()
+    });
     let matches: Vec<(&Arc<Snapshot>, Vec<&QueueSample>)> = candidates
         .iter()
         .zip(&memo.indices)

@@ -181,6 +181,7 @@ pub async fn poll_once<S: Source>(
             }
             next.history = Arc::new(prev.history.with_point(counter_point(now, &out.queues)));
             next.up = true;
+            next.layout = crate::snapshot::next_layout(&prev.queues, prev.layout, &out.queues);
             next.queues = Arc::from(out.queues);
             next.last_success = Some(now);
             let mut stats = out.stats;

@@ -1,9 +1,9 @@
 //! Method `amqp`: one connection (lapin) and a **passive** `queue.declare`
 //! per configured queue. Passive declares never create or change anything.
 //! A missing queue answers 404, which closes the channel it was asked on, so
-//! declares run on throw-away channels: a channel that saw an error is
-//! replaced and the other queues are not disturbed. The reply carries ready
-//! messages and consumers only.
+//! a channel that saw an error is replaced and the other queues are not
+//! disturbed; the channels that are still open at the end of a poll are kept
+//! for the next one. The reply carries ready messages and consumers only.
 //!
 //! Recovery is ours, not lapin's: a poll that fails in any other way drops
 //! the connection and cuts its socket, and the next poll opens a new one,
@@ -67,6 +67,12 @@ struct Live {
     conn: Connection,
     /// Shuts its TCP socket down when the connection is given up.
     socket: SocketCutter,
+    /// Declaring channels left open by the last poll for the next one:
+    /// opening and closing [`CHANNELS_IN_FLIGHT`] channels at every poll
+    /// cost two round trips each (about 10 ms of a 2,000-queue poll in the
+    /// issue 11 benchmark, whose bare client keeps its channels). They go
+    /// with the connection.
+    channels: Vec<Channel>,
 }
 
 impl Live {
@@ -133,7 +139,8 @@ impl Amqp {
             .unwrap_or_default();
         let uri = amqp_uri(config, creds.as_ref())?;
         let vhost = uri.vhost.clone();
-        let conn = self.connection(config, uri, &target, &secret).await?;
+        let live = self.connection(config, uri, &target, &secret).await?;
+        let mut spare = std::mem::take(&mut live.channels);
 
         let mut unique = HashSet::new();
         let names: Vec<&str> = config
@@ -145,17 +152,19 @@ impl Amqp {
         let next = AtomicUsize::new(0);
         let workers = CHANNELS_IN_FLIGHT.min(names.len()).max(1);
         let ctx = Worker {
-            conn,
+            conn: &live.conn,
             names: &names,
             next: &next,
             timeout: config.timeout,
             target: &target,
             secret: &secret,
         };
-        let results = join_all((0..workers).map(|_| ctx.run())).await;
+        let results = join_all((0..workers).map(|_| ctx.run(spare.pop()))).await;
 
         let mut outcomes: Vec<Option<DeclareOutcome>> = vec![None; names.len()];
-        for r in results {
+        let mut kept = spare;
+        for (r, channel) in results {
+            kept.extend(channel);
             match r {
                 Ok(found) => {
                     for (i, o) in found {
@@ -172,6 +181,9 @@ impl Amqp {
                     return Err(e);
                 }
             }
+        }
+        if let Some(live) = self.conn.as_deref_mut() {
+            live.channels = kept;
         }
         let mut out = PollOutput::default();
         let mut unseen = HashSet::new();
@@ -216,7 +228,7 @@ impl Amqp {
         uri: AMQPUri,
         target: &str,
         secret: &str,
-    ) -> Result<&Connection, SourceError> {
+    ) -> Result<&mut Live, SourceError> {
         if self
             .conn
             .as_ref()
@@ -232,8 +244,7 @@ impl Amqp {
             self.conn = Some(Box::new(live));
         }
         self.conn
-            .as_deref()
-            .map(|l| &l.conn)
+            .as_deref_mut()
             .ok_or_else(|| SourceError::Connect {
                 target: target.to_string(),
                 cause: "no connection".into(),
@@ -298,7 +309,11 @@ async fn open(
     match tokio::time::timeout(config.timeout, connect).await {
         Ok(Ok(conn)) => {
             unless_kept.0 = None;
-            Ok(Live { conn, socket })
+            Ok(Live {
+                conn,
+                socket,
+                channels: Vec::new(),
+            })
         }
         Ok(Err(e)) => Err(map_error(&e, target, secret)),
         // The handshake got no answer (a black hole, a hung broker); the
@@ -374,9 +389,17 @@ struct Worker<'a> {
 }
 
 impl Worker<'_> {
-    /// Takes queues from the shared list until it is empty.
-    async fn run(&self) -> Result<Vec<(usize, DeclareOutcome)>, SourceError> {
-        let mut channel: Option<Channel> = None;
+    /// Takes queues from the shared list until it is empty, on `channel`
+    /// (one kept from the last poll) or a new one. Returns what it found,
+    /// and its channel if it is still open, for the next poll.
+    async fn run(
+        &self,
+        channel: Option<Channel>,
+    ) -> (
+        Result<Vec<(usize, DeclareOutcome)>, SourceError>,
+        Option<Channel>,
+    ) {
+        let mut channel = channel;
         let mut done = Vec::new();
         let result = loop {
             let i = self.next.fetch_add(1, Ordering::Relaxed);
@@ -421,15 +444,9 @@ impl Worker<'_> {
                 },
             }
         };
-        // After an error the connection is given up anyway; closing its
-        // channels would only wait on it.
-        if let Some(ch) = channel
-            && result.is_ok()
-            && ch.status().connected()
-        {
-            let _ = tokio::time::timeout(self.timeout, ch.close(200, "done".into())).await;
-        }
-        result.map(|()| done)
+        // After an error the connection is given up anyway, channels and all.
+        let keep = channel.filter(|ch| result.is_ok() && ch.status().connected());
+        (result.map(|()| done), keep)
     }
 
     async fn timed<T>(

@@ -21,6 +21,27 @@ pub struct HttpClient {
     max_bytes: u64,
 }
 
+/// Where [`HttpClient::get_each`] puts a body as it arrives.
+pub trait BodySink {
+    /// The announced length (capped at 8 MiB; 64 KiB when unknown), before
+    /// the first chunk.
+    fn reserve(&mut self, _len: usize) {}
+    /// The next chunk of the body.
+    fn chunk(&mut self, chunk: &[u8]) -> Result<(), SourceError>;
+}
+
+/// The whole body in memory.
+impl BodySink for Vec<u8> {
+    fn reserve(&mut self, len: usize) {
+        Vec::reserve(self, len);
+    }
+
+    fn chunk(&mut self, chunk: &[u8]) -> Result<(), SourceError> {
+        self.extend_from_slice(chunk);
+        Ok(())
+    }
+}
+
 /// Why a GET failed, kept apart from [`SourceError`] so callers can react to
 /// particular statuses (a 404 for one vhost, a 400 for a server-side regex).
 #[derive(Debug)]
@@ -132,10 +153,26 @@ impl HttpClient {
         url: &reqwest::Url,
         creds: Option<&Credentials>,
     ) -> Result<Vec<u8>, FetchError> {
+        let mut body = Vec::new();
+        self.get_each(url, creds, &mut body).await?;
+        Ok(body)
+    }
+
+    /// GETs `url` and hands the body to `sink` chunk by chunk as it arrives,
+    /// so that a caller can parse while the server is still sending (the
+    /// Prometheus method hides its whole parse behind the transfer that
+    /// way). Bounds, timeouts and error mapping are those of [`Self::get`];
+    /// an error from `sink` ends the request and is returned as it is.
+    pub async fn get_each(
+        &self,
+        url: &reqwest::Url,
+        creds: Option<&Credentials>,
+        sink: &mut impl BodySink,
+    ) -> Result<(), FetchError> {
         let secret = creds.map(|c| c.password.as_str()).unwrap_or("");
         // reqwest's own timeout covers the body too; this outer one is a
         // second guard in case a body stream stalls between chunks.
-        match tokio::time::timeout(self.timeout, self.get_inner(url, creds)).await {
+        match tokio::time::timeout(self.timeout, self.get_inner(url, creds, sink)).await {
             Ok(result) => result.map_err(|e| match e {
                 FetchError::Other(SourceError::Connect { target, cause }) => {
                     FetchError::Other(SourceError::Connect {
@@ -156,7 +193,8 @@ impl HttpClient {
         &self,
         url: &reqwest::Url,
         creds: Option<&Credentials>,
-    ) -> Result<Vec<u8>, FetchError> {
+        sink: &mut impl BodySink,
+    ) -> Result<(), FetchError> {
         let mut request = self.client.get(url.clone());
         if let Some(c) = creds {
             request = request.basic_auth(&c.username, Some(&c.password));
@@ -182,20 +220,22 @@ impl HttpClient {
             return Err(too_large());
         }
         // Trust the announced length for the first allocation only up to 8 MiB.
-        let mut body = Vec::with_capacity(
+        sink.reserve(
             response
                 .content_length()
                 .map_or(64 * 1024, |n| n.min(8 * 1024 * 1024) as usize),
         );
+        let mut received = 0u64;
         let mut stream = response.bytes_stream();
         while let Some(chunk) = stream.next().await {
             let chunk = chunk.map_err(|e| FetchError::Other(self.map_reqwest(e, url)))?;
-            if body.len() as u64 + chunk.len() as u64 > self.max_bytes {
+            received += chunk.len() as u64;
+            if received > self.max_bytes {
                 return Err(too_large());
             }
-            body.extend_from_slice(&chunk);
+            sink.chunk(&chunk).map_err(FetchError::Other)?;
         }
-        Ok(body)
+        Ok(())
     }
 
     fn map_reqwest(&self, e: reqwest::Error, url: &reqwest::Url) -> SourceError {

@@ -152,7 +152,6 @@ pub async fn discover(
             state,
             exact: is_exact,
             histogram: HistogramState::default(),
-            mixed: false,
             peek_paused_until: 0.0,
         };
         if is_exact {

@@ -24,6 +24,13 @@
 //! the key counts with ZCOUNT at its next measurement too (queues that churn
 //! faster than the window stop paying for probes that miss). Large zsets
 //! (skiplists) keep ZCOUNT, which is O(log n) there while an offset is a walk.
+//!
+//! Leading buckets that were empty at the last look (younger than the newest
+//! due item) are not asked at all: one read of the newest due item checks
+//! them together, and if an item arrived in them the key is measured again
+//! in the same poll. In the benchmark this drops two of seven commands per
+//! measurement; a queue with steady inflow has no such buckets and does not
+//! read the newest item.
 
 use std::time::Duration;
 
@@ -87,13 +94,17 @@ fn probe_count(offset: u64, limit: u64, len: u64) -> Option<u64> {
 pub struct HistogramPlan {
     /// Whether this poll measures the histogram (it is due) or serves the last one.
     pub measure: bool,
-    /// How many leading buckets were asked (ZCOUNT or probe); the rest are implied.
+    /// How many buckets after the `young` ones were asked (ZCOUNT or probe);
+    /// the rest are implied.
     pub queried: usize,
     /// Bit `i` set: bucket `i` was asked with a probe, not a ZCOUNT.
     pub probes: u64,
     /// The probes' slack `w` (see [`probe_window`]).
     pub window: u8,
-    /// Leading buckets younger than the newest due item, probed for 0.
+    /// Whether the newest due item was read (the first reply).
+    pub newest: bool,
+    /// Leading buckets expected to be empty (younger than the newest due
+    /// item at the last look): not asked; the newest item's age checks them.
     pub young: usize,
     /// A first measurement: this round only reads the newest due item, and
     /// the buckets are asked in a second round that knows both ends.
@@ -156,19 +167,20 @@ impl HistogramState {
         // Every waiting item is at most as old as the oldest one, so buckets
         // at or above its predicted age equal the due count.
         let now = score_arg(unit, now_secs);
-        // The newest due item: read with every measurement (one cheap
-        // command, walking from the newest end), it checks a young skip.
-        let mut newest = cmd("ZRANGE", key);
-        newest
-            .arg(&now)
-            .arg("-inf")
-            .arg("BYSCORE")
-            .arg("REV")
-            .arg("LIMIT")
-            .arg(0)
-            .arg(1)
-            .arg("WITHSCORES");
-        out.push(newest);
+        // The newest due item (one cheap command, walking from the newest
+        // end): its age checks every bucket below it at once.
+        let newest_cmd = |out: &mut Vec<redis::Cmd>| {
+            let mut c = cmd("ZRANGE", key);
+            c.arg(&now)
+                .arg("-inf")
+                .arg("BYSCORE")
+                .arg("REV")
+                .arg("LIMIT")
+                .arg(0)
+                .arg(1)
+                .arg("WITHSCORES");
+            out.push(c);
+        };
         let mut plan = HistogramPlan {
             measure: true,
             window: self.window(),
@@ -177,6 +189,8 @@ impl HistogramState {
         if self.last.is_none() && self.hint.is_none() && self.count_instead == 0 {
             // Nothing known yet: counting every bucket would walk the whole
             // zset for each; first learn where the due items lie.
+            newest_cmd(out);
+            plan.newest = true;
             plan.deferred = true;
             return plan;
         }
@@ -184,21 +198,35 @@ impl HistogramState {
         let shift = |at: f64| (now_secs - at).max(0.0);
         let oldest = self.hint.map(|h| h.oldest + shift(h.at));
         let newest = self.hint.and_then(|h| h.newest.map(|n| n + shift(h.at)));
+        // Leading buckets that held nothing at the last look (younger than
+        // the newest due item): not asked, checked by the newest item's age.
+        // Not after a miss, which measures every bucket.
+        let young = if self.count_instead > 0 {
+            0
+        } else {
+            buckets
+                .iter()
+                .enumerate()
+                .take_while(|(i, b)| {
+                    let secs = b.as_secs_f64();
+                    !oldest.is_some_and(|o| secs >= o)
+                        && (newest.is_some_and(|n| secs < n)
+                            || self.last_count(buckets, *i) == Some(0))
+                })
+                .count()
+        };
+        if young > 0 {
+            newest_cmd(out);
+            plan.newest = true;
+            plan.young = young;
+        }
         let last = self.probe_basis(buckets);
-        for (i, b) in buckets.iter().enumerate() {
+        for (i, b) in buckets.iter().enumerate().skip(young) {
             let secs = b.as_secs_f64();
             if oldest.is_some_and(|o| secs >= o) {
                 break;
             }
-            // Younger than the newest due item: probed for 0.
-            if newest.is_some_and(|n| secs < n) && plan.young == i {
-                plan.young += 1;
-            }
-            let predicted = match last {
-                _ if i < plan.young => Some(0),
-                Some(last) => Some(last.buckets[i].1),
-                None => None,
-            };
+            let predicted = last.map(|last| last.buckets[i].1);
             let bound = score_arg(unit, now_secs - secs);
             match predicted {
                 Some(predicted) if i < 64 => {
@@ -225,17 +253,28 @@ impl HistogramState {
         plan
     }
 
-    /// The last measurement, when this one may probe around its counts.
-    fn probe_basis(&self, buckets: &[Duration]) -> Option<&AgeHistogram> {
+    /// The last measurement, if it had these very buckets.
+    fn last_for(&self, buckets: &[Duration]) -> Option<&AgeHistogram> {
         self.last.as_ref().filter(|h| {
-            self.count_instead == 0
-                && h.count <= PROBE_MAX_ITEMS
-                && h.buckets.len() == buckets.len()
+            h.buckets.len() == buckets.len()
                 && h.buckets
                     .iter()
                     .zip(buckets)
                     .all(|((s, _), b)| *s == b.as_secs_f64())
         })
+    }
+
+    /// The last measurement, when this one may probe around its counts.
+    fn probe_basis(&self, buckets: &[Duration]) -> Option<&AgeHistogram> {
+        self.last_for(buckets)
+            .filter(|h| self.count_instead == 0 && h.count <= PROBE_MAX_ITEMS)
+    }
+
+    /// Bucket `i`'s count at the last measurement, if it had these buckets.
+    fn last_count(&self, buckets: &[Duration], i: usize) -> Option<u64> {
+        self.last_for(buckets)
+            .and_then(|h| h.buckets.get(i))
+            .map(|b| b.1)
     }
 
     /// A probe's slack: members returned are at most `2w+2` of about
@@ -272,18 +311,31 @@ impl HistogramState {
         if !plan.measure {
             return Ok(self.last.clone());
         }
-        let Some((newest, asked)) = replies.split_first() else {
-            return Ok(None);
+        let (newest, asked) = if plan.newest {
+            let Some((newest, asked)) = replies.split_first() else {
+                return Ok(None);
+            };
+            (reply::first_score(newest).flatten().map(&age_of), asked)
+        } else {
+            (None, replies)
         };
         if plan.deferred {
-            let newest = reply::first_score(newest).flatten().map(age_of);
             return Err(Again::Deferred { newest });
         }
         let Some(asked) = asked.get(..plan.queried) else {
             return Ok(None);
         };
         let mut older = Vec::with_capacity(buckets.len());
-        for (i, r) in asked.iter().enumerate() {
+        if plan.young > 0 {
+            // Empty when the newest due item is older than their largest bound.
+            let bound = buckets[plan.young - 1].as_secs_f64();
+            match newest {
+                Some(n) if n > bound => older.resize(plan.young, due),
+                _ => return Err(Again::Remeasure),
+            }
+        }
+        for (j, r) in asked.iter().enumerate() {
+            let i = plan.young + j;
             if plan.probes & (1 << i) == 0 {
                 match reply::as_u64(r) {
                     Some(n) => older.push(n),
@@ -292,7 +344,7 @@ impl HistogramState {
                 continue;
             }
             // A probe reads the bucket itself; the rest of `due` is older.
-            let Some(predicted) = self.predicted(plan, i) else {
+            let Some(predicted) = self.predicted(i) else {
                 return Err(Again::Remeasure);
             };
             let (offset, limit) = probe_window(predicted, u64::from(plan.window));
@@ -326,12 +378,8 @@ impl HistogramState {
         }))
     }
 
-    /// The count bucket `i`'s probe was centred on: 0 for a bucket younger
-    /// than the newest due item, else the last measurement's.
-    fn predicted(&self, plan: HistogramPlan, i: usize) -> Option<u64> {
-        if i < plan.young {
-            return Some(0);
-        }
+    /// The count bucket `i`'s probe was centred on: the last measurement's.
+    fn predicted(&self, i: usize) -> Option<u64> {
         self.last.as_ref()?.buckets.get(i).map(|b| b.1)
     }
 
@@ -485,31 +533,36 @@ mod tests {
     }
 
     #[test]
-    fn the_second_round_probes_young_buckets_and_counts_the_rest_from_the_old_side() {
+    fn the_second_round_checks_young_buckets_by_the_newest_item_and_counts_the_rest_from_the_old_side()
+     {
         let mut state = HistogramState::default();
         state.defer(Some(200.0), Some(15.0), 1000.0);
         let mut cmds = Vec::new();
         let plan = state.plan(b"k", ScoreUnit::Seconds, &buckets(), 1000.0, &mut cmds);
-        // 10 s is younger than the newest due item: a probe for 0. 60 s is
-        // counted; 300 s is above the oldest item's age, so it holds all.
-        assert_eq!((plan.young, plan.queried, plan.probes), (1, 2, 0b1));
+        // 10 s is younger than the newest due item: not asked, the newest
+        // item is read again instead. 60 s is counted; 300 s is above the
+        // oldest item's age, so it holds all.
         assert_eq!(
-            args(&cmds[1])[2..],
-            ["1000.000", "990.000", "BYSCORE", "REV", "LIMIT", "0", "4"]
+            (plan.newest, plan.young, plan.queried, plan.probes),
+            (true, 1, 1, 0)
         );
-        assert_eq!(args(&cmds[2]), ["ZCOUNT", "k", "-inf", "(940.000"]);
-        let h = state
-            .read(
+        assert_eq!(cmds.len(), 2);
+        assert_eq!(args(&cmds[0])[..3], ["ZRANGE", "k", "1000.000"]);
+        assert_eq!(args(&cmds[1]), ["ZCOUNT", "k", "-inf", "(940.000"]);
+        let read = |newest_score: f64| {
+            state.read(
                 plan,
-                &[newest(985.0), members(0), Value::Int(8)],
+                &[newest(newest_score), Value::Int(8)],
                 Some(10),
                 Some(200.0),
                 &buckets(),
                 age,
             )
-            .unwrap()
-            .unwrap();
+        };
+        let h = read(985.0).unwrap().unwrap();
         assert_eq!(h.buckets, vec![(10.0, 0), (60.0, 2), (300.0, 10)]);
+        // An item younger than 10 s arrived: the skip does not hold.
+        assert_eq!(read(995.0), Err(Again::Remeasure));
     }
 
     #[test]
@@ -520,7 +573,7 @@ mod tests {
             queried: 3,
             ..HistogramPlan::default()
         };
-        let replies = [newest(999.0), Value::Int(8), Value::Int(9), Value::Int(2)];
+        let replies = [Value::Int(8), Value::Int(9), Value::Int(2)];
         let h = state
             .read(plan, &replies, Some(10), Some(400.0), &buckets(), age)
             .unwrap()
@@ -538,7 +591,7 @@ mod tests {
             queried: 1,
             ..HistogramPlan::default()
         };
-        let replies = [newest(999.0), Value::Int(4)];
+        let replies = [Value::Int(4)];
         let h = state
             .read(plan, &replies, Some(10), Some(50.0), &buckets(), age)
             .unwrap()
@@ -608,18 +661,52 @@ mod tests {
         let state = measured([0, 2, 20], 30);
         let mut cmds = Vec::new();
         let plan = state.plan(b"k", ScoreUnit::Seconds, &buckets(), 1000.0, &mut cmds);
-        assert_eq!((plan.queried, plan.probes, plan.window), (3, 0b111, 3));
+        // The 10 s bucket was empty: checked by the newest due item, not asked.
+        assert_eq!(
+            (
+                plan.newest,
+                plan.young,
+                plan.queried,
+                plan.probes,
+                plan.window
+            ),
+            (true, 1, 2, 0b110, 3)
+        );
+        assert_eq!(args(&cmds[0])[9], "WITHSCORES");
         // Newest first, due items only, from the bucket's bound; the window
         // starts w+1 below the last count and holds 2w+2 members.
         assert_eq!(
-            args(&cmds[3]),
+            args(&cmds[2]),
             [
                 "ZRANGE", "k", "1000.000", "700.000", "BYSCORE", "REV", "LIMIT", "16", "8"
             ]
         );
         // Counts below the window's start begin at offset 0.
-        assert_eq!(args(&cmds[1])[7..], ["0", "4"]);
-        assert_eq!(args(&cmds[2])[7..], ["0", "6"]);
+        assert_eq!(args(&cmds[1])[7..], ["0", "6"]);
+    }
+
+    #[test]
+    fn with_no_empty_young_bucket_the_newest_item_is_not_read() {
+        let state = measured([1, 2, 20], 30);
+        let mut cmds = Vec::new();
+        let plan = state.plan(b"k", ScoreUnit::Seconds, &buckets(), 1000.0, &mut cmds);
+        assert_eq!(
+            (plan.newest, plan.young, plan.queried, plan.probes),
+            (false, 0, 3, 0b111)
+        );
+        assert_eq!(cmds.len(), 3);
+        let h = state
+            .read(
+                plan,
+                &[members(1), members(3), members(7)],
+                Some(31),
+                Some(400.0),
+                &buckets(),
+                age,
+            )
+            .unwrap()
+            .unwrap();
+        assert_eq!(h.buckets, vec![(10.0, 1), (60.0, 3), (300.0, 23)]);
     }
 
     #[test]
@@ -627,11 +714,11 @@ mod tests {
         let state = measured([0, 2, 20], 30);
         let mut cmds = Vec::new();
         let plan = state.plan(b"k", ScoreUnit::Seconds, &buckets(), 1000.0, &mut cmds);
-        // 0 of 4 → 0; 3 of 6 → 3; offset 16 + 7 of 8 → 23.
+        // 10 s: the newest item is 15 s old; 3 of 6 → 3; offset 16 + 7 of 8 → 23.
         let h = state
             .read(
                 plan,
-                &[newest(995.0), members(0), members(3), members(7)],
+                &[newest(985.0), members(3), members(7)],
                 Some(31),
                 Some(400.0),
                 &buckets(),
@@ -654,7 +741,7 @@ mod tests {
             assert_eq!(
                 state.read(
                     plan,
-                    &[newest(995.0), members(0), members(3), third],
+                    &[newest(985.0), members(3), third],
                     Some(31),
                     Some(400.0),
                     &buckets(),
@@ -666,8 +753,8 @@ mod tests {
         state.forget_hint();
         let mut again = Vec::new();
         let plan = state.plan(b"k", ScoreUnit::Seconds, &buckets(), 1000.0, &mut again);
-        assert_eq!(plan.probes, 0);
-        assert!(again[1..].iter().all(|c| args(c)[0] == "ZCOUNT"));
+        assert_eq!((plan.probes, plan.newest), (0, false));
+        assert!(again.iter().all(|c| args(c)[0] == "ZCOUNT"));
     }
 
     #[test]
@@ -677,7 +764,7 @@ mod tests {
         let mut cmds = Vec::new();
         let plan = state.plan(b"k", ScoreUnit::Seconds, &buckets(), 1000.0, &mut cmds);
         assert_eq!(plan.window, 0);
-        assert_eq!(args(&cmds[3])[7..], ["19", "2"]);
+        assert_eq!(args(&cmds[2])[7..], ["19", "2"]);
         let big = measured([0, 2, 20], PROBE_MAX_ITEMS + 1);
         let mut cmds = Vec::new();
         let plan = big.plan(b"k", ScoreUnit::Seconds, &buckets(), 1000.0, &mut cmds);

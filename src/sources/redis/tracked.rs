@@ -31,9 +31,6 @@ pub struct TrackedKey {
     pub exact: bool,
     /// The age histogram's schedule and last measurement (timestamp zsets).
     pub histogram: HistogramState,
-    /// A timestamp zset that held due and scheduled items at the last poll,
-    /// so this poll counts its due items with ZCOUNT in the first round trip.
-    pub mixed: bool,
     /// Unix seconds until which the age peek is skipped: the head item was
     /// larger than [`MAX_PEEK_BYTES`] (see there).
     pub peek_paused_until: f64,
@@ -55,7 +52,6 @@ impl TrackedKey {
     pub fn carry_over(&mut self, old: &TrackedKey) {
         if old.key == self.key && old.spec == self.spec && old.state == self.state {
             self.histogram = old.histogram.clone();
-            self.mixed = old.mixed;
             self.peek_paused_until = old.peek_paused_until;
         }
     }
