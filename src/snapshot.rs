@@ -46,7 +46,7 @@ pub struct Snapshot {
     /// The queues seen by the last *successful* poll. Kept when a later poll
     /// fails so the scaler can bridge a short blip; `/metrics` hides them
     /// while `up` is false instead of presenting them as fresh.
-    pub queues: Arc<[QueueSample]>,
+    pub queues: Arc<Vec<QueueSample>>,
     /// Names the shape of `queues` (each queue's name, vhost and preset, in
     /// order): two snapshots with the same non-zero layout differ only in
     /// values, so a reader can keep what it matched by position across
@@ -75,7 +75,7 @@ impl Snapshot {
             generation: 0,
             up: false,
             polled: false,
-            queues: Arc::from(Vec::new()),
+            queues: Arc::new(Vec::new()),
             layout: 0,
             last_success: None,
             stats: SourceStats::default(),

@@ -373,7 +373,7 @@ pub enum ListKey {
     /// A published layout ([`Snapshot::layout`]).
     Layout(u64),
     /// A list with no layout (a snapshot that was never published).
-    List(Arc<[QueueSample]>),
+    List(Arc<Vec<QueueSample>>),
 }
 
 impl ListKey {

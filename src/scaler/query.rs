@@ -536,7 +536,7 @@ mod tests {
         s.polled = true;
         s.up = age.is_some();
         s.last_success = age.map(|a| now - a);
-        s.queues = Arc::from(queues);
+        s.queues = Arc::new(queues);
         Arc::new(s)
     }
 
@@ -874,7 +874,7 @@ mod tests {
         };
         let mut snapshot = Snapshot::initial("main", SourceKind::Redis, Duration::from_secs(1));
         snapshot.last_success = Some(now);
-        snapshot.queues = Arc::from(vec![stream]);
+        snapshot.queues = Arc::new(vec![stream]);
         let id = crate::snapshot::QueueId {
             vhost: None,
             name: "s".into(),
