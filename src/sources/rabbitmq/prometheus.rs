@@ -10,8 +10,13 @@
 //! took 12-14 ms, its samples a `String` per name and label, and it could only
 //! start once the whole body was in; this parser takes about 3.5 ms over the
 //! whole text (1.5 ms for the 0.8 MB `stats: totals` one), allocates only per
-//! new queue, and works during the transfer, so a poll ends about when the
-//! body does. RabbitMQ 3.x does not escape `"` or `\` in label values, which
+//! new queue, and works during the transfer. RabbitMQ builds the whole text
+//! before it sends any (curl: first byte ≈ last byte), so the parse mostly
+//! adds to the fetch; measured in a running exporter at 2,000 queues, it
+//! costs 3.2 ms of a 3.3 MB `full` body (5.0 ms before lines were matched to
+//! the previous line's name and queue) and 1.8 ms of a 0.7 MB `totals` one
+//! (2.2 ms), against 40-60 ms and 17-20 ms for RabbitMQ to answer.
+//! RabbitMQ 3.x does not escape `"` or `\` in label values, which
 //! makes lines of such queues invalid; they are skipped and counted
 //! (`reason="malformed"`).
 
@@ -50,6 +55,9 @@ const PREFIX: &str = "rabbitmq_detailed_queue_";
 pub struct Prometheus {
     /// Built on first use (reads the CA file).
     client: Option<HttpClient>,
+    /// How many queues each node reported last time: the next parse sizes
+    /// its lists for them instead of growing them by doubling.
+    last_counts: Vec<usize>,
 }
 
 impl Prometheus {
@@ -72,11 +80,15 @@ impl Prometheus {
             .map(|n| endpoint(n, config))
             .collect::<Result<Vec<_>, _>>()?;
         let now = SystemTime::now();
-        let scrapes = join_all(
-            urls.iter()
-                .map(|u| scrape(&client, u, creds.as_ref(), filter, now)),
-        )
+        let scrapes = join_all(urls.iter().enumerate().map(|(i, u)| {
+            let expected = self.last_counts.get(i).copied().unwrap_or(0);
+            scrape(&client, u, creds.as_ref(), filter, now, expected)
+        }))
         .await;
+        self.last_counts = scrapes
+            .iter()
+            .map(|s| s.as_ref().map_or(0, |node| node.queues.len()))
+            .collect();
 
         let mut out = PollOutput::default();
         let mut nodes = Vec::with_capacity(scrapes.len());
@@ -171,9 +183,10 @@ async fn scrape(
     creds: Option<&Credentials>,
     filter: &QueueFilter,
     now: SystemTime,
+    expected_queues: usize,
 ) -> Result<NodeScrape, SourceError> {
     let mut sink = ParserSink {
-        parser: Parser::new(filter),
+        parser: Parser::with_capacity(filter, expected_queues),
         url,
     };
     client
@@ -292,18 +305,35 @@ struct Parser<'f> {
     skipped_lines: usize,
     /// Whether a valid identity sample was seen.
     identity: bool,
+    /// The position in `queues` of the last line's queue. Every family
+    /// lists the queues in the same order, so the next line's queue is
+    /// usually the one after it: checked by comparing names, before any
+    /// hashing (the lookup was most of a read line's cost).
+    last: Option<usize>,
+    /// The last sample line's metric name and what it is read as: lines
+    /// of a family come together, so a line that starts with the same name
+    /// needs no byte-by-byte name scan (most lines are skipped on the name).
+    family: (String, Option<Field>),
 }
 
 impl<'f> Parser<'f> {
+    #[cfg(test)]
     fn new(filter: &'f QueueFilter) -> Self {
+        Self::with_capacity(filter, 0)
+    }
+
+    /// A parser with room for `queues` queues.
+    fn with_capacity(filter: &'f QueueFilter, queues: usize) -> Self {
         Parser {
             filter,
             partial: Vec::new(),
             index: HashMap::new(),
-            queues: Vec::new(),
-            heads: Vec::new(),
+            queues: Vec::with_capacity(queues),
+            heads: Vec::with_capacity(queues),
             skipped_lines: 0,
             identity: false,
+            last: None,
+            family: (String::new(), None),
         }
     }
 
@@ -348,19 +378,34 @@ impl<'f> Parser<'f> {
         if line.is_empty() || line.starts_with('#') {
             return;
         }
-        let name_end = line
-            .bytes()
-            .position(|b| !is_name_byte(b))
-            .unwrap_or(line.len());
-        // A name not followed by labels or a blank is another metric's
-        // (or garbage), not one of ours with a bad line.
-        if !matches!(
-            line.as_bytes().get(name_end),
-            None | Some(b'{' | b' ' | b'\t')
-        ) {
-            return;
-        }
-        let Some(field) = field(&line[..name_end]) else {
+        let (known, known_field) = &self.family;
+        let (name_end, field) = if !known.is_empty()
+            && line.starts_with(known.as_str())
+            && matches!(
+                line.as_bytes().get(known.len()),
+                None | Some(b'{' | b' ' | b'\t')
+            ) {
+            (known.len(), *known_field)
+        } else {
+            let name_end = line
+                .bytes()
+                .position(|b| !is_name_byte(b))
+                .unwrap_or(line.len());
+            // A name not followed by labels or a blank is another metric's
+            // (or garbage), not one of ours with a bad line.
+            if !matches!(
+                line.as_bytes().get(name_end),
+                None | Some(b'{' | b' ' | b'\t')
+            ) {
+                return;
+            }
+            let found = field(&line[..name_end]);
+            self.family.0.clear();
+            self.family.0.push_str(&line[..name_end]);
+            self.family.1 = found;
+            (name_end, found)
+        };
+        let Some(field) = field else {
             return;
         };
         let Some(sample) = parse_sample(&line[name_end..]) else {
@@ -403,6 +448,25 @@ impl<'f> Parser<'f> {
     /// The index of the queue (vhost, name), added on first sight; `None`
     /// when the filter drops it.
     fn queue(&mut self, vhost: Cow<'_, str>, name: Cow<'_, str>) -> Option<usize> {
+        let next = self.last.map_or(0, |at| at + 1);
+        for at in [next, 0] {
+            if let Some(q) = self.queues.get(at)
+                && q.name == name
+                && q.vhost.as_deref() == Some(vhost.as_ref())
+            {
+                self.last = Some(at);
+                return Some(at);
+            }
+        }
+        let at = self.lookup(vhost, name);
+        if at.is_some() {
+            self.last = at;
+        }
+        at
+    }
+
+    /// [`Parser::queue`] by the index.
+    fn lookup(&mut self, vhost: Cow<'_, str>, name: Cow<'_, str>) -> Option<usize> {
         if let Some(by_name) = self.index.get_mut(vhost.as_ref()) {
             if let Some(at) = by_name.get(name.as_ref()) {
                 return *at;
@@ -661,6 +725,34 @@ rabbitmq_identity_info{rabbitmq_node="rabbit@localhost"} 1
         let q = find(&node, "v w/x", "q");
         assert_eq!(q.oldest_age_seconds, Some(0.0));
         assert_eq!(q.depth, None);
+    }
+
+    #[test]
+    fn families_in_any_queue_order_and_names_that_extend_others_read_right() {
+        // The shortcuts (the queue after the last one; the last line's
+        // name) must never put a value on the wrong queue or field.
+        let text = "rabbitmq_detailed_queue_messages{vhost=\"/\",queue=\"a\"} 1\n\
+                    rabbitmq_detailed_queue_messages{vhost=\"/\",queue=\"b\"} 2\n\
+                    rabbitmq_detailed_queue_messages{vhost=\"v\",queue=\"a\"} 3\n\
+                    rabbitmq_detailed_queue_messages_ready{vhost=\"v\",queue=\"a\"} 30\n\
+                    rabbitmq_detailed_queue_messages_ready{vhost=\"/\",queue=\"a\"} 10\n\
+                    rabbitmq_detailed_queue_messages_ready{vhost=\"/\",queue=\"b\"} 20\n\
+                    rabbitmq_detailed_queue_messages_readyx{vhost=\"/\",queue=\"b\"} 99\n\
+                    rabbitmq_detailed_queue_messages_unacked{vhost=\"/\",queue=\"b\"} 200\n\
+                    rabbitmq_detailed_queue_messages_unacked{vhost=\"/\",queue=\"c\"} 300\n\
+                    rabbitmq_detailed_queue_messages_unacked{vhost=\"/\",queue=\"a\"} 100\n\
+                    rabbitmq_detailed_queue_messages 5\n\
+                    rabbitmq_identity_info{rabbitmq_node=\"n\"} 1\n";
+        let node = parse(text).unwrap();
+        let got = |vhost, name| {
+            let q = find(&node, vhost, name);
+            (q.depth, q.ready, q.unacked)
+        };
+        assert_eq!(got("/", "a"), (Some(1), Some(10), Some(100)));
+        assert_eq!(got("/", "b"), (Some(2), Some(20), Some(200)));
+        assert_eq!(got("v", "a"), (Some(3), Some(30), None));
+        assert_eq!(got("/", "c"), (None, None, Some(300)));
+        assert_eq!(node.queues.len(), 4);
     }
 
     #[test]
