@@ -130,6 +130,10 @@ enum Cmd {
         channels: usize,
         #[arg(long, default_value_t = 5)]
         runs: usize,
+        /// Pause before each run, in ms (the exporter's poll interval, so
+        /// RabbitMQ is as warm as it is for the exporter's polls).
+        #[arg(long, default_value_t = 0)]
+        gap_ms: u64,
     },
 }
 
@@ -206,7 +210,8 @@ fn main() {
                 count,
                 channels,
                 runs,
-            } => amqp_declare(&amqp, &prefix, count, channels, runs).await,
+                gap_ms,
+            } => amqp_declare(&amqp, &prefix, count, channels, runs, gap_ms).await,
         }
     });
     println!("{out}");
@@ -688,6 +693,7 @@ async fn amqp_declare(
     count: usize,
     channels: usize,
     runs: usize,
+    gap_ms: u64,
 ) -> serde_json::Value {
     let conn = amqp_connect(url).await;
     let mut chans = Vec::new();
@@ -698,6 +704,7 @@ async fn amqp_declare(
     let mut times = Vec::new();
     let mut ready_total = 0u64;
     for _ in 0..runs {
+        tokio::time::sleep(Duration::from_millis(gap_ms)).await;
         let next = AtomicUsize::new(0);
         let t = Instant::now();
         let counts = join_all(chans.iter().map(|ch| {
