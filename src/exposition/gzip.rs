@@ -85,11 +85,12 @@ fn deflate(input: &[u8], flush: FlushCompress) -> Option<Vec<u8>> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use std::io::Read;
 
-    fn gunzip(bytes: &[u8]) -> String {
+    /// Decodes one gzip member (shared with the exposition's tests).
+    pub(in crate::exposition) fn gunzip(bytes: &[u8]) -> String {
         let mut text = String::new();
         // A single-member decoder: it checks the CRC and length, and would
         // stop after a first member.

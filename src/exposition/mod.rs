@@ -529,21 +529,32 @@ impl std::fmt::Write for Finisher {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::hub::HubBuilder;
+    use crate::hub::{HubBuilder, SnapshotPublisher};
     use crate::snapshot::{AnyName, Snapshot, SourceKind};
-    use std::time::Duration;
+    use gzip::tests::gunzip;
+
+    /// The test source's poll interval.
+    const INTERVAL: Duration = Duration::from_secs(1);
+
+    /// An exposition over one Redis source `s`, and its publisher (each
+    /// publish is a new snapshot epoch).
+    fn one_source() -> (Exposition, SnapshotPublisher) {
+        let mut builder = HubBuilder::default();
+        let publisher = builder.add_source("s", SourceKind::Redis, INTERVAL, Arc::new(AnyName));
+        (
+            Exposition::new(builder.build(), Arc::new(Telemetry::new())),
+            publisher,
+        )
+    }
 
     #[test]
     fn while_one_scrape_encodes_a_new_snapshot_others_get_the_previous_part() {
-        let mut builder = HubBuilder::default();
-        let interval = Duration::from_secs(1);
-        let publisher = builder.add_source("s", SourceKind::Redis, interval, Arc::new(AnyName));
-        let exposition = Exposition::new(builder.build(), Arc::new(Telemetry::new()));
+        let (exposition, publisher) = one_source();
         let first = exposition.snapshot_part(Format::Classic, true).unwrap();
         let again = exposition.snapshot_part(Format::Classic, true).unwrap();
         assert!(Arc::ptr_eq(&first, &again), "one encode per snapshot");
 
-        publisher.publish(Snapshot::initial("s", SourceKind::Redis, interval));
+        publisher.publish(Snapshot::initial("s", SourceKind::Redis, INTERVAL));
         // Another scrape is encoding the new snapshot: this one does not wait.
         exposition.cache.lock().unwrap()[1].encoding = true;
         let during = exposition.snapshot_part(Format::Classic, true).unwrap();
@@ -556,19 +567,10 @@ mod tests {
         assert!(!Arc::ptr_eq(&om, &after));
     }
 
-    fn gunzip(bytes: &[u8]) -> String {
-        let mut text = String::new();
-        std::io::Read::read_to_string(&mut flate2::read::GzDecoder::new(bytes), &mut text).unwrap();
-        text
-    }
-
     #[test]
     fn gzip_only_scraping_keeps_the_deflated_part_without_its_text() {
-        let mut builder = HubBuilder::default();
-        let interval = Duration::from_secs(1);
-        let publisher = builder.add_source("s", SourceKind::Redis, interval, Arc::new(AnyName));
-        let exposition = Exposition::new(builder.build(), Arc::new(Telemetry::new()));
-        publisher.publish(Snapshot::initial("s", SourceKind::Redis, interval));
+        let (exposition, publisher) = one_source();
+        publisher.publish(Snapshot::initial("s", SourceKind::Redis, INTERVAL));
 
         // Prometheus asks for gzip: after deflating, only the blocks stay.
         let gz = gunzip(&exposition.render_gzip(Format::Classic).unwrap().unwrap());

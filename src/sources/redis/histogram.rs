@@ -466,6 +466,17 @@ mod tests {
         1000.0 - score
     }
 
+    /// `state.read` with the test buckets and clock.
+    fn read(
+        state: &HistogramState,
+        plan: HistogramPlan,
+        replies: &[Value],
+        due: Option<u64>,
+        oldest: Option<f64>,
+    ) -> Result<Option<AgeHistogram>, Again> {
+        state.read(plan, replies, due, oldest, &buckets(), age)
+    }
+
     /// A `ZRANGE .. WITHSCORES` reply of one member with `score`.
     fn newest(score: f64) -> Value {
         Value::Array(vec![
@@ -520,14 +531,7 @@ mod tests {
             ]
         );
         assert_eq!(
-            state.read(
-                plan,
-                &[newest(985.0)],
-                Some(10),
-                Some(400.0),
-                &buckets(),
-                age
-            ),
+            read(&state, plan, &[newest(985.0)], Some(10), Some(400.0)),
             Err(Again::Deferred { newest: Some(15.0) })
         );
     }
@@ -550,13 +554,12 @@ mod tests {
         assert_eq!(args(&cmds[0])[..3], ["ZRANGE", "k", "1000.000"]);
         assert_eq!(args(&cmds[1]), ["ZCOUNT", "k", "-inf", "(940.000"]);
         let read = |newest_score: f64| {
-            state.read(
+            read(
+                &state,
                 plan,
                 &[newest(newest_score), Value::Int(8)],
                 Some(10),
                 Some(200.0),
-                &buckets(),
-                age,
             )
         };
         let h = read(985.0).unwrap().unwrap();
@@ -574,8 +577,7 @@ mod tests {
             ..HistogramPlan::default()
         };
         let replies = [Value::Int(8), Value::Int(9), Value::Int(2)];
-        let h = state
-            .read(plan, &replies, Some(10), Some(400.0), &buckets(), age)
+        let h = read(&state, plan, &replies, Some(10), Some(400.0))
             .unwrap()
             .unwrap();
         // 10 - 8 = 2; 10 - 9 = 1 → kept at 2 (monotonic); 10 - 2 = 8.
@@ -592,14 +594,13 @@ mod tests {
             ..HistogramPlan::default()
         };
         let replies = [Value::Int(4)];
-        let h = state
-            .read(plan, &replies, Some(10), Some(50.0), &buckets(), age)
+        let h = read(&state, plan, &replies, Some(10), Some(50.0))
             .unwrap()
             .unwrap();
         assert_eq!(h.buckets, vec![(10.0, 6), (60.0, 10), (300.0, 10)]);
         // The oldest item is older than the first skipped bound: unknown.
         assert_eq!(
-            state.read(plan, &replies, Some(10), Some(70.0), &buckets(), age),
+            read(&state, plan, &replies, Some(10), Some(70.0)),
             Err(Again::Remeasure)
         );
     }
@@ -609,15 +610,11 @@ mod tests {
         let state = HistogramState::default();
         let none = HistogramPlan::default();
         assert_eq!(
-            state
-                .read(none, &[], Some(0), None, &buckets(), age)
-                .unwrap(),
+            read(&state, none, &[], Some(0), None).unwrap(),
             Some(uniform(&buckets(), 0))
         );
         assert_eq!(
-            state
-                .read(none, &[], Some(3), Some(2.0), &buckets(), age)
-                .unwrap(),
+            read(&state, none, &[], Some(3), Some(2.0)).unwrap(),
             Some(uniform(&buckets(), 3))
         );
     }
@@ -643,9 +640,7 @@ mod tests {
         let next = state.plan(b"k", ScoreUnit::Seconds, &buckets(), 1000.5, &mut cmds);
         assert!(!next.measure && cmds.is_empty());
         assert_eq!(
-            state
-                .read(next, &[], Some(9), Some(520.0), &buckets(), age)
-                .unwrap(),
+            read(&state, next, &[], Some(9), Some(520.0)).unwrap(),
             Some(measured)
         );
         // Due again within one interval.
@@ -695,17 +690,15 @@ mod tests {
             (false, 0, 3, 0b111)
         );
         assert_eq!(cmds.len(), 3);
-        let h = state
-            .read(
-                plan,
-                &[members(1), members(3), members(7)],
-                Some(31),
-                Some(400.0),
-                &buckets(),
-                age,
-            )
-            .unwrap()
-            .unwrap();
+        let h = read(
+            &state,
+            plan,
+            &[members(1), members(3), members(7)],
+            Some(31),
+            Some(400.0),
+        )
+        .unwrap()
+        .unwrap();
         assert_eq!(h.buckets, vec![(10.0, 1), (60.0, 3), (300.0, 23)]);
     }
 
@@ -715,17 +708,15 @@ mod tests {
         let mut cmds = Vec::new();
         let plan = state.plan(b"k", ScoreUnit::Seconds, &buckets(), 1000.0, &mut cmds);
         // 10 s: the newest item is 15 s old; 3 of 6 → 3; offset 16 + 7 of 8 → 23.
-        let h = state
-            .read(
-                plan,
-                &[newest(985.0), members(3), members(7)],
-                Some(31),
-                Some(400.0),
-                &buckets(),
-                age,
-            )
-            .unwrap()
-            .unwrap();
+        let h = read(
+            &state,
+            plan,
+            &[newest(985.0), members(3), members(7)],
+            Some(31),
+            Some(400.0),
+        )
+        .unwrap()
+        .unwrap();
         assert_eq!(h.buckets, vec![(10.0, 0), (60.0, 3), (300.0, 23)]);
         assert_eq!(h.count, 31);
     }
@@ -739,13 +730,12 @@ mod tests {
         // an offset says only "16 or fewer".
         for third in [members(8), members(0)] {
             assert_eq!(
-                state.read(
+                read(
+                    &state,
                     plan,
                     &[newest(985.0), members(3), third],
                     Some(31),
-                    Some(400.0),
-                    &buckets(),
-                    age
+                    Some(400.0)
                 ),
                 Err(Again::Remeasure)
             );

@@ -57,9 +57,14 @@ pub async fn poll_keys(
         // and read, and at most a few chunks of commands and replies are in
         // memory at once (not every command and reply of the poll).
         let mut round = Round {
+            config,
+            now_secs,
             last_round,
             plans: Vec::with_capacity(pending.len()),
-            ..Round::default()
+            replies: Replies::default(),
+            next: 0,
+            retype: Vec::new(),
+            remeasure: Vec::new(),
         };
         let mut chunk: Vec<redis::Cmd> = Vec::with_capacity(PIPELINE_CHUNK + 16);
         let mut in_flight: VecDeque<ChunkTask> = VecDeque::new();
@@ -83,15 +88,7 @@ pub async fn poll_keys(
                     && let Some(task) = in_flight.pop_front()
                 {
                     round
-                        .read_chunk(
-                            task,
-                            &pending,
-                            tracked,
-                            config,
-                            now_secs,
-                            &mut polled,
-                            &mut samples,
-                        )
+                        .read_chunk(task, &pending, tracked, &mut polled, &mut samples)
                         .await?;
                 }
             }
@@ -100,15 +97,7 @@ pub async fn poll_keys(
             }
             while let Some(task) = in_flight.pop_front() {
                 round
-                    .read_chunk(
-                        task,
-                        &pending,
-                        tracked,
-                        config,
-                        now_secs,
-                        &mut polled,
-                        &mut samples,
-                    )
+                    .read_chunk(task, &pending, tracked, &mut polled, &mut samples)
                     .await?;
             }
             Ok(())
@@ -202,8 +191,11 @@ impl Replies {
 
 /// One round of a poll: what was asked per key, the replies so far, and
 /// what it decided beyond samples.
-#[derive(Default)]
-struct Round {
+struct Round<'c> {
+    /// The source's config: each key's spec, the age buckets.
+    config: &'c RedisSourceConfig,
+    /// The poll's time, in seconds since the epoch.
+    now_secs: f64,
     /// Whether this is the last round (nothing can be measured again).
     last_round: bool,
     /// Per pending key, in order, the commands it sent.
@@ -218,22 +210,19 @@ struct Round {
     remeasure: Vec<usize>,
 }
 
-impl Round {
+impl Round<'_> {
     /// Receives the replies of `task` and reads every key whose replies
     /// have now all arrived.
-    #[allow(clippy::too_many_arguments)] // two call sites, each value distinct
     async fn read_chunk(
         &mut self,
         task: ChunkTask,
         pending: &[usize],
         tracked: &mut [TrackedKey],
-        config: &RedisSourceConfig,
-        now_secs: f64,
         polled: &mut Polled,
         samples: &mut [Option<QueueSample>],
     ) -> redis::RedisResult<()> {
         self.replies.receive(task).await?;
-        let last_round = self.last_round;
+        let (config, now_secs, last_round) = (self.config, self.now_secs, self.last_round);
         while let Some((plan, &i)) = self.plans.get(self.next).zip(pending.get(self.next)) {
             let Some(r) = self.replies.take(plan.len) else {
                 break;
