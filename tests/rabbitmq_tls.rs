@@ -115,8 +115,10 @@ async fn https_management_and_amqps_work_with_the_ca_and_a_client_certificate_an
         ("https-wrong-ca", "UnknownIssuer"),
         ("amqps-wrong-ca", "UnknownIssuer"),
         ("https-no-cert", "CertificateRequired"),
-        ("amqps-no-cert", "CertificateRequired"),
-        ("amqps-rogue-cert", "alert"),
+        // For amqps: the alert, or (when RabbitMQ's reset wins the race to
+        // the client) the hint naming the client certificate.
+        ("amqps-no-cert", "CertificateRequired|client certificate"),
+        ("amqps-rogue-cert", "alert|client certificate"),
     ];
     let s = poll_until(Duration::from_secs(20), || async {
         let s = exp_scrape(&exp).await;
@@ -148,7 +150,10 @@ async fn https_management_and_amqps_work_with_the_ca_and_a_client_certificate_an
             .unwrap_or_else(|| panic!("no log line for {src}:\n{stderr}"));
         eprintln!("{line}");
         assert!(line.contains("reason=connect"), "{line}");
-        assert!(line.contains(why), "{src}: {why} not in {line}");
+        assert!(
+            why.split('|').any(|w| line.contains(w)),
+            "{src}: {why} not in {line}"
+        );
         assert!(!line.contains("guest:guest"), "{line}");
     }
     // Said once per source, not at every failed poll, and no library

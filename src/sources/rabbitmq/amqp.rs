@@ -261,6 +261,16 @@ async fn open(
     secret: &str,
 ) -> Result<Live, SourceError> {
     let tls = Arc::new(tls_config(config)?);
+    // A server that refuses the client certificate (or requires one) may
+    // reset the connection before its alert is read, since TLS 1.3 ends
+    // the client's handshake first: the error then says what to check.
+    let certificate_hint = matches!(uri.scheme, AMQPScheme::AMQPS).then(|| {
+        if config.tls.cert_file.is_none() {
+            "if it requires a client certificate, set tls.cert_file and tls.key_file"
+        } else {
+            "it may not accept the client certificate in tls.cert_file"
+        }
+    });
     let host = uri.authority.host.clone();
     let port = uri.authority.port;
     let connect_error = |cause: String| SourceError::Connect {
@@ -315,7 +325,18 @@ async fn open(
                 channels: Vec::new(),
             })
         }
-        Ok(Err(e)) => Err(map_error(&e, target, secret)),
+        Ok(Err(e)) => Err(match map_error(&e, target, secret) {
+            SourceError::Connect { target, cause }
+                if let Some(hint) = certificate_hint
+                    && cut_off(&e) =>
+            {
+                SourceError::Connect {
+                    target,
+                    cause: format!("{cause} (the server closed the TLS connection; {hint})"),
+                }
+            }
+            other => other,
+        }),
         // The handshake got no answer (a black hole, a hung broker); the
         // guard ends lapin's attempt rather than leave it waiting.
         Err(_) => Err(SourceError::Timeout(config.timeout)),
@@ -467,6 +488,17 @@ fn soft_code(e: &lapin::Error) -> Option<u16> {
         ErrorKind::ProtocolError(p) if e.is_amqp_soft_error() => Some(p.get_id()),
         _ => None,
     }
+}
+
+/// Whether the connection was cut (reset or closed) rather than refused
+/// with a reason.
+fn cut_off(e: &lapin::Error) -> bool {
+    matches!(e.kind(), ErrorKind::IOError(io) if matches!(
+        io.kind(),
+        std::io::ErrorKind::ConnectionReset
+            | std::io::ErrorKind::UnexpectedEof
+            | std::io::ErrorKind::BrokenPipe
+    ))
 }
 
 /// Maps a lapin error to a reason-labelled [`SourceError`]; the text is
