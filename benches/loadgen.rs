@@ -89,7 +89,9 @@ enum Cmd {
         poll_ms: u64,
     },
     /// The floor of a poll: one LLEN per list and one ZCARD per zset,
-    /// pipelined by a bare client in chunks of 1,000, `runs` times.
+    /// pipelined by a bare client in chunks of 1,000, `runs` times. With
+    /// `--needed`, each zset also gets the two reads a timestamp zset's
+    /// values need (its oldest item, and the count of scheduled items).
     Floor {
         #[arg(long)]
         redis: String,
@@ -103,6 +105,13 @@ enum Cmd {
         zsets: usize,
         #[arg(long, default_value_t = 20)]
         runs: usize,
+        /// Also read each zset's oldest item and scheduled count.
+        #[arg(long)]
+        needed: bool,
+        /// Pause between rounds, in ms (1000: the exporter's poll cadence,
+        /// where Redis's caches are cold for each round as for each poll).
+        #[arg(long, default_value_t = 0)]
+        gap_ms: u64,
     },
     /// Declares `count` classic queues `{prefix}{i}` and publishes
     /// `messages` persistent messages (with a timestamp) to each.
@@ -197,7 +206,17 @@ fn main() {
                 zset_prefix,
                 zsets,
                 runs,
-            } => floor(&redis, &list_prefix, lists, &zset_prefix, zsets, runs).await,
+                needed,
+                gap_ms,
+            } => {
+                let keys = FloorKeys {
+                    list_prefix: &list_prefix,
+                    lists,
+                    zset_prefix: &zset_prefix,
+                    zsets,
+                };
+                floor(&redis, keys, runs, needed, Duration::from_millis(gap_ms)).await
+            }
             Cmd::RabbitSeed {
                 amqp,
                 prefix,
@@ -593,13 +612,25 @@ async fn wait_inactive(client: &mut ExternalScalerClient<Channel>, obj: &ScaledO
     }
 }
 
+/// The keys a floor round reads: `{list_prefix}{i}` and `{zset_prefix}{i}`.
+struct FloorKeys<'a> {
+    list_prefix: &'a str,
+    lists: usize,
+    zset_prefix: &'a str,
+    zsets: usize,
+}
+
 async fn floor(
     url: &str,
-    list_prefix: &str,
-    lists: usize,
-    zset_prefix: &str,
-    zsets: usize,
+    FloorKeys {
+        list_prefix,
+        lists,
+        zset_prefix,
+        zsets,
+    }: FloorKeys<'_>,
     runs: usize,
+    needed: bool,
+    gap: Duration,
 ) -> serde_json::Value {
     let client = redis::Client::open(url).expect("redis url");
     let mut conn = client
@@ -612,20 +643,44 @@ async fn floor(
         .collect();
     let mut times = Vec::new();
     let mut items = 0;
-    for _ in 0..runs {
+    let mut commands = 0;
+    for run in 0..runs {
+        if run > 0 {
+            tokio::time::sleep(gap).await;
+        }
         let t = Instant::now();
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("clock")
+            .as_secs_f64();
         items = 0;
+        commands = 0;
         for chunk in keys.chunks(1000) {
             let mut p = redis::pipe();
             for (k, zset) in chunk {
                 p.cmd(if *zset { "ZCARD" } else { "LLEN" }).arg(k);
+                if *zset && needed {
+                    p.cmd("ZRANGE")
+                        .arg(k)
+                        .arg(0)
+                        .arg(0)
+                        .arg("WITHSCORES")
+                        .ignore();
+                    p.cmd("ZCOUNT")
+                        .arg(k)
+                        .arg(format!("({now:.3}"))
+                        .arg("+inf")
+                        .ignore();
+                    commands += 2;
+                }
+                commands += 1;
             }
             let sizes: Vec<u64> = p.query_async(&mut conn).await.expect("pipeline");
             items += sizes.iter().sum::<u64>();
         }
         times.push(ms(t.elapsed()));
     }
-    json!({"keys": keys.len(), "items": items, "runs_ms": times})
+    json!({"keys": keys.len(), "items": items, "commands": commands, "runs_ms": times})
 }
 
 async fn amqp_connect(url: &str) -> lapin::Connection {

@@ -255,15 +255,17 @@ pub struct QueueSample {
     pub consumer_utilisation: Option<f64>,
     /// Age in seconds of the oldest waiting item; 0 when the queue is known empty.
     pub oldest_age_seconds: Option<f64>,
-    /// Distribution of waiting items' ages (timestamp zsets).
-    pub age_histogram: Option<AgeHistogram>,
+    /// Distribution of waiting items' ages (timestamp zsets). Shared with
+    /// the source's per-key state: between measurements, polls serve the
+    /// last one without copying it.
+    pub age_histogram: Option<Arc<AgeHistogram>>,
     /// Consumer groups (Redis streams).
     pub groups: Vec<GroupSample>,
     /// Cumulative message counters, where the backend keeps them.
     pub counters: Counters,
     /// What a library preset knows about this logical queue (per-state
     /// depths, paused, stalled work); `None` for plain keys and RabbitMQ.
-    pub preset: Option<PresetFacts>,
+    pub preset: Option<Box<PresetFacts>>,
     /// Lifetime totals of jobs processed and failed, where the library keeps
     /// them or `counters:` keys are configured.
     pub jobs: JobTotals,
@@ -761,6 +763,19 @@ mod tests {
             depth: Some(depth),
             ..QueueSample::default()
         }
+    }
+
+    #[test]
+    fn a_queue_sample_stays_small_and_an_optional_one_is_no_larger() {
+        // Every poll builds a list of these beside the published one (10,000
+        // of them at the memory target): rare parts (a preset's facts) are
+        // boxed and the age histogram is shared with the source's state.
+        let size = std::mem::size_of::<QueueSample>();
+        eprintln!("QueueSample: {size} bytes");
+        assert!(size <= 376, "QueueSample grew to {size} bytes");
+        // The Redis poll collects `Vec<Option<QueueSample>>` into
+        // `Vec<QueueSample>` in place, which needs the same layout.
+        assert_eq!(std::mem::size_of::<Option<QueueSample>>(), size);
     }
 
     #[test]

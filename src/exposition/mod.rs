@@ -177,6 +177,15 @@ impl EncodedPart {
         }
     }
 
+    /// A part for gzip scrapes alone: deflated as it was encoded, no text.
+    fn deflated_only(deflated: Option<gzip::Deflated>) -> Self {
+        EncodedPart {
+            text: Mutex::new(None),
+            deflated: std::sync::OnceLock::from(deflated),
+            deflating: AtomicBool::new(true),
+        }
+    }
+
     /// The text, unless it was dropped after deflating.
     fn text(&self) -> Option<Bytes> {
         // A poisoned lock still holds a valid `Option`.
@@ -218,7 +227,7 @@ impl Exposition {
             // Dropped by a gzip scrape between our lookup and now; encoding
             // once more is rare (only right after gzip-only scraping).
             None => self
-                .encode_part(format, self.hub.epoch())?
+                .encode_part(format, self.hub.epoch(), true)?
                 .text()
                 .unwrap_or_default(),
         };
@@ -314,7 +323,7 @@ impl Exposition {
                 }
                 // Another scrape encodes this epoch, but its part would come
                 // too late for us: encode our own (rare, see `render`).
-                _ if s.encoding => return self.encode_part(format, epoch),
+                _ if s.encoding => return self.encode_part(format, epoch, need_text),
                 _ => s.encoding = true,
             }
         }
@@ -322,19 +331,32 @@ impl Exposition {
             cache: &self.cache,
             slot,
         };
-        let part = self.encode_part(format, epoch);
+        let part = self.encode_part(format, epoch, need_text);
         drop(guard);
         part
     }
 
     /// Encodes the snapshot part of `epoch` and caches it unless a newer
-    /// one is cached.
-    fn encode_part(&self, format: Format, epoch: u64) -> Result<Arc<EncodedPart>, EncodeError> {
+    /// one is cached. Without `need_text`, and with no plain scrape of
+    /// `format` lately, the text is deflated while it is encoded and never
+    /// held whole.
+    fn encode_part(
+        &self,
+        format: Format,
+        epoch: u64,
+        need_text: bool,
+    ) -> Result<Arc<EncodedPart>, EncodeError> {
         let slot = slot_of(format);
-        let hint = self.last_len[slot].load(Ordering::Relaxed);
-        let text = encode_snapshots(&self.hub, format, hint)?;
-        self.last_len[slot].store(text.len(), Ordering::Relaxed);
-        let part = Arc::new(EncodedPart::new(text));
+        let part = if need_text || self.plain_lately(format) {
+            let hint = self.last_len[slot].load(Ordering::Relaxed);
+            let text = encode_snapshots(&self.hub, format, hint)?;
+            self.last_len[slot].store(text.len(), Ordering::Relaxed);
+            Arc::new(EncodedPart::new(text))
+        } else {
+            let (deflated, len) = encode_snapshots_deflated(&self.hub, format)?;
+            self.last_len[slot].store(len, Ordering::Relaxed);
+            Arc::new(EncodedPart::deflated_only(deflated))
+        };
         let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
         let s = &mut cache[slot];
         if s.part.as_ref().is_none_or(|(e, _)| *e <= epoch) {
@@ -382,13 +404,8 @@ pub fn encode_snapshots(
     format: Format,
     size_hint: usize,
 ) -> Result<String, EncodeError> {
-    let mut registry = Registry::default();
-    registry.register_collector(Box::new(SnapshotCollector {
-        snapshots: hub.snapshots(),
-        format,
-    }));
     let mut out = Finisher::new(format, size_hint + size_hint / 32);
-    prometheus_client::encoding::text::encode_registry(&mut out, &registry)?;
+    encode_into(hub, format, &mut out)?;
     let mut text = out.into_text();
     // A hint that was too large (queues went away) would otherwise stay
     // allocated with the cached part until the next encode.
@@ -397,6 +414,34 @@ pub fn encode_snapshots(
     }
     Ok(text)
 }
+
+/// Encodes every snapshot of `hub` like [`encode_snapshots`], deflating
+/// the text as it is written; returns the deflated part (`None` if the
+/// compressor failed) and the text's length.
+pub fn encode_snapshots_deflated(
+    hub: &Hub,
+    format: Format,
+) -> Result<(Option<gzip::Deflated>, usize), EncodeError> {
+    let mut out = Finisher::new(format, SPILL_AT + SPILL_AT / 4);
+    out.stream = Some(gzip::DeflateStream::new(SPILL_AT));
+    encode_into(hub, format, &mut out)?;
+    Ok(out.into_deflated())
+}
+
+/// Registers `hub`'s snapshots as one collector and encodes them into `out`.
+fn encode_into(hub: &Hub, format: Format, out: &mut Finisher) -> Result<(), EncodeError> {
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(SnapshotCollector {
+        snapshots: hub.snapshots(),
+        format,
+    }));
+    prometheus_client::encoding::text::encode_registry(out, &registry)?;
+    Ok(())
+}
+
+/// Text held before it is fed to a [`gzip::DeflateStream`]: large enough
+/// that the compressor works on whole runs of lines, small beside the text.
+const SPILL_AT: usize = 64 * 1024;
 
 /// Adapts `prometheus-client` OpenMetrics output (without `# EOF`) to `format`.
 pub fn finish(om: &str, format: Format) -> String {
@@ -418,8 +463,11 @@ pub fn finish(om: &str, format: Format) -> String {
 struct Finisher {
     /// The target format.
     format: Format,
-    /// The finished text.
+    /// The finished text (with `stream`, only what was not yet deflated).
     out: String,
+    /// Where finished text goes once `out` holds [`SPILL_AT`] bytes, for an
+    /// encode that only gzip scrapes need.
+    stream: Option<gzip::DeflateStream>,
     /// The line being written, until its newline.
     line: String,
     /// A classic `# HELP` line's text, held until its `# TYPE` line names
@@ -439,6 +487,7 @@ impl Finisher {
         Finisher {
             format,
             out: String::with_capacity(capacity),
+            stream: None,
             line: String::with_capacity(256),
             pending_help: None,
             hist_type: format!("# TYPE {AGE_HISTOGRAM} histogram"),
@@ -449,11 +498,40 @@ impl Finisher {
 
     /// The finished text; a last line without a newline is finished too.
     fn into_text(mut self) -> String {
+        self.end_line();
+        self.out
+    }
+
+    /// The finished text deflated (`None` if the compressor failed), and
+    /// its length; for a finisher made with a `stream`.
+    fn into_deflated(mut self) -> (Option<gzip::Deflated>, usize) {
+        self.end_line();
+        let Some(mut stream) = self.stream.take() else {
+            let len = self.out.len();
+            return (gzip::Deflated::new(self.out.as_bytes()), len);
+        };
+        let written = stream.write(self.out.as_bytes());
+        let len = stream.len();
+        (written.and_then(|()| stream.finish()), len)
+    }
+
+    /// Finishes a last line that has no newline.
+    fn end_line(&mut self) {
         if !self.line.is_empty() {
             let line = std::mem::take(&mut self.line);
             self.push_line(&line);
         }
-        self.out
+    }
+
+    /// Feeds the finished text to the stream once there is enough of it.
+    fn spill(&mut self) {
+        if let Some(stream) = &mut self.stream
+            && self.out.len() >= SPILL_AT
+        {
+            // A failed compressor remembers it and `into_deflated` says so.
+            let _ = stream.write(self.out.as_bytes());
+            self.out.clear();
+        }
     }
 
     /// Converts one complete line (without its newline) into `out`.
@@ -522,6 +600,7 @@ impl std::fmt::Write for Finisher {
             s = &rest[1..];
         }
         self.line.push_str(s);
+        self.spill();
         Ok(())
     }
 }
@@ -588,6 +667,43 @@ mod tests {
         exposition.render_gzip(Format::Classic).unwrap().unwrap();
         let part = exposition.cache.lock().unwrap()[1].part.clone().unwrap().1;
         assert!(part.deflated.get().is_some() && part.text().is_some());
+    }
+
+    #[test]
+    fn a_part_deflated_while_encoding_reads_the_same_as_the_plain_text() {
+        // Enough queues that the text spills into the compressor many times,
+        // with names that need escaping, in both formats.
+        let (exposition, publisher) = one_source();
+        let mut snapshot = Snapshot::initial("s", SourceKind::Redis, INTERVAL);
+        snapshot.up = true;
+        snapshot.polled = true;
+        snapshot.queues = Arc::new(
+            (0..3000)
+                .map(|i| crate::snapshot::QueueSample {
+                    depth: Some(i),
+                    ready: Some(i / 2),
+                    oldest_age_seconds: Some(i as f64 / 8.0),
+                    ..crate::snapshot::QueueSample::named(format!("q\"{i}\n\\{i}"))
+                })
+                .collect(),
+        );
+        publisher.publish(snapshot);
+        for format in [Format::Classic, Format::OpenMetrics] {
+            let gz = gunzip(&exposition.render_gzip(format).unwrap().unwrap());
+            let part = exposition.cache.lock().unwrap()[slot_of(format)]
+                .part
+                .clone()
+                .unwrap()
+                .1;
+            assert!(part.text().is_none(), "gzip-only: no text was kept");
+            assert!(gz.len() > 4 * SPILL_AT, "spilled: {} bytes", gz.len());
+            let plain = encode_snapshots(&exposition.hub, format, 0).unwrap();
+            assert_eq!(strip_live(&gz), plain);
+            assert_eq!(
+                exposition.last_len[slot_of(format)].load(Ordering::Relaxed),
+                plain.len()
+            );
+        }
     }
 
     /// The snapshot part of a body: what comes before the live process

