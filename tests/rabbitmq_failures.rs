@@ -356,7 +356,7 @@ async fn a_queue_named_oddly_and_a_string_where_a_number_belongs() {
     assert_eq!(weird.depth, None);
     assert_eq!(weird.ready, Some(1));
     assert_eq!(weird.state.as_deref(), Some("flow"));
-    assert!(weird.counters.is_empty());
+    assert!(weird.counters().is_empty());
     assert_eq!(out.stats.queues_per_vhost.get("a/b c"), Some(&1));
 }
 

@@ -245,25 +245,25 @@ impl SnapshotCollector {
             enc,
             "queue_messages_published",
             "Messages published to the queue (RabbitMQ publish, Redis stream entries-added)",
-            |q| q.counters.published,
+            |q| q.counters().published,
         )?;
         self.queue_counter(
             enc,
             "queue_messages_delivered",
             "Messages delivered to consumers (RabbitMQ deliver_get)",
-            |q| q.counters.delivered,
+            |q| q.counters().delivered,
         )?;
         self.queue_counter(
             enc,
             "queue_messages_acknowledged",
             "Messages acknowledged by consumers",
-            |q| q.counters.acknowledged,
+            |q| q.counters().acknowledged,
         )?;
         self.queue_counter(
             enc,
             "queue_messages_redelivered",
             "Messages delivered again after a reject or a lost consumer",
-            |q| q.counters.redelivered,
+            |q| q.counters().redelivered,
         )?;
         self.queue_counter(
             enc,

@@ -868,10 +868,10 @@ mod tests {
             ],
             ..QueueSample::named("s")
         };
-        stream.counters = Counters {
+        stream.set_counters(Counters {
             published: Some(100),
             ..Counters::default()
-        };
+        });
         let mut snapshot = Snapshot::initial("main", SourceKind::Redis, Duration::from_secs(1));
         snapshot.last_success = Some(now);
         snapshot.queues = Arc::new(vec![stream]);

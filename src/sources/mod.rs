@@ -212,8 +212,8 @@ pub async fn poll_once<S: Source>(
 fn counter_point(at: SystemTime, queues: &[QueueSample]) -> CounterPoint {
     let counters: HashMap<_, _> = queues
         .iter()
-        .filter(|q| !q.counters.is_empty())
-        .map(|q| (q.id(), q.counters))
+        .filter(|q| !q.counters().is_empty())
+        .map(|q| (q.id(), q.counters()))
         .collect();
     CounterPoint { at, counters }
 }

@@ -350,7 +350,7 @@ impl ApiQueue {
             RabbitStats::Full => self.head_message_timestamp,
             RabbitStats::Totals => HeadTimestamp::Absent,
         };
-        QueueSample {
+        let mut q = QueueSample {
             oldest_age_seconds: sample::oldest_age(head, self.messages_ready, now),
             queue_type: self.queue_type.as_deref().map(sample::queue_type),
             state: self.state,
@@ -359,11 +359,12 @@ impl ApiQueue {
             unacked: self.messages_unacknowledged,
             consumers: self.consumers,
             consumer_utilisation: self.consumer_utilisation.filter(|u| u.is_finite()),
-            counters,
             vhost: Some(self.vhost),
             name: self.name,
             ..QueueSample::default()
-        }
+        };
+        q.set_counters(counters);
+        q
     }
 }
 
@@ -438,15 +439,15 @@ mod tests {
         assert_eq!(q[0].depth, Some(3));
         assert_eq!(q[0].unacked, Some(1));
         assert_eq!(q[0].consumer_utilisation, Some(0.5));
-        assert_eq!(q[0].counters.published, Some(10));
-        assert_eq!(q[0].counters.acknowledged, None);
+        assert_eq!(q[0].counters().published, Some(10));
+        assert_eq!(q[0].counters().acknowledged, None);
         // Head message without a timestamp property: age unknown.
         assert_eq!(q[0].oldest_age_seconds, None);
         assert_eq!(q[0].vhost.as_deref(), Some("/"));
         // Quorum queue before its first stats emission: nothing known, no zeros.
         assert_eq!(q[1].depth, None);
         assert_eq!(q[1].ready, None);
-        assert!(q[1].counters.is_empty());
+        assert!(q[1].counters().is_empty());
         assert_eq!(q[1].queue_type.as_ref().map(|k| k.as_str()), Some("quorum"));
         // Empty classic queue: age 0.
         assert_eq!(q[2].oldest_age_seconds, Some(0.0));

@@ -437,10 +437,10 @@ impl<'f> Parser<'f> {
             Field::Consumers => q.consumers = count,
             Field::Utilisation => q.consumer_utilisation = value.is_finite().then_some(value),
             Field::Head => self.heads[i] = Some(value),
-            Field::Delivered => add(&mut q.counters.delivered),
-            Field::Acked => add(&mut q.counters.acknowledged),
-            Field::Redelivered => add(&mut q.counters.redelivered),
-            Field::Published => add(&mut q.counters.published),
+            Field::Delivered => add(&mut q.counters_mut().delivered),
+            Field::Acked => add(&mut q.counters_mut().acknowledged),
+            Field::Redelivered => add(&mut q.counters_mut().redelivered),
+            Field::Published => add(&mut q.counters_mut().published),
             Field::Identity => {}
         }
     }
@@ -658,10 +658,12 @@ fn merge(into: &mut QueueSample, other: QueueSample) {
     pick(&mut into.consumers, other.consumers);
     pick(&mut into.consumer_utilisation, other.consumer_utilisation);
     pick(&mut into.oldest_age_seconds, other.oldest_age_seconds);
-    pick(&mut into.counters.published, other.counters.published);
-    pick(&mut into.counters.delivered, other.counters.delivered);
-    pick(&mut into.counters.acknowledged, other.counters.acknowledged);
-    pick(&mut into.counters.redelivered, other.counters.redelivered);
+    let (mut counters, theirs) = (into.counters(), other.counters());
+    pick(&mut counters.published, theirs.published);
+    pick(&mut counters.delivered, theirs.delivered);
+    pick(&mut counters.acknowledged, theirs.acknowledged);
+    pick(&mut counters.redelivered, theirs.redelivered);
+    into.set_counters(counters);
 }
 
 #[cfg(test)]
@@ -718,8 +720,8 @@ rabbitmq_identity_info{rabbitmq_node="rabbit@localhost"} 1
         assert_eq!(node.queues.len(), 2);
         let q = find(&node, "/", "a,b=c");
         assert_eq!((q.depth, q.ready, q.unacked), (Some(7), Some(5), Some(2)));
-        assert_eq!(q.counters.published, Some(7));
-        assert_eq!(q.counters.delivered, None);
+        assert_eq!(q.counters().published, Some(7));
+        assert_eq!(q.counters().delivered, None);
         assert_eq!(q.oldest_age_seconds, Some(100.0));
         assert_eq!(q.consumers, None);
         let q = find(&node, "v w/x", "q");
@@ -834,7 +836,7 @@ rabbitmq_identity_info{rabbitmq_node="rabbit@localhost"} 1
         assert_eq!(a.oldest_age_seconds, None);
         let b = find(&node, "v", "b");
         assert_eq!(b.consumer_utilisation, Some(0.25));
-        assert_eq!(b.counters.acknowledged, Some(9));
+        assert_eq!(b.counters().acknowledged, Some(9));
         assert_eq!(b.unacked, None);
     }
 

@@ -603,10 +603,10 @@ fn missing(key: &TrackedKey, spec: &QueueSpec, age_buckets: &[std::time::Duratio
 fn read_stream(s: &mut QueueSample, r: &[Value]) {
     if let Some(info) = r.first().and_then(reply::as_pairs) {
         s.depth = reply::field(&info, "length").and_then(reply::as_u64);
-        s.counters = Counters {
+        s.set_counters(Counters {
             published: reply::field(&info, "entries-added").and_then(reply::as_u64),
             ..Counters::default()
-        };
+        });
     }
     if let Some(groups) = r.get(1).and_then(reply::as_array) {
         for g in groups {
