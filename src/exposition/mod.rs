@@ -313,19 +313,35 @@ impl Exposition {
         // the newer data is cached under the older epoch and simply re-encoded
         // on the next scrape.
         let epoch = self.hub.epoch();
-        if let Ok(mut cache) = self.cache.lock() {
-            let s = &mut cache[slot];
-            match &s.part {
-                Some((e, part))
-                    if (*e == epoch || s.encoding) && (!need_text || part.text().is_some()) =>
-                {
-                    return Ok(part.clone());
+        // Decide under the cache lock, act after releasing it: encoding
+        // takes the lock again to store its part, and a std mutex held
+        // across that call deadlocked the scrape, then every later one
+        // (each on a blocking thread, until the pool of 512 was full).
+        let leader = match self.cache.lock() {
+            Ok(mut cache) => {
+                let s = &mut cache[slot];
+                match &s.part {
+                    Some((e, part))
+                        if (*e == epoch || s.encoding) && (!need_text || part.text().is_some()) =>
+                    {
+                        return Ok(part.clone());
+                    }
+                    // Another scrape encodes this epoch, but its part would
+                    // come too late for us: encode our own (rare: the first
+                    // scrapes of a process, or a plain scrape just after
+                    // gzip-only scraping dropped the text; see `render`).
+                    _ if s.encoding => false,
+                    _ => {
+                        s.encoding = true;
+                        true
+                    }
                 }
-                // Another scrape encodes this epoch, but its part would come
-                // too late for us: encode our own (rare, see `render`).
-                _ if s.encoding => return self.encode_part(format, epoch, need_text),
-                _ => s.encoding = true,
             }
+            // A poisoned lock: encode without the one-encoder flag.
+            Err(_) => true,
+        };
+        if !leader {
+            return self.encode_part(format, epoch, need_text);
         }
         let guard = Encoding {
             cache: &self.cache,
@@ -644,6 +660,31 @@ mod tests {
         // The other format has its own slot.
         let om = exposition.snapshot_part(Format::OpenMetrics, true).unwrap();
         assert!(!Arc::ptr_eq(&om, &after));
+    }
+
+    #[test]
+    fn a_scrape_while_the_first_encode_runs_encodes_its_own_without_deadlock() {
+        let (exposition, publisher) = one_source();
+        publisher.publish(Snapshot::initial("s", SourceKind::Redis, INTERVAL));
+        // The first encode of the process is under way: nothing is cached yet.
+        exposition.cache.lock().unwrap()[1].encoding = true;
+        let exposition = Arc::new(exposition);
+        let (done, finished) = std::sync::mpsc::channel();
+        let scraper = exposition.clone();
+        std::thread::spawn(move || {
+            let plain = scraper.render_text(Format::Classic).map(|t| t.len());
+            let gzip = scraper.render_gzip(Format::Classic).map(|g| g.is_some());
+            let _ = done.send((plain, gzip));
+        });
+        // Before the fix this scrape held the cache lock while encoding,
+        // which takes it again: it never returned, nor did any after it.
+        let (plain, gzip) = finished
+            .recv_timeout(Duration::from_secs(20))
+            .expect("a scrape during another's encode returned");
+        assert!(plain.unwrap() > 0);
+        assert!(gzip.unwrap());
+        // The other scrape still owns the flag, and the cache still answers.
+        assert!(exposition.cache.lock().unwrap()[1].encoding);
     }
 
     #[test]
