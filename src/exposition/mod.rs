@@ -522,10 +522,10 @@ impl Finisher {
     /// its length; for a finisher made with a `stream`.
     fn into_deflated(mut self) -> (Option<gzip::Deflated>, usize) {
         self.end_line();
-        let Some(mut stream) = self.stream.take() else {
-            let len = self.out.len();
-            return (gzip::Deflated::new(self.out.as_bytes()), len);
-        };
+        let mut stream = self
+            .stream
+            .take()
+            .unwrap_or_else(|| gzip::DeflateStream::new(self.out.len() / 16 + 64));
         let written = stream.write(self.out.as_bytes());
         let len = stream.len();
         (written.and_then(|()| stream.finish()), len)
