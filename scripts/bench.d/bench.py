@@ -497,12 +497,21 @@ def scrape_costs(exp, source, n):
     return {k: dict(first_ms=f, again_ms=a, bytes=size.get(k)) for k, (f, a) in out.items()}
 
 
+# The longest any one loadgen run may take (the 200k-key seed is the slowest).
+LOADGEN_TIMEOUT_S = 1200
+# The longest a `once` may take.
+ONCE_TIMEOUT_S = 300
+
+
 def loadgen(args, *cmd, server=None):
     """Runs a loadgen subcommand; adds the CPU seconds it used (client_cpu_s)
     and, given the server's pid, the CPU seconds the server used meanwhile."""
     r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     s0 = proc_cpu(server) if server else None
-    out = subprocess.run([args.loadgen, *map(str, cmd)], capture_output=True, text=True)
+    # A deadline, so a blocked broker (a RabbitMQ disk or memory alarm holds
+    # publishers forever) fails the scenario instead of stalling the run.
+    out = subprocess.run([args.loadgen, *map(str, cmd)], capture_output=True, text=True,
+                         timeout=LOADGEN_TIMEOUT_S)
     r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     if out.returncode != 0:
         raise RuntimeError(f"loadgen {cmd[0]} failed: {out.stderr[-3000:]}")
@@ -556,7 +565,22 @@ class Vhost:
         return f"amqp://guest:guest@127.0.0.1:5672/{self.enc}"
 
     def delete(self):
-        rabbit("DELETE", f"/vhosts/{self.enc}")
+        """Deletes the vhost and waits until it is gone: deleting thousands of
+        queues keeps RabbitMQ busy, and the next scenario must not measure
+        that."""
+        try:
+            rabbit("DELETE", f"/vhosts/{self.enc}", timeout=300)
+        except OSError as e:
+            log(f"deleting vhost {self.name}: {e}")
+        deadline = time.time() + 300
+        while time.time() < deadline:
+            try:
+                if rabbit("GET", f"/vhosts/{self.enc}", timeout=30)[0] == 404:
+                    return
+            except OSError:
+                pass
+            time.sleep(1)
+        log(f"vhost {self.name} still there after 300 s")
 
     def wait_stats(self, queues, timeout=180):
         """Until the management stats have every queue with its message."""
@@ -618,7 +642,7 @@ POLL_GAP_S = 1.0
 def curl_times(urls, auth=True):
     """One curl process GETs `urls` in order on one connection; returns the
     total time (ms) and bytes, from curl's own timers."""
-    cmd = ["curl", "-s", "-w", "%{time_total} %{size_download} %{http_code}\\n"]
+    cmd = ["curl", "-s", "--max-time", "120", "-w", "%{time_total} %{size_download} %{http_code}\\n"]
     if auth:
         cmd += ["-u", "guest:guest"]
     for u in urls:
@@ -866,7 +890,8 @@ class Bench:
         for _ in range(p["once_runs"]):
             cs0 = a.commandstats()
             t = time.perf_counter()
-            out = subprocess.run([self.args.bin, "once", "--config", cfg], capture_output=True)
+            out = subprocess.run([self.args.bin, "once", "--config", cfg], capture_output=True,
+                                 timeout=ONCE_TIMEOUT_S)
             ms = (time.perf_counter() - t) * 1000
             if out.returncode != 0:
                 raise RuntimeError(f"once failed: {out.stderr.decode()[-2000:]}")
@@ -980,7 +1005,7 @@ class Bench:
                 f.write("listen: { grpc: null }\n" + body)
             cs0 = a.commandstats()
             t = time.perf_counter()
-            out = subprocess.run([self.args.bin, "once", "--config", cfg],
+            out = subprocess.run([self.args.bin, "once", "--config", cfg], timeout=ONCE_TIMEOUT_S,
                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
             once_ms = (time.perf_counter() - t) * 1000
             once_usec = total(stats_delta(cs0, a.commandstats()))[1]
@@ -1063,7 +1088,7 @@ class Bench:
                 cfg = os.path.join(self.work, f"rabbit-{method}.yaml")
                 with open(cfg, "w") as f:
                     f.write("listen: { grpc: null }\n" + body(proxy.url))
-                out = subprocess.run([self.args.bin, "once", "--config", cfg],
+                out = subprocess.run([self.args.bin, "once", "--config", cfg], timeout=ONCE_TIMEOUT_S,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
                 proxy.close()
                 if out.returncode != 0:
