@@ -681,7 +681,7 @@ struct Live {
     stop: Arc<AtomicBool>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
     redis_thread: Option<std::thread::JoinHandle<()>>,
-    _prometheus: KillOnDrop,
+    _prometheus: support::Prometheus,
     exporter: KillOnDrop,
     exporter_log: PathBuf,
     _vhost: RabbitVhost,
@@ -759,40 +759,16 @@ sources:
         tasks.push(tokio::spawn(scaler_activity(grpc_addr, v, s)));
 
         // Prometheus, scraping every second.
-        let prom_port = free_port();
-        let prom_config = dir.path().join("prometheus.yml");
-        std::fs::write(
-            &prom_config,
-            format!(
-                "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  - job_name: queue-exporter\n    static_configs:\n      - targets: [\"127.0.0.1:{http}\"]\n"
+        let prometheus = support::Prometheus::start(
+            dir.path(),
+            &format!(
+                "  - job_name: queue-exporter\n    static_configs:\n      - targets: [\"127.0.0.1:{http}\"]\n"
             ),
         )
-        .unwrap();
-        let prometheus = KillOnDrop(
-            Command::new("prometheus")
-                .args([
-                    &format!("--config.file={}", prom_config.display()),
-                    &format!("--storage.tsdb.path={}", dir.path().join("tsdb").display()),
-                    &format!("--web.listen-address=127.0.0.1:{prom_port}"),
-                    "--storage.tsdb.retention.time=1h",
-                ])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("prometheus must be installed (scripts/setup-services: apt-get install prometheus)"),
-        );
-        let prometheus_url = format!("http://127.0.0.1:{prom_port}");
-        support::wait_for("Prometheus /-/ready", Duration::from_secs(30), || {
-            let url = format!("{prometheus_url}/-/ready");
-            async move {
-                let r = reqwest::get(&url).await.ok()?;
-                r.status().is_success().then_some(())
-            }
-        })
         .await;
 
         Live {
-            prometheus_url,
+            prometheus_url: prometheus.url.clone(),
             stop,
             tasks,
             redis_thread: Some(redis_thread),

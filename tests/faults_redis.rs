@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use reliability_support::*;
 use scaler_common::{Answer, Observer, Scraped, up_runs, wall};
-use support::{SilentServer, sample};
+use support::{RedisServer, SilentServer, poll_until, sample};
 use tonic::Code;
 
 const POLL: f64 = 0.2;
@@ -35,7 +35,7 @@ fn one_redis_source(url: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_killed_and_restarted_goes_up_down_up_never_stale_and_right_within_2s() {
-    let mut redis = PrivateRedis::persistent();
+    let mut redis = RedisServer::persistent();
     redis.run::<()>(&[b"RPUSH", b"work", b"a", b"b", b"c"]);
     let exp = Exporter::start(&one_redis_source(&redis.url), &[], &[]).await;
     let obs = Observer::start(&exp.base, exp.grpc, "main", "work").await;
@@ -49,7 +49,7 @@ async fn redis_killed_and_restarted_goes_up_down_up_never_stale_and_right_within
 
     // SIGKILL.
     let killed = Instant::now();
-    redis.kill();
+    redis.stop();
     let down = obs
         .wait_scrape(killed, Duration::from_secs(10), "source_up 0", |s| {
             s.up == Some(0.0)
@@ -174,7 +174,7 @@ async fn redis_killed_and_restarted_goes_up_down_up_never_stale_and_right_within
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frozen_redis_times_out_is_shown_down_and_recovers_within_2s_of_thawing() {
-    let redis = PrivateRedis::start(&[]);
+    let redis = RedisServer::start();
     redis.run::<()>(&[b"RPUSH", b"work", b"a", b"b"]);
     let yaml = one_redis_source(&redis.url).replace("timeout: 1s", "timeout: 500ms");
     let exp = Exporter::start(&yaml, &[], &[]).await;
@@ -254,9 +254,9 @@ async fn dribbling_http() -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hung_or_crawling_source_never_delays_another_sources_polls_or_readers() {
-    let good = PrivateRedis::start(&[]);
+    let good = RedisServer::start();
     good.run::<()>(&[b"RPUSH", b"work", b"a", b"b"]);
-    let frozen = PrivateRedis::start(&[]);
+    let frozen = RedisServer::start();
     frozen.run::<()>(&[b"RPUSH", b"work", b"a"]);
     let silent = SilentServer::start();
     let black_hole = SilentServer::start();

@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use reliability_support::*;
-use support::sample;
+use support::{RedisServer, poll_until, sample};
 
 fn now() -> f64 {
     SystemTime::now()
@@ -50,7 +50,7 @@ fn depth_queues(body: &str) -> BTreeSet<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_key_that_changes_type_between_polls_is_always_reported_as_what_it_is() {
-    let redis = PrivateRedis::start(&[]);
+    let redis = RedisServer::start();
     // Discovery only at start: re-typing must happen in the polls.
     let exp = Exporter::start(
         &redis_source(
@@ -203,7 +203,7 @@ async fn a_key_that_changes_type_between_polls_is_always_reported_as_what_it_is(
 }
 
 /// Writes `n` lists `jobs:{i:05}` in a shuffled order, 5,000 per pipeline.
-fn fill_jobs(redis: &PrivateRedis, n: usize) {
+fn fill_jobs(redis: &RedisServer, n: usize) {
     let mut order: Vec<usize> = (0..n).collect();
     // A fixed shuffle (LCG), so the keys are not written in sorted order.
     let mut x: u64 = 12345;
@@ -236,7 +236,7 @@ const CAPPED: &str = "    poll_interval: 500ms\n    discovery_interval: 1s\n    
 
 /// Runs an exporter until it tracks 10,000 keys; returns it, the body and
 /// the first poll's duration (discovery included).
-async fn capped_exporter(redis: &PrivateRedis) -> (Exporter, String, f64) {
+async fn capped_exporter(redis: &RedisServer) -> (Exporter, String, f64) {
     let exp = Exporter::start(
         &redis_source(&redis.url, CAPPED, "      - pattern: \"jobs:*\"\n"),
         &[],
@@ -257,7 +257,7 @@ async fn capped_exporter(redis: &PrivateRedis) -> (Exporter, String, f64) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fifty_thousand_keys_over_max_keys_are_capped_counted_logged_once_and_kept_deterministically()
  {
-    let redis = PrivateRedis::start(&[]);
+    let redis = RedisServer::start();
     fill_jobs(&redis, 50_000);
     let (exp, body, first_poll) = capped_exporter(&redis).await;
     assert_eq!(series(&body, "queue_exporter_dropped_keys"), Some(40000.0));
@@ -310,7 +310,7 @@ async fn fifty_thousand_keys_over_max_keys_are_capped_counted_logged_once_and_ke
 }
 
 /// `INFO commandstats` of `redis` as (command → (calls, usec_per_call)).
-fn commandstats(redis: &PrivateRedis) -> std::collections::HashMap<String, (u64, f64)> {
+fn commandstats(redis: &RedisServer) -> std::collections::HashMap<String, (u64, f64)> {
     let info: String = redis::cmd("INFO")
         .arg("commandstats")
         .query(&mut redis.conn())
@@ -333,7 +333,7 @@ fn commandstats(redis: &PrivateRedis) -> std::collections::HashMap<String, (u64,
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_million_key_keyspace_is_discovered_in_bounded_scan_steps() {
-    let redis = PrivateRedis::start(&["--enable-debug-command", "yes"]);
+    let redis = RedisServer::start_with(&["--enable-debug-command", "yes"]);
     redis.run::<()>(&[b"DEBUG", b"POPULATE", b"1000000", b"filler", b"8"]);
     fill_jobs(&redis, 1000);
     redis.run::<()>(&[b"CONFIG", b"RESETSTAT"]);
@@ -390,7 +390,7 @@ const ITEM: usize = 8 * 1024 * 1024;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_huge_head_item_has_no_age_is_counted_and_does_no_harm() {
-    let redis = PrivateRedis::start(&[]);
+    let redis = RedisServer::start();
     let t = now() - 100.0;
     redis.run::<()>(&[b"RPUSH", b"big", &huge_item(t, ITEM), b"newer"]);
     redis.run::<()>(&[b"RPUSH", b"small", format!("{t}").as_bytes()]);
@@ -483,7 +483,7 @@ async fn a_huge_head_item_has_no_age_is_counted_and_does_no_harm() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn huge_list_items_cost_a_bounded_read_per_poll() {
-    let redis = PrivateRedis::start(&[]);
+    let redis = RedisServer::start();
     redis.run::<()>(&[b"RPUSH", b"big", &huge_item(now() - 100.0, ITEM)]);
     let exp = Exporter::start(
         &redis_source(
@@ -518,7 +518,7 @@ async fn huge_list_items_cost_a_bounded_read_per_poll() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unreadable_timestamps_have_no_age_and_are_counted_on_every_poll() {
-    let redis = PrivateRedis::start(&[]);
+    let redis = RedisServer::start();
     let deep = format!("{}1{}", "[".repeat(200_000), "]".repeat(200_000));
     let deep_field = format!("{{\"at\":{}}}", "[".repeat(200_000));
     let huge_digits = "9".repeat(100_000);
@@ -772,7 +772,7 @@ const HOSTILE: &[(&str, &str, &str, Option<u64>, &str)] = &[
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostile_http_answers_are_counted_errors_with_bounded_memory() {
     let base = raw_http_server(Arc::new(|path, sock| Box::pin(hostile(path, sock)))).await;
-    let redis = PrivateRedis::start(&[]);
+    let redis = RedisServer::start();
     redis.run::<()>(&[b"RPUSH", b"work", b"a", b"b"]);
     let mut yaml = format!(
         "sources:\n  - name: redis\n    type: redis\n    url: {}\n    poll_interval: 100ms\n    queues: [{{ key: work }}]\n",

@@ -19,8 +19,8 @@ mod tls_support;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use reliability_support::{Exporter, poll_until, run_bin, run_bin_for, secret};
-use support::{KillOnDrop, RedisServer, Scrape, free_port, pct, wait_for, write_file};
+use reliability_support::{Exporter, run_bin, run_bin_for, secret};
+use support::{RedisServer, Scrape, pct, poll_until, wait_for, write_file};
 use tls_support::{Pki, PkiFiles, make_pki};
 
 /// A Redis source over a private plain Redis with `work-queue` at `depth`.
@@ -457,32 +457,16 @@ async fn prometheus_scrapes_over_https_with_basic_auth_and_a_client_certificate(
             port = e.http_port,
         )
     };
-    let prom_config = write_file(
-        &dir,
-        "prometheus.yml",
+    let prometheus = support::Prometheus::start(
+        dir.path(),
         &format!(
-            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n{}{}",
+            "{}{}",
             job("qe", &password_file),
             job("qe-wrong-password", &wrong_file)
         ),
-    );
-    let prom_port = free_port();
-    let _prometheus = KillOnDrop(
-        Command::new("prometheus")
-            .args([
-                &format!("--config.file={}", prom_config.display()),
-                &format!("--storage.tsdb.path={}", dir.path().join("tsdb").display()),
-                &format!("--web.listen-address=127.0.0.1:{prom_port}"),
-                "--storage.tsdb.retention.time=1h",
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect(
-                "prometheus must be installed (scripts/setup-services: apt-get install prometheus)",
-            ),
-    );
-    let prom = format!("http://127.0.0.1:{prom_port}");
+    )
+    .await;
+    let prom = prometheus.url.clone();
     let expectations = [
         (r#"up{job="qe"}"#, 1.0, 90),
         (r#"queue_depth{job="qe",queue="work-queue"}"#, 3.0, 30),

@@ -44,7 +44,7 @@ fn counted_errors(body: &str) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_whole_redis_side_runs_under_minus_all_plus_read_plus_connection() {
-    let redis = PrivateRedis::start(&[]);
+    let redis = RedisServer::start();
     redis.run::<()>(&[
         b"ACL",
         b"SETUSER",

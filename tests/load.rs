@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 
 use queue_exporter::scaler::proto::GetMetricsRequest;
 use reliability_support::*;
-use support::sample;
+use support::{RedisServer, poll_until, sample};
 
 fn env_or(name: &str, default: u64) -> u64 {
     std::env::var(name)
@@ -61,7 +61,7 @@ async fn sixteen_scrapers_500_rpc_clients_and_1000_streams_with_no_error_or_leak
     let n_clients = env_or("QE_LOAD_CLIENTS", 500);
     let n_streams = env_or("QE_LOAD_STREAMS", 1000);
 
-    let redis = PrivateRedis::start(&[]);
+    let redis = RedisServer::start();
     let mut c = redis.conn();
     let mut p = redis::pipe();
     for i in 0..50 {

@@ -441,20 +441,7 @@ async fn a_slot_migrated_by_hand_is_read_behind_ask_then_moved_and_the_source_st
     .await;
 
     // Every scrape from here on: up, no error, only real values.
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let watcher = {
-        let base = app.base.clone();
-        let stop = stop.clone();
-        tokio::spawn(async move {
-            let mut seen = Vec::new();
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                let (_, body, _) = support::http_get(&format!("{base}/metrics"), &[]).await;
-                seen.push(Scrape::parse(&body));
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-            seen
-        })
-    };
+    let watcher = app.watch_scrapes(Duration::from_millis(20));
 
     // Start migrating the slot and move `a` only: the source node now
     // answers ASK for it.
@@ -491,10 +478,9 @@ async fn a_slot_migrated_by_hand_is_read_behind_ask_then_moved_and_the_source_st
     })
     .await;
     tokio::time::sleep(Duration::from_millis(300)).await;
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let seen = watcher.await.unwrap();
+    let seen = watcher.finish().await;
     assert!(seen.len() >= 3, "only {} scrapes", seen.len());
-    for s in &seen {
+    for (_, s) in &seen {
         assert_eq!(s.source_up("cl"), Some(1.0), "down during migration:\n{s}");
         let (av, bv) = (depth(s, "cl", a), depth(s, "cl", b));
         assert!(

@@ -181,20 +181,7 @@ async fn the_master_is_found_through_sentinels_and_followed_across_failovers() {
     scaler_common::wait_value(&grpc, &[("queue", "work")], 4.0).await;
 
     // Every scrape from here on shows a true depth or none (down).
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let watcher = {
-        let base = app.base.clone();
-        let stop = stop.clone();
-        tokio::spawn(async move {
-            let mut seen = Vec::new();
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                let (_, body, _) = support::http_get(&format!("{base}/metrics"), &[]).await;
-                seen.push((Instant::now(), Scrape::parse(&body)));
-                tokio::time::sleep(Duration::from_millis(25)).await;
-            }
-            seen
-        })
-    };
+    let watcher = app.watch_scrapes(Duration::from_millis(25));
 
     // 1. A planned failover: `second` becomes the master.
     let _: () = redis::cmd("SENTINEL")
@@ -272,8 +259,7 @@ async fn the_master_is_found_through_sentinels_and_followed_across_failovers() {
         killed.elapsed()
     );
 
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let seen = watcher.await.unwrap();
+    let seen = watcher.finish().await;
     assert!(seen.len() >= 20, "only {} scrapes", seen.len());
     let mut down = 0;
     let mut last = 4.0;

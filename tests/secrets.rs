@@ -120,7 +120,7 @@ fn command_outputs(label: &str, config: &std::path::Path) -> Vec<(String, String
 async fn redis_passwords_from_a_file_or_the_url_never_show() {
     let pw = secret("redis");
     let wrong = secret("wrong");
-    let redis = PrivateRedis::start(&[]);
+    let redis = RedisServer::start();
     redis.run::<()>(&[
         b"ACL",
         b"SETUSER",

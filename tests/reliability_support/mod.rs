@@ -1,12 +1,12 @@
 //! Helpers for the issue-14 reliability tests (`faults_*`, `hostile_input`,
 //! `least_privilege`, `secrets`, `load`): the exporter binary as a child
 //! process observed from outside (`/metrics`, gRPC, `/proc/<pid>`), a
-//! private redis-server that can be killed, frozen and restarted, a private
-//! rabbitmq-server that can be stopped, killed and restarted (optionally
+//! private rabbitmq-server that can be stopped, killed and restarted (optionally
 //! with TLS listeners), a raw HTTP server that misbehaves on purpose, and a
 //! TCP proxy that can be made slow, drop connections or cut responses.
 //!
-//! Test files include it next to `support`:
+//! Test files include it next to `support`, whose `RedisServer` can be
+//! killed, frozen and restarted:
 //! `mod support; mod reliability_support;`.
 #![allow(dead_code)]
 
@@ -259,177 +259,6 @@ pub fn run_bin_for(args: &[&str], env: &[(&str, &str)], limit: Duration) -> (i32
         std::thread::sleep(Duration::from_millis(20));
     };
     (code, read_text(&out), read_text(&err))
-}
-
-/// Polls `check` every 20 ms until it returns `Some`; `None` after `timeout`.
-pub async fn poll_until<T, F, Fut>(timeout: Duration, mut check: F) -> Option<T>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(v) = check().await {
-            return Some(v);
-        }
-        if Instant::now() >= deadline {
-            return None;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-/// A private redis-server on a free port whose process can be killed,
-/// frozen (SIGSTOP) and thawed, and restarted on the same port. Data
-/// survives a restart when started with [`PrivateRedis::persistent`].
-pub struct PrivateRedis {
-    /// Its port.
-    pub port: u16,
-    /// `redis://127.0.0.1:{port}`.
-    pub url: String,
-    child: Option<Child>,
-    args: Vec<String>,
-    _dir: Option<tempfile::TempDir>,
-}
-
-impl PrivateRedis {
-    /// A server keeping nothing on disk, with extra arguments.
-    pub fn start(extra: &[&str]) -> PrivateRedis {
-        Self::spawn_new(extra, None)
-    }
-
-    /// A server with an append-only file fsynced on every write, so a
-    /// SIGKILL loses nothing and a restart comes back with the same data.
-    pub fn persistent() -> PrivateRedis {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let d = dir.path().display().to_string();
-        Self::spawn_new(
-            &[
-                "--appendonly",
-                "yes",
-                "--appendfsync",
-                "always",
-                "--dir",
-                &d,
-            ],
-            Some(dir),
-        )
-    }
-
-    fn spawn_new(extra: &[&str], dir: Option<tempfile::TempDir>) -> PrivateRedis {
-        let port = free_port();
-        let mut r = PrivateRedis {
-            port,
-            url: format!("redis://127.0.0.1:{port}"),
-            child: None,
-            args: extra.iter().map(|s| s.to_string()).collect(),
-            _dir: dir,
-        };
-        r.spawn();
-        r
-    }
-
-    fn spawn(&mut self) {
-        let child = Command::new("redis-server")
-            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
-            // Never load an RDB another test's replica wrote in the working directory.
-            .arg("--dir")
-            .arg(std::env::temp_dir())
-            .arg("--dbfilename")
-            .arg(format!("queue-exporter-test-{}.rdb", self.port))
-            .args(&self.args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server installed");
-        self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            if let Ok(mut c) = self.try_conn()
-                && redis::cmd("PING").query::<String>(&mut c).is_ok()
-            {
-                return;
-            }
-            assert!(Instant::now() < deadline, "redis-server did not start");
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-
-    fn try_conn(&self) -> redis::RedisResult<redis::Connection> {
-        redis::Client::open(self.url.as_str())?.get_connection_with_timeout(Duration::from_secs(2))
-    }
-
-    /// A connection for writing test data.
-    pub fn conn(&self) -> redis::Connection {
-        self.try_conn().expect("connect to the private redis")
-    }
-
-    /// Runs one command (arguments as bytes or strings).
-    pub fn run<T: redis::FromRedisValue>(&self, args: &[&[u8]]) -> T {
-        let mut c = redis::Cmd::new();
-        for a in args {
-            c.arg(*a);
-        }
-        c.query(&mut self.conn())
-            .unwrap_or_else(|e| panic!("{:?}: {e}", String::from_utf8_lossy(args[0])))
-    }
-
-    /// Its process id.
-    pub fn pid(&self) -> u32 {
-        self.child.as_ref().expect("running").id()
-    }
-
-    /// SIGKILL: the server dies at once.
-    pub fn kill(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-
-    /// Starts it again on the same port; returns once it answers PING.
-    pub fn restart(&mut self) {
-        self.kill();
-        self.spawn();
-    }
-
-    /// SIGSTOP: the server keeps its connections but answers nothing.
-    pub fn freeze(&self) {
-        signal(self.pid(), "-STOP");
-    }
-
-    /// SIGCONT.
-    pub fn thaw(&self) {
-        signal(self.pid(), "-CONT");
-    }
-
-    /// `INFO stats` field `total_net_output_bytes`: bytes the server sent.
-    pub fn net_output_bytes(&self) -> u64 {
-        let info: String = redis::cmd("INFO")
-            .arg("stats")
-            .query(&mut self.conn())
-            .expect("INFO");
-        info.lines()
-            .find_map(|l| l.strip_prefix("total_net_output_bytes:"))
-            .and_then(|v| v.trim().parse().ok())
-            .expect("total_net_output_bytes")
-    }
-}
-
-impl Drop for PrivateRedis {
-    fn drop(&mut self) {
-        // SIGKILL works on a stopped process too; nothing to thaw first.
-        self.kill();
-    }
-}
-
-fn signal(pid: u32, sig: &str) {
-    let ok = Command::new("kill")
-        .args([sig, &pid.to_string()])
-        .status()
-        .is_ok_and(|s| s.success());
-    assert!(ok, "kill {sig} {pid}");
 }
 
 /// What a raw HTTP handler gets: the request path and the connection, with

@@ -21,7 +21,9 @@ pub fn free_port() -> u16 {
         .expect("free port")
 }
 
-/// A private `redis-server` on a free port, killed on drop.
+/// A private `redis-server` on a free port, killed on drop. It can be
+/// stopped (SIGKILL), frozen (SIGSTOP) and thawed, and restarted on the same
+/// port; data survives a restart only when started [`RedisServer::persistent`].
 pub struct RedisServer {
     /// Its port.
     pub port: u16,
@@ -30,6 +32,8 @@ pub struct RedisServer {
     child: Option<Child>,
     /// Extra arguments given at start (reused by `restart`).
     args: Vec<String>,
+    /// The data directory of a persistent server, removed on drop.
+    _dir: Option<tempfile::TempDir>,
 }
 
 impl RedisServer {
@@ -38,14 +42,37 @@ impl RedisServer {
         Self::start_with(&[])
     }
 
-    /// Starts a server with extra arguments.
+    /// Starts a server with extra arguments (later ones override the defaults).
     pub fn start_with(args: &[&str]) -> Self {
+        Self::spawn_new(args, None)
+    }
+
+    /// A server with an append-only file fsynced on every write, so a
+    /// SIGKILL loses nothing and a restart comes back with the same data.
+    pub fn persistent() -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let d = dir.path().display().to_string();
+        Self::spawn_new(
+            &[
+                "--appendonly",
+                "yes",
+                "--appendfsync",
+                "always",
+                "--dir",
+                &d,
+            ],
+            Some(dir),
+        )
+    }
+
+    fn spawn_new(args: &[&str], dir: Option<tempfile::TempDir>) -> Self {
         let port = free_port();
         let mut s = RedisServer {
             port,
             url: format!("redis://127.0.0.1:{port}"),
             child: None,
             args: args.iter().map(|a| a.to_string()).collect(),
+            _dir: dir,
         };
         s.spawn();
         s
@@ -87,12 +114,13 @@ impl RedisServer {
                 "redis-server did not start on {}",
                 self.port
             );
-            std::thread::sleep(Duration::from_millis(20));
+            std::thread::sleep(Duration::from_millis(10));
         }
     }
 
+    /// With a connect timeout: a frozen server accepts but never answers.
     fn try_conn(&self) -> redis::RedisResult<redis::Connection> {
-        redis::Client::open(self.url.as_str())?.get_connection()
+        redis::Client::open(self.url.as_str())?.get_connection_with_timeout(Duration::from_secs(2))
     }
 
     /// A synchronous connection for writing test data (tests may write; the exporter never does).
@@ -100,7 +128,22 @@ impl RedisServer {
         self.try_conn().expect("connect to test redis")
     }
 
-    /// Kills the server (data is lost).
+    /// Runs one command (arguments as bytes or strings).
+    pub fn run<T: redis::FromRedisValue>(&self, args: &[&[u8]]) -> T {
+        let mut c = redis::Cmd::new();
+        for a in args {
+            c.arg(*a);
+        }
+        c.query(&mut self.conn())
+            .unwrap_or_else(|e| panic!("{:?}: {e}", String::from_utf8_lossy(args[0])))
+    }
+
+    /// Its process id.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+
+    /// SIGKILL: the server dies at once (a non-persistent one loses its data).
     pub fn stop(&mut self) {
         if let Some(mut c) = self.child.take() {
             let _ = c.kill();
@@ -108,17 +151,49 @@ impl RedisServer {
         }
     }
 
-    /// Starts the server again on the same port (empty).
+    /// Starts the server again on the same port; returns once it answers PING.
     pub fn restart(&mut self) {
         self.stop();
         self.spawn();
+    }
+
+    /// SIGSTOP: the server keeps its connections but answers nothing.
+    pub fn freeze(&self) {
+        signal(self.pid(), "-STOP");
+    }
+
+    /// SIGCONT.
+    pub fn thaw(&self) {
+        signal(self.pid(), "-CONT");
+    }
+
+    /// `INFO stats` field `total_net_output_bytes`: bytes the server sent.
+    pub fn net_output_bytes(&self) -> u64 {
+        let info: String = redis::cmd("INFO")
+            .arg("stats")
+            .query(&mut self.conn())
+            .expect("INFO");
+        info.lines()
+            .find_map(|l| l.strip_prefix("total_net_output_bytes:"))
+            .and_then(|v| v.trim().parse().ok())
+            .expect("total_net_output_bytes")
     }
 }
 
 impl Drop for RedisServer {
     fn drop(&mut self) {
+        // SIGKILL works on a stopped process too; nothing to thaw first.
         self.stop();
     }
+}
+
+/// Sends `sig` (as `kill` spells it, e.g. `-STOP`) to a process.
+pub fn signal(pid: u32, sig: &str) {
+    let ok = Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(ok, "kill {sig} {pid}");
 }
 
 /// A running in-process exporter and its config file.
@@ -157,6 +232,25 @@ impl TestApp {
     /// GET `/metrics` in the classic format, parsed.
     pub async fn scrape(&self) -> Scrape {
         Scrape::parse(&self.metrics().await)
+    }
+
+    /// Starts scraping in the background every `every`, keeping each scrape
+    /// with its time, until [`ScrapeWatch::finish`]: for asserting that every
+    /// scrape through a failover tells the truth.
+    pub fn watch_scrapes(&self, every: Duration) -> ScrapeWatch {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let url = format!("{}/metrics", self.base);
+        let flag = stop.clone();
+        let task = tokio::spawn(async move {
+            let mut seen = Vec::new();
+            while !flag.load(std::sync::atomic::Ordering::Relaxed) {
+                let (_, body, _) = http_get(&url, &[]).await;
+                seen.push((Instant::now(), Scrape::parse(&body)));
+                tokio::time::sleep(every).await;
+            }
+            seen
+        });
+        ScrapeWatch { stop, task }
     }
 
     /// Scrapes until `done` holds, and returns that scrape; panics after `timeout`.
@@ -328,8 +422,8 @@ pub async fn http_get(
     (status, body, h)
 }
 
-/// Polls `check` every 50 ms until it returns `Some`, or panics after `timeout`.
-pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
+/// Polls `check` every 20 ms until it returns `Some`; `None` after `timeout`.
+pub async fn poll_until<T, F, Fut>(timeout: Duration, mut check: F) -> Option<T>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
@@ -337,11 +431,24 @@ where
     let deadline = Instant::now() + timeout;
     loop {
         if let Some(v) = check().await {
-            return v;
+            return Some(v);
         }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        if Instant::now() >= deadline {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// Like [`poll_until`], but panics naming `what` after `timeout`.
+pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    poll_until(timeout, check)
+        .await
+        .unwrap_or_else(|| panic!("timed out waiting for {what}"))
 }
 
 /// Parses classic text with the `prometheus-parse` crate.
@@ -525,6 +632,73 @@ impl Drop for KillOnDrop {
     fn drop(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();
+    }
+}
+
+/// Background scrapes started by [`TestApp::watch_scrapes`].
+pub struct ScrapeWatch {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    task: tokio::task::JoinHandle<Vec<(Instant, Scrape)>>,
+}
+
+impl ScrapeWatch {
+    /// Stops scraping and returns every scrape with the time it was taken.
+    pub async fn finish(self) -> Vec<(Instant, Scrape)> {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.task.await.expect("scrape watcher")
+    }
+}
+
+/// A private Prometheus server on a free port, scraping every second, with
+/// its data under the caller's directory; killed on drop.
+pub struct Prometheus {
+    /// `http://127.0.0.1:{port}`.
+    pub url: String,
+    _process: KillOnDrop,
+}
+
+impl Prometheus {
+    /// Writes `prometheus.yml` into `dir` with `scrape_configs` (YAML list
+    /// items, already indented by two spaces) and returns once `/-/ready`.
+    pub async fn start(dir: &std::path::Path, scrape_configs: &str) -> Prometheus {
+        let config = dir.join("prometheus.yml");
+        std::fs::write(
+            &config,
+            format!(
+                "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n{scrape_configs}"
+            ),
+        )
+        .expect("write prometheus.yml");
+        let port = free_port();
+        let process = KillOnDrop(
+            Command::new("prometheus")
+                .args([
+                    &format!("--config.file={}", config.display()),
+                    &format!("--storage.tsdb.path={}", dir.join("tsdb").display()),
+                    &format!("--web.listen-address=127.0.0.1:{port}"),
+                    "--storage.tsdb.retention.time=1h",
+                ])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect(
+                    "prometheus must be installed (scripts/setup-services: apt-get install prometheus)",
+                ),
+        );
+        let url = format!("http://127.0.0.1:{port}");
+        let ready = format!("{url}/-/ready");
+        wait_for("Prometheus /-/ready", Duration::from_secs(30), || {
+            let ready = ready.clone();
+            async move {
+                let r = reqwest::get(&ready).await.ok()?;
+                r.status().is_success().then_some(())
+            }
+        })
+        .await;
+        Prometheus {
+            url,
+            _process: process,
+        }
     }
 }
 
