@@ -133,8 +133,7 @@ impl Management {
                 "none of the configured vhosts exists".into(),
             ));
         }
-        out.queues
-            .sort_by(|a, b| (&a.vhost, &a.name).cmp(&(&b.vhost, &b.name)));
+        sample::sort_by_vhost_and_name(&mut out.queues);
         out.stats = sample::stats(&out.queues, &answered_vhosts);
         Ok(out)
     }

@@ -105,7 +105,7 @@ impl Prometheus {
             nodes.push(node.queues);
         }
         let mut queues = merge_nodes(nodes);
-        queues.sort_by(|a, b| (&a.vhost, &a.name).cmp(&(&b.vhost, &b.name)));
+        sample::sort_by_vhost_and_name(&mut queues);
         out.stats = sample::stats(&queues, &config.vhosts);
         out.queues = queues;
         Ok(out)

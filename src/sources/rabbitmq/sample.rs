@@ -50,6 +50,39 @@ pub fn count_from_f64(v: f64) -> Option<u64> {
     (v.is_finite() && v >= 0.0 && v.fract() == 0.0 && v <= u64::MAX as f64).then_some(v as u64)
 }
 
+/// The order of a snapshot's queues: by vhost, then name.
+fn key(q: &QueueSample) -> (Option<&str>, &str) {
+    (q.vhost.as_deref(), q.name.as_str())
+}
+
+/// Sorts queues by [`key`]. A list already in order (the management API
+/// answers sorted by name) is only checked. Otherwise the order is found on
+/// indices and applied by following its cycles, so each 300-byte sample
+/// moves about once instead of the `log n` times a sort of the samples
+/// themselves moves it: at 2,000 queues from `rabbitmq_prometheus` (which
+/// lists queues unsorted), sorting the samples was about a seventh of a
+/// poll's CPU time (`perf`), most of it copying.
+pub fn sort_by_vhost_and_name(queues: &mut [QueueSample]) {
+    if queues.is_sorted_by(|a, b| key(a) <= key(b)) {
+        return;
+    }
+    let mut order: Vec<usize> = (0..queues.len()).collect();
+    order.sort_by(|&a, &b| key(&queues[a]).cmp(&key(&queues[b])));
+    // `order[k]` is where position k's sample is now. Walking a cycle swaps
+    // each sample into place; a visited position is marked `usize::MAX`.
+    for start in 0..order.len() {
+        let mut at = start;
+        loop {
+            let from = std::mem::replace(&mut order[at], usize::MAX);
+            if from == usize::MAX || from == start {
+                break;
+            }
+            queues.swap(at, from);
+            at = from;
+        }
+    }
+}
+
 /// Source-wide stats for a finished poll: tracked queues, and queues per
 /// vhost (`known_vhosts` get an entry even when they hold no queue).
 pub fn stats(queues: &[QueueSample], known_vhosts: &[String]) -> SourceStats {
@@ -91,6 +124,46 @@ mod tests {
         assert_eq!(count_from_f64(-1.0), None);
         assert_eq!(count_from_f64(1.5), None);
         assert_eq!(count_from_f64(f64::NAN), None);
+    }
+
+    #[test]
+    fn queues_are_sorted_by_vhost_then_name_whatever_the_order_they_came_in() {
+        let sample = |vhost: Option<&str>, name: &str, depth: u64| {
+            let mut q = QueueSample::named(name);
+            q.vhost = vhost.map(String::from);
+            q.depth = Some(depth);
+            q
+        };
+        let mut all = vec![sample(None, "z", 0)];
+        for (i, v) in ["b", "a", "c"].iter().enumerate() {
+            for n in 0..40 {
+                all.push(sample(Some(v), &format!("q.{n}"), (i * 100 + n) as u64));
+            }
+        }
+        let mut want = all.clone();
+        want.sort_by(|a, b| (&a.vhost, &a.name).cmp(&(&b.vhost, &b.name)));
+        // Shuffled by a fixed LCG, reversed, rotated, already sorted, tiny.
+        let mut state = 7u64;
+        let mut shuffled = all.clone();
+        for i in (1..shuffled.len()).rev() {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            shuffled.swap(i, (state >> 33) as usize % (i + 1));
+        }
+        let mut reversed = want.clone();
+        reversed.reverse();
+        let mut rotated = want.clone();
+        rotated.rotate_left(37);
+        for mut queues in [shuffled, reversed, rotated, want.clone(), all] {
+            sort_by_vhost_and_name(&mut queues);
+            assert_eq!(queues, want);
+        }
+        for mut tiny in [vec![], vec![sample(None, "a", 1)]] {
+            let before = tiny.clone();
+            sort_by_vhost_and_name(&mut tiny);
+            assert_eq!(tiny, before);
+        }
     }
 
     #[test]
