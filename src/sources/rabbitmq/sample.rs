@@ -126,8 +126,8 @@ mod tests {
         assert_eq!(count_from_f64(f64::NAN), None);
     }
 
-    #[test]
-    fn queues_are_sorted_by_vhost_then_name_whatever_the_order_they_came_in() {
+    /// 121 queues over three vhosts and none, and the order they sort to.
+    fn unsorted_queues() -> (Vec<QueueSample>, Vec<QueueSample>) {
         let sample = |vhost: Option<&str>, name: &str, depth: u64| {
             let mut q = QueueSample::named(name);
             q.vhost = vhost.map(String::from);
@@ -142,27 +142,36 @@ mod tests {
         }
         let mut want = all.clone();
         want.sort_by(|a, b| (&a.vhost, &a.name).cmp(&(&b.vhost, &b.name)));
-        // Shuffled by a fixed LCG, reversed, rotated, already sorted, tiny.
-        let mut state = 7u64;
-        let mut shuffled = all.clone();
-        for i in (1..shuffled.len()).rev() {
-            state = state
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            shuffled.swap(i, (state >> 33) as usize % (i + 1));
-        }
+        (all, want)
+    }
+
+    #[test]
+    fn queues_are_sorted_by_vhost_then_name_whatever_the_order_they_came_in() {
+        let (all, want) = unsorted_queues();
         let mut reversed = want.clone();
         reversed.reverse();
         let mut rotated = want.clone();
         rotated.rotate_left(37);
-        for mut queues in [shuffled, reversed, rotated, want.clone(), all] {
+        for mut queues in [reversed, rotated, want.clone(), all] {
             sort_by_vhost_and_name(&mut queues);
             assert_eq!(queues, want);
         }
-        for mut tiny in [vec![], vec![sample(None, "a", 1)]] {
+        for mut tiny in [vec![], vec![QueueSample::named("a")]] {
             let before = tiny.clone();
             sort_by_vhost_and_name(&mut tiny);
             assert_eq!(tiny, before);
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn any_shuffle_of_the_queues_sorts_to_the_same_order(
+            mut queues in proptest::strategy::Strategy::prop_shuffle(
+                proptest::strategy::Just(unsorted_queues().0),
+            )
+        ) {
+            sort_by_vhost_and_name(&mut queues);
+            proptest::prop_assert_eq!(queues, unsorted_queues().1);
         }
     }
 
