@@ -422,6 +422,21 @@ class Exporter:
                 self.proc.wait()
 
 
+def next_poll_end(exp, source, every, deadline):
+    """Reads the poll histogram every `every` seconds until a poll ends;
+    returns its `_sum`, `_count` and that poll's duration in seconds (the
+    `_sum` increase, exact when one poll ended since the last reading)."""
+    s_prev, c_prev, _ = exp.poll_hist(source)
+    while True:
+        time.sleep(every)
+        s, c, _ = exp.poll_hist(source)
+        if c > c_prev:
+            return s, c, (s - s_prev) / (c - c_prev)
+        s_prev, c_prev = s, c
+        if time.time() > deadline:
+            raise RuntimeError(f"no poll finished: {exp.stderr()}")
+
+
 def watch_polls(exp, source, polls, redis=None, every=0.25, timeout=None):
     """Steady polls of a running exporter, from its own histogram.
 
@@ -432,15 +447,8 @@ def watch_polls(exp, source, polls, redis=None, every=0.25, timeout=None):
     """
     timeout = timeout or (polls * 10 + 60)
     deadline = time.time() + timeout
-    s_prev, c_prev, _ = exp.poll_hist(source)
     # Align on the end of a poll.
-    while True:
-        time.sleep(every)
-        s, c, _ = exp.poll_hist(source)
-        if c > c_prev:
-            break
-        if time.time() > deadline:
-            raise RuntimeError(f"no poll finished: {exp.stderr()}")
+    s, c, _ = next_poll_end(exp, source, every, deadline)
     t0 = time.time()
     cs0 = redis.commandstats() if redis else None
     cpu0 = redis.cpu() if redis else None
@@ -686,17 +694,8 @@ def raw_between_polls(exp, source, urls, rounds, est_ms):
     """`rounds` curl rounds of `urls`, one per poll interval, each centred in
     the idle time between two of the running exporter's polls (found from
     its poll histogram, read every 20 ms)."""
-    deadline = time.time() + 60
-    s_prev, c_prev, _ = exp.poll_hist(source)
-    while True:
-        time.sleep(0.02)
-        s, c, _ = exp.poll_hist(source)
-        if c == c_prev + 1:
-            poll_s, ended = s - s_prev, time.time()
-            break
-        s_prev, c_prev = s, c
-        if time.time() > deadline:
-            raise RuntimeError(f"no poll finished: {exp.stderr()}")
+    _, _, poll_s = next_poll_end(exp, source, 0.02, time.time() + 60)
+    ended = time.time()
     start = ended + max(0.0, (POLL_GAP_S - poll_s - est_ms / 1000) / 2)
     out = []
     for k in range(rounds):
