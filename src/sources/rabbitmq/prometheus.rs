@@ -302,13 +302,11 @@ struct Parser<'f> {
     filter: &'f QueueFilter,
     /// The end of the last chunk, after its last newline.
     partial: Vec<u8>,
-    /// Queue index (into `queues`) by vhost, then name; `None` for a queue
-    /// the filter drops. Only a queue's first line (and lines out of the
-    /// usual order) look here; see [`Parser::queue`].
-    index: HashMap<String, HashMap<String, Option<usize>, QuickHash>, QuickHash>,
-    /// How many queues the last poll saw: each vhost's map is made that big
-    /// at once, not grown by rehashing.
-    expected: usize,
+    /// Queue index (into `queues`) by (vhost, name); `None` for a queue the
+    /// filter drops. Only a queue's first line (and lines out of the usual
+    /// order) look here; see [`Parser::queue`]. Sized for the queues of the
+    /// last poll, so it does not grow by rehashing.
+    index: HashMap<(String, String), Option<usize>, QuickHash>,
     /// Queues kept, in the order first seen.
     queues: Vec<QueueSample>,
     /// The head message's timestamp per queue in `queues`, applied at the
@@ -340,8 +338,7 @@ impl<'f> Parser<'f> {
         Parser {
             filter,
             partial: Vec::new(),
-            index: HashMap::default(),
-            expected: queues,
+            index: HashMap::with_capacity_and_hasher(queues, QuickHash::default()),
             queues: Vec::with_capacity(queues),
             heads: Vec::with_capacity(queues),
             skipped_lines: 0,
@@ -490,20 +487,15 @@ impl<'f> Parser<'f> {
 
     /// [`Parser::queue`] by the index.
     fn lookup(&mut self, vhost: Cow<'_, str>, name: Cow<'_, str>) -> Option<usize> {
-        let by_name = match self.index.get_mut(vhost.as_ref()) {
-            Some(by_name) => by_name,
-            None => self.index.entry(vhost.to_string()).or_insert_with(|| {
-                HashMap::with_capacity_and_hasher(self.expected, QuickHash::default())
-            }),
-        };
         // One hash per queue: most lookups are a queue's first line, which
         // inserts it.
-        match by_name.entry(name.into_owned()) {
+        match self.index.entry((vhost.into_owned(), name.into_owned())) {
             Entry::Occupied(found) => *found.get(),
             Entry::Vacant(slot) => {
-                let at = self.filter.keeps(&vhost, slot.key()).then(|| {
-                    let mut q = QueueSample::named(slot.key());
-                    q.vhost = Some(vhost.into_owned());
+                let (vhost, name) = slot.key();
+                let at = self.filter.keeps(vhost, name).then(|| {
+                    let mut q = QueueSample::named(name.as_str());
+                    q.vhost = Some(vhost.clone());
                     self.queues.push(q);
                     self.heads.push(None);
                     self.queues.len() - 1
