@@ -189,6 +189,9 @@ pub struct SourceStats {
     pub queues_per_vhost: BTreeMap<String, u64>,
     /// Age values that could not be parsed from peeked items, cumulative.
     pub age_parse_failures: u64,
+    /// Keys the last poll served from their previous read, because Redis
+    /// reported no change to them since (Redis `client_tracking`).
+    pub unchanged_keys: u64,
 }
 
 /// The type of a queue as the backend reports it; the `type` label of `queue_info`.

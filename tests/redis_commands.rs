@@ -45,6 +45,9 @@ sources:
     url: {}
     poll_interval: 100ms
     age_buckets: []
+    # What every poll asks when it reads a key; with tracking (the default,
+    # tests/redis_tracking.rs) an unchanged key asks nothing.
+    client_tracking: false
     queues:
       - pattern: "*"
         score: timestamp

@@ -66,6 +66,12 @@ pub struct RedisSourceConfig {
         deserialize_with = "de_duration"
     )]
     pub age_histogram_interval: Duration,
+    /// Ask Redis which polled keys changed (`CLIENT TRACKING` over a second,
+    /// RESP3 connection) and read only those: an idle queue then costs no
+    /// command per poll. Ignored for a cluster. A server that refuses it is
+    /// polled without it. `false`: read every key on every poll.
+    #[serde(default = "default_client_tracking")]
+    pub client_tracking: bool,
     /// Which keys to watch.
     #[serde(default)]
     pub queues: Vec<QueueSpec>,
@@ -92,6 +98,7 @@ impl RedisSourceConfig {
             scan_count: default_scan_count(),
             age_buckets: default_age_buckets(),
             age_histogram_interval: default_age_histogram_interval(),
+            client_tracking: default_client_tracking(),
             queues: Vec::new(),
             presets: Vec::new(),
         }
@@ -198,6 +205,10 @@ fn default_timeout() -> Duration {
 fn default_max_keys() -> usize {
     10_000
 }
+fn default_client_tracking() -> bool {
+    true
+}
+
 fn default_scan_count() -> u32 {
     1000
 }

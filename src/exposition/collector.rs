@@ -390,6 +390,15 @@ impl SnapshotCollector {
                 .filter(|(_, s)| s.last_success.is_some())
                 .map(|(l, s)| (l, s.stats.dropped_keys)),
         )?;
+        gauges(
+            enc,
+            "queue_exporter_unchanged_keys",
+            "Keys the last poll served from their previous read: Redis reported no change since",
+            MetricType::Gauge,
+            src()
+                .filter(|(_, s)| s.last_success.is_some())
+                .map(|(l, s)| (l, s.stats.unchanged_keys)),
+        )?;
         counters(
             enc,
             "queue_exporter_age_parse_failures",

@@ -6,7 +6,7 @@
 
 use futures_util::{StreamExt, TryStreamExt};
 use redis::Value;
-use redis::aio::ConnectionManager;
+use redis::aio::{ConnectionLike, ConnectionManager, MultiplexedConnection};
 
 use super::cluster::ClusterConn;
 use super::reply;
@@ -18,6 +18,10 @@ use crate::config::KeyType;
 pub enum Conn {
     /// One server: a standalone Redis, or the master sentinels named.
     Single(ConnectionManager),
+    /// The same server over the connection whose reads Redis tracks (see
+    /// `tracking`). It never reconnects by itself: a new connection would
+    /// not be tracked, so a break ends the tracking session instead.
+    Tracking(MultiplexedConnection),
     /// A Redis Cluster.
     Cluster(ClusterConn),
 }
@@ -58,6 +62,7 @@ pub fn cmd(name: &str, key: &[u8]) -> redis::Cmd {
 pub async fn pipelined(conn: &Conn, cmds: Vec<redis::Cmd>) -> redis::RedisResult<Vec<Value>> {
     match conn {
         Conn::Single(c) => pipelined_single(c, cmds).await,
+        Conn::Tracking(c) => pipelined_single(c, cmds).await,
         Conn::Cluster(c) => c.pipelined(cmds, PIPELINE_CHUNK, PIPELINES_IN_FLIGHT).await,
     }
 }
@@ -69,6 +74,7 @@ pub async fn query<T: redis::FromRedisValue>(
 ) -> redis::RedisResult<T> {
     match conn {
         Conn::Single(c) => cmd.query_async(&mut c.clone()).await,
+        Conn::Tracking(c) => cmd.query_async(&mut c.clone()).await,
         Conn::Cluster(c) => {
             let reply = c
                 .pipelined(vec![cmd], PIPELINE_CHUNK, PIPELINES_IN_FLIGHT)
@@ -81,8 +87,8 @@ pub async fn query<T: redis::FromRedisValue>(
 }
 
 /// [`pipelined`] on one server.
-async fn pipelined_single(
-    conn: &ConnectionManager,
+async fn pipelined_single<C: ConnectionLike + Clone + Send + Sync>(
+    conn: &C,
     cmds: Vec<redis::Cmd>,
 ) -> redis::RedisResult<Vec<Value>> {
     let mut chunks: Vec<redis::Pipeline> = Vec::new();
@@ -120,6 +126,7 @@ pub async fn scan(
 ) -> redis::RedisResult<Vec<Vec<u8>>> {
     match conn {
         Conn::Single(c) => scan_node(c, pattern, key_type, count).await,
+        Conn::Tracking(c) => scan_node(c, pattern, key_type, count).await,
         Conn::Cluster(c) => {
             let result = async {
                 let nodes = c.primaries().await?;
@@ -144,8 +151,8 @@ pub async fn scan(
 }
 
 /// Full SCAN of one server.
-async fn scan_node(
-    conn: &mut ConnectionManager,
+async fn scan_node<C: ConnectionLike + Send>(
+    conn: &mut C,
     pattern: &[u8],
     key_type: Option<KeyType>,
     count: u32,

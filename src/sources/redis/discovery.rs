@@ -153,6 +153,7 @@ pub async fn discover(
             exact: is_exact,
             histogram: HistogramState::default(),
             peek_paused_until: 0.0,
+            unchanged: None,
         };
         if is_exact {
             exact.push(tk);

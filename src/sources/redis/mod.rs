@@ -19,6 +19,7 @@ mod scope;
 mod sentinel;
 pub mod tls;
 mod tracked;
+mod tracking;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -51,6 +52,10 @@ pub struct RedisSource {
     last_discovery: Option<Instant>,
     /// Library presets' logical queues (`- preset:` entries).
     presets: presets::PresetState,
+    /// For one server (not a cluster) with `client_tracking`: which polled
+    /// keys Redis says changed (see `tracking`); made with `conn`. Boxed:
+    /// a client is large, and most sources have one `Option` of it.
+    tracking: Option<Box<tracking::ChangeTracking>>,
 }
 
 impl std::fmt::Debug for RedisSource {
@@ -80,6 +85,7 @@ impl RedisSource {
             tracked: Vec::new(),
             dropped: 0,
             last_discovery: None,
+            tracking: None,
         }
     }
 
@@ -114,6 +120,7 @@ impl RedisSource {
                     );
                 }
                 self.conn = None;
+                self.tracking = None;
                 sentinels.current = Some(addr);
             }
         }
@@ -136,18 +143,20 @@ impl RedisSource {
         let conn = if self.config.is_cluster() {
             cluster::ClusterConn::new(info, cfg).map(Conn::Cluster)
         } else {
-            let client = match &self.config.tls {
-                Some(tls) => {
-                    let certs =
-                        tls::certificates(tls).map_err(|e| SourceError::Config(e.to_string()))?;
-                    redis::Client::build_with_tls(info, certs).map_err(|e| {
-                        SourceError::Config(format!("tls: unusable certificates: {:?}", e.kind()))
-                    })?
-                }
-                None => redis::Client::open(info).map_err(|e| {
-                    SourceError::Config(format!("invalid url {target}: {:?}", e.kind()))
-                })?,
-            };
+            if self.config.client_tracking {
+                // Pushes (invalidations) need RESP3; the shared connection
+                // keeps the protocol the URL asks for.
+                let settings = info
+                    .redis_settings()
+                    .clone()
+                    .set_protocol(redis::ProtocolVersion::RESP3);
+                let client = self.client(info.clone().set_redis_settings(settings))?;
+                let config = redis::AsyncConnectionConfig::new()
+                    .set_connection_timeout(Some(self.config.timeout))
+                    .set_response_timeout(Some(self.config.timeout));
+                self.tracking = Some(Box::new(tracking::ChangeTracking::new(client, config)));
+            }
+            let client = self.client(info)?;
             ConnectionManager::new_lazy_with_config(client, cfg).map(Conn::Single)
         }
         .map_err(|e| SourceError::Connect {
@@ -156,6 +165,38 @@ impl RedisSource {
         })?;
         self.conn = Some(conn.clone());
         Ok(conn)
+    }
+
+    /// A client for one server at `info`, with the source's TLS settings.
+    fn client(&self, info: redis::ConnectionInfo) -> Result<redis::Client, SourceError> {
+        match &self.config.tls {
+            Some(tls) => {
+                let certs =
+                    tls::certificates(tls).map_err(|e| SourceError::Config(e.to_string()))?;
+                redis::Client::build_with_tls(info, certs).map_err(|e| {
+                    SourceError::Config(format!("tls: unusable certificates: {:?}", e.kind()))
+                })
+            }
+            None => redis::Client::open(info).map_err(|e| {
+                SourceError::Config(format!("invalid url {}: {:?}", self.target(), e.kind()))
+            }),
+        }
+    }
+
+    /// The connection this poll reads keys on, and what Redis says changed
+    /// since the last poll (`None`: untracked, every key is read).
+    async fn poll_connection(
+        &mut self,
+        shared: &Conn,
+    ) -> Result<(Conn, Option<tracking::Changes>), SourceError> {
+        let Some(tracking) = &mut self.tracking else {
+            return Ok((shared.clone(), None));
+        };
+        match tracking.begin_poll().await {
+            Ok(Some(t)) => Ok((t.conn, Some(t.changes))),
+            Ok(None) => Ok((shared.clone(), None)),
+            Err(e) => Err(self.map_error(e)),
+        }
     }
 
     fn map_error(&self, e: redis::RedisError) -> SourceError {
@@ -225,10 +266,26 @@ impl Source for RedisSource {
                 .map_err(|e| self.map_error(e))?;
             self.last_discovery = Some(Instant::now());
         }
+        let (mut poll_conn, changes) = self.poll_connection(&conn).await?;
         let now = SystemTime::now();
-        let result = poll::poll_keys(&mut conn, &self.config, &mut self.tracked, now)
-            .await
-            .map_err(|e| self.map_error(e))?;
+        let result = poll::poll_keys(
+            &mut poll_conn,
+            &self.config,
+            &mut self.tracked,
+            now,
+            changes.as_ref(),
+        )
+        .await;
+        let result = match result {
+            Ok(r) => r,
+            Err(e) => {
+                // Replies (and pushes) may be lost with the poll: start over.
+                if let Some(t) = &mut self.tracking {
+                    t.end();
+                }
+                return Err(self.map_error(e));
+            }
+        };
         let mut out = PollOutput {
             queues: result.queues,
             ..PollOutput::default()
@@ -248,6 +305,7 @@ impl Source for RedisSource {
         out.stats.tracked_keys = (self.tracked.len() + self.presets.tracked()) as u64;
         out.stats.dropped_keys = self.dropped;
         out.stats.age_parse_failures = result.age_parse_failures;
+        out.stats.unchanged_keys = result.unchanged_keys;
         // Keys Redis refused to answer for are counted without failing the poll.
         out.partial_errors = result.key_errors;
         out.partial_errors.extend(preset.key_errors);

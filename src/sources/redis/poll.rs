@@ -4,6 +4,10 @@
 //! A key whose type changed since discovery answers `WRONGTYPE`; such keys
 //! (and missing exact keys that appeared) are re-typed and measured again in
 //! a second round trip of the same poll, so values are never stale or wrong.
+//!
+//! Over a tracked connection (see `tracking`), a key Redis has not reported
+//! changed since its last read sends no command: its sample is made from
+//! what that read found ([`Unchanged`]), by the same code as a fresh one.
 
 use std::collections::VecDeque;
 use std::time::SystemTime;
@@ -15,7 +19,8 @@ use super::commands::{Conn, PIPELINE_CHUNK, cmd, pipelined, type_of};
 use super::histogram::{self, Again, HistogramPlan};
 use super::keyname::display_key;
 use super::reply;
-use super::tracked::{KeyState, MAX_PEEK_BYTES, PEEK_PAUSE_SECS, TrackedKey};
+use super::tracked::{Head, KeyState, MAX_PEEK_BYTES, PEEK_PAUSE_SECS, TrackedKey, Unchanged};
+use super::tracking::Changes;
 use crate::config::{KeyType, ListEnd, QueueSpec, RedisSourceConfig, ScoreMode};
 use crate::snapshot::{Counters, GroupSample, QueueSample, QueueType, Reason};
 
@@ -28,15 +33,25 @@ pub struct Polled {
     pub age_parse_failures: u64,
     /// One reason per key whose commands Redis refused (see [`key_error`]).
     pub key_errors: Vec<Reason>,
+    /// Keys served from their last read (Redis reported no change).
+    pub unchanged_keys: u64,
 }
 
-/// Polls every tracked key, re-typing keys whose type changed.
+/// Polls every tracked key, re-typing keys whose type changed. `changes`
+/// is what Redis reported changed since the last poll when `conn` is
+/// tracked; `None` reads every key and keeps nothing.
 pub async fn poll_keys(
     conn: &mut Conn,
     config: &RedisSourceConfig,
     tracked: &mut [TrackedKey],
     now: SystemTime,
+    changes: Option<&Changes>,
 ) -> redis::RedisResult<Polled> {
+    for key in tracked.iter_mut() {
+        if key.unchanged.is_some() && changes.is_none_or(|c| c.touches(&key.key)) {
+            key.unchanged = None;
+        }
+    }
     let now_secs = now
         .duration_since(SystemTime::UNIX_EPOCH)
         .map(|d| d.as_secs_f64())
@@ -60,6 +75,7 @@ pub async fn poll_keys(
             config,
             now_secs,
             last_round,
+            keep: changes.is_some(),
             plans: Vec::with_capacity(pending.len()),
             replies: Replies::default(),
             next: 0,
@@ -100,6 +116,10 @@ pub async fn poll_keys(
                     .read_chunk(task, &pending, tracked, &mut polled, &mut samples)
                     .await?;
             }
+            // Keys after the last chunk's that sent nothing (unchanged).
+            round
+                .read_available(&pending, tracked, &mut polled, &mut samples)
+                .await;
             Ok(())
         }
         .await;
@@ -202,6 +222,8 @@ struct Round<'c> {
     now_secs: f64,
     /// Whether this is the last round (nothing can be measured again).
     last_round: bool,
+    /// Whether the connection is tracked, so what reads find is kept.
+    keep: bool,
     /// Per pending key, in order, the commands it sent.
     plans: Vec<Plan>,
     /// Replies received and not yet read.
@@ -226,6 +248,19 @@ impl Round<'_> {
         samples: &mut [Option<QueueSample>],
     ) -> redis::RedisResult<()> {
         self.replies.receive(task).await?;
+        self.read_available(pending, tracked, polled, samples).await;
+        Ok(())
+    }
+
+    /// Reads every key whose replies have all arrived (at once for a key
+    /// that sent nothing), in order.
+    async fn read_available(
+        &mut self,
+        pending: &[usize],
+        tracked: &mut [TrackedKey],
+        polled: &mut Polled,
+        samples: &mut [Option<QueueSample>],
+    ) {
         let (config, now_secs, last_round) = (self.config, self.now_secs, self.last_round);
         while let Some((plan, &i)) = self.plans.get(self.next).zip(pending.get(self.next)) {
             let Some(r) = self.replies.take(plan.len) else {
@@ -243,10 +278,15 @@ impl Round<'_> {
                 now_secs,
                 &config.age_buckets,
             ) {
-                KeyOutcome::Sample(s, age_failed) => {
+                KeyOutcome::Sample(s, age_failed, found) => {
                     polled.age_parse_failures += u64::from(age_failed);
-                    if let (KeyState::Typed(KeyType::List), Some(Value::BulkString(item))) =
-                        (&key.state, r.get(1))
+                    polled.unchanged_keys += u64::from(plan.unchanged.is_some());
+                    key.unchanged = found.filter(|_| self.keep);
+                    // What follows reads the base commands' replies, which a
+                    // key served unchanged did not send.
+                    let fresh = plan.unchanged.is_none();
+                    if let (KeyState::Typed(KeyType::List), Some(Value::BulkString(item)), true) =
+                        (&key.state, r.get(1), fresh)
                         && item.len() > MAX_PEEK_BYTES
                     {
                         if key.peek_paused_until == 0.0 {
@@ -261,7 +301,7 @@ impl Round<'_> {
                     }
                     // The oldest member's size bounds the next probes' replies.
                     let member_len = match key.state {
-                        KeyState::Typed(KeyType::Zset) => {
+                        KeyState::Typed(KeyType::Zset) if fresh => {
                             r.get(1).and_then(reply::first_member_len)
                         }
                         _ => None,
@@ -277,7 +317,10 @@ impl Round<'_> {
                     );
                     samples[i] = Some(*s);
                 }
-                KeyOutcome::Retype if !last_round => retype.push(i),
+                KeyOutcome::Retype if !last_round => {
+                    key.unchanged = None;
+                    retype.push(i);
+                }
                 KeyOutcome::Remeasure if !last_round => {
                     key.histogram.forget_hint();
                     remeasure.push(i);
@@ -288,10 +331,12 @@ impl Round<'_> {
                 }
                 KeyOutcome::Retype | KeyOutcome::Remeasure | KeyOutcome::Deferred { .. } => {
                     // Changed under us twice within one poll: report what we know.
+                    key.unchanged = None;
                     samples[i] = Some(identity(key, None));
                 }
                 KeyOutcome::Failed(reason) => {
                     tracing::debug!(key = %key.name, %reason, "Redis refused a command for this key");
+                    key.unchanged = None;
                     polled.key_errors.push(reason);
                     key.histogram.forget_values();
                     // Unknown: no values at all, never a made-up empty queue.
@@ -299,7 +344,6 @@ impl Round<'_> {
                 }
             }
         }
-        Ok(())
     }
 }
 
@@ -323,6 +367,9 @@ struct Plan {
     histogram: HistogramPlan,
     /// The list's age peek was skipped (an oversized head item, recently).
     peek_paused: bool,
+    /// The key is unchanged since this was read: its base commands were not
+    /// sent (a due histogram's were).
+    unchanged: Option<Unchanged>,
 }
 
 /// Appends the commands that measure `key` to `out`.
@@ -335,6 +382,23 @@ fn plan(
 ) -> Plan {
     let k = key.key.as_slice();
     let mut histogram = HistogramPlan::default();
+    if let Some(found) = key.unchanged {
+        // Nothing to ask but a histogram that is due (ages move with time).
+        let mut v = Vec::new();
+        if matches!(found, Unchanged::DueZset { .. }) {
+            histogram =
+                key.histogram
+                    .plan(k, spec.score_unit, &config.age_buckets, now_secs, &mut v);
+        }
+        let len = v.len();
+        out.extend(v);
+        return Plan {
+            len,
+            histogram,
+            peek_paused: false,
+            unchanged: Some(found),
+        };
+    }
     let mut peek_paused = false;
     let cmds = match &key.state {
         KeyState::Missing | KeyState::Unsupported(_) => vec![cmd("TYPE", k)],
@@ -387,14 +451,16 @@ fn plan(
         len,
         histogram,
         peek_paused,
+        unchanged: None,
     }
 }
 
 /// How one key's replies were read.
 #[derive(Debug, PartialEq)]
 enum KeyOutcome {
-    /// A sample, and whether an age could not be parsed.
-    Sample(Box<QueueSample>, bool),
+    /// A sample, whether an age could not be parsed, and what may be kept
+    /// while the key is unchanged (`None`: read it again next poll).
+    Sample(Box<QueueSample>, bool, Option<Unchanged>),
     /// The key's type is not what we thought; learn it and try again.
     Retype,
     /// Skipped age buckets or probes turned out to matter; measure again in full.
@@ -461,7 +527,13 @@ fn read(
         .filter_map(reply::server_error)
         .any(|e| e.contains("no such key"));
     let mut age_failed = false;
+    // What may be kept while the key is unchanged.
+    let mut found = None;
     let mut s = match &key.state {
+        KeyState::Missing if plan.unchanged == Some(Unchanged::Missing) => {
+            found = plan.unchanged;
+            missing(key, spec, age_buckets)
+        }
         KeyState::Missing | KeyState::Unsupported(_) => {
             let now_type = r.first().and_then(reply::as_str).unwrap_or("none");
             let changed = match (&key.state, now_type) {
@@ -473,40 +545,58 @@ fn read(
                 return KeyOutcome::Retype;
             }
             match &key.state {
-                KeyState::Missing => missing(key, spec, age_buckets),
+                KeyState::Missing => {
+                    found = Some(Unchanged::Missing);
+                    missing(key, spec, age_buckets)
+                }
                 KeyState::Unsupported(t) => identity(key, Some(QueueType::Other(t.clone()))),
                 KeyState::Typed(_) => identity(key, None),
             }
         }
         KeyState::Typed(KeyType::List) => {
             let mut s = identity(key, Some(QueueType::List));
-            let len = r.first().and_then(reply::as_u64);
+            let (len, head) = match plan.unchanged {
+                Some(Unchanged::List { len, head }) => {
+                    age_failed = head == Head::Unreadable;
+                    (Some(len), Some(head))
+                }
+                _ => {
+                    let len = r.first().and_then(reply::as_u64);
+                    let head;
+                    (head, age_failed) = list_head(spec, plan, len, r.get(1));
+                    (len, head)
+                }
+            };
             s.depth = len;
             s.ready = len;
-            if let Some(age) = &spec.age {
-                match (len, r.get(1)) {
-                    (Some(0), _) => s.oldest_age_seconds = Some(0.0),
-                    // Unknown, and counted, while the peek pauses.
-                    (Some(_), _) if plan.peek_paused => age_failed = true,
-                    (Some(_), Some(Value::BulkString(item))) if item.len() > MAX_PEEK_BYTES => {
-                        age_failed = true;
-                    }
-                    (Some(_), Some(Value::BulkString(item))) => match item_timestamp(item, age) {
-                        Some(ts) => s.oldest_age_seconds = Some((now_secs - ts).max(0.0)),
-                        None => age_failed = true,
-                    },
-                    // The list emptied between LLEN and LINDEX.
-                    (Some(_), Some(Value::Nil)) => s.oldest_age_seconds = Some(0.0),
-                    _ => {}
-                }
+            match head {
+                Some(Head::Empty) => s.oldest_age_seconds = Some(0.0),
+                Some(Head::At(ts)) => s.oldest_age_seconds = Some((now_secs - ts).max(0.0)),
+                _ => {}
+            }
+            if let (Some(len), Some(head)) = (len, head) {
+                found = Some(Unchanged::List { len, head });
             }
             s
         }
         KeyState::Typed(KeyType::Zset) if spec.score == ScoreMode::Timestamp => {
             let mut s = identity(key, Some(QueueType::Zset));
-            let card = r.first().and_then(reply::as_u64);
-            let oldest = r.get(1).and_then(reply::first_score);
-            let scheduled = r.get(2).and_then(reply::as_u64);
+            // After ZCARD, the oldest item and the scheduled count (unless
+            // unchanged): the histogram's replies.
+            let (card, oldest, scheduled, asked) = match plan.unchanged {
+                Some(Unchanged::DueZset { card, oldest }) => (Some(card), Some(oldest), Some(0), r),
+                _ => (
+                    r.first().and_then(reply::as_u64),
+                    r.get(1).and_then(reply::first_score),
+                    r.get(2).and_then(reply::as_u64),
+                    r.get(3..).unwrap_or_default(),
+                ),
+            };
+            // Kept only with nothing scheduled: scheduled items fall due
+            // with time alone, with no write to tell us.
+            if let (Some(card), Some(oldest), Some(0)) = (card, oldest, scheduled) {
+                found = Some(Unchanged::DueZset { card, oldest });
+            }
             let due = match (card, oldest, scheduled) {
                 (Some(0), _, _) | (_, Some(None), _) => Some(0),
                 // The zset changed between the commands: no more than it holds.
@@ -529,8 +619,7 @@ fn read(
             let age_of = |score: f64| (now_secs - spec.score_unit.to_unix_seconds(score)).max(0.0);
             s.age_histogram = match key.histogram.read(
                 plan.histogram,
-                // After ZCARD, the oldest item and the scheduled count.
-                r.get(3..).unwrap_or_default(),
+                asked,
                 due,
                 s.oldest_age_seconds,
                 age_buckets,
@@ -547,20 +636,21 @@ fn read(
             };
             s
         }
-        KeyState::Typed(KeyType::Zset) => {
-            let mut s = identity(key, Some(QueueType::Zset));
-            s.depth = r.first().and_then(reply::as_u64);
-            s.ready = s.depth;
-            s
-        }
-        KeyState::Typed(KeyType::Hash) => {
-            let mut s = identity(key, Some(QueueType::Hash));
-            s.depth = r.first().and_then(reply::as_u64);
-            s
-        }
-        KeyState::Typed(KeyType::Set) => {
-            let mut s = identity(key, Some(QueueType::Set));
-            s.depth = r.first().and_then(reply::as_u64);
+        KeyState::Typed(t @ (KeyType::Zset | KeyType::Hash | KeyType::Set)) => {
+            let (queue_type, ready) = match t {
+                KeyType::Zset => (QueueType::Zset, true),
+                KeyType::Hash => (QueueType::Hash, false),
+                _ => (QueueType::Set, false),
+            };
+            let mut s = identity(key, Some(queue_type));
+            s.depth = match plan.unchanged {
+                Some(Unchanged::Size(n)) => Some(n),
+                _ => r.first().and_then(reply::as_u64),
+            };
+            if ready {
+                s.ready = s.depth;
+            }
+            found = s.depth.map(Unchanged::Size);
             s
         }
         KeyState::Typed(KeyType::Stream) => {
@@ -578,7 +668,35 @@ fn read(
     if s.queue_type.is_none() {
         s.queue_type = Some(QueueType::Missing);
     }
-    KeyOutcome::Sample(Box::new(s), age_failed)
+    KeyOutcome::Sample(Box::new(s), age_failed, found)
+}
+
+/// What a list's age peek found, from the `LINDEX` reply, and whether its
+/// age could not be read (counted as a parse failure). `None` when it is
+/// unknown for now (skipped while paused, too large to parse, or the length
+/// is unknown): never kept, so the next poll peeks again.
+fn list_head(
+    spec: &QueueSpec,
+    plan: &Plan,
+    len: Option<u64>,
+    item: Option<&Value>,
+) -> (Option<Head>, bool) {
+    let Some(age) = &spec.age else {
+        return (Some(Head::NotPeeked), false);
+    };
+    match (len, item) {
+        (None, _) => (None, false),
+        (Some(0), _) => (Some(Head::Empty), false),
+        (Some(_), _) if plan.peek_paused => (None, true),
+        (Some(_), Some(Value::BulkString(item))) if item.len() > MAX_PEEK_BYTES => (None, true),
+        (Some(_), Some(Value::BulkString(item))) => match item_timestamp(item, age) {
+            Some(ts) => (Some(Head::At(ts)), false),
+            None => (Some(Head::Unreadable), true),
+        },
+        // The list emptied between LLEN and LINDEX.
+        (Some(_), Some(Value::Nil)) => (Some(Head::Empty), false),
+        _ => (None, false),
+    }
 }
 
 /// A configured key that does not exist: empty, which is true.
@@ -661,6 +779,7 @@ mod tests {
             exact: false,
             histogram: HistogramState::default(),
             peek_paused_until: 0.0,
+            unchanged: None,
         }
     }
 
@@ -689,13 +808,14 @@ mod tests {
             len: replies.len(),
             histogram: HistogramPlan::default(),
             peek_paused: false,
+            unchanged: None,
         };
         read(key, spec, &plan, replies, NOW, &[])
     }
 
     fn sample(outcome: KeyOutcome) -> QueueSample {
         match outcome {
-            KeyOutcome::Sample(s, _) => *s,
+            KeyOutcome::Sample(s, _, _) => *s,
             other => panic!("expected a sample, got {other:?}"),
         }
     }
@@ -703,6 +823,91 @@ mod tests {
     /// (depth, ready, scheduled, oldest age) of a sample.
     fn counts(s: &QueueSample) -> (Option<u64>, Option<u64>, Option<u64>, Option<f64>) {
         (s.depth, s.ready, s.scheduled, s.oldest_age_seconds)
+    }
+
+    /// Reads `key` at `now` from what an earlier read kept, sending nothing.
+    fn read_unchanged(
+        key: &TrackedKey,
+        spec: &QueueSpec,
+        found: Unchanged,
+        now: f64,
+    ) -> KeyOutcome {
+        let plan = Plan {
+            unchanged: Some(found),
+            ..Plan::default()
+        };
+        read(key, spec, &plan, &[], now, &[])
+    }
+
+    #[test]
+    fn what_a_read_keeps_serves_the_same_sample_later_with_older_ages() {
+        let k = key(KeyState::Typed(KeyType::Zset));
+        let spec = timestamp_zset();
+        let KeyOutcome::Sample(fresh, false, Some(found)) =
+            read_with(&k, &spec, &[Int(5), scored(NOW - 30.0), Int(0)])
+        else {
+            panic!("an all-due zset is kept");
+        };
+        let later = sample(read_unchanged(&k, &spec, found, NOW + 10.0));
+        assert_eq!(counts(&later), (Some(5), Some(5), Some(0), Some(40.0)));
+        assert_eq!(counts(&fresh), (Some(5), Some(5), Some(0), Some(30.0)));
+
+        let k = key(KeyState::Typed(KeyType::List));
+        let mut spec = QueueSpec::new(QueueTarget::Key("k".into()));
+        spec.age = Some(AgeSpec {
+            end: ListEnd::Head,
+            field: Some(JsonField::new("t").unwrap()),
+            unit: TimeUnit::Seconds,
+        });
+        let item = bulk(&format!("{{\"t\":{}}}", NOW - 12.0));
+        let KeyOutcome::Sample(_, false, Some(found)) = read_with(&k, &spec, &[Int(3), item])
+        else {
+            panic!("a list with a readable head is kept");
+        };
+        let later = sample(read_unchanged(&k, &spec, found, NOW + 3.0));
+        assert_eq!(counts(&later), (Some(3), Some(3), None, Some(15.0)));
+        // An unreadable head is kept, and counted on every poll it is served.
+        let KeyOutcome::Sample(_, true, Some(found)) =
+            read_with(&k, &spec, &[Int(1), bulk("garbage")])
+        else {
+            panic!("an unreadable head is kept");
+        };
+        assert!(matches!(
+            read_unchanged(&k, &spec, found, NOW + 1.0),
+            KeyOutcome::Sample(_, true, _)
+        ));
+    }
+
+    #[test]
+    fn values_that_time_alone_changes_are_never_kept() {
+        let k = key(KeyState::Typed(KeyType::Zset));
+        // Scheduled items fall due with no write to say so.
+        for replies in [
+            [Int(10), scored(NOW - 5.0), Int(3)],
+            [Int(4), scored(NOW + 60.0), Int(4)],
+        ] {
+            assert!(matches!(
+                read_with(&k, &timestamp_zset(), &replies),
+                KeyOutcome::Sample(_, _, None)
+            ));
+        }
+        // A paused peek is looked at again once the pause ends.
+        let k = key(KeyState::Typed(KeyType::List));
+        let mut spec = QueueSpec::new(QueueTarget::Key("k".into()));
+        spec.age = Some(AgeSpec {
+            end: ListEnd::Head,
+            field: None,
+            unit: TimeUnit::Seconds,
+        });
+        let plan = Plan {
+            len: 1,
+            peek_paused: true,
+            ..Plan::default()
+        };
+        assert!(matches!(
+            read(&k, &spec, &plan, &[Int(2)], NOW, &[]),
+            KeyOutcome::Sample(_, true, None)
+        ));
     }
 
     #[test]
@@ -777,7 +982,7 @@ mod tests {
         assert_eq!(s.oldest_age_seconds, Some(0.0));
         // An unreadable item: age unknown, and counted as a parse failure.
         match read_with(&k, &spec, &[Int(1), bulk("garbage")]) {
-            KeyOutcome::Sample(s, failed) => assert!(failed && s.oldest_age_seconds.is_none()),
+            KeyOutcome::Sample(s, failed, _) => assert!(failed && s.oldest_age_seconds.is_none()),
             other => panic!("{other:?}"),
         }
     }

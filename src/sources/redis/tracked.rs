@@ -34,6 +34,49 @@ pub struct TrackedKey {
     /// Unix seconds until which the age peek is skipped: the head item was
     /// larger than [`MAX_PEEK_BYTES`] (see there).
     pub peek_paused_until: f64,
+    /// What the last read found, while Redis has reported no change to the
+    /// key since (`CLIENT TRACKING`, see `tracking`): the poll serves it
+    /// from here and sends no command for it.
+    pub unchanged: Option<Unchanged>,
+}
+
+/// What a key's last read found that stays true until the key is written,
+/// deleted or expires: only Redis's invalidation message ends it. Values
+/// that change with time alone (a zset with scheduled items, whose items
+/// fall due; a paused age peek) are never kept.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Unchanged {
+    /// A configured key that does not exist.
+    Missing,
+    /// A list: its length and what its age peek found.
+    List {
+        /// `LLEN`.
+        len: u64,
+        /// The peeked item.
+        head: Head,
+    },
+    /// A timestamp zset with nothing scheduled.
+    DueZset {
+        /// `ZCARD`.
+        card: u64,
+        /// The oldest item's score; `None` when the zset is empty.
+        oldest: Option<f64>,
+    },
+    /// A size only a write changes (`ZCARD` of a plain zset, `HLEN`, `SCARD`).
+    Size(u64),
+}
+
+/// What a list's age peek found.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Head {
+    /// The list's spec has no `age`: nothing was peeked.
+    NotPeeked,
+    /// The list is empty: nothing waits.
+    Empty,
+    /// The item's timestamp, in Unix seconds.
+    At(f64),
+    /// The item's timestamp could not be read (counted on every poll).
+    Unreadable,
 }
 
 /// A list's head item is read whole (LINDEX has no byte range). One larger
@@ -47,12 +90,13 @@ pub const PEEK_PAUSE_SECS: f64 = 60.0;
 
 impl TrackedKey {
     /// Keeps what polls learned about `old`, the same key before this
-    /// discovery round, so rediscovery neither forgets the age hint nor makes
-    /// every histogram due at once.
+    /// discovery round, so rediscovery neither forgets the age hint, makes
+    /// every histogram due at once, nor re-reads keys Redis says are unchanged.
     pub fn carry_over(&mut self, old: &TrackedKey) {
         if old.key == self.key && old.spec == self.spec && old.state == self.state {
             self.histogram = old.histogram.clone();
             self.peek_paused_until = old.peek_paused_until;
+            self.unchanged = old.unchanged;
         }
     }
 }
