@@ -291,6 +291,48 @@ def list_cmd(key, items):
     return resp(b"RPUSH", key, *[b'{"class":"Worker","jid":"%d"}' % j for j in range(items)])
 
 
+# Commands the churn writer sends; never the exporter's.
+CHURN_COMMANDS = ("lpush", "rpop", "zadd")
+
+
+class Churn:
+    """Writes a share of the main queues once a second, on its own
+    connection and thread, so polls see queues that change: each chosen list
+    gets an LPUSH and an RPOP (same length, a new oldest item), each chosen
+    zset a ZADD that moves its `churn` member to a fresh past score."""
+
+    def __init__(self, port, lists, zsets, share, seed=5):
+        self.redis = Redis(port)
+        self.keys = ([(b"l", b"queue:list:%d" % i) for i in range(lists)] +
+                     [(b"z", b"queue:zset:%d" % i) for i in range(zsets)])
+        self.n = max(1, round(len(self.keys) * share))
+        self.rng = random.Random(seed)
+        self.stopped = threading.Event()
+        self.rounds = 0
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def run(self):
+        while not self.stopped.wait(1.0):
+            now = time.time()
+            cmds = []
+            for kind, key in self.rng.sample(self.keys, self.n):
+                if kind == b"l":
+                    cmds.append(resp(b"LPUSH", key, b'{"class":"Worker","jid":"churn"}'))
+                    cmds.append(resp(b"RPOP", key))
+                else:
+                    cmds.append(resp(b"ZADD", key, b"%.3f" % (now - self.rng.random() * 3600), b"churn"))
+            self.redis.sock.sendall(b"".join(cmds))
+            for _ in cmds:
+                self.redis._reply()
+            self.rounds += 1
+
+    def stop(self):
+        self.stopped.set()
+        self.thread.join()
+        self.redis.close()
+
+
 def queues(prefix, start, stop, items, now, rng):
     """Half lists, half timestamp zsets: `{prefix}list:{i}`, `{prefix}zset:{i}`."""
     for i in range(start, stop):
@@ -895,18 +937,40 @@ class Bench:
         self.variants()
 
     def variants(self):
-        """Not targets: the same steady polls with the age histogram measured
-        on every poll, and without it, to show what the histogram costs."""
+        """Not targets: the same steady polls with other settings, to show
+        what the histogram costs, and with queues that change (a writer
+        touching a share of them each second), to show what reading only
+        changed keys (`client_tracking`, the default) saves and costs."""
+        p = self.p
+        untracked = "    client_tracking: false\n"
+        plans = (
+            ("age_histogram_interval: 0s", "histogram on every poll",
+             "    age_histogram_interval: 0s\n", 0),
+            ("age_buckets: []", "no histogram", "    age_buckets: []\n", 0),
+            ("client_tracking: false", "every key read on every poll", untracked, 0),
+            ("default", "10 % of the queues written each second", "", 0.1),
+            ("default", "every queue written each second", "", 1.0),
+            ("client_tracking: false", "every queue written each second", untracked, 1.0),
+        )
         out = []
-        for name, extra in (("age_histogram_interval: 0s (histogram on every poll)",
-                             "    age_histogram_interval: 0s\n"),
-                            ("age_buckets: [] (no histogram)", "    age_buckets: []\n")):
+        for config, what, extra, share in plans:
             exp = self.start_exporter("variant", self.main_config(source_extra=extra))
-            w = watch_polls(exp, "bench", self.p["variant_polls"], self.redis.admin)
+            writer = Churn(self.redis.port, p["lists"], p["zsets"], share) if share else None
+            if writer:
+                time.sleep(2.5)  # the writer's first rounds, before the window
+            w = watch_polls(exp, "bench", p["variant_polls"], self.redis.admin)
+            if writer:
+                writer.stop()
             exp.stop()
-            out.append(dict(name=name, polls=w["samples_ms"], window_polls=w["polls"],
-                            commands=w["commands"], cpu_s=w["cpu_s"]))
-            log(f"  variant {name}: median poll {statistics.median(w['samples_ms']):.1f} ms")
+            ours = {k: v for k, v in w["commands"].items() if k not in CHURN_COMMANDS}
+            writes = {k: v for k, v in w["commands"].items() if k in CHURN_COMMANDS}
+            out.append(dict(name=f"{config} ({what})", config=config, what=what, share=share,
+                            polls=w["samples_ms"], window_polls=w["polls"], commands=ours,
+                            writes=writes, cpu_s=w["cpu_s"], seconds=w["seconds"],
+                            unchanged=metric(self_metrics(w["text"]), "queue_exporter_unchanged_keys",
+                                             {"source": "bench"})))
+            log(f"  variant {config} ({what}): median poll {statistics.median(w['samples_ms']):.1f} ms, "
+                f"Redis {total(ours)[1] / w['polls'] / 1000:.2f} ms/poll")
         self.results["variants"] = out
 
     def grpc_proof(self):
@@ -1045,6 +1109,7 @@ class Bench:
                 "sources:\n  - name: grow\n    type: redis\n"
                 f"    url: {self.redis.url(2)}\n    poll_interval: 1s\n"
                 "    discovery_interval: 1h\n    max_keys: 1000000\n    timeout: 60s\n"
+                "    client_tracking: false\n"
                 "    queues:\n      - pattern: \"grow:list:*\"\n"
                 "      - pattern: \"grow:zset:*\"\n        score: timestamp\n"
             )
@@ -1589,6 +1654,12 @@ def report(res, meta):
 
 def report_main(main, p, bench_results):
     out = ["", "### 1–2. Steady polls and Redis CPU", ""]
+    out.append("The issue's data, with the default config. Nothing writes to it during the runs, "
+               "so with `client_tracking` (the default) Redis reports every queue unchanged after "
+               "the first poll, and a steady poll sends one `PING` plus the age histograms that "
+               "fall due; discovery's `SCAN` runs every 30 s. What busier queues cost, up to every "
+               "queue written every second, is in the churn rows below.")
+    out.append("")
     runs = main["runs"]
     out.append("| run | polls timed | poll median | poll max | Redis CPU/poll (commandstats) | "
                "Redis CPU/poll (`INFO cpu`) | commands/poll | tracked keys | exporter RSS |")
@@ -1630,17 +1701,36 @@ def report_main(main, p, bench_results):
                     f"`discovery_interval`) and the age histogram."]
     variants = bench_results.get("variants") or []
     if variants:
-        out += ["", "The same steady polls with other histogram settings (one run each; not "
-                "targets, for comparison with the default above):", "",
-                "| config | polls timed | poll median | poll max | Redis CPU/poll (commandstats) | "
-                "top commands per poll |", "|---|---|---|---|---|---|"]
+        peer_ms = [r["usec"] / 1000 for r in main.get("peer") or [] if r.get("usec")]
+        peer_med = statistics.median(peer_ms) if peer_ms else None
+        out += ["", "The same steady polls with other settings, and with queues that change: a "
+                "writer on its own connection touches a share of the queues once a second (a list: "
+                "`LPUSH` + `RPOP`; a zset: `ZADD` of a fresh past score). The main runs above use "
+                "the issue's data, which nothing writes, so with the default `client_tracking` "
+                "Redis reports every key unchanged and a steady poll reads none of them; these rows "
+                "show the cost as queues get busy. \"Redis CPU/poll\" counts the exporter's "
+                "commands only; the writer's are in the last column, whose cost per call includes "
+                "sending the invalidation to the exporter when tracking is on (one run each; not "
+                "targets):", "",
+                "| config | queues written | polls timed | poll median | keys served unchanged | "
+                "Redis CPU/poll (commandstats) | vs peer scrape | top commands per poll | "
+                "writer: calls/s, µs per call |", "|---|---|---|---|---|---|---|---|---|"]
         for v in variants:
             n = v["window_polls"]
             top = sorted(v["commands"].items(), key=lambda kv: -kv[1][1])[:3]
-            tops = ", ".join(f"`{k.upper()}` {c / n:,.0f} calls {u / n / 1000:.1f} ms" for k, (c, u) in top)
-            out.append(f"| `{v['name'].split(' (')[0]}` ({v['name'].split(' (')[1][:-1]}) | "
-                       f"{len(v['polls'])} | {fmt(statistics.median(v['polls']))} | {fmt(max(v['polls']))} | "
-                       f"{fmt(total(v['commands'])[1] / n / 1000)} | {tops} |")
+            tops = ", ".join(f"`{k.upper()}` {c / n:,.0f} calls {u / n / 1000:.2f} ms" for k, (c, u) in top)
+            ms = total(v["commands"])[1] / n / 1000
+            config = v.get("config") or v["name"].split(" (")[0]
+            what = v.get("what") or v["name"].split(" (")[1][:-1]
+            share = v.get("share") or 0
+            wc, wu = total(v.get("writes") or {})
+            writer = (f"{wc / v['seconds']:,.0f}/s, {wu / wc:.2f} µs" if wc else "—")
+            unchanged = v.get("unchanged")
+            out.append(f"| `{config}` ({what}) | {share:.0%} | {len(v['polls'])} | "
+                       f"{fmt(statistics.median(v['polls']))} | "
+                       + (f"{unchanged:,.0f}" if unchanged is not None else "—") + " | "
+                       f"{fmt(ms)} | " + (f"1/{peer_med / ms:.1f}" if peer_med and ms else "—") +
+                       f" | {tops} | {writer} |")
     peer = main["peer"]
     if peer:
         out += ["", f"redis_exporter, per scrape ({len(peer)} scrapes, "
@@ -1735,8 +1825,10 @@ def report_growth(growth):
     out.append("Half lists, half timestamp zsets of the same shape, in their own database; "
                "`max_keys: 1000000` (the default 10,000 would cap them) and "
                "`discovery_interval: 1h`, so the timed window holds only steady polls; discovery "
-               "shows in the `once` column. Values are means over the window's polls (Redis's "
-               "figures over the polls Redis saw in it: LLEN calls / lists).")
+               "shows in the `once` column. `client_tracking: false`: every key is read on every "
+               "poll, as when every queue changes each second (with the default, an unchanged "
+               "key is not read at all; see the churn rows under 1–2). Values are means over the "
+               "window's polls (Redis's figures over the polls Redis saw in it: LLEN calls / lists).")
     out.append("")
     out.append("| queue keys | polls | poll | Redis CPU/poll (commandstats) | Redis CPU/poll (`INFO cpu`) | "
                "commands/poll | exporter RSS peak (median) | `once` | Redis CPU of `once` |")
