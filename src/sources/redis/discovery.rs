@@ -154,6 +154,7 @@ pub async fn discover(
             histogram: HistogramState::default(),
             peek_paused_until: 0.0,
             unchanged: None,
+            verify_at: 0.0,
         };
         if is_exact {
             exact.push(tk);

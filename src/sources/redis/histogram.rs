@@ -144,7 +144,7 @@ pub fn uniform(buckets: &[Duration], due: u64) -> AgeHistogram {
 }
 
 /// A fraction in (0, 1], spread evenly over keys and stable for a key.
-fn phase(key: &[u8]) -> f64 {
+pub fn phase(key: &[u8]) -> f64 {
     use std::hash::{Hash, Hasher};
     let mut h = std::collections::hash_map::DefaultHasher::new();
     key.hash(&mut h);

@@ -281,10 +281,15 @@ impl Round<'_> {
                 KeyOutcome::Sample(s, age_failed, found) => {
                     polled.age_parse_failures += u64::from(age_failed);
                     polled.unchanged_keys += u64::from(plan.unchanged.is_some());
-                    key.unchanged = found.filter(|_| self.keep);
                     // What follows reads the base commands' replies, which a
                     // key served unchanged did not send.
                     let fresh = plan.unchanged.is_none();
+                    key.keep(
+                        found.filter(|_| self.keep),
+                        fresh,
+                        now_secs,
+                        config.discovery_interval.as_secs_f64(),
+                    );
                     if let (KeyState::Typed(KeyType::List), Some(Value::BulkString(item)), true) =
                         (&key.state, r.get(1), fresh)
                         && item.len() > MAX_PEEK_BYTES
@@ -382,7 +387,7 @@ fn plan(
 ) -> Plan {
     let k = key.key.as_slice();
     let mut histogram = HistogramPlan::default();
-    if let Some(found) = key.unchanged {
+    if let Some(found) = key.kept(now_secs) {
         // Nothing to ask but a histogram that is due (ages move with time).
         let mut v = Vec::new();
         if matches!(found, Unchanged::DueZset { .. }) {
@@ -780,6 +785,7 @@ mod tests {
             histogram: HistogramState::default(),
             peek_paused_until: 0.0,
             unchanged: None,
+            verify_at: 0.0,
         }
     }
 

@@ -38,6 +38,9 @@ pub struct TrackedKey {
     /// key since (`CLIENT TRACKING`, see `tracking`): the poll serves it
     /// from here and sends no command for it.
     pub unchanged: Option<Unchanged>,
+    /// Unix seconds at which a kept key is read again all the same (see
+    /// [`TrackedKey::kept`]); 0 before the first read that kept anything.
+    pub verify_at: f64,
 }
 
 /// What a key's last read found that stays true until the key is written,
@@ -89,6 +92,29 @@ pub const MAX_PEEK_BYTES: usize = 1 << 20;
 pub const PEEK_PAUSE_SECS: f64 = 60.0;
 
 impl TrackedKey {
+    /// What may be served at `now_secs` without reading the key. A kept key
+    /// is read again once per `discovery_interval` all the same (spread over
+    /// polls by a hash of its name): a change Redis never reports (Redis 7.0
+    /// sends no invalidation for `SWAPDB`) is then stale for at most that
+    /// long, as a new key is unseen until discovery.
+    pub fn kept(&self, now_secs: f64) -> Option<Unchanged> {
+        self.unchanged.filter(|_| now_secs < self.verify_at)
+    }
+
+    /// Records what a read at `now_secs` found (`None`: nothing to keep),
+    /// and when a kept key is read again next.
+    pub fn keep(&mut self, found: Option<Unchanged>, fresh: bool, now_secs: f64, every: f64) {
+        self.unchanged = found;
+        if found.is_some() && fresh {
+            let share = if self.verify_at == 0.0 {
+                super::histogram::phase(&self.key)
+            } else {
+                1.0
+            };
+            self.verify_at = now_secs + every * share;
+        }
+    }
+
     /// Keeps what polls learned about `old`, the same key before this
     /// discovery round, so rediscovery neither forgets the age hint, makes
     /// every histogram due at once, nor re-reads keys Redis says are unchanged.
@@ -97,6 +123,7 @@ impl TrackedKey {
             self.histogram = old.histogram.clone();
             self.peek_paused_until = old.peek_paused_until;
             self.unchanged = old.unchanged;
+            self.verify_at = old.verify_at;
         }
     }
 }
