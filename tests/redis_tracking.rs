@@ -393,3 +393,78 @@ async fn a_change_redis_does_not_report_shows_within_a_discovery_interval() {
     .await;
     app.stop().await;
 }
+
+/// `tracking_clients` of `INFO clients`: connections with tracking on.
+fn tracking_clients(redis: &RedisServer) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("clients")
+        .query(&mut redis.conn())
+        .unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("tracking_clients:"))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap()
+}
+
+#[tokio::test]
+async fn tracking_pauses_where_every_key_changes_between_polls() {
+    let redis = RedisServer::start();
+    for k in ["busy:1", "busy:2", "busy:3"] {
+        run(&redis, &["RPUSH", k, "a", "b"]);
+    }
+    // Every key is written between any two polls.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let stop = stop.clone();
+        let mut conn = redis.conn();
+        std::thread::spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                for k in ["busy:1", "busy:2", "busy:3"] {
+                    let _: () = redis::pipe()
+                        .cmd("RPUSH")
+                        .arg(k)
+                        .arg("x")
+                        .ignore()
+                        .cmd("LPOP")
+                        .arg(k)
+                        .ignore()
+                        .query(&mut conn)
+                        .unwrap();
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        })
+    };
+    let app = TestApp::start(&format!(
+        r#"listen: {{ grpc: null }}
+sources:
+  - name: main
+    type: redis
+    url: {}
+    poll_interval: 50ms
+    queues:
+      - pattern: "busy:*"
+"#,
+        redis.url
+    ))
+    .await;
+    app.until("the lists", Duration::from_secs(10), |s| {
+        s.depth("busy:3").is_some()
+    })
+    .await;
+    assert_eq!(tracking_clients(&redis), 1, "tracking starts on");
+    // 30 polls of 50 ms that spare nothing: tracking pauses.
+    wait_for("tracking to pause", Duration::from_secs(10), || async {
+        (tracking_clients(&redis) == 0).then_some(())
+    })
+    .await;
+    let s = app.scrape().await;
+    assert_eq!(s.source_up("main"), Some(1.0));
+    assert!(
+        s.depth("busy:1").is_some_and(|d| (1.0..=3.0).contains(&d)),
+        "{s}"
+    );
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    writer.join().unwrap();
+    app.stop().await;
+}

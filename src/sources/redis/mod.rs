@@ -277,7 +277,12 @@ impl Source for RedisSource {
         )
         .await;
         let result = match result {
-            Ok(r) => r,
+            Ok(r) => {
+                if let (Some(t), Some(_)) = (&mut self.tracking, &changes) {
+                    t.record(r.unchanged_keys, self.tracked.len());
+                }
+                r
+            }
             Err(e) => {
                 // Replies (and pushes) may be lost with the poll: start over.
                 if let Some(t) = &mut self.tracking {
