@@ -309,28 +309,6 @@ async fn fifty_thousand_keys_over_max_keys_are_capped_counted_logged_once_and_ke
     );
 }
 
-/// `INFO commandstats` of `redis` as (command → (calls, usec_per_call)).
-fn commandstats(redis: &RedisServer) -> std::collections::HashMap<String, (u64, f64)> {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query(&mut redis.conn())
-        .unwrap();
-    info.lines()
-        .filter_map(|l| {
-            let (name, rest) = l.strip_prefix("cmdstat_")?.split_once(':')?;
-            let field = |f: &str| {
-                rest.split(',')
-                    .find_map(|kv| kv.strip_prefix(&format!("{f}=")))
-                    .and_then(|v| v.parse::<f64>().ok())
-            };
-            Some((
-                name.to_string(),
-                (field("calls")? as u64, field("usec_per_call")?),
-            ))
-        })
-        .collect()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_million_key_keyspace_is_discovered_in_bounded_scan_steps() {
     let redis = RedisServer::start_with(&["--enable-debug-command", "yes"]);
@@ -360,7 +338,7 @@ async fn a_million_key_keyspace_is_discovered_in_bounded_scan_steps() {
         &[("source", "main")],
     )
     .unwrap();
-    let stats = commandstats(&redis);
+    let stats = redis.commandstats();
     drop(exp);
     let (scans, scan_usec) = stats["scan"];
     eprintln!(

@@ -20,21 +20,10 @@ fn now() -> f64 {
 
 /// Calls per command (lower case) since the last `CONFIG RESETSTAT`.
 fn commandstats(redis: &RedisServer) -> HashMap<String, u64> {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query(&mut redis.conn())
-        .unwrap();
-    info.lines()
-        .filter_map(|l| {
-            let (name, rest) = l.strip_prefix("cmdstat_")?.split_once(':')?;
-            let calls = rest
-                .strip_prefix("calls=")?
-                .split(',')
-                .next()?
-                .parse()
-                .ok()?;
-            Some((name.to_string(), calls))
-        })
+    redis
+        .commandstats()
+        .into_iter()
+        .map(|(name, (calls, _))| (name, calls))
         .collect()
 }
 

@@ -138,6 +138,29 @@ impl RedisServer {
             .unwrap_or_else(|e| panic!("{:?}: {e}", String::from_utf8_lossy(args[0])))
     }
 
+    /// `INFO commandstats`: command (lower case, `client|tracking` for a
+    /// subcommand) → (calls, microseconds per call).
+    pub fn commandstats(&self) -> std::collections::HashMap<String, (u64, f64)> {
+        let info: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query(&mut self.conn())
+            .unwrap();
+        info.lines()
+            .filter_map(|l| {
+                let (name, rest) = l.strip_prefix("cmdstat_")?.split_once(':')?;
+                let field = |f: &str| {
+                    rest.split(',')
+                        .find_map(|kv| kv.strip_prefix(&format!("{f}=")))
+                        .and_then(|v| v.parse::<f64>().ok())
+                };
+                Some((
+                    name.to_string(),
+                    (field("calls")? as u64, field("usec_per_call")?),
+                ))
+            })
+            .collect()
+    }
+
     /// Its process id.
     pub fn pid(&self) -> u32 {
         self.child.as_ref().expect("running").id()

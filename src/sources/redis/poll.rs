@@ -795,6 +795,17 @@ mod tests {
         spec
     }
 
+    /// A list key whose head item's JSON field `t` is its enqueue time.
+    fn list_with_age_field_t() -> QueueSpec {
+        let mut spec = QueueSpec::new(QueueTarget::Key("k".into()));
+        spec.age = Some(AgeSpec {
+            end: ListEnd::Head,
+            field: Some(JsonField::new("t").unwrap()),
+            unit: TimeUnit::Seconds,
+        });
+        spec
+    }
+
     fn bulk(s: &str) -> Value {
         BulkString(s.as_bytes().to_vec())
     }
@@ -859,12 +870,7 @@ mod tests {
         assert_eq!(counts(&fresh), (Some(5), Some(5), Some(0), Some(30.0)));
 
         let k = key(KeyState::Typed(KeyType::List));
-        let mut spec = QueueSpec::new(QueueTarget::Key("k".into()));
-        spec.age = Some(AgeSpec {
-            end: ListEnd::Head,
-            field: Some(JsonField::new("t").unwrap()),
-            unit: TimeUnit::Seconds,
-        });
+        let spec = list_with_age_field_t();
         let item = bulk(&format!("{{\"t\":{}}}", NOW - 12.0));
         let KeyOutcome::Sample(_, false, Some(found)) = read_with(&k, &spec, &[Int(3), item])
         else {
@@ -974,12 +980,7 @@ mod tests {
     #[test]
     fn a_list_reads_its_length_and_the_peeked_items_age() {
         let k = key(KeyState::Typed(KeyType::List));
-        let mut spec = QueueSpec::new(QueueTarget::Key("k".into()));
-        spec.age = Some(AgeSpec {
-            end: ListEnd::Head,
-            field: Some(JsonField::new("t").unwrap()),
-            unit: TimeUnit::Seconds,
-        });
+        let spec = list_with_age_field_t();
         let item = bulk(&format!("{{\"t\":{}}}", NOW - 12.0));
         let s = sample(read_with(&k, &spec, &[Int(3), item]));
         assert_eq!(counts(&s), (Some(3), Some(3), None, Some(12.0)));
