@@ -352,10 +352,10 @@ async fn a_queue_named_oddly_and_a_string_where_a_number_belongs() {
         .iter()
         .find(|q| q.name == "weird \"name\", with = signs")
         .expect("weird queue");
-    assert_eq!(weird.vhost.as_deref(), Some("a/b c"));
+    assert_eq!(weird.vhost(), Some("a/b c"));
     assert_eq!(weird.depth, None);
     assert_eq!(weird.ready, Some(1));
-    assert_eq!(weird.state.as_deref(), Some("flow"));
+    assert_eq!(weird.broker().state.as_deref(), Some("flow"));
     assert!(weird.counters().is_empty());
     assert_eq!(out.stats.queues_per_vhost.get("a/b c"), Some(&1));
 }

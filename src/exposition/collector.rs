@@ -161,7 +161,7 @@ impl SnapshotCollector {
             enc,
             "queue_messages_unacked",
             "Items delivered to a consumer and not yet acknowledged",
-            |q| q.unacked,
+            |q| q.broker().unacked,
         )?;
         self.queue_gauge(
             enc,
@@ -173,13 +173,13 @@ impl SnapshotCollector {
             enc,
             "queue_consumers",
             "Consumers attached to the queue",
-            |q| q.consumers,
+            |q| q.broker().consumers,
         )?;
         self.queue_gauge(
             enc,
             "queue_consumer_utilisation",
             "Fraction of time the queue could deliver to consumers immediately (RabbitMQ)",
-            |q| q.consumer_utilisation,
+            |q| q.broker().consumer_utilisation,
         )?;
         self.queue_gauge(
             enc,
@@ -233,7 +233,7 @@ impl SnapshotCollector {
                 let queue_type = q.queue_type.as_ref()?;
                 Some((
                     QueueLabels {
-                        info: Some((queue_type.as_str(), q.state.as_deref())),
+                        info: Some((queue_type.as_str(), q.broker().state.as_deref())),
                         ..QueueLabels::of(s, q)
                     },
                     1u64,
@@ -269,13 +269,13 @@ impl SnapshotCollector {
             enc,
             "queue_jobs_processed",
             "Jobs processed, from the library's totals or configured counters keys",
-            |q| q.jobs.processed,
+            |q| q.jobs().processed,
         )?;
         self.queue_counter(
             enc,
             "queue_jobs_failed",
             "Jobs failed, from the library's totals or configured counters keys",
-            |q| q.jobs.failed,
+            |q| q.jobs().failed,
         )?;
         Ok(())
     }

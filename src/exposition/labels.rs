@@ -64,8 +64,8 @@ impl<'a> QueueLabels<'a> {
 impl EncodeLabelSet for QueueLabels<'_> {
     fn encode(&self, encoder: &mut LabelSetEncoder) -> Result<(), std::fmt::Error> {
         ("source", self.source).encode(encoder.encode_label())?;
-        if let Some(vhost) = &self.queue.vhost {
-            ("vhost", vhost.as_str()).encode(encoder.encode_label())?;
+        if let Some(vhost) = self.queue.vhost() {
+            ("vhost", vhost).encode(encoder.encode_label())?;
         }
         ("queue", self.queue.name.as_str()).encode(encoder.encode_label())?;
         if let Some(facts) = &self.queue.preset {

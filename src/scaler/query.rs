@@ -160,7 +160,7 @@ pub fn evaluate_with(
     let data_age = fresh_age(snapshot, config, now)?;
 
     if !query.queue.is_glob() || queues.iter().all(|q| q.name == query.queue.text()) {
-        let mut vhosts: Vec<&str> = queues.iter().filter_map(|q| q.vhost.as_deref()).collect();
+        let mut vhosts: Vec<&str> = queues.iter().filter_map(|q| q.vhost()).collect();
         vhosts.sort_unstable();
         vhosts.dedup();
         if vhosts.len() > 1 {
@@ -354,7 +354,7 @@ fn matching(query: &ScalerQuery, queues: &[QueueSample], index: &NameIndex) -> V
         .into_iter()
         .filter_map(|i| queues.get(i as usize).map(|q| (i, q)))
         .filter(|(_, q)| match &query.vhost {
-            Some(v) => q.vhost.as_deref() == Some(v.as_str()),
+            Some(v) => q.vhost() == Some(v.as_str()),
             None => true,
         })
         .filter(|(_, q)| match &query.preset {
@@ -427,7 +427,7 @@ fn queue_value(query: &ScalerQuery, s: &Snapshot, q: &QueueSample) -> Result<f64
         },
         Mode::Ready => count(q.ready, ""),
         Mode::Unacked => count(
-            q.unacked,
+            q.broker().unacked,
             " (only RabbitMQ reports unacknowledged messages)",
         ),
         Mode::Scheduled => count(
@@ -817,9 +817,9 @@ mod tests {
         );
 
         let mut in_v1 = sample("w", 1);
-        in_v1.vhost = Some("v1".into());
+        in_v1.broker_mut().vhost = "v1".into();
         let mut in_v2 = sample("w", 3);
-        in_v2.vhost = Some("v2".into());
+        in_v2.broker_mut().vhost = "v2".into();
         let rabbit = [snap("r", vec![in_v1, in_v2], Some(Duration::ZERO), now)];
         let e = evaluate(&q(&[("queue", "w")]), &rabbit, &cfg(), now).unwrap_err();
         assert!(

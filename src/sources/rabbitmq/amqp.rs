@@ -191,11 +191,11 @@ impl Amqp {
             match outcome {
                 Some(DeclareOutcome::Found { ready, consumers }) => {
                     let mut q = QueueSample::named(*name);
-                    q.vhost = Some(vhost.clone());
+                    q.broker_mut().vhost = vhost.clone();
                     // A passive declare reports ready messages only: depth
                     // (ready + unacked) stays unknown rather than invented.
                     q.ready = Some(u64::from(ready));
-                    q.consumers = Some(u64::from(consumers));
+                    q.broker_mut().consumers = Some(u64::from(consumers));
                     out.queues.push(q);
                 }
                 Some(DeclareOutcome::Missing) => {

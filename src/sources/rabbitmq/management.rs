@@ -17,7 +17,7 @@ use super::credentials::{self, Credentials};
 use super::filter::QueueFilter;
 use super::sample::{self, HeadTimestamp};
 use crate::config::{RabbitSourceConfig, RabbitStats};
-use crate::snapshot::{Counters, QueueSample};
+use crate::snapshot::{BrokerFacts, Counters, QueueSample};
 use crate::sources::{PollOutput, SourceError};
 
 /// Largest page the management API accepts; 501 is a 400.
@@ -352,13 +352,15 @@ impl ApiQueue {
         let mut q = QueueSample {
             oldest_age_seconds: sample::oldest_age(head, self.messages_ready, now),
             queue_type: self.queue_type.as_deref().map(sample::queue_type),
-            state: self.state,
             depth: self.messages,
             ready: self.messages_ready,
-            unacked: self.messages_unacknowledged,
-            consumers: self.consumers,
-            consumer_utilisation: self.consumer_utilisation.filter(|u| u.is_finite()),
-            vhost: Some(self.vhost),
+            broker: Some(Box::new(BrokerFacts {
+                vhost: self.vhost,
+                state: self.state,
+                unacked: self.messages_unacknowledged,
+                consumers: self.consumers,
+                consumer_utilisation: self.consumer_utilisation.filter(|u| u.is_finite()),
+            })),
             name: self.name,
             ..QueueSample::default()
         };
@@ -436,13 +438,13 @@ mod tests {
             .map(|i| i.into_sample(RabbitStats::Full, now))
             .collect();
         assert_eq!(q[0].depth, Some(3));
-        assert_eq!(q[0].unacked, Some(1));
-        assert_eq!(q[0].consumer_utilisation, Some(0.5));
+        assert_eq!(q[0].broker().unacked, Some(1));
+        assert_eq!(q[0].broker().consumer_utilisation, Some(0.5));
         assert_eq!(q[0].counters().published, Some(10));
         assert_eq!(q[0].counters().acknowledged, None);
         // Head message without a timestamp property: age unknown.
         assert_eq!(q[0].oldest_age_seconds, None);
-        assert_eq!(q[0].vhost.as_deref(), Some("/"));
+        assert_eq!(q[0].vhost(), Some("/"));
         // Quorum queue before its first stats emission: nothing known, no zeros.
         assert_eq!(q[1].depth, None);
         assert_eq!(q[1].ready, None);

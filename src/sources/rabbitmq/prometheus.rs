@@ -134,10 +134,10 @@ fn merge_nodes(nodes: Vec<Vec<QueueSample>>) -> Vec<QueueSample> {
     let mut at: HashMap<(Option<String>, String), usize> = queues
         .iter()
         .enumerate()
-        .map(|(i, q)| ((q.vhost.clone(), q.name.clone()), i))
+        .map(|(i, q)| ((q.vhost().map(str::to_string), q.name.clone()), i))
         .collect();
     for q in rest.into_iter().flatten() {
-        match at.entry((q.vhost.clone(), q.name.clone())) {
+        match at.entry((q.vhost().map(str::to_string), q.name.clone())) {
             Entry::Occupied(e) => merge(&mut queues[*e.get()], q),
             Entry::Vacant(e) => {
                 e.insert(queues.len());
@@ -451,9 +451,11 @@ impl<'f> Parser<'f> {
         match field {
             Field::Depth => q.depth = count,
             Field::Ready => q.ready = count,
-            Field::Unacked => q.unacked = count,
-            Field::Consumers => q.consumers = count,
-            Field::Utilisation => q.consumer_utilisation = value.is_finite().then_some(value),
+            Field::Unacked => q.broker_mut().unacked = count,
+            Field::Consumers => q.broker_mut().consumers = count,
+            Field::Utilisation => {
+                q.broker_mut().consumer_utilisation = value.is_finite().then_some(value)
+            }
             Field::Head => self.heads[i] = Some(value),
             Field::Delivered => add(&mut q.counters_mut().delivered),
             Field::Acked => add(&mut q.counters_mut().acknowledged),
@@ -472,7 +474,7 @@ impl<'f> Parser<'f> {
         for at in [next, same, 0] {
             if let Some(q) = self.queues.get(at)
                 && q.name == name
-                && q.vhost.as_deref() == Some(vhost.as_ref())
+                && q.vhost() == Some(vhost.as_ref())
             {
                 self.last = Some(at);
                 return Some(at);
@@ -495,7 +497,7 @@ impl<'f> Parser<'f> {
                 let (vhost, name) = slot.key();
                 let at = self.filter.keeps(vhost, name).then(|| {
                     let mut q = QueueSample::named(name.as_str());
-                    q.vhost = Some(vhost.clone());
+                    q.broker_mut().vhost = vhost.clone();
                     self.queues.push(q);
                     self.heads.push(None);
                     self.queues.len() - 1
@@ -688,9 +690,11 @@ fn merge(into: &mut QueueSample, other: QueueSample) {
     }
     pick(&mut into.depth, other.depth);
     pick(&mut into.ready, other.ready);
-    pick(&mut into.unacked, other.unacked);
-    pick(&mut into.consumers, other.consumers);
-    pick(&mut into.consumer_utilisation, other.consumer_utilisation);
+    let theirs = other.broker();
+    let ours = into.broker_mut();
+    pick(&mut ours.unacked, theirs.unacked);
+    pick(&mut ours.consumers, theirs.consumers);
+    pick(&mut ours.consumer_utilisation, theirs.consumer_utilisation);
     pick(&mut into.oldest_age_seconds, other.oldest_age_seconds);
     let (mut counters, theirs) = (into.counters(), other.counters());
     pick(&mut counters.published, theirs.published);
@@ -743,7 +747,7 @@ rabbitmq_identity_info{rabbitmq_node="rabbit@localhost"} 1
     fn find<'a>(node: &'a NodeScrape, vhost: &str, name: &str) -> &'a QueueSample {
         node.queues
             .iter()
-            .find(|q| q.vhost.as_deref() == Some(vhost) && q.name == name)
+            .find(|q| q.vhost() == Some(vhost) && q.name == name)
             .unwrap_or_else(|| panic!("no queue {vhost}/{name}"))
     }
 
@@ -753,11 +757,14 @@ rabbitmq_identity_info{rabbitmq_node="rabbit@localhost"} 1
         assert_eq!(node.skipped_lines, 0);
         assert_eq!(node.queues.len(), 2);
         let q = find(&node, "/", "a,b=c");
-        assert_eq!((q.depth, q.ready, q.unacked), (Some(7), Some(5), Some(2)));
+        assert_eq!(
+            (q.depth, q.ready, q.broker().unacked),
+            (Some(7), Some(5), Some(2))
+        );
         assert_eq!(q.counters().published, Some(7));
         assert_eq!(q.counters().delivered, None);
         assert_eq!(q.oldest_age_seconds, Some(100.0));
-        assert_eq!(q.consumers, None);
+        assert_eq!(q.broker().consumers, None);
         let q = find(&node, "v w/x", "q");
         assert_eq!(q.oldest_age_seconds, Some(0.0));
         assert_eq!(q.depth, None);
@@ -782,7 +789,7 @@ rabbitmq_identity_info{rabbitmq_node="rabbit@localhost"} 1
         let node = parse(text).unwrap();
         let got = |vhost, name| {
             let q = find(&node, vhost, name);
-            (q.depth, q.ready, q.unacked)
+            (q.depth, q.ready, q.broker().unacked)
         };
         assert_eq!(got("/", "a"), (Some(1), Some(10), Some(100)));
         assert_eq!(got("/", "b"), (Some(2), Some(20), Some(200)));
@@ -878,7 +885,7 @@ rabbitmq_identity_info{rabbitmq_node="rabbit@localhost"} 1
             for i in 0..6u64 {
                 let q = find(&node, &format!("v{}", i % 2), &format!("q{i}"));
                 proptest::prop_assert_eq!(q.ready, Some(i));
-                proptest::prop_assert_eq!(q.unacked, Some(10 + i));
+                proptest::prop_assert_eq!(q.broker().unacked, Some(10 + i));
                 proptest::prop_assert_eq!(q.counters().published, Some(100 + i));
             }
         }
@@ -916,15 +923,15 @@ rabbitmq_identity_info{rabbitmq_node="rabbit@localhost"} 1
         let node = parse(text).unwrap();
         assert_eq!(node.skipped_lines, 0);
         let a = find(&node, "v", "a");
-        assert_eq!(a.consumer_utilisation, None);
-        assert_eq!(a.consumers, None);
+        assert_eq!(a.broker().consumer_utilisation, None);
+        assert_eq!(a.broker().consumers, None);
         assert_eq!((a.ready, a.depth), (Some(2), Some(2)));
         // A head without a timestamp and messages ready: age unknown.
         assert_eq!(a.oldest_age_seconds, None);
         let b = find(&node, "v", "b");
-        assert_eq!(b.consumer_utilisation, Some(0.25));
+        assert_eq!(b.broker().consumer_utilisation, Some(0.25));
         assert_eq!(b.counters().acknowledged, Some(9));
-        assert_eq!(b.unacked, None);
+        assert_eq!(b.broker().unacked, None);
     }
 
     #[test]
@@ -990,13 +997,13 @@ rabbitmq_identity_info{rabbitmq_node="rabbit@localhost"} 1
     #[test]
     fn nodes_merge_field_by_field_the_first_winning() {
         let mut a = QueueSample::named("q");
-        a.vhost = Some("/".into());
+        a.broker_mut().vhost = "/".into();
         a.ready = Some(1);
         let mut b = a.clone();
         b.ready = Some(2);
         b.depth = Some(5);
         let mut c = QueueSample::named("other");
-        c.vhost = Some("/".into());
+        c.broker_mut().vhost = "/".into();
         let merged = merge_nodes(vec![vec![a], vec![b, c]]);
         assert_eq!(merged.len(), 2);
         assert_eq!((merged[0].ready, merged[0].depth), (Some(1), Some(5)));

@@ -52,7 +52,7 @@ pub fn count_from_f64(v: f64) -> Option<u64> {
 
 /// The order of a snapshot's queues: by vhost, then name.
 fn key(q: &QueueSample) -> (Option<&str>, &str) {
-    (q.vhost.as_deref(), q.name.as_str())
+    (q.vhost(), q.name.as_str())
 }
 
 /// Sorts queues by [`key`]. A list already in order (the management API
@@ -89,8 +89,8 @@ pub fn stats(queues: &[QueueSample], known_vhosts: &[String]) -> SourceStats {
     let mut per_vhost: BTreeMap<String, u64> =
         known_vhosts.iter().map(|v| (v.clone(), 0)).collect();
     for q in queues {
-        if let Some(v) = &q.vhost {
-            *per_vhost.entry(v.clone()).or_insert(0) += 1;
+        if let Some(v) = q.vhost() {
+            *per_vhost.entry(v.to_string()).or_insert(0) += 1;
         }
     }
     SourceStats {
@@ -130,7 +130,9 @@ mod tests {
     fn unsorted_queues() -> (Vec<QueueSample>, Vec<QueueSample>) {
         let sample = |vhost: Option<&str>, name: &str, depth: u64| {
             let mut q = QueueSample::named(name);
-            q.vhost = vhost.map(String::from);
+            if let Some(v) = vhost {
+                q.broker_mut().vhost = v.to_string();
+            }
             q.depth = Some(depth);
             q
         };
@@ -141,7 +143,7 @@ mod tests {
             }
         }
         let mut want = all.clone();
-        want.sort_by(|a, b| (&a.vhost, &a.name).cmp(&(&b.vhost, &b.name)));
+        want.sort_by(|a, b| (a.vhost(), &a.name).cmp(&(b.vhost(), &b.name)));
         (all, want)
     }
 
@@ -178,7 +180,7 @@ mod tests {
     #[test]
     fn stats_count_per_vhost() {
         let mut a = QueueSample::named("a");
-        a.vhost = Some("v1".into());
+        a.broker_mut().vhost = "v1".into();
         let s = stats(&[a.clone(), a], &["v1".into(), "v2".into()]);
         assert_eq!(s.tracked_keys, 2);
         assert_eq!(s.queues_per_vhost.get("v1"), Some(&2));

@@ -303,7 +303,7 @@ impl Source for RedisSource {
             .map_err(|e| self.map_error(e))?;
         for (name, totals) in preset.plain_totals {
             for q in out.queues.iter_mut().filter(|q| q.name == name) {
-                q.jobs = totals;
+                q.set_jobs(totals);
             }
         }
         out.queues.extend(preset.samples);

@@ -4,7 +4,7 @@
 use redis::Value;
 
 use super::{Follow, Stage, Stamp, below, count, due_count, key, preset_sample, set_state, sum};
-use crate::snapshot::JobState;
+use crate::snapshot::{JobState, JobTotals};
 
 /// `<prefix>:{<q>}:<name>`.
 fn k(prefix: &str, q: &[u8], name: &[u8]) -> Vec<u8> {
@@ -52,8 +52,10 @@ pub fn read(prefix: &str, q: &[u8], r: &[Value]) -> Stage {
     // Lease scores are expiries: a past one is an orphaned task.
     f.stalled = count(at(7));
     f.overdue = sum(&[at(11), at(12)]);
-    s.jobs.processed = count(at(8));
-    s.jobs.failed = count(at(9));
+    s.set_jobs(JobTotals {
+        processed: count(at(8)),
+        failed: count(at(9)),
+    });
     let mut follow = Vec::new();
     match at(10) {
         Value::Nil => s.oldest_age_seconds = Some(0.0),
@@ -110,7 +112,7 @@ mod tests {
             (Some(false), Some(1), Some(3))
         );
         assert_eq!(
-            (st.sample.jobs.processed, st.sample.jobs.failed),
+            (st.sample.jobs().processed, st.sample.jobs().failed),
             (Some(100), Some(7))
         );
         assert_eq!(st.follow[0].1, Follow::Stamp(Stamp::Nanos));

@@ -445,7 +445,7 @@ impl PresetState {
                 .iter_mut()
                 .find(|(e, s)| *e == entry && s.sample.labels.is_empty())
             {
-                stage.sample.jobs = totals;
+                stage.sample.set_jobs(totals);
             }
         }
         out.samples = stages.into_iter().map(|(_, s)| s.sample).collect();

@@ -7,7 +7,7 @@ use redis::Value;
 
 use super::{Follow, Stage, count, due_count, preset_sample, set_state, sum};
 use crate::config::ALL_QUEUES;
-use crate::snapshot::JobState;
+use crate::snapshot::{JobState, JobTotals};
 
 /// A Sidekiq key under an optional redis-namespace prefix.
 pub fn k(prefix: &str, name: &[u8]) -> Vec<u8> {
@@ -51,8 +51,10 @@ pub fn read(prefix: &str, q: &[u8], r: &[Value], now: f64, limit: usize) -> Stag
         set_state(&mut s, JobState::Delayed, count(at(0)));
         set_state(&mut s, JobState::Retry, count(at(1)));
         set_state(&mut s, JobState::Failed, count(at(2)));
-        s.jobs.processed = count(at(3));
-        s.jobs.failed = count(at(4));
+        s.set_jobs(JobTotals {
+            processed: count(at(3)),
+            failed: count(at(4)),
+        });
         super::facts(&mut s).overdue = sum(&[at(6), at(7)]);
         let processes = super::reply::as_array(at(5)).unwrap_or(&[]);
         let mut follow = Vec::new();
@@ -150,8 +152,8 @@ mod tests {
         assert_eq!(f.states[&JobState::Active], 0);
         assert_eq!(f.stalled, Some(0));
         assert_eq!(f.overdue, Some(2));
-        assert_eq!(st.sample.jobs.processed, Some(10));
-        assert_eq!(st.sample.jobs.failed, Some(0));
+        assert_eq!(st.sample.jobs().processed, Some(10));
+        assert_eq!(st.sample.jobs().failed, Some(0));
         // Two processes checked (the bound), two commands each.
         assert_eq!(st.follow.len(), 4);
         let all = plan("ns", b"(all)", 1000.25);
