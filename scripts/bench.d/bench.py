@@ -42,7 +42,7 @@ RABBIT_AUTH = "Basic " + base64.b64encode(b"guest:guest").decode()
 # Sizes and durations: the data for a full run, tiny ones for --smoke.
 FULL = dict(
     lists=2000, zsets=2000, items=100, other=100_000,
-    runs=3, poll_window=30, peer_scrapes=3, once_runs=5, scrape_costs=3, variant_polls=15, floor_runs=20, floor_cadence_runs=15,
+    runs=3, poll_window=30, peer_scrapes=3, once_runs=5, scrape_costs=3, variant_polls=15, pause_settle=33, floor_runs=20, floor_cadence_runs=15,
     http_seconds=10.0, grpc_seconds=10.0, grpc_maps=1000, proof_seconds=5.0,
     idle_seconds=15.0, push_trials=50,
     mem_queues=10_000, mem_rabbit=5000, mem_sample=0.7,
@@ -51,7 +51,7 @@ FULL = dict(
 )
 SMOKE = dict(
     lists=20, zsets=20, items=10, other=500,
-    runs=1, poll_window=2, peer_scrapes=1, once_runs=1, scrape_costs=1, variant_polls=1, floor_runs=2, floor_cadence_runs=2,
+    runs=1, poll_window=2, peer_scrapes=1, once_runs=1, scrape_costs=1, variant_polls=1, pause_settle=3, floor_runs=2, floor_cadence_runs=2,
     http_seconds=1.0, grpc_seconds=1.0, grpc_maps=50, proof_seconds=1.0,
     idle_seconds=1.0, push_trials=3,
     mem_queues=100, mem_rabbit=50, mem_sample=0.3,
@@ -950,15 +950,27 @@ class Bench:
             ("client_tracking: false", "every key read on every poll", untracked, 0),
             ("default", "10 % of the queues written each second", "", 0.1),
             ("default", "every queue written each second", "", 1.0),
+            # Tracking pauses itself after 30 polls in a row that spared
+            # fewer than 10 % of the keys: the steady state of a busy fleet.
+            ("default", f"every queue written each second, from poll {p['pause_settle']}"
+             + (": tracking paused" if p["pause_settle"] > 30 else ""), "", 1.0, p["pause_settle"]),
             ("client_tracking: false", "every queue written each second", untracked, 1.0),
         )
         out = []
-        for config, what, extra, share in plans:
+        for config, what, extra, share, *settle in plans:
             exp = self.start_exporter("variant", self.main_config(source_extra=extra))
             writer = Churn(self.redis.port, p["lists"], p["zsets"], share) if share else None
             if writer:
                 time.sleep(2.5)  # the writer's first rounds, before the window
+            if settle:
+                deadline = time.time() + settle[0] * 5 + 60
+                while exp.poll_hist("bench")[1] < settle[0]:
+                    if time.time() > deadline:
+                        raise RuntimeError(f"variant {what}: polls too slow")
+                    time.sleep(0.5)
+            cpu0 = proc_cpu(exp.proc.pid)
             w = watch_polls(exp, "bench", p["variant_polls"], self.redis.admin)
+            exporter_cpu_s = proc_cpu(exp.proc.pid) - cpu0
             if writer:
                 writer.stop()
             exp.stop()
@@ -966,6 +978,7 @@ class Bench:
             writes = {k: v for k, v in w["commands"].items() if k in CHURN_COMMANDS}
             out.append(dict(name=f"{config} ({what})", config=config, what=what, share=share,
                             polls=w["samples_ms"], window_polls=w["polls"], commands=ours,
+                            exporter_cpu_ms=exporter_cpu_s * 1000 / max(1, w["polls"]),
                             writes=writes, cpu_s=w["cpu_s"], seconds=w["seconds"],
                             unchanged=metric(self_metrics(w["text"]), "queue_exporter_unchanged_keys",
                                              {"source": "bench"})))
@@ -1710,11 +1723,13 @@ def report_main(main, p, bench_results):
                 "Redis reports every key unchanged and a steady poll reads none of them; these rows "
                 "show the cost as queues get busy. \"Redis CPU/poll\" counts the exporter's "
                 "commands only; the writer's are in the last column, whose cost per call includes "
-                "sending the invalidation to the exporter when tracking is on (one run each; not "
-                "targets):", "",
+                "sending the invalidation to the exporter when tracking is on. \"Exporter CPU/poll\" "
+                "is the exporter process's user + system time over the window (it includes one "
+                "`/metrics` encode per poll, for the harness's reads). One run each; not targets:", "",
                 "| config | queues written | polls timed | poll median | keys served unchanged | "
-                "Redis CPU/poll (commandstats) | vs peer scrape | top commands per poll | "
-                "writer: calls/s, µs per call |", "|---|---|---|---|---|---|---|---|---|"]
+                "Redis CPU/poll (commandstats) | vs peer scrape | exporter CPU/poll | "
+                "top commands per poll | writer: calls/s, µs per call |",
+                "|---|---|---|---|---|---|---|---|---|---|"]
         for v in variants:
             n = v["window_polls"]
             top = sorted(v["commands"].items(), key=lambda kv: -kv[1][1])[:3]
@@ -1730,6 +1745,8 @@ def report_main(main, p, bench_results):
                        f"{fmt(statistics.median(v['polls']))} | "
                        + (f"{unchanged:,.0f}" if unchanged is not None else "—") + " | "
                        f"{fmt(ms)} | " + (f"1/{peer_med / ms:.1f}" if peer_med and ms else "—") +
+                       " | " + (fmt(v["exporter_cpu_ms"]) if v.get("exporter_cpu_ms") is not None
+                                else "—") +
                        f" | {tops} | {writer} |")
     peer = main["peer"]
     if peer:
