@@ -314,7 +314,7 @@ async fn a_million_key_keyspace_is_discovered_in_bounded_scan_steps() {
     let redis = RedisServer::start_with(&["--enable-debug-command", "yes"]);
     redis.run::<()>(&[b"DEBUG", b"POPULATE", b"1000000", b"filler", b"8"]);
     fill_jobs(&redis, 1000);
-    redis.run::<()>(&[b"CONFIG", b"RESETSTAT"]);
+    redis.reset_stats();
     let exp = Exporter::start(
         &redis_source(
             &redis.url,

@@ -40,13 +40,6 @@ fn key_reads(stats: &HashMap<String, u64>) -> u64 {
         .sum()
 }
 
-fn reset_stats(redis: &RedisServer) {
-    let _: () = redis::cmd("CONFIG")
-        .arg("RESETSTAT")
-        .query(&mut redis.conn())
-        .unwrap();
-}
-
 fn run(redis: &RedisServer, args: &[&str]) {
     let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
     let _: redis::Value = redis.run(&args);
@@ -137,7 +130,7 @@ async fn an_idle_queue_costs_no_command_per_poll_and_its_age_still_grows() {
     assert!((100.0..110.0).contains(&list_age), "{list_age}");
     assert!((100.0..110.0).contains(&zset_age), "{zset_age}");
 
-    reset_stats(&redis);
+    redis.reset_stats();
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let stats = commandstats(&redis);
     let later = app.scrape().await;
@@ -309,7 +302,7 @@ async fn a_server_that_refuses_tracking_is_read_in_full_on_every_poll() {
         .await;
     assert_eq!(s.depth("list:a"), Some(2.0));
     assert_eq!(s.errors("main", "auth"), Some(0.0), "{s}");
-    reset_stats(&redis);
+    redis.reset_stats();
     tokio::time::sleep(Duration::from_millis(800)).await;
     let stats = commandstats(&redis);
     let s = app.scrape().await;
@@ -340,7 +333,7 @@ async fn client_tracking_false_reads_every_key_on_every_poll() {
         s.depth("other:z") == Some(2.0)
     })
     .await;
-    reset_stats(&redis);
+    redis.reset_stats();
     tokio::time::sleep(Duration::from_millis(800)).await;
     let stats = commandstats(&redis);
     assert!(stats.get("llen").copied().unwrap_or(0) >= 4, "{stats:?}");

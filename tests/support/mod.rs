@@ -138,6 +138,12 @@ impl RedisServer {
             .unwrap_or_else(|e| panic!("{:?}: {e}", String::from_utf8_lossy(args[0])))
     }
 
+    /// Zeroes `INFO commandstats` (`CONFIG RESETSTAT`), so what follows is
+    /// counted alone.
+    pub fn reset_stats(&self) {
+        self.run::<()>(&[b"CONFIG", b"RESETSTAT"]);
+    }
+
     /// `INFO commandstats`: command (lower case, `client|tracking` for a
     /// subcommand) → (calls, microseconds per call).
     pub fn commandstats(&self) -> std::collections::HashMap<String, (u64, f64)> {
