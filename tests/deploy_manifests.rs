@@ -4,7 +4,8 @@
 //!   the examples;
 //! - every core Kubernetes object passes `kubernetes-validate --strict`;
 //! - every KEDA and prometheus-operator object's `spec` validates, strictly,
-//!   against its CRD in `../shared/schemas/crds/` (used in place, never copied);
+//!   against its CRD in `tests/fixtures/crds/` (KEDA v2.20 and
+//!   prometheus-operator 0.93.0, unmodified; see the README there);
 //! - the PrometheusRule passes `promtool check rules` and its unit tests
 //!   (`promtool test rules`), every alert is tested firing and not firing and
 //!   has a runbook in the README;
@@ -270,12 +271,8 @@ fn kubernetes_validate_strict_rejects_an_unknown_field() {
 // ---------------------------------------------------------- CRD validation
 
 fn crd_dir() -> PathBuf {
-    let dir = root().join("../shared/schemas/crds");
-    assert!(
-        dir.is_dir(),
-        "CRDs expected in {} (shared/ beside the project)",
-        dir.display()
-    );
+    let dir = root().join("tests/fixtures/crds");
+    assert!(dir.is_dir(), "CRDs expected in {}", dir.display());
     dir
 }
 

@@ -1,5 +1,5 @@
 //! The example KEDA manifests in `deploy/kubernetes/examples/keda/` validate against KEDA's CRDs
-//! (in `../shared/schemas/crds/`, never copied into the project), and every
+//! (KEDA v2.20's, copied unmodified into `tests/fixtures/crds/`), and every
 //! external trigger's metadata is accepted by the scaler's own parser.
 
 use std::collections::HashMap;
@@ -13,12 +13,8 @@ fn root() -> PathBuf {
 }
 
 fn crd_dir() -> PathBuf {
-    let dir = root().join("../shared/schemas/crds");
-    assert!(
-        dir.is_dir(),
-        "KEDA CRDs expected in {} (shared/ beside the project)",
-        dir.display()
-    );
+    let dir = root().join("tests/fixtures/crds");
+    assert!(dir.is_dir(), "KEDA CRDs expected in {}", dir.display());
     dir
 }
 
