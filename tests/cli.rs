@@ -351,8 +351,37 @@ fn signal_and_wait(
             started.elapsed() < limit,
             "did not stop within {limit:?} of {signal}"
         );
+        // How often the exit is checked for, not a synchronisation.
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// Whether process `pid` holds the server side of `client`'s connection:
+/// the kernel names the accepted socket's inode in `/proc/net/tcp`, and the
+/// process has a descriptor on it (a connection still in the listen backlog
+/// has inode 0 there, and no descriptor).
+fn accepted(pid: u32, client: &std::net::TcpStream) -> bool {
+    let (Ok(local), Ok(peer)) = (client.local_addr(), client.peer_addr()) else {
+        return false;
+    };
+    // Rows: `sl local_address rem_address st ... uid timeout inode`, ports
+    // in upper-case hex; the server's row is local = peer, remote = local.
+    let row_of = |a: std::net::SocketAddr| format!(":{:04X}", a.port());
+    let tcp = std::fs::read_to_string("/proc/net/tcp").unwrap_or_default();
+    let inode = tcp.lines().skip(1).find_map(|line| {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        (f.len() > 9 && f[1].ends_with(&row_of(peer)) && f[2].ends_with(&row_of(local)))
+            .then(|| f[9].to_string())
+    });
+    let Some(inode) = inode.filter(|i| i != "0") else {
+        return false;
+    };
+    let want = format!("socket:[{inode}]");
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .any(|e| std::fs::read_link(e.path()).is_ok_and(|l| l.to_string_lossy() == want))
 }
 
 #[tokio::test]
@@ -545,7 +574,15 @@ async fn sigterm_aborts_a_hung_scrape_after_shutdown_grace_and_process_gauges_ar
     // HTTP server's graceful shutdown waiting; the grace period ends it.
     let mut hung = std::net::TcpStream::connect(&addr).unwrap();
     std::io::Write::write_all(&mut hung, b"GET /metrics HTTP/1.1\r\nHost: x\r\n").unwrap();
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Not in the listen backlog any more: SIGTERM must find the connection
+    // accepted, or the server never waits for it.
+    let pid = child.id();
+    wait_for(
+        "the half request's connection accepted",
+        Duration::from_secs(10),
+        || std::future::ready(accepted(pid, &hung).then_some(())),
+    )
+    .await;
     let started = Instant::now();
     let exit = signal_and_wait(&mut child, "-TERM", Duration::from_secs(4));
     let mut err = String::new();

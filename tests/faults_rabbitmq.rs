@@ -63,10 +63,22 @@ fn record(
                 sample(&body, "queue_exporter_source_up", &[("source", source)]),
                 sample(&body, metric, &[("source", source), ("queue", "work")]),
             ));
+            // The sampling rate of the record, not a synchronisation.
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     });
     (seen, task)
+}
+
+/// Waits until `source` has finished `n` more polls (failed ones included)
+/// than when called; a poll in flight then may be one of them.
+async fn wait_polls(exp: &Exporter, source: &str, n: u64) {
+    let start = polls(&Scrape::parse(&exp.metrics().await), source);
+    let what = format!("{n} more polls of {source} (from {start})");
+    wait_for(&what, Duration::from_secs(30), || async {
+        (polls(&Scrape::parse(&exp.metrics().await), source) >= start + n).then_some(())
+    })
+    .await;
 }
 
 /// Error counts of `source` by reason.
@@ -128,8 +140,8 @@ async fn break_with(
     .await
     .unwrap_or_else(|| panic!("{source} not down with {mode:?}; stderr:\n{}", exp.stderr()));
     let took = t.elapsed();
-    // Let the reason settle on a couple of failed polls.
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    // Let the reason settle on a couple of whole failed polls.
+    wait_polls(exp, source, 3).await;
     let after = errors(exp, source).await;
     let grew = before
         .iter()
@@ -411,6 +423,7 @@ async fn amqp_handshakes_a_black_hole_never_answers_leave_no_thread_or_socket_be
         for _ in 0..10 {
             threads = threads.min(exp.status().threads);
             fds = fds.min(exp.fds());
+            // The sampling rate over the second, not a synchronisation.
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         (threads, fds)
@@ -423,10 +436,20 @@ async fn amqp_handshakes_a_black_hole_never_answers_leave_no_thread_or_socket_be
         )
         .unwrap_or(0.0)
     };
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    let timeouts_reach = async |n: f64| {
+        wait_for(
+            &format!("{n} handshake timeouts"),
+            Duration::from_secs(30),
+            || async { (attempts(&exp.metrics().await) >= n).then_some(()) },
+        )
+        .await
+    };
+    // The first handshake timed out: the source's steady state.
+    timeouts_reach(1.0).await;
     let before = attempts(&exp.metrics().await);
     let (threads, fds) = settled(&exp).await;
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    // 5 more handshakes, each of which would leave a thread and a socket.
+    timeouts_reach(before + 5.0).await;
     let (threads_after, fds_after) = settled(&exp).await;
     let after = attempts(&exp.metrics().await);
     eprintln!(
@@ -530,9 +553,11 @@ struct Outage {
     seen: Vec<SourceSeen>,
 }
 
-/// Breaks the node with `fault`, keeps it down a while, brings it back,
+/// Breaks the node with `fault`, keeps it down for a few of `exp`'s polls,
+/// brings it back,
 /// adds `add` messages, and waits until both observers show the new count.
 async fn outage(
+    exp: &Exporter,
     node: &mut PrivateRabbit,
     observers: [&Observer; 2],
     fault: NodeFault,
@@ -558,8 +583,10 @@ async fn outage(
             .await;
         downs.push((down, unavailable));
     }
-    // Down a while longer: the exporter keeps retrying and serving.
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // Down a few polls longer: the exporter keeps retrying and serving.
+    for source in ["mgmt", "amqp"] {
+        wait_polls(exp, source, 3).await;
+    }
     let restarting = Instant::now();
     match fault {
         NodeFault::StopApp => node.start_app().await,
@@ -755,10 +782,13 @@ async fn a_private_node_stopped_then_killed_goes_down_and_up_honestly_and_amqp_i
     }
     let since = Instant::now();
 
-    let stopped = outage(&mut node, [&mgmt, &amqp], NodeFault::StopApp, 3.0, 2).await;
-    let killed = outage(&mut node, [&mgmt, &amqp], NodeFault::Kill, 5.0, 1).await;
+    let stopped = outage(&exp, &mut node, [&mgmt, &amqp], NodeFault::StopApp, 3.0, 2).await;
+    let killed = outage(&exp, &mut node, [&mgmt, &amqp], NodeFault::Kill, 5.0, 1).await;
     let outages = [stopped, killed];
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Watched a couple of whole polls more: the last state holds.
+    for source in ["mgmt", "amqp"] {
+        wait_polls(&exp, source, 3).await;
+    }
 
     let mut report = vec![format!("node {}: starts {:?}", node.node, node.starts)];
     for o in &outages {

@@ -68,7 +68,8 @@ sources:
 
     // Steady polls from here on.
     let mut monitor = start_monitor(&redis);
-    tokio::time::sleep(Duration::from_millis(600)).await;
+    // 3 whole polls watched (one may have been in flight).
+    app.wait_polls("main", 4, Duration::from_secs(10)).await;
     let lines = monitored(&mut monitor);
     assert!(
         calls(&lines, "ZCARD", "due").len() >= 3,

@@ -93,7 +93,8 @@ impl Sentinel {
     }
 }
 
-/// Spins (blocking) until `check` holds; panics after `timeout`.
+/// Spins (blocking) until `check` holds, checking every 100 ms; panics
+/// after `timeout`.
 fn wait(what: &str, timeout: Duration, mut check: impl FnMut() -> bool) {
     let deadline = Instant::now() + timeout;
     while !check() {
@@ -208,8 +209,9 @@ async fn the_master_is_found_through_sentinels_and_followed_across_failovers() {
         depth(s) == Some(6.0)
     })
     .await;
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    let s = app.scrape().await;
+    // Still up and right 5 polls later: it did not just outlive the dead
+    // master's connection for a poll or two.
+    let s = app.wait_polls("ha", 5, Duration::from_secs(30)).await;
     assert_eq!(
         s.source_up("ha"),
         Some(1.0),

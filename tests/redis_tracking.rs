@@ -7,7 +7,7 @@
 mod support;
 
 use std::collections::HashMap;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use support::*;
 
@@ -131,7 +131,12 @@ async fn an_idle_queue_costs_no_command_per_poll_and_its_age_still_grows() {
     assert!((100.0..110.0).contains(&zset_age), "{zset_age}");
 
     redis.reset_stats();
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let window = Instant::now();
+    // At least 5 whole polls (one `PING` each) over at least 1.5 s: the
+    // window in which no key may be read is what is tested, so the sleep
+    // only tops it up to its minimum length once the polls are seen.
+    app.wait_polls("main", 6, Duration::from_secs(10)).await;
+    tokio::time::sleep(Duration::from_millis(1500).saturating_sub(window.elapsed())).await;
     let stats = commandstats(&redis);
     let later = app.scrape().await;
     assert_eq!(key_reads(&stats), 0, "no key was read again: {stats:?}");
@@ -303,7 +308,8 @@ async fn a_server_that_refuses_tracking_is_read_in_full_on_every_poll() {
     assert_eq!(s.depth("list:a"), Some(2.0));
     assert_eq!(s.errors("main", "auth"), Some(0.0), "{s}");
     redis.reset_stats();
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    // 4 whole polls after the reset (one may have been in flight).
+    app.wait_polls("main", 5, Duration::from_secs(10)).await;
     let stats = commandstats(&redis);
     let s = app.scrape().await;
     assert_eq!(
@@ -334,7 +340,8 @@ async fn client_tracking_false_reads_every_key_on_every_poll() {
     })
     .await;
     redis.reset_stats();
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    // 4 whole polls after the reset (one may have been in flight).
+    app.wait_polls("main", 5, Duration::from_secs(10)).await;
     let stats = commandstats(&redis);
     assert!(stats.get("llen").copied().unwrap_or(0) >= 4, "{stats:?}");
     assert!(!stats.contains_key("client|tracking"), "{stats:?}");

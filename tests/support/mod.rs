@@ -346,6 +346,20 @@ impl TestApp {
         .await
     }
 
+    /// Waits until `source` has finished `n` more polls (failed ones
+    /// included) than when called, and returns the scrape that shows it;
+    /// panics after `timeout`. A poll in flight when called may be one of
+    /// the `n`: wait for one more than the whole polls you need.
+    pub async fn wait_polls(&self, source: &str, n: u64, timeout: Duration) -> Scrape {
+        let start = polls(&self.scrape().await, source);
+        self.scrape_until(
+            &format!("{n} more polls of {source} (from {start})"),
+            timeout,
+            |s| polls(s, source) >= start + n,
+        )
+        .await
+    }
+
     /// Stops the app.
     pub async fn stop(mut self) {
         if let Some(app) = self.app.take() {
@@ -491,6 +505,18 @@ pub fn parse_classic(text: &str) -> prometheus_parse::Scrape {
 /// it once into a [`Scrape`].
 pub fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
     Scrape::parse(text).value(name, labels)
+}
+
+/// How many polls `source` has finished, failed ones included (the count
+/// of `queue_exporter_poll_duration_seconds`; 0 before the first): the
+/// clock tests wait on instead of sleeping.
+pub fn polls(scrape: &Scrape, source: &str) -> u64 {
+    scrape
+        .value(
+            "queue_exporter_poll_duration_seconds_count",
+            &[("source", source)],
+        )
+        .map_or(0, |n| n as u64)
 }
 
 /// One classic-text exposition, parsed once (with `prometheus-parse`), with
