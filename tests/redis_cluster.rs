@@ -477,7 +477,8 @@ async fn a_slot_migrated_by_hand_is_read_behind_ask_then_moved_and_the_source_st
         all_exact(s, "cl", &expect(9.0, 6.0))
     })
     .await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Watched over a few whole polls more.
+    app.wait_polls("cl", 4, Duration::from_secs(30)).await;
     let seen = watcher.finish().await;
     assert!(seen.len() >= 3, "only {} scrapes", seen.len());
     for (_, s) in &seen {
@@ -852,9 +853,8 @@ async fn the_cluster_needs_read_connection_and_cluster_slots_and_nothing_more() 
     assert_eq!(s.source_up("ro"), Some(1.0));
     assert_eq!(s.source_up("noslots"), Some(0.0));
     assert!(!s.text().contains("source=\"noslots\",queue="));
-    // Several polls and a rediscovery later, still nothing refused for qe.
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let s = app.scrape().await;
+    // Ten polls later, still nothing refused for qe.
+    let s = app.wait_polls("ro", 10, Duration::from_secs(30)).await;
     assert!(all_exact(&s, "ro", &want));
     for reason in ["auth", "backend", "connect"] {
         assert_eq!(s.errors("ro", reason), Some(0.0), "{reason}");
