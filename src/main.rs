@@ -87,6 +87,17 @@ enum Command {
         #[arg(long, default_value_t = 10)]
         cost: u32,
     },
+    /// Ask a running exporter's KEDA scaler what KEDA would hear for one
+    /// trigger's metadata (IsActive, GetMetricSpec, GetMetrics), e.g.
+    /// `ask queue=jobs mode=QueueLength value=10`.
+    Ask {
+        /// The scaler's gRPC address (plain HTTP/2).
+        #[arg(long, default_value = "127.0.0.1:9732")]
+        grpc: String,
+        /// Trigger metadata, as `key=value` arguments.
+        #[arg(required = true)]
+        metadata: Vec<String>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -104,6 +115,9 @@ fn main() -> ExitCode {
                 ExitCode::from(2)
             }
         };
+    }
+    if let Some(Command::Ask { grpc, metadata }) = &cli.command {
+        return ask(grpc, metadata);
     }
     let opts = LoadOptions {
         file: cli.config.clone(),
@@ -134,6 +148,35 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `ask`: prints the scaler's three answers; exit 1 if it answered an error
+/// (what KEDA would get), 2 if the arguments are not `key=value`.
+fn ask(grpc: &str, metadata: &[String]) -> ExitCode {
+    use queue_exporter::scaler::ask;
+    let metadata = match ask::parse_metadata(metadata) {
+        Ok(m) => m,
+        Err(e) => {
+            eprintln!("ask: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let answer = tokio::runtime::Runtime::new()
+        .map_err(|e| e.to_string())
+        .and_then(|rt| {
+            rt.block_on(ask::ask(grpc, metadata))
+                .map_err(|e| e.to_string())
+        });
+    match answer {
+        Ok(text) => {
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("ask: {e}");
             ExitCode::FAILURE
         }
     }
@@ -173,8 +216,8 @@ async fn dispatch(command: Command, config: Config, opts: LoadOptions) -> anyhow
                 Ok(ExitCode::FAILURE)
             }
         }
-        Command::HashPassword { .. } => Err(anyhow::anyhow!(
-            "hash-password is handled before the config is loaded"
+        Command::HashPassword { .. } | Command::Ask { .. } => Err(anyhow::anyhow!(
+            "this command is handled before the config is loaded"
         )),
         Command::Once => {
             let report = app::once(&config).await;

@@ -9,8 +9,10 @@
 //! - [`names`]: the path-safe metric names handed to the HPA.
 //! - [`service`]: the tonic service (unary RPCs and push streams).
 //! - [`tls`]: loading the listener's certificates.
+//! - [`ask`]: the `ask` command, a client of a running scaler.
 //! - [`proto`]: code generated from `proto/externalscaler.proto`.
 
+pub mod ask;
 pub mod metadata;
 pub mod names;
 pub mod query;
