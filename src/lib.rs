@@ -7,6 +7,12 @@
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
+// Outside tests, a failure is an error value or a proven-impossible case
+// with a comment and an `allow`, never an unwrap, expect or panic.
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
+)]
 
 pub mod app;
 pub mod config;

@@ -1,6 +1,12 @@
 //! The `queue-exporter` binary: parses the command line and calls the library.
 
 #![forbid(unsafe_code)]
+// Outside tests, a failure is an error value or a proven-impossible case
+// with a comment and an `allow`, never an unwrap, expect or panic.
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
+)]
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
