@@ -9,6 +9,7 @@ use redis::Value;
 use redis::aio::{ConnectionLike, ConnectionManager, MultiplexedConnection};
 
 use super::cluster::ClusterConn;
+use super::cmd::cmd;
 use super::reply;
 use super::tracked::KeyState;
 use crate::config::KeyType;
@@ -47,15 +48,6 @@ impl Conn {
 pub const PIPELINE_CHUNK: usize = 1000;
 /// Pipelined round trips in flight at once on the multiplexed connection.
 const PIPELINES_IN_FLIGHT: usize = 4;
-
-/// A command with one key argument, with room for the few arguments a
-/// poll adds (growing two vectors per command was a visible share of a
-/// poll's allocator time).
-pub fn cmd(name: &str, key: &[u8]) -> redis::Cmd {
-    let mut c = redis::Cmd::with_capacity(10, name.len() + key.len() + 64);
-    c.arg(name).arg(key);
-    c
-}
 
 /// Sends `cmds` in pipelined chunks (several in flight) and returns one reply
 /// per command, in order. Error replies come back as `Value::ServerError`.

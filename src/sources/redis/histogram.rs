@@ -37,7 +37,7 @@ use std::time::Duration;
 
 use redis::Value;
 
-use super::commands::cmd;
+use super::cmd::cmd;
 use super::reply;
 use crate::config::ScoreUnit;
 use crate::snapshot::AgeHistogram;

@@ -7,6 +7,7 @@
 
 mod age;
 mod cluster;
+mod cmd;
 mod commands;
 mod discovery;
 pub mod glob;

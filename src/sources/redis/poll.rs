@@ -15,7 +15,8 @@ use std::time::SystemTime;
 use redis::Value;
 
 use super::age::item_timestamp;
-use super::commands::{Conn, PIPELINE_CHUNK, cmd, pipelined, type_of};
+use super::cmd::cmd;
+use super::commands::{Conn, PIPELINE_CHUNK, pipelined, type_of};
 use super::histogram::{self, Again, HistogramPlan};
 use super::keyname::display_key;
 use super::reply;

@@ -22,7 +22,8 @@ use std::time::SystemTime;
 
 use redis::Value;
 
-use super::commands::{Conn, cmd, pipelined, query, scan};
+use super::cmd::cmd;
+use super::commands::{Conn, pipelined, query, scan};
 use super::keyname::display_key;
 use super::reply;
 use crate::config::{CounterKeys, KeyType, Preset, PresetSpec, QueueSpec};

@@ -1,0 +1,333 @@
+//! The dependency rules of ARCHITECTURE.md, enforced: every `crate::…`,
+//! `super::…` and `self::…` path in `src/` (outside `#[cfg(test)]` code) is
+//! resolved to the module file it names, then
+//! - no reader (`http`, `exposition`, `scaler`) depends on a source module;
+//! - `snapshot` depends on nothing in the crate;
+//! - within each folder, the files beside each other (a subfolder counts as
+//!   one; the folder's own `mod.rs` is their parent, not a sibling) have no
+//!   import cycle.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::sync::LazyLock;
+
+use regex::Regex;
+
+/// A module path inside the crate, e.g. `["sources", "redis", "poll"]`.
+type ModPath = Vec<String>;
+
+/// Every module file under `src/` (not `main.rs`), by module path.
+fn module_files() -> BTreeMap<ModPath, PathBuf> {
+    fn walk(dir: &Path, prefix: &ModPath, out: &mut BTreeMap<ModPath, PathBuf>) {
+        let mut entries: Vec<_> = std::fs::read_dir(dir)
+            .expect("read src dir")
+            .map(|e| e.expect("dir entry").path())
+            .collect();
+        entries.sort();
+        for path in entries {
+            let name = path
+                .file_stem()
+                .expect("name")
+                .to_string_lossy()
+                .into_owned();
+            if path.is_dir() {
+                let mut p = prefix.clone();
+                p.push(name);
+                walk(&path, &p, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                let module = match name.as_str() {
+                    "lib" | "mod" => prefix.clone(),
+                    "main" => continue,
+                    _ => {
+                        let mut p = prefix.clone();
+                        p.push(name);
+                        p
+                    }
+                };
+                out.insert(module, path);
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    walk(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
+        &Vec::new(),
+        &mut out,
+    );
+    out
+}
+
+/// The file's code without comments, string contents and its `#[cfg(test)]`
+/// items (test modules may reach anywhere).
+fn production_code(text: &str) -> String {
+    let mut out = String::new();
+    let mut skip_depth: Option<usize> = None;
+    let mut depth = 0usize;
+    let mut pending_test = false;
+    for line in text.lines() {
+        let code = line.split("//").next().unwrap_or("");
+        let trimmed = code.trim();
+        if skip_depth.is_none() && trimmed.starts_with("#[cfg(test)]") {
+            pending_test = true;
+            continue;
+        }
+        let opens = code.matches('{').count();
+        let closes = code.matches('}').count();
+        if pending_test && skip_depth.is_none() {
+            if trimmed.ends_with(';') && opens == 0 {
+                // `#[cfg(test)] use …;` or `mod tests;`
+                pending_test = false;
+                continue;
+            }
+            if opens > 0 {
+                skip_depth = Some(depth);
+                pending_test = false;
+            }
+        }
+        depth = (depth + opens).saturating_sub(closes);
+        if let Some(d) = skip_depth {
+            if depth <= d {
+                skip_depth = None;
+            }
+            continue;
+        }
+        out.push_str(code);
+        out.push('\n');
+    }
+    out
+}
+
+/// The paths the code of module `me` refers to, made absolute (not yet
+/// resolved to module files: `scaler::metadata::Key` stays whole).
+fn references(code: &str, me: &ModPath) -> BTreeSet<ModPath> {
+    static PATH: LazyLock<Regex> =
+        LazyLock::new(|| Regex::new(r"\b(crate|super|self)((?:::\w+)+)").expect("regex"));
+    static USE: LazyLock<Regex> =
+        LazyLock::new(|| Regex::new(r"(?s)\buse\s+(crate|super|self)::([^;]*);").expect("regex"));
+    let (path_re, use_re) = (&*PATH, &*USE);
+    let mut out = BTreeSet::new();
+    // `super` is the parent module, for a file module and a `mod.rs` alike
+    // (a `mod.rs` *is* its folder's module).
+    let base = |root: &str| -> ModPath {
+        match root {
+            "crate" => Vec::new(),
+            "self" => me.clone(),
+            _ => {
+                let mut p = me.clone();
+                p.pop();
+                p
+            }
+        }
+    };
+    let mut add = |root: &str, rest: &str| {
+        let mut p = base(root);
+        p.extend(
+            rest.split("::")
+                .filter(|s| !s.is_empty())
+                .map(str::to_owned),
+        );
+        out.insert(p);
+    };
+    for c in path_re.captures_iter(code) {
+        add(&c[1], &c[2]);
+    }
+    // Grouped imports: `use super::{a, b::c};` names `a` and `b::c` too.
+    for c in use_re.captures_iter(code) {
+        let body = &c[2];
+        if let Some(open) = body.find('{') {
+            let prefix = body[..open].trim_end_matches("::");
+            let inner = body[open + 1..].trim_end_matches('}');
+            for item in inner.split(',') {
+                let item = item.trim().trim_start_matches('{');
+                let first = item.split(['{', ' ']).next().unwrap_or("");
+                if first.is_empty() || first == "self" {
+                    continue;
+                }
+                add(&c[1], &format!("{prefix}::{first}"));
+            }
+        }
+    }
+    out
+}
+
+/// Module → the module files it depends on (longest known prefix of each
+/// referenced path), itself excluded.
+fn dependencies() -> BTreeMap<ModPath, BTreeSet<ModPath>> {
+    let files = module_files();
+    let mut deps = BTreeMap::new();
+    for (module, path) in &files {
+        let text = std::fs::read_to_string(path).expect("read source");
+        let mut found = BTreeSet::new();
+        let code = production_code(&text);
+        let refs = references(&code, module);
+        for reference in refs {
+            let mut p = reference.clone();
+            while !p.is_empty() && !files.contains_key(&p) {
+                p.pop();
+            }
+            if !p.is_empty() && &p != module {
+                found.insert(p);
+            }
+        }
+        deps.insert(module.clone(), found);
+    }
+    deps
+}
+
+fn show(p: &ModPath) -> String {
+    if p.is_empty() {
+        "crate".into()
+    } else {
+        p.join("::")
+    }
+}
+
+#[test]
+fn no_reader_depends_on_a_source() {
+    let mut offences = Vec::new();
+    for (module, deps) in dependencies() {
+        let reader = matches!(
+            module.first().map(String::as_str),
+            Some("http" | "exposition" | "scaler")
+        );
+        if !reader {
+            continue;
+        }
+        for d in deps {
+            if d.first().map(String::as_str) == Some("sources")
+                || d.first().map(String::as_str) == Some("app")
+            {
+                offences.push(format!("{} -> {}", show(&module), show(&d)));
+            }
+        }
+    }
+    assert!(
+        offences.is_empty(),
+        "readers must only read snapshots: {offences:#?}"
+    );
+}
+
+#[test]
+fn the_snapshot_model_depends_on_nothing_in_the_crate() {
+    let deps = dependencies();
+    let own: Vec<String> = deps
+        .iter()
+        .filter(|(m, _)| m.first().map(String::as_str) == Some("snapshot"))
+        .flat_map(|(_, d)| {
+            d.iter()
+                .filter(|p| p.first().map(String::as_str) != Some("snapshot"))
+                .map(show)
+        })
+        .collect();
+    assert!(own.is_empty(), "snapshot imports {own:?}");
+}
+
+/// The file of `folder` that holds `module`, if any: a child file or a
+/// subfolder, by name. The folder's own `mod.rs` is not one of them: it is
+/// the folder's face, whose types the files share and which uses them in
+/// turn (Rust's usual shape); the rule is about the files beside each other.
+fn sibling_of(folder: &ModPath, module: &ModPath) -> Option<String> {
+    (module.len() > folder.len() && module[..folder.len()] == folder[..])
+        .then(|| module[folder.len()].clone())
+}
+
+#[test]
+fn no_folder_has_an_import_cycle_among_its_files() {
+    let deps = dependencies();
+    let folders: BTreeSet<ModPath> = module_files()
+        .into_iter()
+        .filter(|(_, path)| {
+            path.file_name()
+                .is_some_and(|n| n == "mod.rs" || n == "lib.rs")
+        })
+        .map(|(m, _)| m)
+        .collect();
+    let mut cycles = Vec::new();
+    for folder in &folders {
+        // Sibling graph: a → b when code in a (a file, or anything in a
+        // subfolder) uses b.
+        let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for (module, ds) in &deps {
+            let Some(from) = sibling_of(folder, module) else {
+                continue;
+            };
+            for d in ds {
+                if let Some(to) = sibling_of(folder, d) {
+                    if to != from {
+                        graph.entry(from.clone()).or_default().insert(to);
+                    }
+                }
+            }
+        }
+        while let Some(cycle) = find_cycle(&graph) {
+            // Report every cycle: cut the edge that closed this one.
+            let (a, b) = (&cycle[cycle.len() - 2], &cycle[cycle.len() - 1]);
+            if let Some(e) = graph.get_mut(a) {
+                e.remove(b);
+            }
+            cycles.push(format!("{}: {}", show(folder), cycle.join(" -> ")));
+        }
+    }
+    assert!(cycles.is_empty(), "import cycles: {cycles:#?}");
+}
+
+/// A cycle in `graph`, as the nodes along it (first repeated at the end).
+fn find_cycle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
+    fn visit(
+        node: &str,
+        graph: &BTreeMap<String, BTreeSet<String>>,
+        stack: &mut Vec<String>,
+        done: &mut BTreeSet<String>,
+    ) -> Option<Vec<String>> {
+        if let Some(at) = stack.iter().position(|n| n == node) {
+            let mut cycle = stack[at..].to_vec();
+            cycle.push(node.to_owned());
+            return Some(cycle);
+        }
+        if done.contains(node) {
+            return None;
+        }
+        stack.push(node.to_owned());
+        for next in graph.get(node).into_iter().flatten() {
+            if let Some(c) = visit(next, graph, stack, done) {
+                return Some(c);
+            }
+        }
+        stack.pop();
+        done.insert(node.to_owned());
+        None
+    }
+    let mut done = BTreeSet::new();
+    graph
+        .keys()
+        .find_map(|n| visit(n, graph, &mut Vec::new(), &mut done))
+}
+
+#[test]
+fn the_checker_sees_a_cycle_and_a_reader_import() {
+    // The rules above must be able to fail: a two-file cycle is found, and a
+    // grouped `use` is followed.
+    let mut g = BTreeMap::new();
+    g.insert("a".to_owned(), BTreeSet::from(["b".to_owned()]));
+    g.insert("b".to_owned(), BTreeSet::from(["a".to_owned()]));
+    assert_eq!(
+        find_cycle(&g),
+        Some(vec!["a".into(), "b".into(), "a".into()])
+    );
+    let me: ModPath = vec!["scaler".into(), "query".into()];
+    let refs = references("use crate::{hub::Hub, sources::redis};\n", &me);
+    assert!(
+        refs.contains(&vec!["sources".to_owned(), "redis".to_owned()]),
+        "{refs:?}"
+    );
+    let refs = references("use super::{names, metadata::Key};\n", &me);
+    assert!(
+        refs.contains(&vec!["scaler".into(), "metadata".into(), "Key".into()]),
+        "{refs:?}"
+    );
+    assert!(
+        production_code("fn a() {}\n#[cfg(test)]\nmod tests {\n use crate::sources;\n}\n")
+            .find("sources")
+            .is_none()
+    );
+}
