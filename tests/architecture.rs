@@ -252,10 +252,10 @@ fn no_folder_has_an_import_cycle_among_its_files() {
                 continue;
             };
             for d in ds {
-                if let Some(to) = sibling_of(folder, d) {
-                    if to != from {
-                        graph.entry(from.clone()).or_default().insert(to);
-                    }
+                if let Some(to) = sibling_of(folder, d)
+                    && to != from
+                {
+                    graph.entry(from.clone()).or_default().insert(to);
                 }
             }
         }
