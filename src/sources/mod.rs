@@ -48,6 +48,11 @@ pub enum SourceError {
     /// The backend did not answer in time.
     #[error("timed out after {0:?}")]
     Timeout(Duration),
+    /// Discovery has not finished its first round yet (it goes on between
+    /// polls, on its own deadline): no queue is known, so nothing can be
+    /// reported, and an empty list would read as empty queues.
+    #[error("discovery still running after {0:?} (first round; nothing known yet)")]
+    Discovering(Duration),
     /// The backend answered with an error.
     #[error("backend error: {0}")]
     Backend(String),
@@ -84,7 +89,7 @@ impl SourceError {
         match self {
             SourceError::Connect { .. } => Reason::Connect,
             SourceError::Auth { .. } => Reason::Auth,
-            SourceError::Timeout(_) => Reason::Timeout,
+            SourceError::Timeout(_) | SourceError::Discovering(_) => Reason::Timeout,
             SourceError::Backend(_) => Reason::Backend,
             SourceError::Malformed(_) => Reason::Malformed,
             SourceError::HttpStatus { status, .. } if *status >= 500 => Reason::Http5xx,

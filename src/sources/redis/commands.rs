@@ -13,6 +13,7 @@ use super::cmd::cmd;
 use super::reply;
 use super::tracked::KeyState;
 use crate::config::KeyType;
+use crate::snapshot::Reason;
 
 /// How a source reaches its keys.
 #[derive(Clone)]
@@ -178,10 +179,20 @@ pub async fn type_of(conn: &Conn, keys: &[Vec<u8>]) -> redis::RedisResult<Vec<Ke
     Ok(replies.iter().map(key_state).collect())
 }
 
-/// A TYPE reply as a [`KeyState`].
+/// A TYPE reply as a [`KeyState`]. An error reply (or one that is not a
+/// type name) leaves the type unknown: before, it read as `none`, so a
+/// refused `TYPE` made a key missing (an empty queue) or dropped it.
 pub fn key_state(v: &Value) -> KeyState {
+    if let Value::ServerError(e) = v {
+        return KeyState::Unknown(if super::is_auth_error_code(e.code()) {
+            Reason::Auth
+        } else {
+            Reason::Backend
+        });
+    }
     match reply::as_str(v) {
-        Some("none") | None => KeyState::Missing,
+        Some("none") => KeyState::Missing,
+        None => KeyState::Unknown(Reason::Malformed),
         Some(t) => match KeyType::from_redis(t) {
             Some(kt) => KeyState::Typed(kt),
             None => KeyState::Unsupported(t.to_string()),

@@ -3,7 +3,12 @@
 //! Runs every `discovery_interval`: SCAN (bounded COUNT, never KEYS) for the
 //! patterns (one shared pass for those without `types`), then one pipelined
 //! TYPE batch for keys whose type SCAN did not already tell us. Exact keys
-//! are always tracked, even when missing.
+//! are always tracked, even when missing. A key whose TYPE Redis refused is
+//! tracked with an unknown type and the refusal counted: a source whose ACL
+//! lacks `TYPE` never looks healthy and empty.
+//!
+//! A round runs on its own task (see `RedisSource::poll`) with its own
+//! deadline; [`adopt`] makes its outcome the tracked set.
 
 use std::collections::BTreeMap;
 
@@ -13,6 +18,7 @@ use super::histogram::HistogramState;
 use super::keyname::display_key;
 use super::tracked::{KeyState, TrackedKey, carry_over_all};
 use crate::config::{KeyType, RedisSourceConfig};
+use crate::snapshot::Reason;
 
 /// The outcome of one discovery round.
 #[derive(Debug)]
@@ -23,16 +29,18 @@ pub struct Discovered {
     pub dropped: u64,
     /// Keys not tracked because another key renders to the same `queue` label.
     pub collisions: u64,
+    /// One reason per `TYPE` Redis refused (its key is tracked, type unknown).
+    pub refused: Vec<Reason>,
 }
 
-/// Runs one discovery round. `tracked` are the keys tracked so far: in a
-/// cluster, pattern keys among them that the SCAN of every primary did not
-/// return are re-checked with TYPE, since a key moving between nodes during
-/// the scans (resharding) is missed by both; keys that still exist stay.
+/// Runs one discovery round. `known` are the pattern keys tracked so far
+/// (key, spec index): in a cluster, those that the SCAN of every primary did
+/// not return are re-checked with TYPE, since a key moving between nodes
+/// during the scans (resharding) is missed by both; keys that still exist stay.
 pub async fn discover(
     conn: &mut Conn,
     config: &RedisSourceConfig,
-    tracked: &[TrackedKey],
+    known: &[(Vec<u8>, usize)],
 ) -> redis::RedisResult<Discovered> {
     // key → (spec index, exact, type if already known)
     let mut found: BTreeMap<Vec<u8>, (usize, bool, Option<KeyType>)> = BTreeMap::new();
@@ -106,8 +114,8 @@ pub async fn discover(
         }
     }
     if conn.is_cluster() {
-        for k in tracked.iter().filter(|k| !k.exact) {
-            found.entry(k.key.clone()).or_insert((k.spec, false, None));
+        for (k, spec) in known {
+            found.entry(k.clone()).or_insert((*spec, false, None));
         }
     }
 
@@ -119,7 +127,11 @@ pub async fn discover(
         .collect();
     let types = type_of(conn, &unknown).await?;
     let mut states: BTreeMap<Vec<u8>, KeyState> = BTreeMap::new();
+    let mut refused = Vec::new();
     for (k, state) in unknown.into_iter().zip(types) {
+        if let KeyState::Unknown(reason) = state {
+            refused.push(reason);
+        }
         states.insert(k, state);
     }
 
@@ -131,12 +143,18 @@ pub async fn discover(
             None => states.remove(&key).unwrap_or(KeyState::Missing),
         };
         if !is_exact {
-            // Pattern keys must exist, be a queue type, and match `types`.
-            let KeyState::Typed(t) = state else { continue };
-            let allowed = config.queues[spec]
-                .types
-                .as_ref()
-                .is_none_or(|ts| ts.contains(&t));
+            // Pattern keys must exist, be a queue type, and match `types`;
+            // one whose type Redis refused to tell stays, unknown (its
+            // polls ask TYPE again, and count the refusal), never dropped
+            // as if it did not exist.
+            let allowed = match &state {
+                KeyState::Typed(t) => config.queues[spec]
+                    .types
+                    .as_ref()
+                    .is_none_or(|ts| ts.contains(t)),
+                KeyState::Unknown(_) => true,
+                KeyState::Missing | KeyState::Unsupported(_) => false,
+            };
             if !allowed {
                 continue;
             }
@@ -181,6 +199,7 @@ pub async fn discover(
         tracked,
         dropped,
         collisions,
+        refused,
     })
 }
 
@@ -205,16 +224,32 @@ pub fn capture_labels(re: Option<&regex::Regex>, name: &str) -> Vec<(String, Str
     labels
 }
 
-/// Runs a discovery round and makes it the tracked set: what polls learned
-/// about keys still tracked is carried over, and changes are logged (the
+/// The pattern keys of `tracked`, as [`discover`] takes them.
+pub fn known_pattern_keys(tracked: &[TrackedKey]) -> Vec<(Vec<u8>, usize)> {
+    tracked
+        .iter()
+        .filter(|k| !k.exact)
+        .map(|k| (k.key.clone(), k.spec))
+        .collect()
+}
+
+/// Makes a discovery round's keys the tracked set: what polls learned about
+/// keys still tracked is carried over, and changes are logged (the
 /// `max_keys` and collision warnings once per change, not every round).
-pub async fn rediscover(
-    conn: &mut Conn,
+/// Returns the round's refusals, to be counted.
+pub fn adopt(
+    mut found: Discovered,
     config: &RedisSourceConfig,
     tracked: &mut Vec<TrackedKey>,
     dropped: &mut u64,
-) -> redis::RedisResult<()> {
-    let mut found = discover(conn, config, tracked).await?;
+) -> Vec<Reason> {
+    if !found.refused.is_empty() {
+        tracing::debug!(
+            source = %config.name,
+            keys = found.refused.len(),
+            "Redis refused TYPE for some keys; their type and values are unknown"
+        );
+    }
     if found.tracked.len() != tracked.len() || found.dropped != *dropped {
         tracing::debug!(
             source = %config.name,
@@ -244,5 +279,5 @@ pub async fn rediscover(
     carry_over_all(tracked, &mut found.tracked);
     *tracked = found.tracked;
     *dropped = found.dropped;
-    Ok(())
+    found.refused
 }

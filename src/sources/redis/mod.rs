@@ -1,6 +1,9 @@
 //! The Redis source: discovers queue keys with SCAN/TYPE every
 //! `discovery_interval`, and polls their sizes in pipelined batches every
-//! `poll_interval`. Only read-only commands are issued; the whole source
+//! `poll_interval`. Discovery runs on its own task with its own deadline, so
+//! a keyspace whose SCAN outlasts a poll never keeps the source down: polls
+//! serve the keys known so far while it goes on (see [`RedisSource::poll`]).
+//! Only read-only commands are issued; the whole source
 //! works under the ACL `-@all +@read +@connection` (a cluster also needs
 //! `+cluster|slots`). One server, a Redis Cluster (`cluster`) or the master
 //! that sentinels name (`sentinel`) are all reached through `commands::Conn`.
@@ -28,7 +31,7 @@ use std::time::{Duration, Instant, SystemTime};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
 use crate::config::{RedisSourceConfig, read_secret_file};
-use crate::snapshot::QueueScope;
+use crate::snapshot::{QueueScope, Reason};
 use crate::sources::{PollOutput, Source, SourceError};
 use commands::Conn;
 
@@ -49,8 +52,9 @@ pub struct RedisSource {
     tracked: Vec<TrackedKey>,
     /// Keys found beyond `max_keys` at the last discovery.
     dropped: u64,
-    /// When the last discovery ran; `None` forces one.
-    last_discovery: Option<Instant>,
+    /// Discovery rounds: when the last one finished, and the one running.
+    /// Boxed: a `RedisSource` stays about as large as a `RabbitSource`.
+    discovery: Box<Rounds>,
     /// Library presets' logical queues (`- preset:` entries).
     presets: presets::PresetState,
     /// For one server (not a cluster) with `client_tracking`: which polled
@@ -85,7 +89,7 @@ impl RedisSource {
             sentinels,
             tracked: Vec::new(),
             dropped: 0,
-            last_discovery: None,
+            discovery: Box::default(),
             tracking: None,
         }
     }
@@ -95,9 +99,98 @@ impl RedisSource {
         &self.tracked
     }
 
-    /// Forces discovery on the next poll.
+    /// Forces a fresh discovery round on the next poll (a running one is
+    /// dropped); until it lands, polls serve the keys known so far.
     pub fn rediscover(&mut self) {
-        self.last_discovery = None;
+        self.discovery.force();
+    }
+
+    /// How long a discovery round may run before it is given up: ten
+    /// times the longer of `discovery_interval` and the poll's deadline
+    /// (5 minutes by default). Each of its commands is bounded by `timeout`
+    /// anyway; this only ends a round that keeps going far longer than
+    /// any keyspace should need.
+    fn discovery_deadline(&self) -> Duration {
+        self.config
+            .discovery_interval
+            .max(self.poll_timeout())
+            .saturating_mul(10)
+    }
+
+    /// Starts a discovery round when one is due, and takes the outcome of
+    /// a round that has finished. A round runs on its own task, so a slow
+    /// one goes on across polls (never restarted by a poll's deadline);
+    /// meanwhile polls serve the keys known so far. The poll that starts a
+    /// round waits a little for it (a fast server's round lands in the same
+    /// poll, as before); before any round has finished, nothing is known
+    /// and the poll fails ([`SourceError::Discovering`]) rather than report
+    /// no queues. Returns refusals to count.
+    async fn discover(&mut self, conn: &Conn) -> Result<Vec<Reason>, SourceError> {
+        let due = self.discovery.forced
+            || self
+                .discovery
+                .last
+                .is_none_or(|t| t.elapsed() >= self.config.discovery_interval);
+        let mut wait = Duration::ZERO;
+        if due && self.discovery.running.is_none() {
+            self.discovery.forced = false;
+            self.discovery.running = Some(DiscoveryTask::spawn(
+                conn.clone(),
+                // A copy per round (every `discovery_interval`): the task
+                // outlives any borrow of the source.
+                Arc::new(self.config.clone()),
+                discovery::known_pattern_keys(&self.tracked),
+                self.discovery_deadline(),
+            ));
+            wait = self.config.poll_interval.min(self.poll_timeout()) / 2;
+        }
+        // Known keys: those of the last round that finished.
+        let known = self.discovery.last.is_some();
+        if !known {
+            wait = self.poll_timeout() / 2;
+        }
+        let Some(task) = &mut self.discovery.running else {
+            return Ok(Vec::new());
+        };
+        let joined = match tokio::time::timeout(wait, &mut task.handle).await {
+            Ok(joined) => joined,
+            Err(_) if known => return Ok(Vec::new()),
+            Err(_) => return Err(SourceError::Discovering(task.started.elapsed())),
+        };
+        self.discovery.running = None;
+        // A round that failed is tried again at the next poll.
+        self.discovery.forced = !matches!(joined, Ok(Ok(_) | Err(DiscoveryFailure::Deadline(_))));
+        let found = match joined {
+            Ok(Ok(found)) => found,
+            Ok(Err(DiscoveryFailure::Redis(e))) => return Err(self.map_error(e)),
+            Ok(Err(DiscoveryFailure::Deadline(d))) if known => {
+                // Keep serving what is known; the next round starts after
+                // `discovery_interval`. Counted, so it is seen.
+                tracing::warn!(
+                    source = %self.config.name,
+                    deadline = ?d,
+                    "discovery round did not finish in time; polling the keys known so far"
+                );
+                self.discovery.last = Some(Instant::now());
+                return Ok(vec![Reason::Timeout]);
+            }
+            Ok(Err(DiscoveryFailure::Deadline(d))) => return Err(SourceError::Timeout(d)),
+            Err(e) => {
+                return Err(SourceError::Backend(format!("discovery task ended: {e}")));
+            }
+        };
+        let refused = discovery::adopt(
+            found.plain,
+            &self.config,
+            &mut self.tracked,
+            &mut self.dropped,
+        );
+        // One `max_keys` budget per source: key and pattern entries first,
+        // then the presets' logical queues.
+        let budget = self.config.max_keys.saturating_sub(self.tracked.len());
+        self.presets.adopt(found.presets, budget, &self.config.name);
+        self.discovery.last = Some(Instant::now());
+        Ok(refused)
     }
 
     fn target(&self) -> String {
@@ -122,6 +215,8 @@ impl RedisSource {
                 }
                 self.conn = None;
                 self.tracking = None;
+                // A round on the old master's connection is of no use.
+                self.discovery.force();
                 sentinels.current = Some(addr);
             }
         }
@@ -244,29 +339,92 @@ pub fn map_redis_error(e: redis::RedisError, target: &str, timeout: Duration) ->
     SourceError::Backend(e.to_string())
 }
 
+/// Discovery rounds of a source.
+#[derive(Default)]
+struct Rounds {
+    /// When the last round finished; `None` before the first (nothing is
+    /// known yet) and to force one.
+    last: Option<Instant>,
+    /// The round running on its own task, if any; aborted when dropped (the
+    /// source stopped, or its master moved).
+    running: Option<DiscoveryTask>,
+    /// A new round is wanted at the next poll, whenever the last one was.
+    forced: bool,
+}
+
+impl Rounds {
+    /// Drops the running round and asks for a new one; what the last round
+    /// found stays known.
+    fn force(&mut self) {
+        self.running = None;
+        self.forced = true;
+    }
+}
+
+/// A discovery round on its own task. Dropping it aborts the task.
+struct DiscoveryTask {
+    /// The round's outcome.
+    handle: tokio::task::JoinHandle<Result<Found, DiscoveryFailure>>,
+    /// When it started (for the error of a poll that cannot wait longer).
+    started: Instant,
+}
+
+impl DiscoveryTask {
+    /// Starts a round (plain keys, then preset registries) on `conn`,
+    /// given up after `deadline`. `known` are the pattern keys tracked so
+    /// far (see [`discovery::discover`]).
+    fn spawn(
+        mut conn: Conn,
+        config: Arc<RedisSourceConfig>,
+        known: Vec<(Vec<u8>, usize)>,
+        deadline: Duration,
+    ) -> DiscoveryTask {
+        let round = async move {
+            conn.begin_discovery();
+            let plain = discovery::discover(&mut conn, &config, &known).await?;
+            let presets =
+                presets::registries(&config.presets, &mut conn, config.scan_count).await?;
+            Ok(Found { plain, presets })
+        };
+        let handle = tokio::spawn(async move {
+            match tokio::time::timeout(deadline, round).await {
+                Ok(r) => r.map_err(DiscoveryFailure::Redis),
+                Err(_) => Err(DiscoveryFailure::Deadline(deadline)),
+            }
+        });
+        DiscoveryTask {
+            handle,
+            started: Instant::now(),
+        }
+    }
+}
+
+impl Drop for DiscoveryTask {
+    fn drop(&mut self) {
+        self.handle.abort();
+    }
+}
+
+/// What a discovery round found.
+struct Found {
+    /// Key and pattern entries.
+    plain: discovery::Discovered,
+    /// Per preset entry, the logical queues its registry names.
+    presets: Vec<Vec<Vec<u8>>>,
+}
+
+/// Why a discovery round ended without an outcome.
+enum DiscoveryFailure {
+    /// A command failed (connection, refused SCAN or registry read...).
+    Redis(redis::RedisError),
+    /// The round ran past its own deadline.
+    Deadline(Duration),
+}
+
 impl Source for RedisSource {
     async fn poll(&mut self) -> Result<PollOutput, SourceError> {
-        let mut conn = self.connection().await?;
-        let due = self
-            .last_discovery
-            .is_none_or(|t| t.elapsed() >= self.config.discovery_interval);
-        if due {
-            conn.begin_discovery();
-            discovery::rediscover(
-                &mut conn,
-                &self.config,
-                &mut self.tracked,
-                &mut self.dropped,
-            )
-            .await
-            .map_err(|e| self.map_error(e))?;
-            // Presets: re-read the libraries' registries.
-            self.presets
-                .discover(&mut conn, self.config.scan_count)
-                .await
-                .map_err(|e| self.map_error(e))?;
-            self.last_discovery = Some(Instant::now());
-        }
+        let conn = self.connection().await?;
+        let refused = self.discover(&conn).await?;
         let (mut poll_conn, changes) = self.poll_connection(&conn).await?;
         let now = SystemTime::now();
         let result = poll::poll_keys(
@@ -309,18 +467,20 @@ impl Source for RedisSource {
         }
         out.queues.extend(preset.samples);
         out.stats.tracked_keys = (self.tracked.len() + self.presets.tracked()) as u64;
-        out.stats.dropped_keys = self.dropped;
+        out.stats.dropped_keys = self.dropped + self.presets.dropped();
         out.stats.age_parse_failures = result.age_parse_failures;
         out.stats.unchanged_keys = result.unchanged_keys;
         // Keys Redis refused to answer for are counted without failing the poll.
         out.partial_errors = result.key_errors;
         out.partial_errors.extend(preset.key_errors);
+        out.partial_errors.extend(refused);
         Ok(out)
     }
 
     fn poll_timeout(&self) -> Duration {
-        // Discovery of a large keyspace takes many SCAN round trips; bound the
-        // whole poll generously, individual commands by `timeout`.
+        // Bound the whole poll generously, individual commands by `timeout`;
+        // discovery has its own deadline (`discovery_deadline`), and a poll
+        // waits for it at most half of this.
         (self.config.timeout * 4).max(self.config.poll_interval)
     }
 

@@ -124,9 +124,8 @@ pub async fn poll_keys(
             Ok(())
         }
         .await;
-        for task in in_flight {
-            task.abort();
-        }
+        // Chunks still in flight after an error are aborted as they drop.
+        drop(in_flight);
         result?;
         if round.next < round.plans.len() {
             return Err(redis::RedisError::from((
@@ -169,14 +168,25 @@ pub async fn poll_keys(
 /// Chunks of commands sent and not yet read, at most.
 const CHUNKS_IN_FLIGHT: usize = 4;
 
-/// A chunk of commands being sent; its replies, in order.
-type ChunkTask = tokio::task::JoinHandle<redis::RedisResult<Vec<Value>>>;
+/// A chunk of commands being sent, on its own task; its replies, in order.
+/// Dropping it aborts the task, so no exit from a poll leaves a chunk
+/// behind: an error, and also a poll that times out, whose future is
+/// dropped where it stands (a bare `JoinHandle` would detach the task,
+/// which then kept waiting for its replies, or in a cluster following
+/// redirections, after the poll was over).
+struct ChunkTask(tokio::task::JoinHandle<redis::RedisResult<Vec<Value>>>);
+
+impl Drop for ChunkTask {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
 
 /// Sends one chunk of commands on its own task, so it goes out (and Redis
 /// works on it) while the poll plans the next chunk.
 fn send(conn: &Conn, cmds: Vec<redis::Cmd>) -> ChunkTask {
     let conn = conn.clone();
-    tokio::spawn(async move { pipelined(&conn, cmds).await })
+    ChunkTask(tokio::spawn(async move { pipelined(&conn, cmds).await }))
 }
 
 /// Replies received and not yet read, in command order.
@@ -190,8 +200,8 @@ struct Replies {
 
 impl Replies {
     /// Appends the replies of the chunk `task` sends.
-    async fn receive(&mut self, task: ChunkTask) -> redis::RedisResult<()> {
-        let chunk = task.await.map_err(|e| {
+    async fn receive(&mut self, mut task: ChunkTask) -> redis::RedisResult<()> {
+        let chunk = (&mut task.0).await.map_err(|e| {
             redis::RedisError::from((
                 redis::ErrorKind::Client,
                 "poll chunk task failed",
@@ -407,7 +417,9 @@ fn plan(
     }
     let mut peek_paused = false;
     let cmds = match &key.state {
-        KeyState::Missing | KeyState::Unsupported(_) => vec![cmd("TYPE", k)],
+        KeyState::Missing | KeyState::Unsupported(_) | KeyState::Unknown(_) => {
+            vec![cmd("TYPE", k)]
+        }
         KeyState::Typed(KeyType::List) => {
             let mut v = vec![cmd("LLEN", k)];
             if spec.age.is_some() && now_secs < key.peek_paused_until {
@@ -540,7 +552,9 @@ fn read(
             found = plan.unchanged;
             missing(key, spec, age_buckets)
         }
-        KeyState::Missing | KeyState::Unsupported(_) => {
+        KeyState::Missing | KeyState::Unsupported(_) | KeyState::Unknown(_) => {
+            // A refused TYPE failed above; an answered one tells an unknown
+            // type, so `Unknown` always changes.
             let now_type = r.first().and_then(reply::as_str).unwrap_or("none");
             let changed = match (&key.state, now_type) {
                 (KeyState::Missing, "none") => false,
@@ -556,7 +570,7 @@ fn read(
                     missing(key, spec, age_buckets)
                 }
                 KeyState::Unsupported(t) => identity(key, Some(QueueType::Other(t.clone()))),
-                KeyState::Typed(_) => identity(key, None),
+                KeyState::Typed(_) | KeyState::Unknown(_) => identity(key, None),
             }
         }
         KeyState::Typed(KeyType::List) => {

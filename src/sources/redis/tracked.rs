@@ -2,6 +2,7 @@
 
 use super::histogram::HistogramState;
 use crate::config::KeyType;
+use crate::snapshot::Reason;
 
 /// What a tracked key is, as last learned.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -12,6 +13,12 @@ pub enum KeyState {
     Missing,
     /// The key exists with a type we cannot measure (e.g. `string`).
     Unsupported(String),
+    /// Redis refused to say (`TYPE` answered an error, such as `NOPERM`
+    /// from an ACL without `TYPE` or whose key patterns miss the key): the
+    /// type is unknown, so the key's values are unknown (absent, counted
+    /// under this reason), never a missing, empty queue. It is asked again
+    /// with `TYPE` on every poll.
+    Unknown(Reason),
 }
 
 /// One key being polled.

@@ -35,6 +35,9 @@ use crate::snapshot::{JobState, JobTotals, PresetFacts, QueueSample, Reason};
 pub struct PresetState {
     /// One per `- preset:` entry, in config order.
     entries: Vec<Entry>,
+    /// Logical queues the registries named beyond the source's `max_keys`
+    /// at the last discovery (counted in `dropped_keys`, logged on change).
+    dropped: u64,
 }
 
 /// One preset entry and what discovery found for it.
@@ -298,6 +301,7 @@ impl PresetState {
                     queues: fixed_queues(&spec.preset),
                 })
                 .collect(),
+            dropped: 0,
         }
     }
 
@@ -306,62 +310,102 @@ impl PresetState {
         self.entries.iter().map(|e| e.queues.len()).sum()
     }
 
-    /// Re-reads every entry's registry (SMEMBERS, or SCAN with bounded COUNT).
-    pub async fn discover(&mut self, conn: &mut Conn, scan_count: u32) -> redis::RedisResult<()> {
-        for entry in &mut self.entries {
-            let mut names = match &entry.spec.preset {
-                Preset::Rq { prefix } => {
-                    let members = smembers(conn, &key(&[prefix.as_bytes(), b":queues"])).await?;
-                    let full = key(&[prefix.as_bytes(), b":queue:"]);
-                    members
-                        .into_iter()
-                        .filter_map(|m| m.strip_prefix(full.as_slice()).map(<[u8]>::to_vec))
-                        .collect()
-                }
-                Preset::Sidekiq { prefix, .. } => {
-                    let mut names = smembers(conn, &sidekiq::k(prefix, b"queues")).await?;
-                    names.push(crate::config::ALL_QUEUES.as_bytes().to_vec());
-                    names
-                }
-                Preset::Asynq { prefix } => {
-                    smembers(conn, &key(&[prefix.as_bytes(), b":queues"])).await?
-                }
-                Preset::Bullmq { prefix, .. } => {
-                    let p = glob_escape(prefix.as_bytes());
-                    let pattern = key(&[&p, b":*:meta"]);
-                    let keys = scan(conn, &pattern, Some(KeyType::Hash), scan_count).await?;
-                    keys.into_iter()
-                        .filter_map(|k| {
-                            let rest = k.strip_prefix(prefix.as_bytes())?.strip_prefix(b":")?;
-                            rest.strip_suffix(b":meta").map(<[u8]>::to_vec)
-                        })
-                        .filter(|n| !n.is_empty())
-                        .collect()
-                }
-                Preset::PriorityZset { prefix } => {
-                    let p = glob_escape(prefix.as_bytes());
-                    let pattern = key(&[&p, b":pending:*"]);
-                    let keys = scan(conn, &pattern, Some(KeyType::Zset), scan_count).await?;
-                    let start = prefix.len() + b":pending:".len();
-                    // Each priority is a "queue" of the entry; the empty
-                    // name stands for the keys shared by all priorities.
-                    let mut names: Vec<Vec<u8>> = keys
-                        .into_iter()
-                        .filter_map(|k| k.get(start..).map(<[u8]>::to_vec))
-                        .filter(|p| !p.is_empty())
-                        .collect();
-                    names.push(Vec::new());
-                    names
-                }
-                Preset::Celery { .. } | Preset::Rediswq { .. } => fixed_queues(&entry.spec.preset),
-            };
-            names.sort();
-            names.dedup();
-            entry.queues = names;
-        }
-        Ok(())
+    /// Logical queues not tracked: beyond `max_keys` at the last discovery.
+    pub fn dropped(&self) -> u64 {
+        self.dropped
     }
 
+    /// Makes what [`registries`] found the logical queues, at most `budget`
+    /// of them (what `max_keys` leaves after the source's key and pattern
+    /// entries): entries in config order, each entry's queues sorted by
+    /// name, so the same ones are kept every round. The excess is counted
+    /// and logged when it changes, not every round.
+    pub fn adopt(&mut self, found: Vec<Vec<Vec<u8>>>, budget: usize, source: &str) {
+        let mut left = budget;
+        let mut dropped = 0;
+        for (entry, mut names) in self.entries.iter_mut().zip(found) {
+            let keep = names.len().min(left);
+            dropped += (names.len() - keep) as u64;
+            names.truncate(keep);
+            left -= keep;
+            entry.queues = names;
+        }
+        if dropped > 0 && dropped != self.dropped {
+            tracing::warn!(
+                source = %source,
+                dropped,
+                max_keys_left = budget,
+                "more preset queues than max_keys leaves after the key and pattern entries; \
+                 the excess (last by name) is not tracked"
+            );
+        }
+        self.dropped = dropped;
+    }
+}
+
+/// Reads every preset entry's registry (SMEMBERS, or SCAN with bounded
+/// COUNT): per entry in config order, its logical queue names, sorted.
+pub async fn registries(
+    specs: &[PresetSpec],
+    conn: &mut Conn,
+    scan_count: u32,
+) -> redis::RedisResult<Vec<Vec<Vec<u8>>>> {
+    let mut found = Vec::with_capacity(specs.len());
+    for spec in specs {
+        let mut names = match &spec.preset {
+            Preset::Rq { prefix } => {
+                let members = smembers(conn, &key(&[prefix.as_bytes(), b":queues"])).await?;
+                let full = key(&[prefix.as_bytes(), b":queue:"]);
+                members
+                    .into_iter()
+                    .filter_map(|m| m.strip_prefix(full.as_slice()).map(<[u8]>::to_vec))
+                    .collect()
+            }
+            Preset::Sidekiq { prefix, .. } => {
+                let mut names = smembers(conn, &sidekiq::k(prefix, b"queues")).await?;
+                names.push(crate::config::ALL_QUEUES.as_bytes().to_vec());
+                names
+            }
+            Preset::Asynq { prefix } => {
+                smembers(conn, &key(&[prefix.as_bytes(), b":queues"])).await?
+            }
+            Preset::Bullmq { prefix, .. } => {
+                let p = glob_escape(prefix.as_bytes());
+                let pattern = key(&[&p, b":*:meta"]);
+                let keys = scan(conn, &pattern, Some(KeyType::Hash), scan_count).await?;
+                keys.into_iter()
+                    .filter_map(|k| {
+                        let rest = k.strip_prefix(prefix.as_bytes())?.strip_prefix(b":")?;
+                        rest.strip_suffix(b":meta").map(<[u8]>::to_vec)
+                    })
+                    .filter(|n| !n.is_empty())
+                    .collect()
+            }
+            Preset::PriorityZset { prefix } => {
+                let p = glob_escape(prefix.as_bytes());
+                let pattern = key(&[&p, b":pending:*"]);
+                let keys = scan(conn, &pattern, Some(KeyType::Zset), scan_count).await?;
+                let start = prefix.len() + b":pending:".len();
+                // Each priority is a "queue" of the entry; the empty
+                // name stands for the keys shared by all priorities.
+                let mut names: Vec<Vec<u8>> = keys
+                    .into_iter()
+                    .filter_map(|k| k.get(start..).map(<[u8]>::to_vec))
+                    .filter(|p| !p.is_empty())
+                    .collect();
+                names.push(Vec::new());
+                names
+            }
+            Preset::Celery { .. } | Preset::Rediswq { .. } => fixed_queues(&spec.preset),
+        };
+        names.sort();
+        names.dedup();
+        found.push(names);
+    }
+    Ok(found)
+}
+
+impl PresetState {
     /// Polls every logical queue and every `counters:` block: at most two
     /// pipelined round trips, read-only.
     pub async fn poll(
