@@ -21,7 +21,7 @@ use crate::sources::rabbitmq::{self, RabbitSource};
 use crate::sources::redis::RedisSource;
 use crate::sources::redis::tls::RedisTlsError;
 use crate::sources::{self, Source};
-use crate::telemetry::Telemetry;
+use crate::telemetry::{LogList, Telemetry};
 
 /// Why the application could not start or run.
 #[derive(Debug, thiserror::Error)]
@@ -35,10 +35,11 @@ pub enum AppError {
     /// The gRPC listener failed.
     #[error(transparent)]
     Scaler(#[from] ScalerError),
-    /// A reload was asked for, but the config came from standard input,
-    /// which cannot be read twice.
+    /// A reload was asked for, but the config came from standard input or
+    /// another file that is not a regular file (a pipe, a FIFO), which
+    /// cannot be read twice ([`crate::config::is_read_once`]).
     #[error(
-        "the configuration was read from standard input and cannot be read again; restart to change it"
+        "the configuration was read from standard input or another file that is not a regular file (a pipe or FIFO) and cannot be read again; restart to change it"
     )]
     ReloadFromStdin,
     /// A Redis source's TLS file (`sources[i].tls.*`) cannot be used.
@@ -267,12 +268,11 @@ async fn stop_sources(sources: Vec<RunningSource>, grace: Duration) {
     for r in &sources {
         r.stop.fire();
     }
-    let deadline = tokio::time::Instant::now() + grace;
+    // Measured from here rather than as `now + grace`, which cannot overflow.
+    let started = tokio::time::Instant::now();
     for mut r in sources {
-        if tokio::time::timeout_at(deadline, &mut r.task)
-            .await
-            .is_err()
-        {
+        let left = grace.saturating_sub(started.elapsed());
+        if tokio::time::timeout(left, &mut r.task).await.is_err() {
             tracing::warn!(source = %r.name, "source did not stop within {grace:?}; aborting it");
             r.task.abort();
         }
@@ -423,7 +423,11 @@ impl App {
     /// `queue_exporter_config_reload_success`.
     pub async fn reload_from(&mut self, opts: &LoadOptions) -> Result<ReloadSummary, AppError> {
         let origin = self.config.origin.clone();
-        let result = if opts.file.as_deref().is_some_and(|f| f.as_os_str() == "-") {
+        let result = if opts
+            .file
+            .as_deref()
+            .is_some_and(crate::config::is_read_once)
+        {
             Err(AppError::ReloadFromStdin)
         } else {
             match Config::load(opts) {
@@ -439,9 +443,9 @@ impl App {
                     );
                 }
                 tracing::info!(
-                    kept = ?summary.kept,
-                    started = ?summary.started,
-                    stopped = ?summary.stopped,
+                    kept = %LogList(&summary.kept[..]),
+                    started = %LogList(&summary.started[..]),
+                    stopped = %LogList(&summary.stopped[..]),
                     "config reloaded from {origin}"
                 );
             }
@@ -529,8 +533,24 @@ pub async fn run(config: Config, opts: LoadOptions) -> Result<(), AppError> {
 pub struct OnceReport {
     /// The exposition (classic text format).
     pub text: String,
-    /// `(source, error)` for each source whose poll failed.
-    pub failures: Vec<(String, String)>,
+    /// Each source whose poll failed, in config order.
+    pub failures: Vec<PollFailure>,
+}
+
+/// A source whose one poll failed, with the cause, so the summary line a
+/// user reads says why (not only a log line above it).
+#[derive(Debug)]
+pub struct PollFailure {
+    /// The source's position in `sources` (`sources[0]` in messages), or
+    /// `None` for a failure that is not a source's (the exposition).
+    pub index: Option<usize>,
+    /// The `source` label.
+    pub name: String,
+    /// The `reason` label, such as `connect` or `config`.
+    pub reason: String,
+    /// What went wrong, on one line (credential-free, like every
+    /// [`sources::SourceError`]).
+    pub cause: String,
 }
 
 /// Discovers and polls every source once, and renders the result.
@@ -544,24 +564,36 @@ pub async fn once(config: &Config) -> OnceReport {
     // Every source at once, as `serve` polls them: the slowest sets the time.
     let polled = futures_util::future::join_all(built.into_iter().map(
         |(source, publisher, _)| async move {
-            let (snapshot, ok) = match source {
-                Built::Redis(mut s) => sources::poll_once(&mut s, &publisher).await,
-                Built::Rabbit(mut s) => sources::poll_once(&mut s, &publisher).await,
+            let (snapshot, outcome) = match source {
+                Built::Redis(mut s) => sources::poll_once_reporting(&mut s, &publisher).await,
+                Built::Rabbit(mut s) => sources::poll_once_reporting(&mut s, &publisher).await,
             };
-            (snapshot, ok, publisher)
+            (snapshot, outcome, publisher)
         },
     ))
     .await;
-    for (snapshot, ok, publisher) in polled {
-        if !ok {
-            let reasons: Vec<_> = snapshot.polls.errors.keys().map(|r| r.as_str()).collect();
-            failures.push((snapshot.source.to_string(), reasons.join(",")));
+    for (snapshot, outcome, publisher) in polled {
+        if let Err(e) = outcome {
+            let name = snapshot.source.to_string();
+            failures.push(PollFailure {
+                // Indexed in the config as written (built-in defaults that
+                // were left out shift nothing: they are matched by name).
+                index: config.sources.iter().position(|c| c.name() == name),
+                name,
+                reason: e.reason().as_str().to_string(),
+                cause: crate::config::one_line(&e.to_string()),
+            });
         }
         publisher.publish(snapshot);
     }
     let exposition = Exposition::new(hub, Arc::new(Telemetry::new()));
     let text = exposition.render_text(Format::Classic).unwrap_or_else(|e| {
-        failures.push(("exposition".to_string(), e.to_string()));
+        failures.push(PollFailure {
+            index: None,
+            name: "exposition".to_string(),
+            reason: "exposition".to_string(),
+            cause: e.to_string(),
+        });
         String::new()
     });
     OnceReport { text, failures }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::State;
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
 use tower_http::compression::CompressionLayer;
@@ -36,6 +36,8 @@ pub struct HttpSecurity {
     pub tls: Option<Arc<rustls::ServerConfig>>,
     /// Require basic auth (except on [`auth::OPEN_PATHS`]).
     pub auth: Option<Arc<auth::BasicAuth>>,
+    /// `web.http_server_config.headers`, added to every response.
+    pub headers: Arc<Vec<(HeaderName, HeaderValue)>>,
 }
 
 impl std::fmt::Debug for HttpSecurity {
@@ -44,6 +46,7 @@ impl std::fmt::Debug for HttpSecurity {
         f.debug_struct("HttpSecurity")
             .field("tls", &self.tls.is_some())
             .field("auth", &self.auth)
+            .field("headers", &self.headers)
             .finish()
     }
 }
@@ -56,13 +59,35 @@ impl HttpSecurity {
             None => None,
         };
         let auth = auth::BasicAuth::new(&web.basic_auth_users)?.map(Arc::new);
-        Ok(HttpSecurity { tls, auth })
+        let headers = web
+            .http_server_config
+            .headers
+            .iter()
+            .map(|(name, value)| {
+                // The config checked names and values at load; a failure
+                // here is still an error, not a panic.
+                let bad = || HttpError::Header { name: name.clone() };
+                Ok((
+                    HeaderName::try_from(name.as_str()).map_err(|_| bad())?,
+                    HeaderValue::try_from(value.as_str()).map_err(|_| bad())?,
+                ))
+            })
+            .collect::<Result<Vec<_>, HttpError>>()?;
+        Ok(HttpSecurity {
+            tls,
+            auth,
+            headers: Arc::new(headers),
+        })
     }
 }
 
 /// Builds the router (gzip when the client accepts it), behind basic auth
-/// when `auth` is set.
-pub fn router(state: HttpState, auth: Option<Arc<auth::BasicAuth>>) -> Router {
+/// when `auth` is set, adding `headers` to every response.
+pub fn router(
+    state: HttpState,
+    auth: Option<Arc<auth::BasicAuth>>,
+    headers: Arc<Vec<(HeaderName, HeaderValue)>>,
+) -> Router {
     let router = Router::new()
         .route("/", get(landing))
         .route("/metrics", get(metrics))
@@ -75,6 +100,15 @@ pub fn router(state: HttpState, auth: Option<Arc<auth::BasicAuth>>) -> Router {
         Some(a) => router.layer(axum::middleware::from_fn_with_state(a, auth::require)),
         None => router,
     };
+    // Outside auth, so a 401 carries them too (as with exporter-toolkit).
+    let router = if headers.is_empty() {
+        router
+    } else {
+        router.layer(axum::middleware::map_response_with_state(
+            headers,
+            add_headers,
+        ))
+    };
     router
         .layer(
             CompressionLayer::new()
@@ -84,6 +118,17 @@ pub fn router(state: HttpState, auth: Option<Arc<auth::BasicAuth>>) -> Router {
                 .no_zstd(),
         )
         .with_state(state)
+}
+
+/// Adds `web.http_server_config.headers` to a response.
+async fn add_headers(
+    State(headers): State<Arc<Vec<(HeaderName, HeaderValue)>>>,
+    mut response: Response,
+) -> Response {
+    for (name, value) in headers.iter() {
+        response.headers_mut().insert(name.clone(), value.clone());
+    }
+    response
 }
 
 /// A listener problem.
@@ -113,6 +158,12 @@ pub enum HttpError {
         #[source]
         error: rustls::Error,
     },
+    /// A `web.http_server_config.headers` entry is not a valid header.
+    #[error("web.http_server_config.headers.{name}: not a valid HTTP header")]
+    Header {
+        /// The header's name as written.
+        name: String,
+    },
     /// Basic auth could not be set up.
     #[error(transparent)]
     Auth(#[from] auth::NoRandomness),
@@ -125,7 +176,7 @@ pub async fn serve(
     security: HttpSecurity,
     shutdown: Shutdown,
 ) -> Result<(), HttpError> {
-    let app = router(state, security.auth);
+    let app = router(state, security.auth, security.headers);
     let mut stop = shutdown.clone();
     let signal = async move { stop.recv().await };
     match security.tls {

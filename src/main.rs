@@ -212,8 +212,16 @@ async fn dispatch(command: Command, config: Config, opts: LoadOptions) -> anyhow
                 return Ok(ExitCode::SUCCESS);
             }
             let report = app::once(&config).await;
-            for (source, reason) in &report.failures {
-                eprintln!("{origin}: sources.{source}: cannot poll ({reason})");
+            for f in &report.failures {
+                // The cause on the summary line itself; the path as every
+                // config error writes it.
+                match f.index {
+                    Some(i) => eprintln!(
+                        "{origin}: sources[{i}]: cannot poll source {} ({}): {}",
+                        f.name, f.reason, f.cause
+                    ),
+                    None => eprintln!("{origin}: {}: {}", f.name, f.cause),
+                }
             }
             if report.failures.is_empty() {
                 println!("{origin}: ok ({} sources reachable)", config.sources.len());
@@ -228,8 +236,8 @@ async fn dispatch(command: Command, config: Config, opts: LoadOptions) -> anyhow
         Command::Once => {
             let report = app::once(&config).await;
             print!("{}", report.text);
-            for (source, reason) in &report.failures {
-                eprintln!("source {source}: poll failed ({reason})");
+            for f in &report.failures {
+                eprintln!("source {}: poll failed ({}): {}", f.name, f.reason, f.cause);
             }
             Ok(if report.failures.is_empty() {
                 ExitCode::SUCCESS

@@ -182,9 +182,86 @@ pub fn init_logging(config: &LogConfig) {
         .with_writer(std::io::stderr);
     // A second init (tests) is harmless; ignore it.
     let _ = match config.format {
-        LogFormat::Json => builder.json().try_init(),
+        LogFormat::Json => builder
+            .fmt_fields(tracing_subscriber::fmt::format::JsonFields::new())
+            .event_format(ListsAsArrays(tracing_subscriber::fmt::format().json()))
+            .try_init(),
         LogFormat::Text => builder.try_init(),
     };
+}
+
+/// Fields that hold a list, logged as [`LogList`]. `tracing` can record a
+/// field only as a number, a boolean or text, so in JSON logs these are
+/// turned back into arrays by [`ListsAsArrays`], for log pipelines to
+/// query (`kept[0]`) rather than re-parse a string.
+pub const LIST_FIELDS: [&str; 4] = ["kept", "started", "stopped", "need_restart"];
+
+/// A list of names as a log field (one of [`LIST_FIELDS`]): JSON text
+/// (`["main","rabbit"]`), readable in text logs and made an array in JSON logs.
+pub struct LogList<'a, T: AsRef<str>>(pub &'a [T]);
+
+impl<T: AsRef<str>> std::fmt::Display for LogList<'_, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // `["main", "rabbit"]`: JSON, spaced as Rust's `{:?}` of a list.
+        f.write_str("[")?;
+        for (i, item) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            // A string always serializes.
+            f.write_str(&serde_json::to_string(item.as_ref()).unwrap_or_default())?;
+        }
+        f.write_str("]")
+    }
+}
+
+/// The JSON event format, with each [`LIST_FIELDS`] field that holds a
+/// [`LogList`] written as a JSON array instead of a string.
+struct ListsAsArrays<F>(F);
+
+impl<S, N, F> tracing_subscriber::fmt::FormatEvent<S, N> for ListsAsArrays<F>
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+    N: for<'a> tracing_subscriber::fmt::FormatFields<'a> + 'static,
+    F: tracing_subscriber::fmt::FormatEvent<S, N>,
+{
+    fn format_event(
+        &self,
+        ctx: &tracing_subscriber::fmt::FmtContext<'_, S, N>,
+        mut writer: tracing_subscriber::fmt::format::Writer<'_>,
+        event: &tracing::Event<'_>,
+    ) -> std::fmt::Result {
+        let has_list = event
+            .metadata()
+            .fields()
+            .iter()
+            .any(|f| LIST_FIELDS.contains(&f.name()));
+        if !has_list {
+            return self.0.format_event(ctx, writer, event);
+        }
+        let mut line = String::new();
+        self.0.format_event(
+            ctx,
+            tracing_subscriber::fmt::format::Writer::new(&mut line),
+            event,
+        )?;
+        let Ok(mut json) = serde_json::from_str::<serde_json::Value>(&line) else {
+            return writer.write_str(&line);
+        };
+        if let Some(fields) = json.get_mut("fields").and_then(|f| f.as_object_mut()) {
+            for name in LIST_FIELDS {
+                let parsed = fields
+                    .get(name)
+                    .and_then(|v| v.as_str())
+                    .and_then(|text| serde_json::from_str::<serde_json::Value>(text).ok())
+                    .filter(serde_json::Value::is_array);
+                if let Some(list) = parsed {
+                    fields.insert(name.to_string(), list);
+                }
+            }
+        }
+        writeln!(writer, "{json}")
+    }
 }
 
 /// Colour only on a terminal, and never when `NO_COLOR` is set to anything

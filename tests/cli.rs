@@ -160,7 +160,10 @@ fn check_connect_names_an_unreachable_source_on_stderr() {
     let (code, out, err) = run(&["check", "--connect", "--config", path.to_str().unwrap()]);
     assert_ne!(code, 0);
     // Errors go to stderr; stdout holds only a success summary.
-    assert!(err.contains("sources.main: cannot poll (connect)"), "{err}");
+    assert!(
+        err.contains("sources[0]: cannot poll source main (connect): cannot connect to"),
+        "{err}"
+    );
     assert_eq!(out, "");
 }
 
@@ -208,7 +211,7 @@ fn check_writes_tls_file_errors_to_stderr() {
         r#"listen: { grpc: 127.0.0.1:0 }
 scaler:
   tls: { cert_file: /nonexistent/c.pem, key_file: /nonexistent/k.pem }
-sources: []
+sources: [{ name: main, type: redis }]
 "#,
     );
     let (code, out, err) = run(&["check", "--config", path.to_str().unwrap()]);
@@ -436,7 +439,10 @@ fn check_connect_names_an_auth_failure() {
     let (_dir, path) = write_config(&good(&url));
     let (code, out, err) = run(&["check", "--connect", "--config", path.to_str().unwrap()]);
     assert_ne!(code, 0);
-    assert!(err.contains("sources.main: cannot poll (auth)"), "{err}");
+    assert!(
+        err.contains("sources[0]: cannot poll source main (auth)"),
+        "{err}"
+    );
     // The password never shows up in what it prints.
     assert!(
         !out.contains("wrong") && !err.contains("wrong"),
@@ -594,4 +600,111 @@ async fn sigterm_aborts_a_hung_scrape_after_shutdown_grace_and_process_gauges_ar
         started.elapsed()
     );
     assert!(err.contains("did not stop within 1s"), "{err}");
+}
+
+/// Issue 24, point 4: a duration too large to compute with (`timeout` × 8
+/// overflowed `Duration`, exit 101) is refused at load, exit 2, one line,
+/// whichever the source type, even through `check --connect`.
+#[test]
+fn check_connect_refuses_a_huge_timeout_with_exit_2_not_a_panic() {
+    let redis = RedisServer::start();
+    let rabbit = "listen: { grpc: null }\nsources:\n  - name: q\n    type: rabbitmq\n    poll_interval: 1s\n";
+    for yaml in [good(&redis.url), rabbit.to_string()] {
+        let yaml = yaml.replace(
+            "poll_interval: 1s",
+            "poll_interval: 1s\n    timeout: 200000000000y",
+        );
+        let (_dir, path) = write_config(&yaml);
+        let p = path.to_str().unwrap();
+        let (code, out, err) = run(&["check", "--connect", "--config", p]);
+        assert_eq!(code, 2, "{out}{err}");
+        assert_eq!(err.trim(), format!("{p}: sources[0].timeout: at most 1h"));
+    }
+}
+
+/// Issue 24, point 4: `timeout: 0s` was accepted for Redis and refused for
+/// RabbitMQ; it is refused for both, as is a zero `discovery_interval`.
+#[test]
+fn a_zero_timeout_is_refused_for_every_source_type() {
+    let rabbit = "listen: { grpc: null }\nsources:\n  - name: q\n    type: rabbitmq\n    poll_interval: 1s\n";
+    for (yaml, field) in [
+        (good("redis://127.0.0.1:1"), "timeout"),
+        (rabbit.to_string(), "timeout"),
+        (good("redis://127.0.0.1:1"), "discovery_interval"),
+    ] {
+        let yaml = yaml.replace(
+            "poll_interval: 1s",
+            &format!("poll_interval: 1s\n    {field}: 0s"),
+        );
+        let (_dir, path) = write_config(&yaml);
+        let p = path.to_str().unwrap();
+        let (code, _, err) = run(&["check", "--config", p]);
+        assert_eq!(code, 2, "{err}");
+        assert_eq!(
+            err.trim(),
+            format!("{p}: sources[0].{field}: must be greater than 0")
+        );
+    }
+}
+
+/// Issue 24, point 5: a config file with no sources (an empty file, or an
+/// empty list) is refused at load, not served as an empty exporter.
+#[test]
+fn a_config_without_sources_is_refused_at_load() {
+    for yaml in ["", "listen: { grpc: null }\n", "sources: []\n"] {
+        let (_dir, path) = write_config(yaml);
+        let p = path.to_str().unwrap();
+        let (code, _, err) = run(&["check", "--config", p]);
+        assert_eq!(code, 2, "{yaml:?}: {err}");
+        assert_eq!(
+            err.trim(),
+            format!(
+                "{p}: sources: no sources configured; list at least one (type: redis or rabbitmq)"
+            ),
+            "{yaml:?}"
+        );
+    }
+    // Standard input that is empty too.
+    let (code, _, err) = run_with_stdin(&["check", "--config", "/dev/stdin"], "");
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("sources: no sources configured"), "{err}");
+}
+
+/// Issue 24, point 9: with the shipped Kubernetes config and its
+/// password_file missing, `check --connect` says why on the summary line
+/// (the cause used to be only in a log line above it), with the field path
+/// written `sources[0]` as in every other error.
+#[test]
+fn check_connect_says_the_cause_on_the_summary_line() {
+    let shipped = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/deploy/kubernetes/base/config.yaml"
+    ))
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("redis-password");
+    let yaml = shipped.replace(
+        "/run/secrets/queue-exporter/redis-password",
+        missing.to_str().unwrap(),
+    );
+    assert_ne!(
+        yaml, shipped,
+        "the shipped config has a Redis password_file"
+    );
+    let path = write_file(&dir, "config.yaml", &yaml);
+    let p = path.to_str().unwrap();
+    let (code, out, err) = run(&["check", "--connect", "--config", p]);
+    assert_eq!(code, 1, "{out}{err}");
+    let line = err
+        .lines()
+        .find(|l| l.starts_with(&format!("{p}: sources[0]: ")))
+        .unwrap_or_else(|| panic!("no summary line for sources[0]:\n{err}"));
+    assert_eq!(
+        line,
+        format!(
+            "{p}: sources[0]: cannot poll source main (config): configuration problem: cannot read password_file {}: No such file or directory (os error 2)",
+            missing.display()
+        )
+    );
+    assert!(!err.contains("sources.main"), "{err}");
 }

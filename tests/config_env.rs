@@ -83,11 +83,8 @@ async fn passwords_from_source_overrides_reach_the_backends_and_never_show() {
     // Without the overrides, neither source is reachable.
     let (code, stdout, stderr) = run_bin(&["check", "--connect", "--config", path], &[]);
     assert_eq!(code, 1, "{stdout}{stderr}");
-    assert!(stderr.contains("sources.main: cannot poll"), "{stderr}");
-    assert!(
-        stderr.contains("sources.orders-eu: cannot poll"),
-        "{stderr}"
-    );
+    assert!(stderr.contains("cannot poll source main"), "{stderr}");
+    assert!(stderr.contains("cannot poll source orders-eu"), "{stderr}");
 
     // By index and by name (ORDERS_EU for `orders-eu`); the RabbitMQ
     // password is text even where it could read as something else.
@@ -140,7 +137,7 @@ async fn passwords_from_source_overrides_reach_the_backends_and_never_show() {
     );
     assert_eq!(code, 1, "{stdout}{stderr}");
     assert!(
-        stderr.contains("sources.orders-eu: cannot poll (auth)"),
+        stderr.contains("cannot poll source orders-eu (auth)"),
         "{stderr}"
     );
     assert_hidden(

@@ -355,12 +355,43 @@ fn bad_web_config_fails_check_with_one_line_naming_the_field() {
             format!("  basic_auth_users:\n    prometheus: {plain_password}\n"),
             "web.basic_auth_users.prometheus: is not a bcrypt hash",
         ),
+        // exporter-toolkit fields rustls cannot honour: refused, never ignored.
+        (
+            format!(
+                "{}    cipher_suites: [TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256, TLS_RSA_WITH_AES_128_CBC_SHA]\n",
+                tls_server_config(&f, None)
+            ),
+            "web.tls_server_config.cipher_suites: TLS_RSA_WITH_AES_128_CBC_SHA is not supported (rustls offers only ",
+        ),
+        (
+            format!("{}    min_version: TLS10\n", tls_server_config(&f, None)),
+            "web.tls_server_config.min_version: TLS10 is not supported (rustls offers only TLS12 and TLS13)",
+        ),
+        (
+            format!(
+                "{}    min_version: TLS13\n    max_version: TLS12\n",
+                tls_server_config(&f, None)
+            ),
+            "web.tls_server_config.max_version: TLS12 is older than min_version TLS13",
+        ),
+        (
+            format!("{}    curve_preferences: [CurveP521]\n", tls_server_config(&f, None)),
+            "web.tls_server_config.curve_preferences: CurveP521 is not supported (rustls offers only ",
+        ),
+        (
+            "  http_server_config:\n    http2: true\n".to_string(),
+            "web.http_server_config.http2: true is not supported",
+        ),
+        (
+            "  http_server_config:\n    headers: { Content-Type: text/plain }\n".to_string(),
+            "web.http_server_config.headers.Content-Type: is not a header exporter-toolkit allows",
+        ),
     ];
     for (web, want) in cases {
         let config = write_file(
             &dir,
             "config.yaml",
-            &format!("listen: {{ http: 127.0.0.1:0, grpc: null }}\nweb:\n{web}sources: []\n"),
+            &format!("listen: {{ http: 127.0.0.1:0, grpc: null }}\nweb:\n{web}{SOURCE}"),
         );
         let path = config.to_str().unwrap();
         let (code, out, err) = run_bin(&["--config", path, "check"], &[]);
@@ -377,6 +408,9 @@ fn bad_web_config_fails_check_with_one_line_naming_the_field() {
         assert_eq!(err.lines().count(), 1, "serve, one line: {err}");
     }
 }
+
+/// A source for configs whose point is elsewhere (`check` does not connect).
+const SOURCE: &str = "sources: [{ name: main, type: redis }]\n";
 
 /// `printf '%s' PASSWORD | queue-exporter hash-password`.
 fn hash_password(password: &str) -> String {
@@ -493,4 +527,147 @@ async fn prometheus_scrapes_over_https_with_basic_auth_and_a_client_certificate(
         prom_value(&prom, r#"queue_depth{job="qe-wrong-password"}"#).await,
         None
     );
+}
+
+/// A `web:` block in exporter-toolkit's full shape: what rustls supports
+/// (`min_version`, `max_version`, `cipher_suites`, `curve_preferences`,
+/// `prefer_server_cipher_suites`) and `http_server_config` (`http2: false`,
+/// `headers`) loads.
+#[test]
+fn an_exporter_toolkit_web_config_loads() {
+    let pki = make_pki("web");
+    let dir = tempfile::tempdir().unwrap();
+    let f = pki.write(&dir, "web");
+    let web = format!(
+        "web:\n{}    min_version: TLS12\n    max_version: TLS13\n    cipher_suites: [TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256, TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305, TLS_AES_128_GCM_SHA256]\n    prefer_server_cipher_suites: true\n    curve_preferences: [X25519, CurveP256, CurveP384]\n  http_server_config:\n    http2: false\n    headers:\n      Strict-Transport-Security: max-age=31536000\n      X-Frame-Options: deny\n",
+        tls_server_config(&f, None)
+    );
+    let config = write_file(&dir, "config.yaml", &format!("{web}{SOURCE}"));
+    let (code, out, err) = run_bin(&["--config", config.to_str().unwrap(), "check"], &[]);
+    assert_eq!(code, 0, "{out}{err}");
+}
+
+/// `min_version: TLS13` refuses a client that speaks at most TLS 1.2, and
+/// `max_version: TLS12` one that speaks only TLS 1.3.
+#[tokio::test]
+async fn min_and_max_version_bound_the_tls_versions_served() {
+    let (_redis, sources) = redis_with(1);
+    let pki = make_pki("web");
+    let dir = tempfile::tempdir().unwrap();
+    let f = pki.write(&dir, "web");
+    for (bound, refused, refused_client) in [
+        (
+            "min_version: TLS13",
+            "a TLS 1.2-only client",
+            reqwest::Client::builder().tls_version_max(reqwest::tls::Version::TLS_1_2),
+        ),
+        (
+            "max_version: TLS12",
+            "a TLS 1.3-only client",
+            reqwest::Client::builder().tls_version_min(reqwest::tls::Version::TLS_1_3),
+        ),
+    ] {
+        let body = format!(
+            "web:\n{}    {bound}\n{sources}",
+            tls_server_config(&f, None)
+        );
+        let e = Exporter::launch(&body, &[], &[]);
+        let any = client(&pki.ca, None);
+        wait_healthy(&e, &any).await;
+        let metrics = format!("{}/metrics", https(&e));
+        wait_depth(&any, &metrics, None, 1.0).await;
+        let refused_client = refused_client
+            .tls_certs_only([reqwest::Certificate::from_pem(pki.ca.as_bytes()).unwrap()])
+            .timeout(Duration::from_secs(10))
+            .build()
+            .unwrap();
+        let answer = get(&refused_client, &metrics, None).await;
+        assert!(answer.is_err(), "{bound}: {refused} got {answer:?}");
+    }
+}
+
+/// A TLS 1.2 handshake with the exporter on `port` whose client offers only
+/// `suite` and the key exchange groups `groups`; `Ok` if the server accepts.
+async fn tls12_handshake(
+    ca: &str,
+    port: u16,
+    suite: rustls::CipherSuite,
+    groups: &[rustls::NamedGroup],
+) -> Result<(), String> {
+    use rustls::pki_types::pem::PemObject;
+    let mut provider = rustls::crypto::aws_lc_rs::default_provider();
+    provider.cipher_suites.retain(|s| s.suite() == suite);
+    provider.kx_groups.retain(|g| groups.contains(&g.name()));
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls::pki_types::CertificateDer::pem_slice_iter(ca.as_bytes()) {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(provider))
+        .with_protocol_versions(&[&rustls::version::TLS12])
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .map_err(|e| e.to_string())?;
+    let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
+    tokio_rustls::TlsConnector::from(std::sync::Arc::new(config))
+        .connect(name, tcp)
+        .await
+        .map(drop)
+        .map_err(|e| e.to_string())
+}
+
+/// `cipher_suites` and `curve_preferences` are applied: a TLS 1.2 client
+/// offering only a suite (or a group) the config leaves out is refused,
+/// one offering a listed one gets in.
+#[tokio::test]
+async fn cipher_suites_and_curve_preferences_are_applied() {
+    use rustls::{CipherSuite, NamedGroup};
+    let (_redis, sources) = redis_with(1);
+    let pki = make_pki("web");
+    let dir = tempfile::tempdir().unwrap();
+    let f = pki.write(&dir, "web");
+    let body = format!(
+        "web:\n{}    cipher_suites: [TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256]\n    curve_preferences: [CurveP384]\n{sources}",
+        tls_server_config(&f, None)
+    );
+    let e = Exporter::launch(&body, &[], &[]);
+    wait_healthy(&e, &client(&pki.ca, None)).await;
+    let listed = CipherSuite::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256;
+    let other = CipherSuite::TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384;
+    let ok = tls12_handshake(&pki.ca, e.http_port, listed, &[NamedGroup::secp384r1]).await;
+    assert!(ok.is_ok(), "{ok:?}");
+    let suite = tls12_handshake(&pki.ca, e.http_port, other, &[NamedGroup::secp384r1]).await;
+    assert!(suite.is_err(), "a suite not listed got in");
+    let group = tls12_handshake(&pki.ca, e.http_port, listed, &[NamedGroup::X25519]).await;
+    assert!(group.is_err(), "a group not listed got in");
+}
+
+/// `http_server_config.headers` are on every response: `/metrics`, and a
+/// 401 of basic auth.
+#[tokio::test]
+async fn http_server_config_headers_are_on_every_response() {
+    let (_redis, sources) = redis_with(2);
+    let body = format!(
+        "web:\n  http_server_config:\n    headers:\n      X-Frame-Options: deny\n      Strict-Transport-Security: max-age=31536000\n  basic_auth_users:\n    prometheus: \"{}\"\n{sources}",
+        hash_password("secret-pw")
+    );
+    let e = Exporter::launch(&body, &[], &[]);
+    let c = reqwest::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .no_gzip()
+        .build()
+        .unwrap();
+    let metrics = format!("http://127.0.0.1:{}/metrics", e.http_port);
+    wait_depth(&c, &metrics, Some(("prometheus", "secret-pw")), 2.0).await;
+    let (status, headers, _) = get(&c, &metrics, Some(("prometheus", "secret-pw")))
+        .await
+        .unwrap();
+    assert_eq!(status, 200);
+    assert_eq!(headers["x-frame-options"], "deny");
+    assert_eq!(headers["strict-transport-security"], "max-age=31536000");
+    let (status, headers, _) = get(&c, &metrics, None).await.unwrap();
+    assert_eq!(status, 401);
+    assert_eq!(headers["x-frame-options"], "deny");
 }

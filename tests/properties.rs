@@ -18,8 +18,11 @@ use std::collections::{BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
-use queue_exporter::config::{Config, LoadOptions, parse_duration};
+use queue_exporter::config::{Config, LoadOptions, SourceConfig, parse_duration};
 use queue_exporter::scaler::metadata::{QueueSelector, parse};
+use queue_exporter::sources::Source;
+use queue_exporter::sources::rabbitmq::RabbitSource;
+use queue_exporter::sources::redis::RedisSource;
 use support::*;
 
 /// Keys the scaler knows, KEDA's own, and near misses.
@@ -105,6 +108,58 @@ proptest! {
     }
 }
 
+/// Every duration field, as `sources.redis.timeout` (the Redis source,
+/// `sources[0]`), `sources.rabbitmq.timeout` (`sources[1]`), or top-level.
+const DURATION_FIELDS: &[&str] = &[
+    "sources.redis.poll_interval",
+    "sources.redis.timeout",
+    "sources.redis.discovery_interval",
+    "sources.redis.age_histogram_interval",
+    "sources.rabbitmq.poll_interval",
+    "sources.rabbitmq.timeout",
+    "shutdown_grace",
+    "scaler.max_staleness",
+];
+
+/// A config with a Redis and a RabbitMQ source and `field` set to `value`.
+fn duration_config(field: &str, value: &str) -> String {
+    let set = |name: &str| {
+        if field == name {
+            format!("{}: \"{value}\"", name.rsplit('.').next().unwrap_or(name))
+        } else {
+            String::new()
+        }
+    };
+    let mut yaml = String::from("listen: { grpc: null }\n");
+    if field == "shutdown_grace" {
+        yaml.push_str(&format!("shutdown_grace: \"{value}\"\n"));
+    }
+    if field == "scaler.max_staleness" {
+        yaml.push_str(&format!("scaler: {{ max_staleness: \"{value}\" }}\n"));
+    }
+    yaml.push_str("sources:\n  - name: r\n    type: redis\n");
+    for f in DURATION_FIELDS
+        .iter()
+        .filter(|f| f.starts_with("sources.redis."))
+    {
+        let line = set(f);
+        if !line.is_empty() {
+            yaml.push_str(&format!("    {line}\n"));
+        }
+    }
+    yaml.push_str("  - name: q\n    type: rabbitmq\n");
+    for f in DURATION_FIELDS
+        .iter()
+        .filter(|f| f.starts_with("sources.rabbitmq."))
+    {
+        let line = set(f);
+        if !line.is_empty() {
+            yaml.push_str(&format!("    {line}\n"));
+        }
+    }
+    yaml
+}
+
 /// Loads `yaml` as a config file.
 fn load(yaml: &str) -> Result<Config, String> {
     let dir = tempfile::tempdir().unwrap();
@@ -142,6 +197,37 @@ proptest! {
             }
             (_, Err(e)) => prop_assert!(e.contains("sources[0].poll_interval"), "{e}"),
             (parsed, Ok(_)) => prop_assert!(false, "{s:?} ({parsed:?}) accepted"),
+        }
+    }
+
+    #[test]
+    fn any_duration_in_any_duration_field_loads_or_is_one_line_naming_it(
+        (field, number, unit) in (
+            prop::sample::select(DURATION_FIELDS.to_vec()),
+            prop_oneof![0u64..100, 0u64..100_000, any::<u64>()],
+            prop::sample::select(vec!["ns", "us", "ms", "s", "m", "h", "d", "w", "M", "y"]),
+        )
+    ) {
+        let value = format!("{number}{unit}");
+        let yaml = duration_config(field, &value);
+        match load(&yaml) {
+            Ok(c) => {
+                // What the exporter computes from durations cannot overflow.
+                for source in &c.sources {
+                    let timeout = match source {
+                        SourceConfig::Redis(r) => RedisSource::new(r.clone()).poll_timeout(),
+                        SourceConfig::RabbitMq(r) => RabbitSource::new(r.clone()).poll_timeout(),
+                    };
+                    prop_assert!(timeout <= Duration::from_secs(8 * 3600), "{field}: {value}");
+                    let staleness = c.scaler.max_staleness_for(source.poll_interval());
+                    prop_assert!(staleness <= Duration::from_secs(86_400), "{field}: {value}");
+                }
+            }
+            Err(e) => {
+                let at = field.replace(".redis.", "[0].").replace(".rabbitmq.", "[1].");
+                prop_assert!(e.contains(&format!("config.yaml: {at}: ")), "{field}: {value}: {e}");
+                prop_assert!(!e.contains('\n'), "{e}");
+            }
         }
     }
 

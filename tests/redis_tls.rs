@@ -191,11 +191,11 @@ async fn a_wrong_ca_or_a_missing_client_certificate_marks_the_source_down() {
     );
     assert_eq!(code, 1, "{err}");
     assert!(
-        err.contains("sources.wrong-ca: cannot poll (connect)"),
+        err.contains("cannot poll source wrong-ca (connect)"),
         "{err}"
     );
     assert!(
-        err.contains("sources.no-cert: cannot poll (connect)"),
+        err.contains("cannot poll source no-cert (connect)"),
         "{err}"
     );
 }

@@ -478,10 +478,21 @@ async fn readers_switch_after_the_new_sources_first_poll_and_a_hung_one_waits_at
     app.stop().await;
 }
 
-/// A config read from standard input cannot be read again: SIGHUP says so
-/// on one line, sets the gauge to 0, and the process keeps serving.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_config_from_standard_input_is_not_reloaded_and_says_why() {
+/// How a config that can be read only once reaches the process.
+#[derive(Debug, Clone, Copy)]
+enum ReadOnce {
+    /// `--config -`, from a pipe.
+    Dash,
+    /// `--config /dev/stdin`, from a pipe (the README says it works like `-`).
+    DevStdin,
+    /// `--config <a FIFO>` (`mkfifo`), written once.
+    Fifo,
+}
+
+/// Serves a config that can be read only once (`how`), sends SIGHUP and
+/// checks that the reload is refused on one line naming the origin, the
+/// gauge says so, the queue is still served and the process runs on.
+async fn a_read_once_config_is_kept_on_sighup(how: ReadOnce) {
     use std::io::Write;
     use std::process::{Command, Stdio};
     let redis = RedisServer::start();
@@ -493,9 +504,20 @@ async fn a_config_from_standard_input_is_not_reloaded_and_says_why() {
     );
     let dir = tempfile::tempdir().unwrap();
     let err_path = dir.path().join("stderr");
+    let fifo = dir.path().join("config.fifo");
+    let (arg, origin) = match how {
+        ReadOnce::Dash => ("-".to_string(), "<stdin>".to_string()),
+        ReadOnce::DevStdin => ("/dev/stdin".to_string(), "/dev/stdin".to_string()),
+        ReadOnce::Fifo => {
+            let made = Command::new("mkfifo").arg(&fifo).status().unwrap();
+            assert!(made.success(), "mkfifo");
+            let name = fifo.display().to_string();
+            (name.clone(), name)
+        }
+    };
     let mut child = KillOnDrop(
         Command::new(BIN)
-            .args(["--config", "-"])
+            .args(["--config", &arg])
             .env_remove("RUST_LOG")
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
@@ -503,13 +525,17 @@ async fn a_config_from_standard_input_is_not_reloaded_and_says_why() {
             .spawn()
             .unwrap(),
     );
-    child
-        .0
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(yaml.as_bytes())
-        .unwrap();
+    let mut stdin = child.0.stdin.take().unwrap();
+    match how {
+        ReadOnce::Dash | ReadOnce::DevStdin => stdin.write_all(yaml.as_bytes()).unwrap(),
+        // Opening a FIFO to write waits for its reader, the exporter: on a
+        // thread, so an exporter that never opens it fails the wait below.
+        ReadOnce::Fifo => {
+            let (fifo, yaml) = (fifo.clone(), yaml.clone());
+            std::thread::spawn(move || std::fs::write(fifo, yaml));
+        }
+    }
+    drop(stdin);
     let base = format!("http://127.0.0.1:{port}");
     let metrics = || async {
         let resp = reqwest::get(format!("{base}/metrics")).await.ok()?;
@@ -524,7 +550,7 @@ async fn a_config_from_standard_input_is_not_reloaded_and_says_why() {
         })
     })
     .await
-    .expect("serving from stdin");
+    .unwrap_or_else(|| panic!("{how:?}: not serving; stderr:\n{}", read_text(&err_path)));
     let status = Command::new("kill")
         .args(["-HUP", &child.0.id().to_string()])
         .status()
@@ -534,15 +560,21 @@ async fn a_config_from_standard_input_is_not_reloaded_and_says_why() {
         reload_outcomes(&read_text(&err_path)).into_iter().next()
     })
     .await
-    .expect("a reload outcome");
+    .unwrap_or_else(|| {
+        panic!(
+            "{how:?}: no reload outcome; stderr:\n{}",
+            read_text(&err_path)
+        )
+    });
     assert!(
-        line.contains("config reload failed, keeping the running configuration: <stdin>: the configuration was read from standard input"),
-        "{line}"
+        line.contains(&format!("config reload failed, keeping the running configuration: {origin}: the configuration was read from standard input or another file that is not a regular file")),
+        "{how:?}: {line}"
     );
     let body = metrics().await.expect("still serving");
     assert_eq!(
         value(&body, "queue_exporter_config_reload_success", &[]),
-        Some(0.0)
+        Some(0.0),
+        "{how:?}"
     );
     assert_eq!(
         value(
@@ -550,7 +582,75 @@ async fn a_config_from_standard_input_is_not_reloaded_and_says_why() {
             "queue_depth",
             &[("source", "main"), ("queue", "work")]
         ),
-        Some(3.0)
+        Some(3.0),
+        "{how:?}: the queue is still served"
     );
-    assert!(child.0.try_wait().unwrap().is_none(), "still running");
+    assert!(
+        child.0.try_wait().unwrap().is_none(),
+        "{how:?}: still running"
+    );
+}
+
+/// A config read from standard input cannot be read again: SIGHUP says so
+/// on one line, sets the gauge to 0, and the process keeps serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_config_from_standard_input_is_not_reloaded_and_says_why() {
+    a_read_once_config_is_kept_on_sighup(ReadOnce::Dash).await;
+}
+
+/// Issue 24, point 5: `/dev/stdin` fed by a pipe was re-read on SIGHUP,
+/// found empty, and the empty config emptied `/metrics`. It is refused like `-`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_config_from_dev_stdin_is_not_reloaded_and_the_queue_stays() {
+    a_read_once_config_is_kept_on_sighup(ReadOnce::DevStdin).await;
+}
+
+/// Issue 24, point 5: a FIFO is not a regular file either; re-opening it on
+/// SIGHUP would wait for a writer forever. It is refused like `-`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_config_from_a_fifo_is_not_reloaded_and_the_queue_stays() {
+    a_read_once_config_is_kept_on_sighup(ReadOnce::Fifo).await;
+}
+
+/// Issue 24, point 9: with `--log-format json`, the reload line's `kept`,
+/// `started` and `stopped` are JSON arrays, not strings.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_logs_its_lists_as_json_arrays() {
+    let redis = RedisServer::start();
+    scaler_common::set_list_len(&mut redis.conn(), "work", 3);
+    let mut exp = Exporter::start(
+        &format!("sources:\n{}", source("main", &redis.url, &["work"])),
+        &["--log-format", "json"],
+        &[],
+    )
+    .await;
+    wait_depth(&exp, "main", "work", 3.0).await;
+    let listen = listen_line(&exp);
+    let outcome = reload(
+        &exp,
+        &format!(
+            "{listen}sources:\n{}{}",
+            source("main", &redis.url, &["work"]),
+            source("other", &redis.url, &["work"])
+        ),
+    )
+    .await;
+    let line: serde_json::Value =
+        serde_json::from_str(&outcome).unwrap_or_else(|e| panic!("{e}: {outcome}"));
+    assert_eq!(
+        line["fields"]["kept"],
+        serde_json::json!(["main"]),
+        "{outcome}"
+    );
+    assert_eq!(
+        line["fields"]["started"],
+        serde_json::json!(["other"]),
+        "{outcome}"
+    );
+    assert_eq!(
+        line["fields"]["stopped"],
+        serde_json::json!([]),
+        "{outcome}"
+    );
+    assert!(exp.terminate().success(), "{}", exp.stderr());
 }

@@ -43,3 +43,56 @@ fn duration_from_value(v: &serde_json::Value) -> Result<Duration, String> {
         )),
     }
 }
+
+/// What a duration field may hold: whether `0s` means something, and the
+/// largest value that makes sense. Checked at load, so every duration the
+/// exporter computes with (`timeout` × 8, 3 × `poll_interval`, a deadline
+/// `grace` from now) stays far from `Duration`'s and `Instant`'s limits.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Bounds {
+    /// Whether `0s` is meaningful (it is for `age_histogram_interval`:
+    /// measure on every poll).
+    pub zero_ok: bool,
+    /// The largest accepted value.
+    pub max: Duration,
+    /// `max` as the config writes it, for the message.
+    pub max_text: &'static str,
+}
+
+impl Bounds {
+    /// Non-zero, at most one hour: timeouts, poll intervals, `shutdown_grace`.
+    pub const HOUR: Bounds = Bounds {
+        zero_ok: false,
+        max: Duration::from_secs(3600),
+        max_text: "1h",
+    };
+    /// Non-zero, at most one day: `discovery_interval`, `max_staleness`.
+    pub const DAY: Bounds = Bounds {
+        zero_ok: false,
+        max: Duration::from_secs(86_400),
+        max_text: "24h",
+    };
+    /// Zero allowed, at most one day: `age_histogram_interval`.
+    pub const DAY_OR_ZERO: Bounds = Bounds {
+        zero_ok: true,
+        ..Bounds::DAY
+    };
+    /// Non-zero, at most a year: ages (`age_buckets`, Celery's
+    /// `visibility_timeout`).
+    pub const YEAR: Bounds = Bounds {
+        zero_ok: false,
+        max: Duration::from_secs(366 * 86_400),
+        max_text: "366d",
+    };
+
+    /// The one-line problem with `d`, if any.
+    pub fn check(&self, d: Duration) -> Result<(), String> {
+        if d.is_zero() && !self.zero_ok {
+            Err("must be greater than 0".into())
+        } else if d > self.max {
+            Err(format!("at most {}", self.max_text))
+        } else {
+            Ok(())
+        }
+    }
+}

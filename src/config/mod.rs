@@ -23,8 +23,8 @@ mod redis;
 mod secret;
 mod web;
 
-use duration::de_opt_duration;
 pub use duration::parse_duration;
+use duration::{Bounds, de_opt_duration};
 pub use preset::{ALL_QUEUES, CounterKeys, DEFAULT_STALLED_CHECK_LIMIT, Preset, PresetSpec};
 pub use rabbitmq::{ClientTlsConfig, NameRegex, RabbitMethod, RabbitSourceConfig, RabbitStats};
 pub use redis::{
@@ -33,7 +33,10 @@ pub use redis::{
     UrlKind, default_age_buckets, default_age_histogram_interval,
 };
 pub use secret::{Redacted, read_secret_file};
-pub use web::{BcryptHash, ClientAuthType, WebConfig, WebTlsConfig};
+pub use web::{
+    ALLOWED_HEADERS, BcryptHash, ClientAuthType, HttpServerConfig, TlsVersion, WebConfig,
+    WebTlsConfig,
+};
 
 /// Prefix of environment overrides (`QUEUE_EXPORTER__LISTEN__HTTP=...`).
 pub const ENV_PREFIX: &str = "QUEUE_EXPORTER";
@@ -174,7 +177,7 @@ impl ScalerConfig {
     /// The staleness limit for a source polling every `poll_interval`.
     pub fn max_staleness_for(&self, poll_interval: Duration) -> Duration {
         self.max_staleness
-            .unwrap_or_else(|| (poll_interval * 3).max(Duration::from_secs(2)))
+            .unwrap_or_else(|| poll_interval.saturating_mul(3).max(Duration::from_secs(2)))
     }
 }
 
@@ -362,6 +365,14 @@ impl Config {
                 format!("invalid log level {:?}", self.log.level),
             ));
         }
+        // Nothing to poll would serve an empty /metrics and answer KEDA
+        // "unknown" for everything: a mistake, such as an empty re-read.
+        if self.sources.is_empty() {
+            return Err((
+                "sources".into(),
+                "no sources configured; list at least one (type: redis or rabbitmq)".into(),
+            ));
+        }
         let mut names = HashSet::new();
         for (i, source) in self.sources.iter().enumerate() {
             let at = |field: &str| format!("sources[{i}].{field}");
@@ -374,25 +385,19 @@ impl Config {
                     format!("duplicate source name {:?}", source.name()),
                 ));
             }
-            if source.poll_interval().is_zero() {
-                return Err((at("poll_interval"), "must be greater than 0".into()));
-            }
             match source {
                 SourceConfig::Redis(c) => c.validate(&at)?,
                 SourceConfig::RabbitMq(c) => c.validate(&at)?,
             }
         }
         self.web.validate()?;
-        if self.shutdown_grace.is_zero() {
-            return Err(("shutdown_grace".into(), "must be greater than 0".into()));
-        }
-        if let Some(s) = self.scaler.max_staleness
-            && s.is_zero()
-        {
-            return Err((
-                "scaler.max_staleness".into(),
-                "must be greater than 0".into(),
-            ));
+        Bounds::HOUR
+            .check(self.shutdown_grace)
+            .map_err(|m| ("shutdown_grace".to_string(), m))?;
+        if let Some(s) = self.scaler.max_staleness {
+            Bounds::DAY
+                .check(s)
+                .map_err(|m| ("scaler.max_staleness".to_string(), m))?;
         }
         Ok(())
     }
@@ -669,6 +674,17 @@ fn parse_source_with(
 /// Whether `path` names standard input (`-`).
 fn is_stdin(path: &Path) -> bool {
     path.as_os_str() == "-"
+}
+
+/// Whether the config at `path` can be read only once: standard input
+/// (`-`, `/dev/stdin`) and anything that is not a regular file (a pipe, a
+/// FIFO, `/proc/self/fd/N` of one). Reading such a file again finds an
+/// empty stream, or blocks until someone writes, so a reload refuses it.
+/// Looks at the file's type without opening it (opening a FIFO blocks).
+pub fn is_read_once(path: &Path) -> bool {
+    is_stdin(path)
+        || path == Path::new("/dev/stdin")
+        || std::fs::metadata(path).is_ok_and(|m| !m.is_file())
 }
 
 /// The config file's text; `-` reads standard input.

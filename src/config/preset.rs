@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::duration::parse_duration;
+use super::duration::{Bounds, parse_duration};
 
 /// Default bound on the per-poll stalled checks (one `EXISTS` each).
 pub const DEFAULT_STALLED_CHECK_LIMIT: usize = 100;
@@ -252,11 +252,10 @@ impl TryFrom<RawPresetSpec> for PresetSpec {
                     Some(t) => parse_duration(t)
                         .map_err(|e| format!("visibility_timeout: {e}"))
                         .and_then(|d| {
-                            if d.is_zero() {
-                                Err("visibility_timeout: must be greater than 0".into())
-                            } else {
-                                Ok(d)
-                            }
+                            Bounds::YEAR
+                                .check(d)
+                                .map(|()| d)
+                                .map_err(|e| format!("visibility_timeout: {e}"))
                         })?,
                     None => Duration::from_secs(3600),
                 };

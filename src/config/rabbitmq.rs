@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Deserializer};
 
-use super::duration::de_duration;
+use super::duration::{Bounds, de_duration};
 
 /// How the RabbitMQ source reads queue stats.
 #[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
@@ -189,8 +189,8 @@ impl RabbitSourceConfig {
         if c.max_response_bytes == 0 {
             return Err((at("max_response_bytes"), "must be greater than 0".into()));
         }
-        if c.timeout.is_zero() {
-            return Err((at("timeout"), "must be greater than 0".into()));
+        for (field, d) in [("poll_interval", c.poll_interval), ("timeout", c.timeout)] {
+            Bounds::HOUR.check(d).map_err(|m| (at(field), m))?;
         }
         if c.password.is_some() && c.password_file.is_some() {
             return Err((

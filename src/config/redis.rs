@@ -8,7 +8,7 @@ use std::time::Duration;
 use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo};
 use serde::{Deserialize, Deserializer};
 
-use super::duration::{de_duration, de_durations};
+use super::duration::{Bounds, de_duration, de_durations};
 use super::secret::Redacted;
 
 /// A Redis source.
@@ -168,8 +168,23 @@ impl RedisSourceConfig {
                 "is not supported with Redis Cluster or Sentinel yet; use rediss+cluster:// or rediss+sentinel:// with certificates the system trusts".into(),
             ));
         }
-        if self.discovery_interval.is_zero() {
-            return Err((at("discovery_interval"), "must be greater than 0".into()));
+        let durations = [
+            ("poll_interval", self.poll_interval, Bounds::HOUR),
+            ("timeout", self.timeout, Bounds::HOUR),
+            ("discovery_interval", self.discovery_interval, Bounds::DAY),
+            (
+                "age_histogram_interval",
+                self.age_histogram_interval,
+                Bounds::DAY_OR_ZERO,
+            ),
+        ];
+        for (field, d, bounds) in durations {
+            bounds.check(d).map_err(|m| (at(field), m))?;
+        }
+        for (j, d) in self.age_buckets.iter().enumerate() {
+            Bounds::YEAR
+                .check(*d)
+                .map_err(|m| (at(&format!("age_buckets[{j}]")), m))?;
         }
         if self.max_keys == 0 {
             return Err((at("max_keys"), "must be greater than 0".into()));

@@ -14,7 +14,7 @@ use tokio::sync::{Semaphore, mpsc};
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 
-use crate::config::{ClientAuthType, WebTlsConfig};
+use crate::config::{ClientAuthType, TlsVersion, WebTlsConfig};
 use crate::crypto::{read_pem_certs, read_pem_key};
 use crate::http::HttpError;
 use crate::shutdown::Shutdown;
@@ -38,7 +38,12 @@ pub fn server_config(cfg: &WebTlsConfig) -> Result<rustls::ServerConfig, HttpErr
     let file_error = |field| move |error| HttpError::TlsFile { field, error };
     let (_, certs) = read_pem_certs(&cfg.cert_file).map_err(file_error("cert_file"))?;
     let (_, key) = read_pem_key(&cfg.key_file).map_err(file_error("key_file"))?;
-    let builder = rustls::ServerConfig::builder();
+    let builder = rustls::ServerConfig::builder_with_provider(Arc::new(provider(cfg)))
+        .with_protocol_versions(&versions(cfg))
+        .map_err(|error| HttpError::Tls {
+            field: "cipher_suites",
+            error,
+        })?;
     let builder = match (cfg.client_auth_type, &cfg.client_ca_file) {
         (ClientAuthType::NoClientCert, _) | (_, None) => builder.with_no_client_auth(),
         (auth, Some(ca)) => {
@@ -70,7 +75,50 @@ pub fn server_config(cfg: &WebTlsConfig) -> Result<rustls::ServerConfig, HttpErr
             error,
         })?;
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    config.ignore_client_order = cfg.prefer_server_cipher_suites;
     Ok(config)
+}
+
+/// The process's crypto provider narrowed to `cipher_suites` (TLS 1.2
+/// suites as listed, every TLS 1.3 suite, as Go does) and
+/// `curve_preferences` (in their order); names were checked at load.
+fn provider(cfg: &WebTlsConfig) -> rustls::crypto::CryptoProvider {
+    let mut provider = rustls::crypto::aws_lc_rs::default_provider();
+    if !cfg.cipher_suites.is_empty() {
+        let all = std::mem::take(&mut provider.cipher_suites);
+        let (tls13, tls12): (Vec<_>, Vec<_>) = all
+            .into_iter()
+            .partition(|s| matches!(s, rustls::SupportedCipherSuite::Tls13(_)));
+        provider.cipher_suites = tls13;
+        for wanted in &cfg.cipher_suites {
+            if let Some(s) = tls12.iter().find(|s| s.suite() == *wanted) {
+                provider.cipher_suites.push(*s);
+            }
+        }
+    }
+    if !cfg.curve_preferences.is_empty() {
+        let all = std::mem::take(&mut provider.kx_groups);
+        provider.kx_groups = cfg
+            .curve_preferences
+            .iter()
+            .filter_map(|wanted| all.iter().find(|g| g.name() == *wanted).copied())
+            .collect();
+    }
+    provider
+}
+
+/// The TLS versions between `min_version` and `max_version`.
+fn versions(cfg: &WebTlsConfig) -> Vec<&'static rustls::SupportedProtocolVersion> {
+    let min = cfg.min_version.unwrap_or(TlsVersion::Tls12);
+    let max = cfg.max_version.unwrap_or(TlsVersion::Tls13);
+    [
+        (TlsVersion::Tls12, &rustls::version::TLS12),
+        (TlsVersion::Tls13, &rustls::version::TLS13),
+    ]
+    .into_iter()
+    .filter(|(v, _)| (min..=max).contains(v))
+    .map(|(_, p)| p)
+    .collect()
 }
 
 /// A listener yielding connections whose TLS handshake has completed.

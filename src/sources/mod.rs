@@ -138,7 +138,7 @@ pub async fn run<S: Source>(
         if ok {
             backoff = MIN_BACKOFF;
         } else if !up {
-            backoff = (backoff * 2).min(MAX_BACKOFF);
+            backoff = backoff.saturating_mul(2).min(MAX_BACKOFF);
         }
         let wait = if up {
             poll_interval.saturating_sub(started.elapsed())
@@ -161,6 +161,16 @@ pub async fn poll_once<S: Source>(
     source: &mut S,
     publisher: &SnapshotPublisher,
 ) -> (Snapshot, bool) {
+    let (snapshot, outcome) = poll_once_reporting(source, publisher).await;
+    (snapshot, outcome.is_ok())
+}
+
+/// [`poll_once`], returning why the poll failed: `check --connect` prints
+/// the cause on its summary line.
+pub async fn poll_once_reporting<S: Source>(
+    source: &mut S,
+    publisher: &SnapshotPublisher,
+) -> (Snapshot, Result<(), SourceError>) {
     let prev = publisher.current();
     let started = Instant::now();
     let result = match tokio::time::timeout(source.poll_timeout(), source.poll()).await {
@@ -175,7 +185,7 @@ pub async fn poll_once<S: Source>(
         polled: true,
         ..(*prev).clone()
     };
-    let ok = match result {
+    let outcome = match result {
         Ok(out) => {
             for reason in &out.partial_errors {
                 polls.count_error(*reason);
@@ -197,7 +207,7 @@ pub async fn poll_once<S: Source>(
             let mut stats = out.stats;
             stats.age_parse_failures += prev.stats.age_parse_failures;
             next.stats = stats;
-            true
+            Ok(())
         }
         Err(e) => {
             polls.count_error(e.reason());
@@ -207,11 +217,11 @@ pub async fn poll_once<S: Source>(
                 tracing::debug!(source = %prev.source, reason = %e.reason(), error = %e, "poll failed again");
             }
             next.up = false;
-            false
+            Err(e)
         }
     };
     next.polls = Arc::new(polls);
-    (next, ok)
+    (next, outcome)
 }
 
 fn counter_point(at: SystemTime, queues: &[QueueSample]) -> CounterPoint {

@@ -110,6 +110,9 @@ impl Source for RabbitSource {
     fn poll_timeout(&self) -> Duration {
         // Each request or AMQP operation is bounded by `timeout`; a poll makes
         // several (pages, vhosts, nodes, declares), so bound the whole generously.
-        (self.config.timeout * 8).max(self.config.poll_interval)
+        self.config
+            .timeout
+            .saturating_mul(8)
+            .max(self.config.poll_interval)
     }
 }

@@ -481,7 +481,10 @@ impl Source for RedisSource {
         // Bound the whole poll generously, individual commands by `timeout`;
         // discovery has its own deadline (`discovery_deadline`), and a poll
         // waits for it at most half of this.
-        (self.config.timeout * 4).max(self.config.poll_interval)
+        self.config
+            .timeout
+            .saturating_mul(4)
+            .max(self.config.poll_interval)
     }
 
     fn scope(&self) -> Arc<dyn QueueScope> {
