@@ -11,7 +11,12 @@
 //!   scrapers cost about one bcrypt, not one per scrape; the password never
 //!   appears in the output;
 //! - a real Prometheus scrapes over HTTPS with basic auth and a client
-//!   certificate (`up == 1`), and a job with the wrong password gets `up == 0`.
+//!   certificate (`up == 1`), and a job with the wrong password gets `up == 0`;
+//! - exporter-toolkit's other fields load and apply: `min_version` and
+//!   `max_version` refuse clients outside them, `cipher_suites` and
+//!   `curve_preferences` refuse TLS 1.2 handshakes offering only others,
+//!   `http_server_config.headers` are on every response; what rustls lacks
+//!   is refused at load on one line.
 mod reliability_support;
 mod support;
 mod tls_support;

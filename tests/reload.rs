@@ -4,8 +4,9 @@
 //! running; an invalid config keeps the old one (values still served,
 //! `queue_exporter_config_reload_success 0`, one log line naming file,
 //! field and problem); a fixed one applies (gauge 1); a changed listen
-//! address is logged as needing a restart; a config from standard input is
-//! not re-read. In process: readers switch only after the new sources'
+//! address is logged as needing a restart; a config from standard input
+//! (`-`, `/dev/stdin`) or a FIFO is not re-read and its queue stays; the
+//! reload line's lists are JSON arrays in JSON logs. In process: readers switch only after the new sources'
 //! first poll, waiting at most 5 s for a hung one. Each test runs its own
 //! redis-server.
 mod reliability_support;
