@@ -360,13 +360,15 @@ async fn publish_rate_follows_a_real_stream_publish_rate() {
     let (name, _, _) = spec(&mut c, &trigger).await.unwrap();
     assert_eq!(name, "publishrate-events-2s");
 
-    // ~50 entries per second for 4 s: 5 every 100 ms.
+    // ~50 entries per second, 5 every 100 ms, until the rate is read.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let writer = std::thread::spawn({
         let mut conn = redis.conn();
+        let stop = stop.clone();
         move || {
             let started = std::time::Instant::now();
             let mut added = 0u64;
-            while started.elapsed() < Duration::from_secs(4) {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                 for _ in 0..5 {
                     xadd(&mut conn);
                     added += 1;
@@ -376,8 +378,11 @@ async fn publish_rate_follows_a_real_stream_publish_rate() {
             (added, started.elapsed())
         }
     });
-    tokio::time::sleep(Duration::from_millis(3000)).await;
+    // 12 polls (2.4 s at 200 ms) after writing began: the whole 2 s window
+    // lies inside the writing.
+    app.wait_polls("main", 12, Duration::from_secs(30)).await;
     let (int, rate) = metrics(&mut c, &trigger).await.unwrap();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let (added, took) = tokio::task::spawn_blocking(move || writer.join().unwrap())
         .await
         .unwrap();

@@ -72,7 +72,9 @@ async fn stream_sends_true_after_the_first_push_and_not_again_while_active() {
     // Drained, then a new item: a new inactive→active transition.
     set_list_len(&mut conn, "work-queue", 0);
     wait_value(&c, &trigger, 0.0).await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Two whole polls more of the empty queue: a message sent for them
+    // would be waiting in the stream by now.
+    app.wait_polls("main", 3, Duration::from_secs(10)).await;
     assert!(
         next_within(&mut stream, Duration::from_millis(100))
             .await
@@ -207,9 +209,17 @@ async fn a_thousand_concurrent_streams_open_and_close_without_leaks() {
     let c = client(&app).await;
     wait_value(&c, &[("queue", "work-queue")], 3.0).await;
     let runtime = tokio::runtime::Handle::current().metrics();
-    // Let the first client calls' transient tasks finish before taking the baseline.
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let baseline = runtime.num_alive_tasks();
+    // The baseline once the first client calls' transient tasks are gone:
+    // the count is the same on 10 checks in a row (20 ms apart).
+    let last = std::cell::Cell::new((usize::MAX, 0));
+    let baseline = wait_for("the task count to settle", Duration::from_secs(10), || {
+        let alive = runtime.num_alive_tasks();
+        let (prev, same) = last.get();
+        let same = if alive == prev { same + 1 } else { 0 };
+        last.set((alive, same));
+        async move { (same >= 10).then_some(alive) }
+    })
+    .await;
 
     let opens = (0..N).map(|i| {
         let mut c = c.clone();

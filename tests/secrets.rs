@@ -58,10 +58,16 @@ fn assert_hidden(secret: &str, outputs: &[(String, String)]) {
     }
 }
 
-/// Runs `serve` with `body` at log level trace (flag, or RUST_LOG when
-/// `rust_log`) for about a second and a half, reading every HTTP page and
+/// Runs `serve` with `body` (one source, `source`) at log level trace (flag,
+/// or RUST_LOG when `rust_log`) until that source has finished two polls
+/// (so it has logged in, or been refused, twice), reading every HTTP page and
 /// asking the scaler things that fail; returns everything it printed or served.
-async fn serve_outputs(label: &str, body: &str, rust_log: bool) -> Vec<(String, String)> {
+async fn serve_outputs(
+    label: &str,
+    source: &str,
+    body: &str,
+    rust_log: bool,
+) -> Vec<(String, String)> {
     let (args, env): (&[&str], &[(&str, &str)]) = if rust_log {
         (&[], &[("RUST_LOG", "trace")])
     } else {
@@ -69,7 +75,12 @@ async fn serve_outputs(label: &str, body: &str, rust_log: bool) -> Vec<(String, 
     };
     let mut exp = Exporter::start(body, args, env).await;
     let mut out = Vec::new();
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    wait_for(
+        &format!("{label}: two polls of {source}"),
+        Duration::from_secs(30),
+        || async { (polls(&Scrape::parse(&exp.metrics().await), source) >= 2).then_some(()) },
+    )
+    .await;
     for page in ["/metrics", "/", "/readyz", "/healthz"] {
         let (_, text, _) = http_get(&format!("{}{page}", exp.base), &[]).await;
         out.push((format!("{label} {page}"), text));
@@ -168,7 +179,7 @@ async fn redis_passwords_from_a_file_or_the_url_never_show() {
     ];
     let mut outputs = Vec::new();
     for (i, (label, body, right)) in cases.iter().enumerate() {
-        let served = serve_outputs(label, body, i % 2 == 1).await;
+        let served = serve_outputs(label, "main", body, i % 2 == 1).await;
         // The right password works, the wrong one is refused as `auth`.
         let metrics = &served[0].1;
         if *right {
@@ -256,7 +267,7 @@ async fn rabbitmq_passwords_in_every_place_never_show() {
     ];
     let mut outputs = Vec::new();
     for (i, (label, body, right)) in cases.iter().enumerate() {
-        let served = serve_outputs(label, body, i % 2 == 1).await;
+        let served = serve_outputs(label, "rabbit", body, i % 2 == 1).await;
         let metrics = &served[0].1;
         let up = sample(metrics, "queue_exporter_source_up", &[("source", "rabbit")]);
         assert_eq!(
