@@ -82,9 +82,23 @@ async fn sixteen_scrapers_500_rpc_clients_and_1000_streams_with_no_error_or_leak
     })
     .await
     .expect("first poll");
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    let base_fds = exp.fds();
-    let base = exp.status();
+    // The baseline once the first scrapes' connections are closed: open
+    // fds and threads the same on 10 checks in a row (20 ms apart).
+    let mut last = (0, 0);
+    let mut same = 0;
+    let (base_fds, base) = poll_until(Duration::from_secs(10), || {
+        let (fds, st) = (exp.fds(), exp.status());
+        same = if (fds, st.threads) == last {
+            same + 1
+        } else {
+            0
+        };
+        last = (fds, st.threads);
+        let settled = same >= 10;
+        async move { settled.then_some((fds, st)) }
+    })
+    .await
+    .expect("open fds and threads hold still within 10 s");
 
     let tally = Arc::new(Tally::default());
     let stop = Arc::new(AtomicBool::new(false));
