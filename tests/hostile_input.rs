@@ -436,6 +436,7 @@ async fn a_huge_head_item_has_no_age_is_counted_and_does_no_harm() {
             sample(&b, "queue_exporter_source_up", &[("source", "main")]),
             Some(1.0)
         );
+        // Sampling rate over the 2 s under test, not synchronisation.
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let n = polls(&exp.metrics().await) - p0;

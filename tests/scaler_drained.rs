@@ -87,6 +87,7 @@ async fn reads_empty_across_rediscovery(c: &mut Client, queue: &str) {
             assert_eq!(metrics(c, &trigger).await.unwrap(), (0, 0.0), "{op}");
         }
         assert!(!active(c, &[("queue", queue)]).await.unwrap());
+        // Sampling rate over the window under test, not synchronisation.
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
@@ -144,6 +145,7 @@ async fn an_exact_name_under_a_pattern_reads_zero_once_drained() {
     while tokio::time::Instant::now() < deadline {
         assert_eq!(metrics(&mut c, &trigger).await.unwrap(), (0, 0.0));
         assert!(!active(&mut c, &trigger).await.unwrap());
+        // Sampling rate over the 1.5 s under test, not synchronisation.
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     // A glob inside the pattern (never had a key) reads 0 as well.
