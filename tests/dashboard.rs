@@ -983,7 +983,7 @@ async fn every_panel_shows_data_from_a_real_prometheus_scraping_the_real_exporte
 /// `scripts/render-dashboard`. Run by hand:
 /// `cargo test --test dashboard -- --ignored render --nocapture`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "renders the README screenshots; needs matplotlib"]
+#[ignore = "renders the screenshots of README.md and docs/dashboards-alerts.md; needs matplotlib"]
 async fn render_dashboard_screenshots() {
     let seconds: u64 = std::env::var("QE_RENDER_SECONDS")
         .ok()

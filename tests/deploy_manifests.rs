@@ -8,7 +8,7 @@
 //!   prometheus-operator 0.93.0, unmodified; see the README there);
 //! - the PrometheusRule passes `promtool check rules` and its unit tests
 //!   (`promtool test rules`), every alert is tested firing and not firing and
-//!   has a runbook in the README;
+//!   has a runbook in docs/runbook.md;
 //! - the ConfigMap's config passes `queue-exporter check`, and the sidecar's
 //!   Redis really admits the exporter's read-only user;
 //! - the pieces fit together (ports, probes, mounts, selectors, Secret keys,
@@ -495,7 +495,7 @@ fn every_alert_is_tested_firing_and_not_firing_and_has_annotations_and_a_runbook
             }
         }
     }
-    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let runbook = std::fs::read_to_string(root().join("docs/runbook.md")).unwrap();
     for alert in &alerts {
         let n = alert["alert"].as_str().unwrap();
         assert!(fired.contains(n), "{n}: no unit test where it fires");
@@ -513,10 +513,10 @@ fn every_alert_is_tested_firing_and_not_firing_and_has_annotations_and_a_runbook
         }
         assert!(alert["labels"]["severity"].is_string(), "{n}: severity");
         assert!(
-            readme
+            runbook
                 .lines()
                 .any(|l| l.starts_with("####") && l.contains(&format!("`{n}`"))),
-            "{n}: no runbook heading (#### `{n}`) in README.md"
+            "{n}: no runbook heading (#### `{n}`) in docs/runbook.md"
         );
     }
 }

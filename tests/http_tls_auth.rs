@@ -463,7 +463,7 @@ async fn prometheus_scrapes_over_https_with_basic_auth_and_a_client_certificate(
     let dir = tempfile::tempdir().unwrap();
     let f = pki.write(&dir, "web");
     let password = secret("prom");
-    // Hashed by the binary's own `hash-password`, as the README says.
+    // Hashed by the binary's own `hash-password`, as docs/security.md says.
     let hash = hash_password(&password);
     let body = format!(
         "web:\n{}  basic_auth_users:\n    prometheus: \"{hash}\"\n{sources}",

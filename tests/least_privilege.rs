@@ -12,7 +12,8 @@
 //!
 //! `tests/redis_source.rs` checks, in process, that the commands sent are
 //! read-only (MONITOR) and that `SELECT` works under the ACL; this file
-//! checks the whole binary under exactly the ACL the README documents.
+//! checks the whole binary under exactly the ACL that docs/redis.md and
+//! docs/security.md document.
 mod reliability_support;
 mod support;
 

@@ -281,7 +281,7 @@ async fn a_flush_or_a_restart_forgets_what_was_kept() {
 async fn a_server_that_refuses_tracking_is_read_in_full_on_every_poll() {
     let redis = RedisServer::start();
     fill(&redis, 100.0);
-    // The README's least-privilege user, minus CLIENT TRACKING.
+    // The least-privilege user of docs/redis.md, minus CLIENT TRACKING.
     run(
         &redis,
         &[
