@@ -253,7 +253,9 @@ fn every_relative_link_and_anchor_resolves() {
             }
             if let Some(anchor) = anchor {
                 if dest.extension().and_then(|e| e.to_str()) != Some("md") {
-                    broken.push(format!("{rel}: {target}: an anchor into a non-Markdown file"));
+                    broken.push(format!(
+                        "{rel}: {target}: an anchor into a non-Markdown file"
+                    ));
                 } else if !load(&dest).contains(anchor) {
                     broken.push(format!("{rel}: {target}: no heading or <a id> #{anchor}"));
                 }
@@ -266,10 +268,22 @@ fn every_relative_link_and_anchor_resolves() {
 
 #[test]
 fn slugs_follow_githubs_rules() {
-    assert_eq!(slug("How do I point it at Redis? (`type: redis`)"), "how-do-i-point-it-at-redis-type-redis");
-    assert_eq!(slug("#### `QueueBacklogGrowing`"[5..].trim()), "queuebackloggrowing");
-    assert_eq!(slug("1–2. Steady polls and Redis CPU"), "12-steady-polls-and-redis-cpu");
-    assert_eq!(slug("A drained queue reads 0; a typo is `NOT_FOUND`"), "a-drained-queue-reads-0-a-typo-is-not_found");
+    assert_eq!(
+        slug("How do I point it at Redis? (`type: redis`)"),
+        "how-do-i-point-it-at-redis-type-redis"
+    );
+    assert_eq!(
+        slug("#### `QueueBacklogGrowing`"[5..].trim()),
+        "queuebackloggrowing"
+    );
+    assert_eq!(
+        slug("1–2. Steady polls and Redis CPU"),
+        "12-steady-polls-and-redis-cpu"
+    );
+    assert_eq!(
+        slug("A drained queue reads 0; a typo is `NOT_FOUND`"),
+        "a-drained-queue-reads-0-a-typo-is-not_found"
+    );
     assert_eq!(slug("See [the runbook](runbook.md)"), "see-the-runbook");
     let doc = parse_doc("# A\n## A\n```\n# not a heading\n```\n## A\n");
     let anchors: Vec<_> = doc.anchors.iter().cloned().collect();
@@ -309,11 +323,31 @@ fn every_config_field_is_in_its_table_of_configuration_md() {
     // page's table for it, the prefix its rows write before the field)
     let sections: &[(&str, &str, &str)] = &[
         ("bogus: 1", "what-goes-at-the-top-of-the-file", ""),
-        ("listen: {bogus: 1}", "what-goes-at-the-top-of-the-file", "listen."),
-        ("log: {bogus: 1}", "what-goes-at-the-top-of-the-file", "log."),
-        ("scaler: {bogus: 1}", "what-goes-at-the-top-of-the-file", "scaler."),
-        ("scaler: {tls: {bogus: 1}}", "what-goes-at-the-top-of-the-file", "scaler.tls."),
-        ("web: {bogus: 1}", "what-goes-at-the-top-of-the-file", "web."),
+        (
+            "listen: {bogus: 1}",
+            "what-goes-at-the-top-of-the-file",
+            "listen.",
+        ),
+        (
+            "log: {bogus: 1}",
+            "what-goes-at-the-top-of-the-file",
+            "log.",
+        ),
+        (
+            "scaler: {bogus: 1}",
+            "what-goes-at-the-top-of-the-file",
+            "scaler.",
+        ),
+        (
+            "scaler: {tls: {bogus: 1}}",
+            "what-goes-at-the-top-of-the-file",
+            "scaler.tls.",
+        ),
+        (
+            "web: {bogus: 1}",
+            "what-goes-at-the-top-of-the-file",
+            "web.",
+        ),
         (
             "web: {tls_server_config: {bogus: 1}}",
             "what-goes-at-the-top-of-the-file",
@@ -476,7 +510,10 @@ fn every_metric_family_is_in_the_table_of_metrics_md() {
             code: "OK".into(),
         })
         .inc();
-    telemetry.grpc_duration.get_or_create(&method).observe(0.001);
+    telemetry
+        .grpc_duration
+        .get_or_create(&method)
+        .observe(0.001);
     telemetry.scaler_streams.get_or_create(&method).set(1);
     let text = Exposition::new(hub, Arc::new(telemetry))
         .render_text(Format::OpenMetrics)
@@ -497,7 +534,11 @@ fn every_metric_family_is_in_the_table_of_metrics_md() {
                 .collect::<Vec<_>>()
         })
         .collect();
-    assert!(named.len() > 30, "only {} family names in the source", named.len());
+    assert!(
+        named.len() > 30,
+        "only {} family names in the source",
+        named.len()
+    );
     let unencoded: Vec<_> = named.iter().filter(|n| !encoded.contains_key(*n)).collect();
     assert!(
         unencoded.is_empty(),
@@ -506,7 +547,11 @@ fn every_metric_family_is_in_the_table_of_metrics_md() {
     );
 
     let page = parse_doc(&read(&root().join("docs/metrics.md")));
-    let rows = first_cell_names(section(&page, "which-metrics-does-it-export", "docs/metrics.md"));
+    let rows = first_cell_names(section(
+        &page,
+        "which-metrics-does-it-export",
+        "docs/metrics.md",
+    ));
     let missing: Vec<String> = encoded
         .iter()
         .map(|(name, kind)| {
@@ -535,7 +580,11 @@ fn every_metric_family_is_in_the_table_of_metrics_md() {
 fn every_keda_metadata_key_mode_and_operation_is_in_keda_md() {
     let page = parse_doc(&read(&root().join("docs/keda.md")));
     let params = first_cell_names(section(&page, "parameter-list", "docs/keda.md"));
-    let modes = first_cell_names(section(&page, "what-can-a-trigger-measure-mode", "docs/keda.md"));
+    let modes = first_cell_names(section(
+        &page,
+        "what-can-a-trigger-measure-mode",
+        "docs/keda.md",
+    ));
     let text = page.lines.join("\n");
     let mut missing = Vec::new();
     for key in ACCEPTED_KEYS {
@@ -558,7 +607,11 @@ fn every_keda_metadata_key_mode_and_operation_is_in_keda_md() {
             missing.push(format!("operation `{}`", op.as_str()));
         }
     }
-    assert!(missing.is_empty(), "missing from docs/keda.md:\n{}", missing.join("\n"));
+    assert!(
+        missing.is_empty(),
+        "missing from docs/keda.md:\n{}",
+        missing.join("\n")
+    );
 }
 
 // ------------------------------------------------------------ alerts
@@ -612,7 +665,10 @@ fn every_alert_has_a_runbook_url_pointing_at_its_runbook_heading() {
             }
         }
     }
-    assert!(found >= 10, "only {found} alerts found under deploy/ and dashboards/");
+    assert!(
+        found >= 10,
+        "only {found} alerts found under deploy/ and dashboards/"
+    );
     assert!(bad.is_empty(), "{}", bad.join("\n"));
 }
 
@@ -655,10 +711,9 @@ fn the_readmes_configs_load_and_its_scaledobject_metadata_parses() {
             blocks.push(rest.split("EOF\n").next().unwrap().to_string());
         }
     }
+    let secret_path = Regex::new(r"/run/secrets/[a-z]+").unwrap();
     for block in blocks {
-        let yaml = Regex::new(r"/run/secrets/[a-z]+")
-            .unwrap()
-            .replace_all(&block, secrets.display().to_string());
+        let yaml = secret_path.replace_all(&block, secrets.display().to_string());
         if yaml.contains("sources:") {
             let file = dir.path().join("config.yaml");
             std::fs::write(&file, yaml.as_bytes()).unwrap();
