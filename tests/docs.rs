@@ -3,6 +3,8 @@
 //! - every relative link and `#anchor` in README.md, ARCHITECTURE.md,
 //!   BENCHMARKS.md, `docs/*.md`, `deploy/**/*.md` and `dashboards/*.md`
 //!   resolves (anchors by GitHub's slug rules, or an `<a id>`);
+//! - every command and flag of `queue-exporter --help` is in the command
+//!   table of `docs/configuration.md`;
 //! - every config field the loader accepts is in its table of
 //!   `docs/configuration.md` (the fields come from the loader's own
 //!   `unknown field …, expected …` answer, section by section);
@@ -418,6 +420,69 @@ fn every_config_field_is_in_its_table_of_configuration_md() {
         missing.is_empty(),
         "config fields the loader accepts but docs/configuration.md does not list \
          as the first cell of a table row:\n{}",
+        missing.join("\n")
+    );
+}
+
+/// `queue-exporter <args> --help`.
+fn help(args: &[&str]) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_queue-exporter"))
+        .args(args)
+        .arg("--help")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{args:?} --help: {out:?}");
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+fn every_command_and_flag_is_in_the_command_table_of_configuration_md() {
+    let top = help(&[]);
+    let commands: Vec<String> = top
+        .lines()
+        .skip_while(|l| !l.starts_with("Commands:"))
+        .skip(1)
+        .take_while(|l| !l.trim().is_empty())
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|c| *c != "help")
+        .map(str::to_string)
+        .collect();
+    assert!(
+        commands.len() >= 4,
+        "commands in --help: {commands:?}\n{top}"
+    );
+    let page = parse_doc(&read(&root().join("docs/configuration.md")));
+    let lines = section(
+        &page,
+        "which-commands-does-it-have",
+        "docs/configuration.md",
+    );
+    let rows = first_cell_names(lines);
+    let text = lines.join("\n");
+    let flag = Regex::new(r"^\s*(?:-[a-zA-Z], )?(--[a-z][a-z-]*)").unwrap();
+    let mut missing = Vec::new();
+    for command in &commands {
+        // A row `queue-exporter <command> …` (or `[<command>]`, the default).
+        let documented = rows.iter().any(|r| {
+            r.split_whitespace()
+                .nth(1)
+                .is_some_and(|w| w.trim_matches(['[', ']']) == command)
+        });
+        if !documented {
+            missing.push(format!("command `{command}`"));
+        }
+        for l in help(&[command]).lines() {
+            if let Some(c) = flag.captures(l) {
+                let f = &c[1];
+                if !["--help", "--version"].contains(&f) && !text.contains(f) {
+                    missing.push(format!("flag `{f}` of `{command}`"));
+                }
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "missing from #which-commands-does-it-have in docs/configuration.md:\n{}",
         missing.join("\n")
     );
 }
