@@ -356,6 +356,11 @@ fn every_config_field_is_in_its_table_of_configuration_md() {
             "web.tls_server_config.",
         ),
         (
+            "web: {http_server_config: {bogus: 1}}",
+            "what-goes-at-the-top-of-the-file",
+            "web.http_server_config.",
+        ),
+        (
             "sources: [{name: a, type: redis, bogus: 1}]",
             "how-do-i-point-it-at-redis-type-redis",
             "",
