@@ -358,8 +358,14 @@ pub struct PresetFacts {
     /// The preset's name (`rq`, `sidekiq`, ...): the `preset` label, so two
     /// libraries' `default` queues stay distinct series.
     pub preset: &'static str,
-    /// Jobs per state; a state the library does not have is absent (not 0).
-    pub states: BTreeMap<JobState, u64>,
+    /// What the sample stands for: one logical queue, or keys its queues
+    /// share. Set by the preset, never inferred from which states are present
+    /// (a state can be absent because its read was refused).
+    pub unit: PresetUnit,
+    /// Jobs per state. A state the library does not have is absent (it holds
+    /// no jobs); a state it has whose read failed (an ACL refusal, a reply we
+    /// cannot read) is present as `None`: unknown, never 0.
+    pub states: BTreeMap<JobState, Option<u64>>,
     /// Whether the queue is paused; `None` where the library cannot pause.
     pub paused: Option<bool>,
     /// Work a worker took and lost, by the library's own definition;
@@ -372,10 +378,42 @@ pub struct PresetFacts {
     pub overdue: Option<u64>,
 }
 
+/// What a preset sample stands for.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum PresetUnit {
+    /// One logical queue of the library: its backlog is `waiting` and it has
+    /// an oldest job.
+    #[default]
+    Queue,
+    /// Keys the library's queues share (Sidekiq's and Celery's `(all)`, the
+    /// priority-zset layout's `processing`/`completed`/`dlq`): no job waits
+    /// in them, so they have no age and hold no `waiting` jobs.
+    Shared,
+}
+
 impl PresetFacts {
-    /// The sum of `states`' depths; states the library lacks count 0.
-    pub fn depth_of(&self, states: &[JobState]) -> u64 {
-        states.iter().filter_map(|s| self.states.get(s)).sum()
+    /// The sum of `states`' depths: states the library lacks hold no jobs
+    /// (0); `None` when any asked state it has is unknown, so a refused read
+    /// never turns into a smaller sum. [`PresetFacts::unknown_states`] names them.
+    pub fn depth_of(&self, states: &[JobState]) -> Option<u64> {
+        states
+            .iter()
+            .map(|s| self.states.get(s).copied().unwrap_or(Some(0)))
+            .sum()
+    }
+
+    /// Which of `states` the library has but the poll could not read.
+    pub fn unknown_states(&self, states: &[JobState]) -> Vec<JobState> {
+        states
+            .iter()
+            .copied()
+            .filter(|s| self.states.get(s) == Some(&None))
+            .collect()
+    }
+
+    /// The known depth of `state`, if the library has it and it was read.
+    pub fn known(&self, state: JobState) -> Option<u64> {
+        self.states.get(&state).copied().flatten()
     }
 }
 
@@ -545,10 +583,12 @@ pub struct GroupSample {
     pub name: String,
     /// Entries not yet delivered to the group; `None` when Redis cannot tell.
     pub lag: Option<u64>,
-    /// Entries delivered but not acknowledged (the PEL size).
-    pub pending: u64,
-    /// Consumers in the group.
-    pub consumers: u64,
+    /// Entries delivered but not acknowledged (the PEL size); `None` when
+    /// the reply lacked the field or it was not a count (absent on `/metrics`).
+    pub pending: Option<u64>,
+    /// Consumers in the group; `None` when the reply lacked the field or it
+    /// was not a count.
+    pub consumers: Option<u64>,
 }
 
 /// Monotonic message counters as reported by the backend.

@@ -120,14 +120,15 @@ impl SnapshotCollector {
                 .filter_map(|(s, q)| Some((QueueLabels::of(s, q), q.depth?)))
                 .chain(self.queues().flat_map(|(s, q)| {
                     q.preset.iter().flat_map(move |f| {
-                        f.states.iter().map(move |(state, n)| {
-                            (
+                        // An unknown state (`None`) is absent, never 0.
+                        f.states.iter().filter_map(move |(state, n)| {
+                            Some((
                                 QueueLabels {
                                     job_state: Some(*state),
                                     ..QueueLabels::of(s, q)
                                 },
-                                *n,
-                            )
+                                (*n)?,
+                            ))
                         })
                     })
                 })),
@@ -214,14 +215,14 @@ impl SnapshotCollector {
             "queue_stream_group_pending",
             "Stream entries delivered to the group and not yet acknowledged",
             MetricType::Gauge,
-            group_samples(|g| Some(g.pending)),
+            group_samples(|g| g.pending),
         )?;
         gauges(
             enc,
             "queue_stream_group_consumers",
             "Consumers in the stream consumer group",
             MetricType::Gauge,
-            group_samples(|g| Some(g.consumers)),
+            group_samples(|g| g.consumers),
         )?;
 
         gauges(

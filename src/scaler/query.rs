@@ -11,7 +11,9 @@ use std::time::{Duration, SystemTime};
 
 use crate::config::ScalerConfig;
 use crate::scaler::metadata::{ListKey, Mode, Operation, ScalerQuery};
-use crate::snapshot::{JobState, NameQuery, QueueSample, QueueType, Reach, Snapshot};
+use crate::snapshot::{
+    JobState, NameQuery, PresetUnit, QueueSample, QueueType, Reach, Snapshot, SourceKind,
+};
 
 /// The answer to a query.
 #[derive(Debug, Clone, PartialEq)]
@@ -181,18 +183,39 @@ pub fn evaluate_with(
             continue;
         }
         let value = if q.queue_type == Some(QueueType::Missing) {
-            empty_value(query, snapshot)?
+            empty_value(query, snapshot)
         } else {
-            queue_value(query, snapshot, q)?
+            queue_value(query, snapshot, q)
         };
-        values.push(value);
+        // One unknown queue makes the aggregate unknown: a partial sum
+        // would under-report and scale down while jobs wait.
+        values.push(value.map_err(|e| in_aggregate(query, queues.len(), e))?);
     }
+    let Some(values) = Known::new(&values) else {
+        // Every match holds no value of this kind (keys a library's queues
+        // share, in mode Age): as if nothing matched, so only a source that
+        // covers every selected name answers "empty", never a made-up 0.
+        return read_absent(query, &[snapshot], config, now);
+    };
     Ok(Reading {
-        value: combine(query.operation, &values),
+        value: combine(query.operation, values),
         source: snapshot.source.clone(),
-        matched: values.len(),
+        matched: values.0.len(),
         data_age,
     })
+}
+
+/// An unknown queue's error, said as the aggregate's when the query
+/// selected several queues.
+fn in_aggregate(query: &ScalerQuery, matched: usize, e: QueryError) -> QueryError {
+    match e {
+        QueryError::Unavailable(why) if matched > 1 => QueryError::Unavailable(format!(
+            "{} over the {matched} queues matching {:?} is unknown because {why}",
+            query.operation.as_str(),
+            query.queue.text()
+        )),
+        other => other,
+    }
 }
 
 /// Refuses `state` on plain keys, and an exact name that several presets
@@ -232,24 +255,38 @@ fn check_presets(
     Ok(())
 }
 
-/// Preset samples that hold no waiting jobs (`(all)`, the priority-zset
-/// shared keys) have no age: mode Age leaves them out instead of failing.
+/// Preset samples of keys the library's queues share (`(all)`, the
+/// priority-zset shared keys; marked [`PresetUnit::Shared`] by the preset)
+/// hold no waiting jobs, so they have no age: mode Age leaves them out.
+/// Told by the mark, never by a missing `waiting` state, which may only
+/// mean its read was refused.
 fn skip_for_mode(query: &ScalerQuery, q: &QueueSample) -> bool {
     query.mode == Mode::Age
         && q.preset
             .as_ref()
-            .is_some_and(|f| !f.states.contains_key(&JobState::Waiting))
+            .is_some_and(|f| f.unit == PresetUnit::Shared)
 }
 
-/// Several queues' values as one; 0 over no queues at all.
-fn combine(operation: Operation, values: &[f64]) -> f64 {
-    if values.is_empty() {
-        return 0.0;
+/// Known values of at least one queue: an aggregate over nothing would be
+/// an invented 0. A known empty queue is answered by [`read_absent`] and
+/// [`empty_value`], which say why it is empty.
+#[derive(Clone, Copy)]
+struct Known<'a>(&'a [f64]);
+
+impl<'a> Known<'a> {
+    /// `values`, if there is at least one.
+    fn new(values: &'a [f64]) -> Option<Self> {
+        (!values.is_empty()).then_some(Known(values))
     }
+}
+
+/// Several queues' values as one.
+fn combine(operation: Operation, values: Known<'_>) -> f64 {
+    let v = values.0;
     match operation {
-        Operation::Sum => values.iter().sum(),
-        Operation::Max => values.iter().copied().fold(f64::NEG_INFINITY, f64::max),
-        Operation::Avg => values.iter().sum::<f64>() / values.len() as f64,
+        Operation::Sum => v.iter().sum(),
+        Operation::Max => v.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+        Operation::Avg => v.iter().sum::<f64>() / v.len() as f64,
     }
 }
 
@@ -415,17 +452,37 @@ fn queue_value(query: &ScalerQuery, s: &Snapshot, q: &QueueSample) -> Result<f64
         ))
     };
     let count = |v: Option<u64>, hint: &str| v.map(|v| v as f64).ok_or_else(|| unknown(hint));
+    // A Redis key without a type is one whose read failed this poll.
+    let unread = if s.kind == SourceKind::Redis && q.queue_type.is_none() {
+        ": the last poll could not read this key (Redis refused or failed its command; \
+         see queue_exporter_poll_errors_total)"
+    } else {
+        ""
+    };
     match query.mode {
         // A preset queue: `waiting` unless `state` picks others; a state
         // the library does not have holds no jobs.
         Mode::QueueLength => match &q.preset {
             Some(f) => {
                 let states = query.states.as_deref().unwrap_or(&[JobState::Waiting]);
-                Ok(f.depth_of(states) as f64)
+                f.depth_of(states).map(|n| n as f64).ok_or_else(|| {
+                    let names: Vec<&str> = f
+                        .unknown_states(states)
+                        .iter()
+                        .map(|s| s.as_str())
+                        .collect();
+                    unknown(&format!(
+                        ": the last poll could not read its {} jobs (Redis refused or \
+                         failed a command for one of the {} preset's keys of this state; \
+                         see queue_exporter_poll_errors_total)",
+                        names.join(", "),
+                        f.preset
+                    ))
+                })
             }
-            None => count(q.depth, ""),
+            None => count(q.depth, unread),
         },
-        Mode::Ready => count(q.ready, ""),
+        Mode::Ready => count(q.ready, unread),
         Mode::Unacked => count(
             q.broker().unacked,
             " (only RabbitMQ reports unacknowledged messages)",
@@ -562,7 +619,7 @@ mod tests {
         QueueSample {
             preset: Some(Box::new(crate::snapshot::PresetFacts {
                 preset: lib,
-                states: states.iter().copied().collect(),
+                states: states.iter().map(|(s, n)| (*s, Some(*n))).collect(),
                 ..Default::default()
             })),
             ..QueueSample::named(name)
@@ -632,6 +689,110 @@ mod tests {
             matches!(&e, QueryError::InvalidArgument(m) if m.starts_with("scalerMetadata.state: ")),
             "{e}"
         );
+    }
+
+    /// A preset sample whose `waiting` read was refused, as `read` makes it.
+    fn refused_waiting(name: &str) -> QueueSample {
+        let mut q = preset(name, "bullmq", &[(JobState::Delayed, 2)]);
+        if let Some(f) = q.preset.as_mut() {
+            f.states.insert(JobState::Waiting, None);
+        }
+        q
+    }
+
+    #[test]
+    fn a_preset_state_that_could_not_be_read_is_unavailable_naming_it() {
+        let now = SystemTime::now();
+        let s = scoped(
+            snap(
+                "main",
+                vec![refused_waiting("email")],
+                Some(Duration::ZERO),
+                now,
+            ),
+            Reach::All,
+        );
+        let eval =
+            |pairs: &[(&str, &str)]| evaluate(&q(pairs), std::slice::from_ref(&s), &cfg(), now);
+        for pairs in [
+            &[("queue", "email")][..],
+            &[("queue", "email"), ("state", "delayed,waiting")][..],
+            &[("queue", "e*"), ("operation", "max")][..],
+        ] {
+            let e = eval(pairs).unwrap_err();
+            assert!(
+                matches!(&e, QueryError::Unavailable(m) if m.contains("\"email\"") && m.contains("its waiting jobs")),
+                "{pairs:?}: {e}"
+            );
+        }
+        // The states that were read still answer.
+        let r = eval(&[("queue", "email"), ("state", "delayed")]).unwrap();
+        assert_eq!(r.value, 2.0);
+        // Mode Age: a queue whose waiting jobs are unknown is not a set of
+        // shared keys; its unknown age is UNAVAILABLE, not left out as 0.
+        let e = eval(&[("queue", "email"), ("mode", "Age")]).unwrap_err();
+        assert!(matches!(e, QueryError::Unavailable(_)), "{e}");
+    }
+
+    #[test]
+    fn shared_keys_have_no_age_and_alone_are_as_if_nothing_matched() {
+        let now = SystemTime::now();
+        let mut all = preset("(all)", "sidekiq", &[(JobState::Retry, 3)]);
+        if let Some(f) = all.preset.as_mut() {
+            f.unit = PresetUnit::Shared;
+        }
+        let mut default = preset("default", "sidekiq", &[(JobState::Waiting, 1)]);
+        default.oldest_age_seconds = Some(7.0);
+        let s = snap("main", vec![all, default], Some(Duration::ZERO), now);
+        let age = |queue: &str, s: &Arc<Snapshot>| {
+            evaluate(
+                &q(&[("queue", queue), ("mode", "Age"), ("operation", "max")]),
+                std::slice::from_ref(s),
+                &cfg(),
+                now,
+            )
+        };
+        assert_eq!(age("*", &s).unwrap().value, 7.0);
+        assert_eq!(age("*", &s).unwrap().matched, 1);
+        // Only shared keys match: no value was read, so no 0 is made up;
+        // the scope decides, as for a name with no data.
+        let e = age("(all)", &s).unwrap_err();
+        assert!(matches!(e, QueryError::NotFound(_)), "{e}");
+        let covered = scoped(s.clone(), Reach::All);
+        assert_eq!(age("(all)", &covered).unwrap().value, 0.0);
+    }
+
+    #[test]
+    fn one_unknown_queue_makes_sum_max_and_avg_unavailable_naming_it() {
+        let now = SystemTime::now();
+        let unread = QueueSample {
+            queue_type: None,
+            ..QueueSample::named("jobs:b")
+        };
+        let snaps = [snap(
+            "main",
+            vec![sample("jobs:a", 2), unread, sample("jobs:c", 7)],
+            Some(Duration::ZERO),
+            now,
+        )];
+        for op in ["sum", "max", "avg"] {
+            for mode in ["QueueLength", "Ready"] {
+                let e = evaluate(
+                    &q(&[("queue", "jobs:*"), ("operation", op), ("mode", mode)]),
+                    &snaps,
+                    &cfg(),
+                    now,
+                )
+                .unwrap_err();
+                assert!(
+                    matches!(&e, QueryError::Unavailable(m)
+                        if m.starts_with(&format!("{op} over the 3 queues matching \"jobs:*\""))
+                            && m.contains("queue \"jobs:b\"")
+                            && m.contains("could not read this key")),
+                    "{op} {mode}: {e}"
+                );
+            }
+        }
     }
 
     #[test]
@@ -856,14 +1017,14 @@ mod tests {
                 GroupSample {
                     name: "g1".into(),
                     lag: Some(4),
-                    pending: 0,
-                    consumers: 1,
+                    pending: Some(0),
+                    consumers: Some(1),
                 },
                 GroupSample {
                     name: "g2".into(),
                     lag: None,
-                    pending: 0,
-                    consumers: 1,
+                    pending: Some(0),
+                    consumers: Some(1),
                 },
             ],
             ..QueueSample::named("s")

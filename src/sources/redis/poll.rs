@@ -738,6 +738,11 @@ fn missing(key: &TrackedKey, spec: &QueueSpec, age_buckets: &[std::time::Duratio
     s
 }
 
+/// A stream's length, counter and consumer groups from `XINFO STREAM` and
+/// `XINFO GROUPS` (pure). A group field that is missing or not a count stays
+/// `None` (absent on `/metrics`), never 0; a group entry that cannot be read
+/// at all, or a groups reply that is not a list, makes `ready` unknown, since
+/// the unread group may be the slowest.
 fn read_stream(s: &mut QueueSample, r: &[Value]) {
     if let Some(info) = r.first().and_then(reply::as_pairs) {
         s.depth = reply::field(&info, "length").and_then(reply::as_u64);
@@ -746,30 +751,31 @@ fn read_stream(s: &mut QueueSample, r: &[Value]) {
             ..Counters::default()
         });
     }
-    if let Some(groups) = r.get(1).and_then(reply::as_array) {
-        for g in groups {
-            let Some(p) = reply::as_pairs(g) else {
-                continue;
-            };
-            // Group names are binary-safe like keys: render them the same way
-            // rather than skipping a group whose name is not UTF-8.
-            let Some(name) = reply::field(&p, "name").and_then(reply::as_bytes) else {
-                continue;
-            };
-            s.groups.push(GroupSample {
-                name: display_key(name),
-                lag: reply::field(&p, "lag").and_then(reply::as_u64),
-                pending: reply::field(&p, "pending")
-                    .and_then(reply::as_u64)
-                    .unwrap_or(0),
-                consumers: reply::field(&p, "consumers")
-                    .and_then(reply::as_u64)
-                    .unwrap_or(0),
-            });
-        }
+    let groups = r.get(1).and_then(reply::as_array);
+    let mut every_group_read = groups.is_some();
+    for g in groups.unwrap_or_default() {
+        // Group names are binary-safe like keys: render them the same way
+        // rather than skipping a group whose name is not UTF-8.
+        let Some((p, name)) = reply::as_pairs(g).and_then(|p| {
+            let name = reply::field(&p, "name").and_then(reply::as_bytes)?;
+            Some((p, name))
+        }) else {
+            every_group_read = false;
+            continue;
+        };
+        let count = |field: &str| reply::field(&p, field).and_then(reply::as_u64);
+        s.groups.push(GroupSample {
+            name: display_key(name),
+            lag: count("lag"),
+            pending: count("pending"),
+            consumers: count("consumers"),
+        });
     }
-    // Work waiting for the slowest group; absent when Redis cannot tell a lag.
-    s.ready = if s.groups.is_empty() {
+    // Work waiting for the slowest group; absent when Redis cannot tell a lag
+    // or a group could not be read.
+    s.ready = if !every_group_read {
+        None
+    } else if s.groups.is_empty() {
         s.depth
     } else {
         s.groups
@@ -1035,6 +1041,124 @@ mod tests {
         assert_eq!(counts(&s), (Some(0), Some(0), Some(0), Some(0.0)));
         assert_eq!(s.queue_type, Some(QueueType::Missing));
         assert_eq!(read_with(&k, &spec, &[bulk("zset")]), KeyOutcome::Retype);
+    }
+
+    /// `XINFO GROUPS` replies, one group each, with what it must read as.
+    #[test]
+    fn stream_group_fields_missing_or_malformed_are_unknown_never_zero() {
+        let info = Array(vec![bulk("length"), Int(9), bulk("entries-added"), Int(12)]);
+        let group = |fields: Vec<Value>| Array(vec![Array(fields)]);
+        let complete = || {
+            vec![
+                bulk("name"),
+                bulk("g"),
+                bulk("consumers"),
+                Int(2),
+                bulk("pending"),
+                Int(3),
+                bulk("lag"),
+                Int(4),
+            ]
+        };
+        let without = |field: &str| {
+            let mut f = complete();
+            let i = f.iter().position(|v| *v == bulk(field)).unwrap();
+            f.drain(i..i + 2);
+            f
+        };
+        let with = |field: &str, v: Value| {
+            let mut f = complete();
+            let i = f.iter().position(|x| *x == bulk(field)).unwrap();
+            f[i + 1] = v;
+            f
+        };
+        // (case, groups reply, pending, consumers, lag, stream ready)
+        type Row = (
+            &'static str,
+            Value,
+            Option<u64>,
+            Option<u64>,
+            Option<u64>,
+            Option<u64>,
+        );
+        let table: Vec<Row> = vec![
+            (
+                "complete",
+                group(complete()),
+                Some(3),
+                Some(2),
+                Some(4),
+                Some(4),
+            ),
+            (
+                "pending missing",
+                group(without("pending")),
+                None,
+                Some(2),
+                Some(4),
+                Some(4),
+            ),
+            (
+                "consumers missing",
+                group(without("consumers")),
+                Some(3),
+                None,
+                Some(4),
+                Some(4),
+            ),
+            (
+                "pending not a count",
+                group(with("pending", bulk("x"))),
+                None,
+                Some(2),
+                Some(4),
+                Some(4),
+            ),
+            (
+                "consumers negative",
+                group(with("consumers", Int(-1))),
+                Some(3),
+                None,
+                Some(4),
+                Some(4),
+            ),
+            (
+                "lag nil (Redis cannot tell)",
+                group(with("lag", Nil)),
+                Some(3),
+                Some(2),
+                None,
+                None,
+            ),
+        ];
+        for (case, groups, pending, consumers, lag, ready) in table {
+            let mut s = QueueSample::named("s");
+            read_stream(&mut s, &[info.clone(), groups]);
+            let g = &s.groups[0];
+            assert_eq!(
+                (g.pending, g.consumers, g.lag),
+                (pending, consumers, lag),
+                "{case}"
+            );
+            assert_eq!(s.ready, ready, "{case}");
+            assert_eq!(s.depth, Some(9), "{case}");
+        }
+        // A group entry without a name, or a groups reply that is not a
+        // list: that group may be the slowest, so `ready` is unknown.
+        for (case, groups) in [
+            ("group without a name", group(without("name"))),
+            ("group not a map", Array(vec![Int(1)])),
+            ("groups not a list", bulk("?")),
+        ] {
+            let mut s = QueueSample::named("s");
+            read_stream(&mut s, &[info.clone(), groups]);
+            assert!(s.groups.is_empty(), "{case}");
+            assert_eq!(s.ready, None, "{case}");
+        }
+        // No groups at all: everything in the stream is ready.
+        let mut s = QueueSample::named("s");
+        read_stream(&mut s, &[info.clone(), Array(vec![])]);
+        assert_eq!(s.ready, Some(9));
     }
 
     #[test]

@@ -93,19 +93,24 @@ pub fn read(prefix: &str, q: &[u8], r: &[Value]) -> Stage {
             .collect()
     };
     let mut follow = Vec::new();
+    // The oldest job is known only when both places it can be were read: a
+    // refused `wait` or `prioritized` leaves the age unknown, never the age
+    // of whichever job was readable.
+    let readable =
+        super::reply::as_array(at(8)).is_some() && super::reply::as_array(at(10)).is_some();
     let oldest = ids(at(8))
         .into_iter()
         .rev()
         .find(|id| !id.starts_with(b"0:"))
         .or_else(|| ids(at(10)).into_iter().next());
     match oldest {
-        Some(id) => {
+        Some(id) if readable => {
             let mut c = super::cmd("HGET", &k(prefix, q, &id));
             c.arg("timestamp");
             follow.push((c, Follow::Stamp(Stamp::Millis)));
         }
-        None if backlog == Some(0) => s.oldest_age_seconds = Some(0.0),
-        None => {}
+        None if readable && backlog == Some(0) => s.oldest_age_seconds = Some(0.0),
+        _ => {}
     }
     if super::reply::as_array(at(9)).is_some() {
         super::facts(&mut s).stalled = Some(0);
@@ -148,12 +153,12 @@ mod tests {
             &replies(0, &["9", "8", "0:1"], &["5", "6"]),
         );
         let f = st.sample.preset.as_ref().unwrap();
-        assert_eq!(f.states[&JobState::Waiting], 6);
-        assert_eq!(f.states[&JobState::Active], 2);
+        assert_eq!(f.states[&JobState::Waiting], Some(6));
+        assert_eq!(f.states[&JobState::Active], Some(2));
         // 4 delayed + 7 parents in waiting-children.
-        assert_eq!(f.states[&JobState::Delayed], 11);
-        assert_eq!(f.states[&JobState::Completed], 5);
-        assert_eq!(f.states[&JobState::Failed], 6);
+        assert_eq!(f.states[&JobState::Delayed], Some(11));
+        assert_eq!(f.states[&JobState::Completed], Some(5));
+        assert_eq!(f.states[&JobState::Failed], Some(6));
         assert_eq!(f.states.len(), 5);
         assert_eq!(f.paused, Some(false));
         assert_eq!(f.stalled, Some(0));
@@ -177,11 +182,32 @@ mod tests {
     }
 
     #[test]
+    fn a_refused_prioritized_set_leaves_waiting_and_the_age_unknown() {
+        // The ACL refuses `bull:mail:prioritized` (ZCARD and ZRANGE).
+        let mut r = replies(0, &["9", "8"], &[]);
+        r[2] = refused();
+        r[10] = refused();
+        let st = read("bull", b"mail", &r);
+        let f = st.sample.preset.as_ref().unwrap();
+        assert_eq!(f.states[&JobState::Waiting], None);
+        assert_eq!(f.depth_of(&[JobState::Waiting]), None);
+        // The other states were read.
+        assert_eq!(f.states[&JobState::Delayed], Some(11));
+        // The oldest job may be the unreadable prioritized one: no stamp asked.
+        assert!(
+            st.follow
+                .iter()
+                .all(|(_, f)| *f != Follow::Stamp(Stamp::Millis))
+        );
+        assert_eq!(st.sample.oldest_age_seconds, None);
+    }
+
+    #[test]
     fn a_paused_queue_keeps_its_backlog_waiting() {
         let st = read("bull", b"q", &replies(1, &["3"], &[]));
         let f = st.sample.preset.as_ref().unwrap();
         // wait 2 + paused (5.x list) 1 + prioritized 3.
-        assert_eq!(f.states[&JobState::Waiting], 6);
+        assert_eq!(f.states[&JobState::Waiting], Some(6));
         assert!(!f.states.contains_key(&JobState::Paused));
         assert_eq!(f.paused, Some(true));
         // Latency is still read: the backlog is as old while paused.

@@ -45,6 +45,7 @@ pub fn plan(
 pub fn read(q: &[u8], r: &[Value], _queues: usize) -> Stage {
     let mut s = preset_sample("celery", q);
     if q == ALL_QUEUES.as_bytes() {
+        super::shared(&mut s);
         let at = |i: usize| r.get(i).unwrap_or(&Value::Nil);
         // Reserved (prefetched) tasks, and running ones under acks_late.
         set_state(&mut s, JobState::Active, count(at(0)));
@@ -65,7 +66,7 @@ mod tests {
     fn priority_lists_sum_into_waiting() {
         let st = read(b"celery", &[int(4), int(3), int(3), int(1)], 1);
         let f = st.sample.preset.as_ref().unwrap();
-        assert_eq!(f.states[&JobState::Waiting], 11);
+        assert_eq!(f.states[&JobState::Waiting], Some(11));
         assert_eq!(st.sample.oldest_age_seconds, None);
         let cmds = plan(
             "",
@@ -87,7 +88,7 @@ mod tests {
     fn all_reads_unacked_and_stalled() {
         let st = read(b"(all)", &[int(5), int(2)], 1);
         let f = st.sample.preset.as_ref().unwrap();
-        assert_eq!(f.states[&JobState::Active], 5);
+        assert_eq!(f.states[&JobState::Active], Some(5));
         assert_eq!(f.stalled, Some(2));
         let cmds = plan("", ":", &[0], b"(all)", 5000.0, Duration::from_secs(3600));
         assert_eq!(

@@ -27,7 +27,7 @@ use super::commands::{Conn, pipelined, query, scan};
 use super::keyname::display_key;
 use super::reply;
 use crate::config::{CounterKeys, KeyType, Preset, PresetSpec, QueueSpec};
-use crate::snapshot::{JobState, JobTotals, PresetFacts, QueueSample, Reason};
+use crate::snapshot::{JobState, JobTotals, PresetFacts, PresetUnit, QueueSample, Reason};
 
 /// What a preset source keeps between polls: the logical queues each entry's
 /// registry named at the last discovery.
@@ -118,12 +118,17 @@ pub(super) fn facts(s: &mut QueueSample) -> &mut PresetFacts {
     s.preset.get_or_insert_with(Box::default)
 }
 
-/// Sets `state` to `v` when the reply was readable; an unreadable reply
-/// leaves the state unknown (absent), never 0.
+/// Records `state` (one the library has) as `v`: `None` when a reply was
+/// unreadable or refused, which keeps the state unknown (absent on
+/// `/metrics`, `UNAVAILABLE` for KEDA), never 0 and never "not a state".
 pub(super) fn set_state(s: &mut QueueSample, state: JobState, v: Option<u64>) {
-    if let Some(v) = v {
-        facts(s).states.insert(state, v);
-    }
+    facts(s).states.insert(state, v);
+}
+
+/// Marks `s` as the keys a library's queues share (`(all)` and the like):
+/// no job waits in them, so readers leave them out of ages.
+pub(super) fn shared(s: &mut QueueSample) {
+    facts(s).unit = PresetUnit::Shared;
 }
 
 /// The sum of several readable replies; `None` if any is unreadable.
@@ -187,16 +192,20 @@ pub(super) fn apply(s: &mut QueueSample, follow: Follow, v: &Value, now: f64) {
             }
         }
         Follow::StalledIfMissing => {
-            if reply::as_u64(v) == Some(0) {
-                let f = facts(s);
-                f.stalled = Some(f.stalled.unwrap_or(0) + 1);
-            }
+            // Round 1 set `stalled` to `Some(0)` before asking; one check
+            // Redis refused or answered unreadably makes the count unknown.
+            let f = facts(s);
+            f.stalled = match reply::as_u64(v) {
+                Some(0) => f.stalled.map(|n| n + 1),
+                Some(_) => f.stalled,
+                None => None,
+            };
         }
         Follow::AddActive => {
-            if let Some(n) = count(v) {
-                let f = facts(s);
-                *f.states.entry(JobState::Active).or_insert(0) += n;
-            }
+            // Likewise: one unreadable busy count makes `active` unknown.
+            let f = facts(s);
+            let active = f.states.entry(JobState::Active).or_insert(Some(0));
+            *active = active.zip(count(v)).map(|(a, n)| a + n);
         }
     }
 }
@@ -536,6 +545,11 @@ pub(super) mod test_util {
     pub fn list(items: &[&str]) -> Value {
         Value::Array(items.iter().map(|s| bulk(s)).collect())
     }
+
+    /// The error reply an ACL that does not cover the key gives.
+    pub fn refused() -> Value {
+        redis::parse_redis_value(b"-NOPERM No permissions to access a key\r\n").unwrap()
+    }
 }
 
 #[cfg(test)]
@@ -570,6 +584,8 @@ mod tests {
         // A job hash gone between rounds leaves the age as it was.
         apply(&mut s, Follow::Stamp(Stamp::Millis), &Value::Nil, 5.0);
         assert_eq!(s.oldest_age_seconds, Some(2.0));
+        // Round 1 sets `stalled` to 0 before the checks are sent.
+        facts(&mut s).stalled = Some(0);
         for v in [int(0), int(1), int(0)] {
             apply(&mut s, Follow::StalledIfMissing, &v, 0.0);
         }
@@ -578,7 +594,29 @@ mod tests {
         apply(&mut s, Follow::AddActive, &Value::Nil, 0.0);
         assert_eq!(
             s.preset.as_ref().unwrap().states.get(&JobState::Active),
-            Some(&3)
+            Some(&Some(3))
+        );
+    }
+
+    #[test]
+    fn a_refused_follow_up_makes_its_count_unknown_not_smaller() {
+        let refused = refused();
+        let mut s = preset_sample("sidekiq", b"(all)");
+        facts(&mut s).stalled = Some(0);
+        set_state(&mut s, JobState::Active, Some(0));
+        apply(&mut s, Follow::StalledIfMissing, &int(0), 0.0);
+        apply(&mut s, Follow::StalledIfMissing, &refused, 0.0);
+        apply(&mut s, Follow::StalledIfMissing, &int(0), 0.0);
+        apply(&mut s, Follow::AddActive, &bulk("2"), 0.0);
+        apply(&mut s, Follow::AddActive, &refused, 0.0);
+        apply(&mut s, Follow::AddActive, &bulk("5"), 0.0);
+        let f = s.preset.as_ref().unwrap();
+        assert_eq!(f.stalled, None);
+        assert_eq!(f.states.get(&JobState::Active), Some(&None));
+        assert_eq!(f.depth_of(&[JobState::Active]), None);
+        assert_eq!(
+            f.unknown_states(&[JobState::Active, JobState::Waiting]),
+            [JobState::Active]
         );
     }
 

@@ -33,6 +33,7 @@ pub fn read(prefix: &str, p: &[u8], r: &[Value], now: f64) -> Stage {
     let at = |i: usize| r.get(i).unwrap_or(&Value::Nil);
     let mut s = preset_sample("priority-zset", prefix.as_bytes());
     if p.is_empty() {
+        super::shared(&mut s);
         set_state(&mut s, JobState::Active, count(at(0)));
         set_state(&mut s, JobState::Completed, count(at(1)));
         set_state(&mut s, JobState::Failed, count(at(2)));
@@ -70,8 +71,8 @@ mod tests {
             1000.0,
         );
         let f = st.sample.preset.as_ref().unwrap();
-        assert_eq!(f.states[&JobState::Waiting], 3);
-        assert_eq!(f.states[&JobState::Delayed], 2);
+        assert_eq!(f.states[&JobState::Waiting], Some(3));
+        assert_eq!(f.states[&JobState::Delayed], Some(2));
         assert_eq!(st.sample.name, "jobs");
         assert_eq!(st.sample.labels, vec![("priority".into(), "high".into())]);
         assert_eq!(st.sample.oldest_age_seconds, Some(9.5));
@@ -89,9 +90,9 @@ mod tests {
     fn shared_keys_map_to_active_completed_failed() {
         let st = read("jobs", b"", &[int(2), int(10), int(1)], 0.0);
         let f = st.sample.preset.as_ref().unwrap();
-        assert_eq!(f.states[&JobState::Active], 2);
-        assert_eq!(f.states[&JobState::Completed], 10);
-        assert_eq!(f.states[&JobState::Failed], 1);
+        assert_eq!(f.states[&JobState::Active], Some(2));
+        assert_eq!(f.states[&JobState::Completed], Some(10));
+        assert_eq!(f.states[&JobState::Failed], Some(1));
         assert!(st.sample.labels.is_empty());
     }
 }

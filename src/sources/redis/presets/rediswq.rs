@@ -68,8 +68,8 @@ mod tests {
     fn lists_map_to_states_and_each_item_is_checked() {
         let st = read(b"job2", &[int(3), int(2), list(&["a", "b"])]);
         let f = st.sample.preset.as_ref().unwrap();
-        assert_eq!(f.states[&JobState::Waiting], 3);
-        assert_eq!(f.states[&JobState::Active], 2);
+        assert_eq!(f.states[&JobState::Waiting], Some(3));
+        assert_eq!(f.states[&JobState::Active], Some(2));
         assert_eq!(f.stalled, Some(0));
         assert_eq!(st.follow.len(), 2);
         assert_eq!(st.sample.oldest_age_seconds, None);

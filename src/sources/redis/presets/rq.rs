@@ -85,11 +85,11 @@ mod tests {
         let st = read("rq", b"default", &r);
         let f = st.sample.preset.as_ref().unwrap();
         assert_eq!(f.preset, "rq");
-        assert_eq!(f.states[&JobState::Waiting], 2 + 6);
-        assert_eq!(f.states[&JobState::Active], 1 + 3);
-        assert_eq!(f.states[&JobState::Completed], 4);
-        assert_eq!(f.states[&JobState::Failed], 5);
-        assert_eq!(f.states[&JobState::Delayed], 7);
+        assert_eq!(f.states[&JobState::Waiting], Some(2 + 6));
+        assert_eq!(f.states[&JobState::Active], Some(1 + 3));
+        assert_eq!(f.states[&JobState::Completed], Some(4));
+        assert_eq!(f.states[&JobState::Failed], Some(5));
+        assert_eq!(f.states[&JobState::Delayed], Some(7));
         assert_eq!(f.stalled, Some(1));
         assert_eq!(f.overdue, Some(2));
         assert_eq!(f.paused, None);
@@ -104,7 +104,10 @@ mod tests {
         let st = read("rq", b"q", &r);
         assert!(st.follow.is_empty());
         assert_eq!(st.sample.oldest_age_seconds, Some(0.0));
-        assert_eq!(st.sample.preset.unwrap().states[&JobState::Waiting], 0);
+        assert_eq!(
+            st.sample.preset.unwrap().states[&JobState::Waiting],
+            Some(0)
+        );
     }
 
     #[test]
@@ -112,12 +115,10 @@ mod tests {
         let mut r: Vec<Value> = (0..8).map(|_| int(0)).chain([Value::Nil]).collect();
         r[3] = bulk("not a number");
         let st = read("rq", b"q", &r);
-        assert!(
-            !st.sample
-                .preset
-                .unwrap()
-                .states
-                .contains_key(&JobState::Completed)
+        // Present (RQ has the state) but unknown: never 0, never "no such state".
+        assert_eq!(
+            st.sample.preset.unwrap().states.get(&JobState::Completed),
+            Some(&None)
         );
     }
 

@@ -48,6 +48,7 @@ pub fn read(prefix: &str, q: &[u8], r: &[Value], now: f64, limit: usize) -> Stag
     let at = |i: usize| r.get(i).unwrap_or(&Value::Nil);
     let mut s = preset_sample("sidekiq", q);
     if q == ALL_QUEUES.as_bytes() {
+        super::shared(&mut s);
         set_state(&mut s, JobState::Delayed, count(at(0)));
         set_state(&mut s, JobState::Retry, count(at(1)));
         set_state(&mut s, JobState::Failed, count(at(2)));
@@ -74,6 +75,9 @@ pub fn read(prefix: &str, q: &[u8], r: &[Value], now: f64, limit: usize) -> Stag
                 busy.arg("busy");
                 follow.push((busy, Follow::AddActive));
             }
+        } else {
+            // `processes` refused or unreadable: who is busy is unknown.
+            set_state(&mut s, JobState::Active, None);
         }
         return Stage { sample: s, follow };
     }
@@ -110,7 +114,7 @@ mod tests {
         let job7 = r#"{"class":"J","enqueued_at":1000.5}"#;
         let st = read("", b"default", &[int(3), bulk(job7), int(0)], 1010.0, 10);
         let f = st.sample.preset.as_ref().unwrap();
-        assert_eq!(f.states[&JobState::Waiting], 3);
+        assert_eq!(f.states[&JobState::Waiting], Some(3));
         assert_eq!(f.paused, Some(false));
         assert_eq!(st.sample.oldest_age_seconds, Some(9.5));
         let job8 = r#"{"class":"J","enqueued_at":1000500}"#;
@@ -125,11 +129,37 @@ mod tests {
     fn a_paused_queue_keeps_its_jobs_waiting() {
         let st = read("", b"q", &[int(4), Value::Nil, int(1)], 1.0, 10);
         let f = st.sample.preset.unwrap();
-        assert_eq!(f.states[&JobState::Waiting], 4);
+        assert_eq!(f.states[&JobState::Waiting], Some(4));
         assert_eq!(f.states.len(), 1);
         assert_eq!(f.paused, Some(true));
         // Per-queue samples have no time-ordered set of their own.
         assert_eq!(f.overdue, None);
+    }
+
+    #[test]
+    fn all_with_processes_refused_has_active_unknown_and_is_shared() {
+        let r = [
+            int(1),
+            int(2),
+            int(3),
+            bulk("10"),
+            bulk("1"),
+            refused(),
+            int(0),
+            int(0),
+        ];
+        let st = read("", b"(all)", &r, 0.0, 2);
+        let f = st.sample.preset.as_ref().unwrap();
+        assert_eq!(f.states[&JobState::Active], None);
+        assert_eq!(f.stalled, None);
+        assert!(st.follow.is_empty());
+        assert_eq!(f.unit, crate::snapshot::PresetUnit::Shared);
+        // A per-queue sample is a queue, whatever was read.
+        let q = read("", b"q", &[refused(), refused(), int(0)], 1.0, 10);
+        let f = q.sample.preset.as_ref().unwrap();
+        assert_eq!(f.unit, crate::snapshot::PresetUnit::Queue);
+        assert_eq!(f.states[&JobState::Waiting], None);
+        assert_eq!(q.sample.oldest_age_seconds, None);
     }
 
     #[test]
@@ -146,10 +176,10 @@ mod tests {
         ];
         let st = read("ns", b"(all)", &r, 0.0, 2);
         let f = st.sample.preset.as_ref().unwrap();
-        assert_eq!(f.states[&JobState::Delayed], 1);
-        assert_eq!(f.states[&JobState::Retry], 2);
-        assert_eq!(f.states[&JobState::Failed], 3);
-        assert_eq!(f.states[&JobState::Active], 0);
+        assert_eq!(f.states[&JobState::Delayed], Some(1));
+        assert_eq!(f.states[&JobState::Retry], Some(2));
+        assert_eq!(f.states[&JobState::Failed], Some(3));
+        assert_eq!(f.states[&JobState::Active], Some(0));
         assert_eq!(f.stalled, Some(0));
         assert_eq!(f.overdue, Some(2));
         assert_eq!(st.sample.jobs().processed, Some(10));
