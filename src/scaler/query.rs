@@ -514,10 +514,18 @@ fn queue_value(query: &ScalerQuery, s: &Snapshot, q: &QueueSample) -> Result<f64
 /// The lag of the query's consumer group on stream `q`.
 fn group_lag(query: &ScalerQuery, s: &Snapshot, q: &QueueSample) -> Result<f64, QueryError> {
     if q.groups.is_empty() {
-        let what = match &q.queue_type {
-            Some(QueueType::Stream) => "a stream without consumer groups".to_string(),
-            Some(k) => format!("a {}, not a stream with consumer groups", k.as_str()),
-            None => "of unknown type".to_string(),
+        // No type: the last poll could not read this key, so its groups are
+        // unknown, not absent.
+        let Some(queue_type) = &q.queue_type else {
+            return Err(QueryError::Unavailable(format!(
+                "Lag of queue {:?} in source {} is unknown: the last poll could not read it \
+                 (Redis refused or failed its command; see queue_exporter_poll_errors_total)",
+                q.name, s.source
+            )));
+        };
+        let what = match queue_type {
+            QueueType::Stream => "a stream without consumer groups".to_string(),
+            k => format!("a {}, not a stream with consumer groups", k.as_str()),
         };
         return Err(QueryError::NotFound(format!(
             "mode Lag: queue {:?} in source {} is {what}",
