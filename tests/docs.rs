@@ -509,8 +509,8 @@ fn full_sample(name: &str) -> QueueSample {
     q.groups = vec![GroupSample {
         name: "g".into(),
         lag: Some(1),
-        pending: 1,
-        consumers: 1,
+        pending: Some(1),
+        consumers: Some(1),
     }];
     let b = q.broker_mut();
     b.vhost = "/".into();
@@ -525,7 +525,7 @@ fn full_sample(name: &str) -> QueueSample {
         redelivered: Some(1),
     });
     let mut preset = PresetFacts::default();
-    preset.states.insert(JobState::Waiting, 1);
+    preset.states.insert(JobState::Waiting, Some(1));
     preset.paused = Some(false);
     preset.stalled = Some(0);
     preset.overdue = Some(0);
