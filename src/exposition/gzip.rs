@@ -7,7 +7,7 @@
 //!
 //! Hand-written rather than tower-http's compression layer for a measured
 //! reason: a gzip scrape of 4,000 queues costs ~20 µs this way instead of
-//! ~30 ms deflating the whole body on every scrape (README, Exposition).
+//! ~30 ms deflating the whole body on every scrape (docs/metrics.md, "Which formats does `/metrics` speak?").
 
 use flate2::{Compress, Compression, FlushCompress, Status};
 
