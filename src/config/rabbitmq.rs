@@ -264,3 +264,68 @@ impl<'de> Deserialize<'de> for NameRegex {
         NameRegex::new(&String::deserialize(d)?).map_err(serde::de::Error::custom)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::SourceConfig;
+    use crate::config::load::tests::load_yaml;
+
+    #[test]
+    fn rabbitmq_sources_are_checked_per_method() {
+        let rabbit = |extra: &str| {
+            load_yaml(&format!(
+                "sources:\n  - name: r\n    type: rabbitmq\n{extra}"
+            ))
+        };
+        let c = rabbit("    stats: totals\n").unwrap();
+        let SourceConfig::RabbitMq(r) = &c.sources[0] else {
+            panic!("not rabbitmq")
+        };
+        assert_eq!(r.stats, RabbitStats::Totals);
+        assert_eq!(r.method, RabbitMethod::Management);
+
+        let amqp = "    method: amqp\n    url: amqp://u:p@h:5672/v\n    queues: [q]\n";
+        assert!(rabbit(amqp).is_ok());
+        let cases = [
+            (
+                format!("{amqp}    vhosts: [a]\n"),
+                "sources[0].vhosts: method amqp reads one vhost",
+            ),
+            (
+                format!("{amqp}    tls: {{ insecure_skip_verify: true }}\n"),
+                "sources[0].tls.insecure_skip_verify: ",
+            ),
+            (
+                format!("{amqp}    tls: {{ cert_file: /c.pem }}\n"),
+                "sources[0].tls.key_file: is required with tls.cert_file",
+            ),
+            (
+                "    tls: { key_file: /c.key }\n".to_string(),
+                "sources[0].tls.cert_file: is required with tls.key_file",
+            ),
+            (
+                "    urls: [\"http://n1:15692\"]\n".to_string(),
+                "sources[0].urls: is only used by method prometheus",
+            ),
+            (
+                "    method: prometheus\n    urls: [\"ftp://n1\"]\n".to_string(),
+                "sources[0].urls[0]: must start with http://",
+            ),
+            ("    stats: some\n".to_string(), "sources[0].stats"),
+            (
+                "    max_response_bytes: 0\n".to_string(),
+                "sources[0].max_response_bytes: ",
+            ),
+            (
+                "    url: \"http://user:hunter2@\"\n".to_string(),
+                "sources[0].url: is not a valid URL",
+            ),
+        ];
+        for (extra, want) in cases {
+            let e = rabbit(&extra).unwrap_err().to_string();
+            assert!(e.contains(want), "{extra}: {e}");
+            assert!(!e.contains("hunter2"), "{e}");
+        }
+    }
+}

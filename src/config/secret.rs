@@ -30,3 +30,28 @@ impl fmt::Display for Redacted<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redaction_hides_credentials() {
+        assert_eq!(
+            Redacted("redis://user:secret@host:6379/0").to_string(),
+            "redis://***@host:6379/0"
+        );
+        assert_eq!(
+            Redacted("redis://host:6379").to_string(),
+            "redis://host:6379"
+        );
+    }
+
+    #[test]
+    fn secret_files_drop_one_trailing_newline() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("pw");
+        std::fs::write(&p, "s3cret\n").unwrap();
+        assert_eq!(read_secret_file(&p).unwrap(), "s3cret");
+    }
+}

@@ -324,3 +324,29 @@ impl<'de> Deserialize<'de> for BcryptHash {
         BcryptHash::parse(&String::deserialize(d)?).map_err(serde::de::Error::custom)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::config::load::tests::{FULL, load_yaml};
+
+    #[test]
+    fn web_block_keeps_user_names_as_written_and_checks_hashes() {
+        let hash = bcrypt::hash("pw", 4).unwrap();
+        let c = load_yaml(&format!(
+            "web:\n  basic_auth_users:\n    Prometheus: \"{hash}\"\n{FULL}"
+        ))
+        .unwrap();
+        let names: Vec<_> = c.web.basic_auth_users.keys().cloned().collect();
+        assert_eq!(names, ["Prometheus"]);
+        assert!(c.web.tls_server_config.is_none());
+        let e = load_yaml(&format!(
+            "web:\n  basic_auth_users:\n    bob: \"{}\"\n{FULL}",
+            hash.replacen("$2b$04$", "$2b$99$", 1)
+        ))
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "config.yaml: web.basic_auth_users.bob: has a bcrypt cost outside 4..=31"
+        );
+    }
+}

@@ -1,0 +1,317 @@
+//! The `type: redis` source's configuration, parsed into typed values:
+//! a checked URL, compiled label regexes, a key-or-pattern target. The Redis
+//! source takes these as they are and never re-validates them.
+//!
+//! This file holds the source's own fields (`RedisSourceConfig`, its
+//! defaults and cross-field checks, `RedisTlsConfig`); the URL (`url`) and
+//! the `queues:` entries (`queue`) are beside it.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use redis::ConnectionAddr;
+use serde::Deserialize;
+
+mod queue;
+mod url;
+
+pub use queue::{
+    AgeSpec, CaptureLabels, JsonField, KeyType, ListEnd, QueueSpec, QueueTarget, RESERVED_LABELS,
+    ScoreMode, ScoreUnit, TimeUnit,
+};
+pub use url::{RedisUrl, SentinelSpec, UrlKind};
+
+use super::duration::{Bounds, de_duration, de_durations};
+
+/// A Redis source.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RedisSourceConfig {
+    /// The `source` label.
+    pub name: String,
+    /// `redis://`, `rediss://` or `unix://` URL; may carry user and password.
+    /// `redis+cluster://` reaches a Redis Cluster through one of its nodes,
+    /// `redis+sentinel://` the master that sentinels name (see [`UrlKind`]).
+    #[serde(default)]
+    pub url: RedisUrl,
+    /// The URL's node is one node of a Redis Cluster (same as the
+    /// `redis+cluster://` scheme): SCAN runs on every primary, pipelines
+    /// are split per slot owner, MOVED/ASK are followed.
+    #[serde(default)]
+    pub cluster: bool,
+    /// File holding the password; overrides the URL's. Trailing newline ignored.
+    #[serde(default)]
+    pub password_file: Option<PathBuf>,
+    /// CA and client certificate for `rediss://` (none: the built-in web
+    /// roots and no client certificate). Boxed: rarely set, and three paths
+    /// would grow every source by their size.
+    #[serde(default)]
+    pub tls: Option<Box<RedisTlsConfig>>,
+    /// Time between polls.
+    #[serde(default = "default_poll_interval", deserialize_with = "de_duration")]
+    pub poll_interval: Duration,
+    /// Time between SCAN/TYPE discovery rounds.
+    #[serde(
+        default = "default_discovery_interval",
+        deserialize_with = "de_duration"
+    )]
+    pub discovery_interval: Duration,
+    /// Per-command response timeout, and connect timeout.
+    #[serde(default = "default_timeout", deserialize_with = "de_duration")]
+    pub timeout: Duration,
+    /// Cap on tracked keys; the excess is counted in `queue_exporter_dropped_keys`.
+    #[serde(default = "default_max_keys")]
+    pub max_keys: usize,
+    /// COUNT hint for each SCAN call.
+    #[serde(default = "default_scan_count")]
+    pub scan_count: u32,
+    /// Upper bounds of `queue_message_age_seconds`.
+    #[serde(default = "default_age_buckets", deserialize_with = "de_durations")]
+    pub age_buckets: Vec<Duration>,
+    /// How often each key's age histogram is measured (staggered across
+    /// polls); between measurements the last one is served. The histogram
+    /// costs one ZCOUNT per bucket, each a scan of the due items of a small
+    /// zset, so measuring it every poll would dominate the poll. `0s`
+    /// measures on every poll.
+    #[serde(
+        default = "default_age_histogram_interval",
+        deserialize_with = "de_duration"
+    )]
+    pub age_histogram_interval: Duration,
+    /// Ask Redis which polled keys changed (`CLIENT TRACKING` over a second,
+    /// RESP3 connection) and read only those: an idle queue then costs no
+    /// command per poll. Ignored for a cluster. A server that refuses it is
+    /// polled without it. `false`: read every key on every poll.
+    #[serde(default = "default_client_tracking")]
+    pub client_tracking: bool,
+    /// Which keys to watch.
+    #[serde(default)]
+    pub queues: Vec<QueueSpec>,
+    /// Which libraries' queues to watch: the `- preset:` entries of
+    /// `queues:`, split out by the loader (never written as a field).
+    #[serde(skip)]
+    pub presets: Vec<super::PresetSpec>,
+}
+
+impl RedisSourceConfig {
+    /// A source named `name` with every default and no queues: the one place
+    /// the defaults live, shared by YAML (serde defaults) and the no-config path.
+    pub fn named(name: &str) -> Self {
+        RedisSourceConfig {
+            name: name.into(),
+            url: RedisUrl::default(),
+            cluster: false,
+            password_file: None,
+            tls: None,
+            poll_interval: default_poll_interval(),
+            discovery_interval: default_discovery_interval(),
+            timeout: default_timeout(),
+            max_keys: default_max_keys(),
+            scan_count: default_scan_count(),
+            age_buckets: default_age_buckets(),
+            age_histogram_interval: default_age_histogram_interval(),
+            client_tracking: default_client_tracking(),
+            queues: Vec::new(),
+            presets: Vec::new(),
+        }
+    }
+
+    /// Whether the source talks to a Redis Cluster (`cluster: true` or a
+    /// `redis+cluster://` URL).
+    pub fn is_cluster(&self) -> bool {
+        self.cluster || matches!(self.url.kind(), UrlKind::Cluster)
+    }
+
+    /// The sentinels and master name of a `redis+sentinel://` URL.
+    pub fn sentinel(&self) -> Option<&SentinelSpec> {
+        match self.url.kind() {
+            UrlKind::Sentinel(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// Checks what serde cannot check field by field.
+    pub(super) fn validate(&self, at: &dyn Fn(&str) -> String) -> Result<(), (String, String)> {
+        let tls_url = matches!(self.url.info().addr(), ConnectionAddr::TcpTls { .. });
+        if let ConnectionAddr::TcpTls { insecure: true, .. } = self.url.info().addr() {
+            return Err((
+                at("url"),
+                "#insecure (no certificate check) is not supported; give the server's CA in tls.ca_file"
+                    .into(),
+            ));
+        }
+        if let Some(tls) = &self.tls {
+            if !tls_url {
+                return Err((at("tls"), "is only used with a rediss:// url".into()));
+            }
+            match (&tls.cert_file, &tls.key_file) {
+                (Some(_), None) => {
+                    return Err((at("tls.key_file"), "is needed with tls.cert_file".into()));
+                }
+                (None, Some(_)) => {
+                    return Err((at("tls.cert_file"), "is needed with tls.key_file".into()));
+                }
+                _ => {}
+            }
+        }
+        if self.cluster {
+            if self.sentinel().is_some() {
+                return Err((
+                    at("cluster"),
+                    "cannot be combined with a redis+sentinel:// url (sentinels manage a master, not a cluster)".into(),
+                ));
+            }
+            if matches!(self.url.info().addr(), ConnectionAddr::Unix(_)) {
+                return Err((
+                    at("cluster"),
+                    "needs a redis:// or rediss:// url (cluster nodes are reached over TCP)".into(),
+                ));
+            }
+        }
+        if self.is_cluster() && self.url.info().redis_settings().db() != 0 {
+            return Err((
+                at("url"),
+                "selects a database other than 0, which a Redis Cluster does not have".into(),
+            ));
+        }
+        if self.tls.is_some() && (self.is_cluster() || self.sentinel().is_some()) {
+            return Err((
+                at("tls"),
+                "is not supported with Redis Cluster or Sentinel yet; use rediss+cluster:// or rediss+sentinel:// with certificates the system trusts".into(),
+            ));
+        }
+        let durations = [
+            ("poll_interval", self.poll_interval, Bounds::HOUR),
+            ("timeout", self.timeout, Bounds::HOUR),
+            ("discovery_interval", self.discovery_interval, Bounds::DAY),
+            (
+                "age_histogram_interval",
+                self.age_histogram_interval,
+                Bounds::DAY_OR_ZERO,
+            ),
+        ];
+        for (field, d, bounds) in durations {
+            bounds.check(d).map_err(|m| (at(field), m))?;
+        }
+        for (j, d) in self.age_buckets.iter().enumerate() {
+            Bounds::YEAR
+                .check(*d)
+                .map_err(|m| (at(&format!("age_buckets[{j}]")), m))?;
+        }
+        if self.max_keys == 0 {
+            return Err((at("max_keys"), "must be greater than 0".into()));
+        }
+        if self.scan_count == 0 {
+            return Err((at("scan_count"), "must be greater than 0".into()));
+        }
+        if self.age_buckets.windows(2).any(|w| w[0] >= w[1])
+            || self.age_buckets.iter().any(|d| d.is_zero())
+        {
+            return Err((
+                at("age_buckets"),
+                "must be positive and strictly increasing".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+fn default_poll_interval() -> Duration {
+    Duration::from_secs(1)
+}
+/// The default `age_histogram_interval`: a common Prometheus scrape interval.
+pub fn default_age_histogram_interval() -> Duration {
+    Duration::from_secs(15)
+}
+fn default_discovery_interval() -> Duration {
+    Duration::from_secs(30)
+}
+fn default_timeout() -> Duration {
+    Duration::from_secs(5)
+}
+fn default_max_keys() -> usize {
+    10_000
+}
+fn default_client_tracking() -> bool {
+    true
+}
+
+fn default_scan_count() -> u32 {
+    1000
+}
+/// Default age histogram bounds: 1 s to 1 day. Each bound below the oldest
+/// item's age costs one ZCOUNT per timestamp zset per poll.
+pub fn default_age_buckets() -> Vec<Duration> {
+    [1, 10, 60, 300, 900, 3600, 86_400]
+        .into_iter()
+        .map(Duration::from_secs)
+        .collect()
+}
+
+/// TLS files for a `rediss://` source, read (and their PEM checked) by
+/// `check` and at startup, then again when the source connects.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RedisTlsConfig {
+    /// PEM CA bundle the server's certificate must chain to; replaces the
+    /// built-in web roots (a private CA is the usual case for Redis).
+    #[serde(default)]
+    pub ca_file: Option<PathBuf>,
+    /// PEM client certificate chain, for servers with `tls-auth-clients yes`.
+    #[serde(default)]
+    pub cert_file: Option<PathBuf>,
+    /// PEM private key of `cert_file` (PKCS#8, PKCS#1 or SEC1).
+    #[serde(default)]
+    pub key_file: Option<PathBuf>,
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::SourceConfig;
+    use crate::config::load::tests::load_yaml;
+
+    #[test]
+    fn cluster_and_sentinel_settings_are_checked_with_one_line_errors() {
+        let redis = |extra: &str| format!("sources:\n  - name: r\n    type: redis\n{extra}");
+        let c = load_yaml(&redis(
+            "    url: redis://10.0.0.1:7000\n    cluster: true\n",
+        ))
+        .unwrap();
+        let SourceConfig::Redis(r) = &c.sources[0] else {
+            panic!("redis")
+        };
+        assert!(r.is_cluster() && r.sentinel().is_none());
+        let c = load_yaml(&redis("    url: redis+cluster://10.0.0.1:7000\n")).unwrap();
+        let SourceConfig::Redis(r) = &c.sources[0] else {
+            panic!("redis")
+        };
+        assert!(r.is_cluster() && !r.cluster);
+
+        for (extra, want) in [
+            (
+                "    url: unix:///tmp/r.sock\n    cluster: true\n",
+                "config.yaml: sources[0].cluster: needs a redis:// or rediss:// url (cluster nodes are reached over TCP)",
+            ),
+            (
+                "    url: redis+cluster://:secret@h:7000/2\n",
+                "config.yaml: sources[0].url: selects a database other than 0, which a Redis Cluster does not have",
+            ),
+            (
+                "    url: redis://h:7000/1\n    cluster: true\n",
+                "config.yaml: sources[0].url: selects a database other than 0, which a Redis Cluster does not have",
+            ),
+            (
+                "    url: redis+sentinel://h:26379/m\n    cluster: true\n",
+                "config.yaml: sources[0].cluster: cannot be combined with a redis+sentinel:// url (sentinels manage a master, not a cluster)",
+            ),
+            (
+                "    url: redis+sentinel://:secret@h:26379\n",
+                "config.yaml: sources[0].url: needs the master's name after the sentinels (redis+sentinel://[user:password@]host:port[,host:port…]/master_name[/db])",
+            ),
+        ] {
+            let e = load_yaml(&redis(extra)).unwrap_err().to_string();
+            assert_eq!(e, want);
+            assert!(!e.contains("secret") && !e.contains('\n'), "{e}");
+        }
+    }
+}
