@@ -1,0 +1,144 @@
+//! What a library preset (BullMQ, Sidekiq, Celery, RQ, asynq) knows about one
+//! logical queue: jobs per normalized [`JobState`], pause, stalled and
+//! overdue work ([`PresetFacts`]), and lifetime job totals ([`JobTotals`]).
+//! Separate from the sample it hangs off (boxed, `None` for plain keys and
+//! RabbitMQ) because only preset queues have it, and because its sums keep
+//! an unread state unknown rather than 0.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+/// A job's state as one normalized word: the `state` label of
+/// `queue_depth` for preset queues. Each library's own words map onto these
+/// (README, "Presets").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum JobState {
+    /// Ready for a worker, prioritized included.
+    Waiting,
+    /// Taken by a worker.
+    Active,
+    /// Scheduled for later.
+    Delayed,
+    /// Failed and waiting for a retry.
+    Retry,
+    /// Dead or archived.
+    Failed,
+    /// Finished (as far as the library keeps them).
+    Completed,
+    /// A word of the presets issue's vocabulary, kept so `state: paused`
+    /// stays a valid trigger word; no preset maps a key to it: a paused
+    /// queue's backlog stays `Waiting` and the pause is `PresetFacts::paused`.
+    Paused,
+}
+
+impl JobState {
+    /// Every state, in exposition order.
+    pub const ALL: [JobState; 7] = [
+        JobState::Waiting,
+        JobState::Active,
+        JobState::Delayed,
+        JobState::Retry,
+        JobState::Failed,
+        JobState::Completed,
+        JobState::Paused,
+    ];
+
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobState::Waiting => "waiting",
+            JobState::Active => "active",
+            JobState::Delayed => "delayed",
+            JobState::Retry => "retry",
+            JobState::Failed => "failed",
+            JobState::Completed => "completed",
+            JobState::Paused => "paused",
+        }
+    }
+
+    /// Parses a label value (lowercase, as written in trigger metadata).
+    pub fn parse(s: &str) -> Option<JobState> {
+        JobState::ALL.into_iter().find(|st| st.as_str() == s)
+    }
+}
+
+impl fmt::Display for JobState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A preset's view of one logical queue, spread by the library over
+/// several keys.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PresetFacts {
+    /// The preset's name (`rq`, `sidekiq`, ...): the `preset` label, so two
+    /// libraries' `default` queues stay distinct series.
+    pub preset: &'static str,
+    /// What the sample stands for: one logical queue, or keys its queues
+    /// share. Set by the preset, never inferred from which states are present
+    /// (a state can be absent because its read was refused).
+    pub unit: PresetUnit,
+    /// Jobs per state. A state the library does not have is absent (it holds
+    /// no jobs); a state it has whose read failed (an ACL refusal, a reply we
+    /// cannot read) is present as `None`: unknown, never 0.
+    pub states: BTreeMap<JobState, Option<u64>>,
+    /// Whether the queue is paused; `None` where the library cannot pause.
+    pub paused: Option<bool>,
+    /// Work a worker took and lost, by the library's own definition;
+    /// `None` where it cannot be told.
+    pub stalled: Option<u64>,
+    /// Delayed, scheduled or retrying jobs whose due time has passed but
+    /// that still sit in the library's time-ordered set (a subset of
+    /// `delayed`/`retry`): nothing (worker, poller, forwarder) has moved
+    /// them. `None` where the library has no such set.
+    pub overdue: Option<u64>,
+}
+
+/// What a preset sample stands for.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum PresetUnit {
+    /// One logical queue of the library: its backlog is `waiting` and it has
+    /// an oldest job.
+    #[default]
+    Queue,
+    /// Keys the library's queues share (Sidekiq's and Celery's `(all)`, the
+    /// priority-zset layout's `processing`/`completed`/`dlq`): no job waits
+    /// in them, so they have no age and hold no `waiting` jobs.
+    Shared,
+}
+
+impl PresetFacts {
+    /// The sum of `states`' depths: states the library lacks hold no jobs
+    /// (0); `None` when any asked state it has is unknown, so a refused read
+    /// never turns into a smaller sum. [`PresetFacts::unknown_states`] names them.
+    pub fn depth_of(&self, states: &[JobState]) -> Option<u64> {
+        states
+            .iter()
+            .map(|s| self.states.get(s).copied().unwrap_or(Some(0)))
+            .sum()
+    }
+
+    /// Which of `states` the library has but the poll could not read.
+    pub fn unknown_states(&self, states: &[JobState]) -> Vec<JobState> {
+        states
+            .iter()
+            .copied()
+            .filter(|s| self.states.get(s) == Some(&None))
+            .collect()
+    }
+
+    /// The known depth of `state`, if the library has it and it was read.
+    pub fn known(&self, state: JobState) -> Option<u64> {
+        self.states.get(&state).copied().flatten()
+    }
+}
+
+/// Lifetime job totals (library counters or configured `counters:` keys).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct JobTotals {
+    /// Jobs processed (successfully or not, as the library counts).
+    pub processed: Option<u64>,
+    /// Jobs failed.
+    pub failed: Option<u64>,
+}

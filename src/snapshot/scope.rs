@@ -1,0 +1,65 @@
+//! What queue names a source's configuration can ever report ([`QueueScope`]),
+//! and the query readers ask it with ([`NameQuery`]). Separate from the
+//! samples: it answers for names no poll has seen, which is how the scaler
+//! tells a drained queue (0) from a typo (`NOT_FOUND`).
+
+use std::fmt;
+
+/// A queue name or glob a reader asks about, in the terms a [`QueueScope`]
+/// needs. Readers build it; sources' scopes answer it.
+#[derive(Clone, Copy)]
+pub struct NameQuery<'a> {
+    /// The text as given: an exact name, or a glob.
+    pub text: &'a str,
+    /// Whether `text` is a glob (else it names one queue exactly).
+    pub is_glob: bool,
+    /// What every name the glob matches starts with (the whole text when exact).
+    pub literal_prefix: &'a str,
+    /// Whether the query selects this queue name.
+    pub selects: &'a dyn Fn(&str) -> bool,
+    /// The RabbitMQ vhost the query is restricted to, if any.
+    pub vhost: Option<&'a str>,
+}
+
+impl fmt::Debug for NameQuery<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("NameQuery")
+            .field("text", &self.text)
+            .field("is_glob", &self.is_glob)
+            .field("vhost", &self.vhost)
+            .finish()
+    }
+}
+
+/// How far a source's configuration reaches over the names a query selects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reach {
+    /// No name the query selects can ever be reported by this source: a
+    /// typo, as far as this source is concerned.
+    Never,
+    /// Some selected names might be reported (or the scope cannot tell).
+    Some,
+    /// Every name the query selects would be reported if it existed, so a
+    /// name that does not exist right now is an empty queue (Redis deletes
+    /// a key when it empties).
+    All,
+}
+
+/// What queue names a source's *configuration* can produce, independent of
+/// what exists right now. Implemented by each source kind from its config.
+pub trait QueueScope: fmt::Debug + Send + Sync {
+    /// How far this source reaches over the names `query` selects.
+    fn reach(&self, query: &NameQuery<'_>) -> Reach;
+}
+
+/// The scope of a source that says nothing about its names: it might hold
+/// anything and covers nothing (the scope of
+/// [`Snapshot::initial`](super::Snapshot::initial)).
+#[derive(Debug, Clone, Copy)]
+pub struct AnyName;
+
+impl QueueScope for AnyName {
+    fn reach(&self, _query: &NameQuery<'_>) -> Reach {
+        Reach::Some
+    }
+}
