@@ -10,7 +10,7 @@ use std::fmt;
 
 /// A job's state as one normalized word: the `state` label of
 /// `queue_depth` for preset queues. Each library's own words map onto these
-/// (README, "Presets").
+/// (docs/presets.md, "Which key means which state?").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum JobState {
     /// Ready for a worker, prioritized included.
