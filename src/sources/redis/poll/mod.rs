@@ -8,22 +8,30 @@
 //! Over a tracked connection (see `tracking`), a key Redis has not reported
 //! changed since its last read sends no command: its sample is made from
 //! what that read found ([`Unchanged`]), by the same code as a fresh one.
+//!
+//! This file owns the chunked send/read machinery, the rounds, and the
+//! per-key `plan`/`read` dispatch; what each key type asks and how its
+//! replies read live beside it, one file per type (`list`, `zset`,
+//! `stream`, `hash_set`), as `presets/` has one file per library.
 
 use std::collections::VecDeque;
 use std::time::SystemTime;
 
 use redis::Value;
 
-use super::age::item_timestamp;
 use super::cmd::cmd;
 use super::commands::{Conn, PIPELINE_CHUNK, pipelined, type_of};
-use super::histogram::{self, Again, HistogramPlan};
-use super::keyname::display_key;
+use super::histogram::{self, HistogramPlan};
 use super::reply;
-use super::tracked::{Head, KeyState, MAX_PEEK_BYTES, PEEK_PAUSE_SECS, TrackedKey, Unchanged};
+use super::tracked::{KeyState, TrackedKey, Unchanged};
 use super::tracking::Changes;
-use crate::config::{KeyType, ListEnd, QueueSpec, RedisSourceConfig, ScoreMode};
-use crate::snapshot::{Counters, GroupSample, QueueSample, QueueType, Reason};
+use crate::config::{KeyType, QueueSpec, RedisSourceConfig, ScoreMode};
+use crate::snapshot::{QueueSample, QueueType, Reason};
+
+mod hash_set;
+mod list;
+mod stream;
+mod zset;
 
 /// The samples of one poll.
 #[derive(Debug, Default)]
@@ -301,25 +309,12 @@ impl Round<'_> {
                         now_secs,
                         config.discovery_interval.as_secs_f64(),
                     );
-                    if let (KeyState::Typed(KeyType::List), Some(Value::BulkString(item)), true) =
-                        (&key.state, r.get(1), fresh)
-                        && item.len() > MAX_PEEK_BYTES
-                    {
-                        if key.peek_paused_until == 0.0 {
-                            tracing::warn!(
-                                key = %key.name,
-                                bytes = item.len(),
-                                "head item too large to peek for age; its age is unknown, \
-                                 re-checked once a minute"
-                            );
-                        }
-                        key.peek_paused_until = now_secs + PEEK_PAUSE_SECS;
+                    if let (KeyState::Typed(KeyType::List), true) = (&key.state, fresh) {
+                        list::pause_oversized_peek(key, r, now_secs);
                     }
                     // The oldest member's size bounds the next probes' replies.
                     let member_len = match key.state {
-                        KeyState::Typed(KeyType::Zset) if fresh => {
-                            r.get(1).and_then(reply::first_member_len)
-                        }
+                        KeyState::Typed(KeyType::Zset) if fresh => zset::oldest_member_len(r),
                         _ => None,
                     };
                     key.histogram.record(
@@ -402,9 +397,7 @@ fn plan(
         // Nothing to ask but a histogram that is due (ages move with time).
         let mut v = Vec::new();
         if matches!(found, Unchanged::DueZset { .. }) {
-            histogram =
-                key.histogram
-                    .plan(k, spec.score_unit, &config.age_buckets, now_secs, &mut v);
+            histogram = zset::plan_unchanged(key, spec, config, now_secs, &mut v);
         }
         let len = v.len();
         out.extend(v);
@@ -421,47 +414,19 @@ fn plan(
             vec![cmd("TYPE", k)]
         }
         KeyState::Typed(KeyType::List) => {
-            let mut v = vec![cmd("LLEN", k)];
-            if spec.age.is_some() && now_secs < key.peek_paused_until {
-                peek_paused = true;
-            } else if let Some(age) = &spec.age {
-                let mut c = cmd("LINDEX", k);
-                c.arg(match age.end {
-                    ListEnd::Head => 0,
-                    ListEnd::Tail => -1,
-                });
-                v.push(c);
-            }
+            let v;
+            (v, peek_paused) = list::plan(key, spec, now_secs);
             v
         }
         KeyState::Typed(KeyType::Zset) if spec.score == ScoreMode::Timestamp => {
-            let now = histogram::score_arg(spec.score_unit, now_secs);
-            let mut oldest = cmd("ZRANGE", k);
-            oldest.arg(0).arg(0).arg("WITHSCORES");
-            // The scheduled items; ready = ZCARD - scheduled. When everything
-            // is due (the common case) Redis answers 0 from the zset's last
-            // score without a scan (`zzlIsInRange`/`zslIsInRange`), which is
-            // cheaper than `ZRANGE (now +inf BYSCORE LIMIT 0 1` (0.71 vs 1.00
-            // µs per call on a 100-item listpack) and also counts a zset
-            // holding both due and scheduled items in the same round trip.
-            let mut scheduled = cmd("ZCOUNT", k);
-            scheduled.arg(format!("({now}")).arg("+inf");
-            let mut v = vec![cmd("ZCARD", k), oldest, scheduled];
-            histogram =
-                key.histogram
-                    .plan(k, spec.score_unit, &config.age_buckets, now_secs, &mut v);
+            let v;
+            (v, histogram) = zset::plan(key, spec, config, now_secs);
             v
         }
-        KeyState::Typed(KeyType::Zset) => vec![cmd("ZCARD", k)],
-        KeyState::Typed(KeyType::Hash) => vec![cmd("HLEN", k)],
-        KeyState::Typed(KeyType::Set) => vec![cmd("SCARD", k)],
-        KeyState::Typed(KeyType::Stream) => {
-            let mut info = redis::cmd("XINFO");
-            info.arg("STREAM").arg(k);
-            let mut groups = redis::cmd("XINFO");
-            groups.arg("GROUPS").arg(k);
-            vec![info, groups]
+        KeyState::Typed(t @ (KeyType::Zset | KeyType::Hash | KeyType::Set)) => {
+            vec![hash_set::plan(t, k)]
         }
+        KeyState::Typed(KeyType::Stream) => stream::plan(k),
     };
     let len = cmds.len();
     out.extend(cmds);
@@ -538,12 +503,6 @@ fn read(
     if let Some(reason) = r.iter().find_map(key_error) {
         return KeyOutcome::Failed(reason);
     }
-    // A missing key (or one that was deleted) makes some commands answer
-    // "no such key"; for streams that is an error, for the rest an empty value.
-    let no_such_key = r
-        .iter()
-        .filter_map(reply::server_error)
-        .any(|e| e.contains("no such key"));
     let mut age_failed = false;
     // What may be kept while the key is unchanged.
     let mut found = None;
@@ -574,149 +533,30 @@ fn read(
             }
         }
         KeyState::Typed(KeyType::List) => {
-            let mut s = identity(key, Some(QueueType::List));
-            let (len, head) = match plan.unchanged {
-                Some(Unchanged::List { len, head }) => {
-                    age_failed = head == Head::Unreadable;
-                    (Some(len), Some(head))
-                }
-                _ => {
-                    let len = r.first().and_then(reply::as_u64);
-                    let head;
-                    (head, age_failed) = list_head(spec, plan, len, r.get(1));
-                    (len, head)
-                }
-            };
-            s.depth = len;
-            s.ready = len;
-            match head {
-                Some(Head::Empty) => s.oldest_age_seconds = Some(0.0),
-                Some(Head::At(ts)) => s.oldest_age_seconds = Some((now_secs - ts).max(0.0)),
-                _ => {}
-            }
-            if let (Some(len), Some(head)) = (len, head) {
-                found = Some(Unchanged::List { len, head });
-            }
+            let s;
+            (s, age_failed, found) = list::read(key, spec, plan, r, now_secs);
             s
         }
         KeyState::Typed(KeyType::Zset) if spec.score == ScoreMode::Timestamp => {
-            let mut s = identity(key, Some(QueueType::Zset));
-            // After ZCARD, the oldest item and the scheduled count (unless
-            // unchanged): the histogram's replies.
-            let (card, oldest, scheduled, asked) = match plan.unchanged {
-                Some(Unchanged::DueZset { card, oldest }) => (Some(card), Some(oldest), Some(0), r),
-                _ => (
-                    r.first().and_then(reply::as_u64),
-                    r.get(1).and_then(reply::first_score),
-                    r.get(2).and_then(reply::as_u64),
-                    r.get(3..).unwrap_or_default(),
-                ),
-            };
-            // Kept only with nothing scheduled: scheduled items fall due
-            // with time alone, with no write to tell us.
-            if let (Some(card), Some(oldest), Some(0)) = (card, oldest, scheduled) {
-                found = Some(Unchanged::DueZset { card, oldest });
+            match zset::read(key, spec, plan, r, now_secs, age_buckets) {
+                Ok((s, kept)) => {
+                    found = kept;
+                    s
+                }
+                Err(again) => return again,
             }
-            let due = match (card, oldest, scheduled) {
-                (Some(0), _, _) | (_, Some(None), _) => Some(0),
-                // The zset changed between the commands: no more than it holds.
-                (Some(c), Some(Some(_)), Some(sch)) => Some(c.saturating_sub(sch)),
-                _ => None,
-            };
-            s.depth = card;
-            s.ready = due;
-            s.scheduled = match (card, due) {
-                (Some(c), Some(d)) => Some(c.saturating_sub(d)),
-                _ => None,
-            };
-            s.oldest_age_seconds = match (due, oldest) {
-                (Some(0), _) => Some(0.0),
-                (Some(_), Some(Some(score))) => {
-                    Some((now_secs - spec.score_unit.to_unix_seconds(score)).max(0.0))
-                }
-                _ => None,
-            };
-            let age_of = |score: f64| (now_secs - spec.score_unit.to_unix_seconds(score)).max(0.0);
-            s.age_histogram = match key.histogram.read(
-                plan.histogram,
-                asked,
-                due,
-                s.oldest_age_seconds,
-                age_buckets,
-                age_of,
-            ) {
-                Ok(h) => h,
-                Err(Again::Remeasure) => return KeyOutcome::Remeasure,
-                Err(Again::Deferred { newest }) => {
-                    return KeyOutcome::Deferred {
-                        oldest: s.oldest_age_seconds,
-                        newest,
-                    };
-                }
-            };
-            s
         }
         KeyState::Typed(t @ (KeyType::Zset | KeyType::Hash | KeyType::Set)) => {
-            let (queue_type, ready) = match t {
-                KeyType::Zset => (QueueType::Zset, true),
-                KeyType::Hash => (QueueType::Hash, false),
-                _ => (QueueType::Set, false),
-            };
-            let mut s = identity(key, Some(queue_type));
-            s.depth = match plan.unchanged {
-                Some(Unchanged::Size(n)) => Some(n),
-                _ => r.first().and_then(reply::as_u64),
-            };
-            if ready {
-                s.ready = s.depth;
-            }
-            found = s.depth.map(Unchanged::Size);
+            let s;
+            (s, found) = hash_set::read(key, t, plan, r);
             s
         }
-        KeyState::Typed(KeyType::Stream) => {
-            let mut s = identity(key, Some(QueueType::Stream));
-            if no_such_key {
-                // Deleted since discovery: empty until discovery confirms it is gone.
-                s.depth = Some(0);
-                s.ready = Some(0);
-            } else {
-                read_stream(&mut s, r);
-            }
-            s
-        }
+        KeyState::Typed(KeyType::Stream) => stream::read(key, r),
     };
     if s.queue_type.is_none() {
         s.queue_type = Some(QueueType::Missing);
     }
     KeyOutcome::Sample(Box::new(s), age_failed, found)
-}
-
-/// What a list's age peek found, from the `LINDEX` reply, and whether its
-/// age could not be read (counted as a parse failure). `None` when it is
-/// unknown for now (skipped while paused, too large to parse, or the length
-/// is unknown): never kept, so the next poll peeks again.
-fn list_head(
-    spec: &QueueSpec,
-    plan: &Plan,
-    len: Option<u64>,
-    item: Option<&Value>,
-) -> (Option<Head>, bool) {
-    let Some(age) = &spec.age else {
-        return (Some(Head::NotPeeked), false);
-    };
-    match (len, item) {
-        (None, _) => (None, false),
-        (Some(0), _) => (Some(Head::Empty), false),
-        (Some(_), _) if plan.peek_paused => (None, true),
-        (Some(_), Some(Value::BulkString(item))) if item.len() > MAX_PEEK_BYTES => (None, true),
-        (Some(_), Some(Value::BulkString(item))) => match item_timestamp(item, age) {
-            Some(ts) => (Some(Head::At(ts)), false),
-            None => (Some(Head::Unreadable), true),
-        },
-        // The list emptied between LLEN and LINDEX.
-        (Some(_), Some(Value::Nil)) => (Some(Head::Empty), false),
-        _ => (None, false),
-    }
 }
 
 /// A configured key that does not exist: empty, which is true.
@@ -738,64 +578,18 @@ fn missing(key: &TrackedKey, spec: &QueueSpec, age_buckets: &[std::time::Duratio
     s
 }
 
-/// A stream's length, counter and consumer groups from `XINFO STREAM` and
-/// `XINFO GROUPS` (pure). A group field that is missing or not a count stays
-/// `None` (absent on `/metrics`), never 0; a group entry that cannot be read
-/// at all, or a groups reply that is not a list, makes `ready` unknown, since
-/// the unread group may be the slowest.
-fn read_stream(s: &mut QueueSample, r: &[Value]) {
-    if let Some(info) = r.first().and_then(reply::as_pairs) {
-        s.depth = reply::field(&info, "length").and_then(reply::as_u64);
-        s.set_counters(Counters {
-            published: reply::field(&info, "entries-added").and_then(reply::as_u64),
-            ..Counters::default()
-        });
-    }
-    let groups = r.get(1).and_then(reply::as_array);
-    let mut every_group_read = groups.is_some();
-    for g in groups.unwrap_or_default() {
-        // Group names are binary-safe like keys: render them the same way
-        // rather than skipping a group whose name is not UTF-8.
-        let Some((p, name)) = reply::as_pairs(g).and_then(|p| {
-            let name = reply::field(&p, "name").and_then(reply::as_bytes)?;
-            Some((p, name))
-        }) else {
-            every_group_read = false;
-            continue;
-        };
-        let count = |field: &str| reply::field(&p, field).and_then(reply::as_u64);
-        s.groups.push(GroupSample {
-            name: display_key(name),
-            lag: count("lag"),
-            pending: count("pending"),
-            consumers: count("consumers"),
-        });
-    }
-    // Work waiting for the slowest group; absent when Redis cannot tell a lag
-    // or a group could not be read.
-    s.ready = if !every_group_read {
-        None
-    } else if s.groups.is_empty() {
-        s.depth
-    } else {
-        s.groups
-            .iter()
-            .map(|g| g.lag)
-            .collect::<Option<Vec<_>>>()
-            .and_then(|l| l.into_iter().max())
-    };
-}
-
+/// Helpers shared with the per-type files' tests, and the tests of the
+/// dispatch itself (kept values, re-typing, refusals, missing keys).
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{AgeSpec, JsonField, QueueTarget, TimeUnit};
+    use crate::config::{AgeSpec, JsonField, ListEnd, QueueTarget, TimeUnit};
     use crate::sources::redis::histogram::HistogramState;
-    use redis::Value::{Array, BulkString, Int, Nil};
+    use redis::Value::{Array, BulkString, Int};
 
-    const NOW: f64 = 1_000_000.0;
+    pub(super) const NOW: f64 = 1_000_000.0;
 
-    fn key(state: KeyState) -> TrackedKey {
+    pub(super) fn key(state: KeyState) -> TrackedKey {
         TrackedKey {
             key: b"k".to_vec(),
             name: "k".into(),
@@ -810,14 +604,14 @@ mod tests {
         }
     }
 
-    fn timestamp_zset() -> QueueSpec {
+    pub(super) fn timestamp_zset() -> QueueSpec {
         let mut spec = QueueSpec::new(QueueTarget::Pattern("*".into()));
         spec.score = ScoreMode::Timestamp;
         spec
     }
 
     /// A list key whose head item's JSON field `t` is its enqueue time.
-    fn list_with_age_field_t() -> QueueSpec {
+    pub(super) fn list_with_age_field_t() -> QueueSpec {
         let mut spec = QueueSpec::new(QueueTarget::Key("k".into()));
         spec.age = Some(AgeSpec {
             end: ListEnd::Head,
@@ -827,21 +621,21 @@ mod tests {
         spec
     }
 
-    fn bulk(s: &str) -> Value {
+    pub(super) fn bulk(s: &str) -> Value {
         BulkString(s.as_bytes().to_vec())
     }
 
     /// `ZRANGE .. WITHSCORES` of one member (RESP2 shape).
-    fn scored(score: f64) -> Value {
+    pub(super) fn scored(score: f64) -> Value {
         Array(vec![bulk("m"), bulk(&score.to_string())])
     }
 
-    fn error(line: &str) -> Value {
+    pub(super) fn error(line: &str) -> Value {
         redis::parse_redis_value(format!("-{line}\r\n").as_bytes()).unwrap()
     }
 
     /// Reads `replies` for `key` with a plan of `replies.len()` commands.
-    fn read_with(key: &TrackedKey, spec: &QueueSpec, replies: &[Value]) -> KeyOutcome {
+    pub(super) fn read_with(key: &TrackedKey, spec: &QueueSpec, replies: &[Value]) -> KeyOutcome {
         let plan = Plan {
             len: replies.len(),
             histogram: HistogramPlan::default(),
@@ -851,7 +645,7 @@ mod tests {
         read(key, spec, &plan, replies, NOW, &[])
     }
 
-    fn sample(outcome: KeyOutcome) -> QueueSample {
+    pub(super) fn sample(outcome: KeyOutcome) -> QueueSample {
         match outcome {
             KeyOutcome::Sample(s, _, _) => *s,
             other => panic!("expected a sample, got {other:?}"),
@@ -859,7 +653,7 @@ mod tests {
     }
 
     /// (depth, ready, scheduled, oldest age) of a sample.
-    fn counts(s: &QueueSample) -> (Option<u64>, Option<u64>, Option<u64>, Option<f64>) {
+    pub(super) fn counts(s: &QueueSample) -> (Option<u64>, Option<u64>, Option<u64>, Option<f64>) {
         (s.depth, s.ready, s.scheduled, s.oldest_age_seconds)
     }
 
@@ -944,78 +738,6 @@ mod tests {
     }
 
     #[test]
-    fn a_timestamp_zset_with_everything_due_is_all_ready() {
-        let k = key(KeyState::Typed(KeyType::Zset));
-        let s = sample(read_with(
-            &k,
-            &timestamp_zset(),
-            &[Int(5), scored(NOW - 30.0), Int(0)],
-        ));
-        assert_eq!(counts(&s), (Some(5), Some(5), Some(0), Some(30.0)));
-    }
-
-    #[test]
-    fn a_timestamp_zset_with_everything_scheduled_has_nothing_ready_and_age_zero() {
-        let k = key(KeyState::Typed(KeyType::Zset));
-        let s = sample(read_with(
-            &k,
-            &timestamp_zset(),
-            &[Int(4), scored(NOW + 60.0), Int(4)],
-        ));
-        assert_eq!(counts(&s), (Some(4), Some(0), Some(4), Some(0.0)));
-    }
-
-    #[test]
-    fn a_mixed_timestamp_zset_is_split_by_the_scheduled_count_in_one_round() {
-        let k = key(KeyState::Typed(KeyType::Zset));
-        let s = sample(read_with(
-            &k,
-            &timestamp_zset(),
-            &[Int(10), scored(NOW - 5.0), Int(3)],
-        ));
-        assert_eq!(counts(&s), (Some(10), Some(7), Some(3), Some(5.0)));
-    }
-
-    #[test]
-    fn a_zset_that_shrank_between_the_commands_never_reads_negative() {
-        let k = key(KeyState::Typed(KeyType::Zset));
-        let s = sample(read_with(
-            &k,
-            &timestamp_zset(),
-            &[Int(2), scored(NOW - 5.0), Int(3)],
-        ));
-        assert_eq!(counts(&s), (Some(2), Some(0), Some(2), Some(0.0)));
-    }
-
-    #[test]
-    fn an_empty_timestamp_zset_is_empty_with_age_zero() {
-        let k = key(KeyState::Typed(KeyType::Zset));
-        let s = sample(read_with(
-            &k,
-            &timestamp_zset(),
-            &[Int(0), Array(vec![]), Int(0)],
-        ));
-        assert_eq!(counts(&s), (Some(0), Some(0), Some(0), Some(0.0)));
-    }
-
-    #[test]
-    fn a_list_reads_its_length_and_the_peeked_items_age() {
-        let k = key(KeyState::Typed(KeyType::List));
-        let spec = list_with_age_field_t();
-        let item = bulk(&format!("{{\"t\":{}}}", NOW - 12.0));
-        let s = sample(read_with(&k, &spec, &[Int(3), item]));
-        assert_eq!(counts(&s), (Some(3), Some(3), None, Some(12.0)));
-        // Emptied between LLEN and LINDEX: nothing waits.
-        let s = sample(read_with(&k, &spec, &[Int(1), Nil]));
-        assert_eq!(s.oldest_age_seconds, Some(0.0));
-        // An unreadable item: age unknown, and counted as a parse failure.
-        match read_with(&k, &spec, &[Int(1), bulk("garbage")]) {
-            KeyOutcome::Sample(s, failed, _) => assert!(failed && s.oldest_age_seconds.is_none()),
-            other => panic!("{other:?}"),
-        }
-    }
-
-    #[test]
     fn a_changed_type_asks_for_a_retype_and_a_refusal_is_unknown() {
         let k = key(KeyState::Typed(KeyType::List));
         let spec = QueueSpec::new(QueueTarget::Key("k".into()));
@@ -1041,132 +763,5 @@ mod tests {
         assert_eq!(counts(&s), (Some(0), Some(0), Some(0), Some(0.0)));
         assert_eq!(s.queue_type, Some(QueueType::Missing));
         assert_eq!(read_with(&k, &spec, &[bulk("zset")]), KeyOutcome::Retype);
-    }
-
-    /// `XINFO GROUPS` replies, one group each, with what it must read as.
-    #[test]
-    fn stream_group_fields_missing_or_malformed_are_unknown_never_zero() {
-        let info = Array(vec![bulk("length"), Int(9), bulk("entries-added"), Int(12)]);
-        let group = |fields: Vec<Value>| Array(vec![Array(fields)]);
-        let complete = || {
-            vec![
-                bulk("name"),
-                bulk("g"),
-                bulk("consumers"),
-                Int(2),
-                bulk("pending"),
-                Int(3),
-                bulk("lag"),
-                Int(4),
-            ]
-        };
-        let without = |field: &str| {
-            let mut f = complete();
-            let i = f.iter().position(|v| *v == bulk(field)).unwrap();
-            f.drain(i..i + 2);
-            f
-        };
-        let with = |field: &str, v: Value| {
-            let mut f = complete();
-            let i = f.iter().position(|x| *x == bulk(field)).unwrap();
-            f[i + 1] = v;
-            f
-        };
-        // (case, groups reply, pending, consumers, lag, stream ready)
-        type Row = (
-            &'static str,
-            Value,
-            Option<u64>,
-            Option<u64>,
-            Option<u64>,
-            Option<u64>,
-        );
-        let table: Vec<Row> = vec![
-            (
-                "complete",
-                group(complete()),
-                Some(3),
-                Some(2),
-                Some(4),
-                Some(4),
-            ),
-            (
-                "pending missing",
-                group(without("pending")),
-                None,
-                Some(2),
-                Some(4),
-                Some(4),
-            ),
-            (
-                "consumers missing",
-                group(without("consumers")),
-                Some(3),
-                None,
-                Some(4),
-                Some(4),
-            ),
-            (
-                "pending not a count",
-                group(with("pending", bulk("x"))),
-                None,
-                Some(2),
-                Some(4),
-                Some(4),
-            ),
-            (
-                "consumers negative",
-                group(with("consumers", Int(-1))),
-                Some(3),
-                None,
-                Some(4),
-                Some(4),
-            ),
-            (
-                "lag nil (Redis cannot tell)",
-                group(with("lag", Nil)),
-                Some(3),
-                Some(2),
-                None,
-                None,
-            ),
-        ];
-        for (case, groups, pending, consumers, lag, ready) in table {
-            let mut s = QueueSample::named("s");
-            read_stream(&mut s, &[info.clone(), groups]);
-            let g = &s.groups[0];
-            assert_eq!(
-                (g.pending, g.consumers, g.lag),
-                (pending, consumers, lag),
-                "{case}"
-            );
-            assert_eq!(s.ready, ready, "{case}");
-            assert_eq!(s.depth, Some(9), "{case}");
-        }
-        // A group entry without a name, or a groups reply that is not a
-        // list: that group may be the slowest, so `ready` is unknown.
-        for (case, groups) in [
-            ("group without a name", group(without("name"))),
-            ("group not a map", Array(vec![Int(1)])),
-            ("groups not a list", bulk("?")),
-        ] {
-            let mut s = QueueSample::named("s");
-            read_stream(&mut s, &[info.clone(), groups]);
-            assert!(s.groups.is_empty(), "{case}");
-            assert_eq!(s.ready, None, "{case}");
-        }
-        // No groups at all: everything in the stream is ready.
-        let mut s = QueueSample::named("s");
-        read_stream(&mut s, &[info.clone(), Array(vec![])]);
-        assert_eq!(s.ready, Some(9));
-    }
-
-    #[test]
-    fn a_deleted_stream_is_empty_until_discovery_confirms_it_is_gone() {
-        let k = key(KeyState::Typed(KeyType::Stream));
-        let spec = QueueSpec::new(QueueTarget::Key("k".into()));
-        let gone = error("ERR no such key");
-        let s = sample(read_with(&k, &spec, &[gone.clone(), gone]));
-        assert_eq!((s.depth, s.ready), (Some(0), Some(0)));
     }
 }
