@@ -257,14 +257,27 @@ fn check_presets(
 
 /// Preset samples of keys the library's queues share (`(all)`, the
 /// priority-zset shared keys; marked [`PresetUnit::Shared`] by the preset)
-/// hold no waiting jobs, so they have no age: mode Age leaves them out.
-/// Told by the mark, never by a missing `waiting` state, which may only
-/// mean its read was refused.
+/// are not queues: they hold no waiting jobs and have no age. Mode Age
+/// leaves them out, and so does QueueLength unless it asks for a state they
+/// hold (Sidekiq's `(all)` holds `scheduled`, `retry`, `dead`): otherwise
+/// their 0 would count as a queue and pull an `avg` down. Told by the mark,
+/// never by a missing `waiting` state, which may only mean its read was
+/// refused.
 fn skip_for_mode(query: &ScalerQuery, q: &QueueSample) -> bool {
-    query.mode == Mode::Age
-        && q.preset
-            .as_ref()
-            .is_some_and(|f| f.unit == PresetUnit::Shared)
+    let Some(f) = q.preset.as_ref().filter(|f| f.unit == PresetUnit::Shared) else {
+        return false;
+    };
+    match query.mode {
+        Mode::Age => true,
+        Mode::QueueLength => !asked_states(query).iter().any(|s| f.states.contains_key(s)),
+        _ => false,
+    }
+}
+
+/// The job states a QueueLength query counts on a preset queue: `waiting`
+/// unless `state` picks others.
+fn asked_states(query: &ScalerQuery) -> &[JobState] {
+    query.states.as_deref().unwrap_or(&[JobState::Waiting])
 }
 
 /// Known values of at least one queue: an aggregate over nothing would be
@@ -464,7 +477,7 @@ fn queue_value(query: &ScalerQuery, s: &Snapshot, q: &QueueSample) -> Result<f64
         // the library does not have holds no jobs.
         Mode::QueueLength => match &q.preset {
             Some(f) => {
-                let states = query.states.as_deref().unwrap_or(&[JobState::Waiting]);
+                let states = asked_states(query);
                 f.depth_of(states).map(|n| n as f64).ok_or_else(|| {
                     let names: Vec<&str> = f
                         .unknown_states(states)
@@ -768,6 +781,31 @@ mod tests {
         assert!(matches!(e, QueryError::NotFound(_)), "{e}");
         let covered = scoped(s.clone(), Reach::All);
         assert_eq!(age("(all)", &covered).unwrap().value, 0.0);
+    }
+
+    #[test]
+    fn shared_keys_count_only_for_the_states_they_hold() {
+        let now = SystemTime::now();
+        let mut all = preset("(all)", "sidekiq", &[(JobState::Retry, 3)]);
+        if let Some(f) = all.preset.as_mut() {
+            f.unit = PresetUnit::Shared;
+        }
+        let a = preset(
+            "a",
+            "sidekiq",
+            &[(JobState::Waiting, 4), (JobState::Retry, 0)],
+        );
+        let b = preset("b", "sidekiq", &[(JobState::Waiting, 8)]);
+        let s = snap("main", vec![all, a, b], Some(Duration::ZERO), now);
+        let length = |pairs: &[(&str, &str)]| {
+            evaluate(&q(pairs), std::slice::from_ref(&s), &cfg(), now).unwrap()
+        };
+        // Waiting jobs: an average over the two queues, not over three.
+        let avg = length(&[("queue", "*"), ("operation", "avg")]);
+        assert_eq!((avg.value, avg.matched), (6.0, 2));
+        // Retries live in the shared keys: they count there.
+        let retry = length(&[("queue", "*"), ("operation", "sum"), ("state", "retry")]);
+        assert_eq!((retry.value, retry.matched), (3.0, 3));
     }
 
     #[test]
