@@ -26,3 +26,4 @@ pub mod shutdown;
 pub mod snapshot;
 pub mod sources;
 pub mod telemetry;
+pub mod time;

@@ -110,6 +110,13 @@ fn bad_configs_exit_nonzero_with_one_line_naming_file_field_and_problem() {
             "sources[0].queues[0].age.unit: unknown variant `fortnights`",
         ),
         (
+            // A score range is built before any score is read: no guessing.
+            "- key: work-queue",
+            "- key: work-queue
+        score_unit: auto",
+            "sources[0].queues[0]: score_unit: must be seconds, milliseconds, microseconds or nanoseconds",
+        ),
+        (
             "listen: { grpc: null }",
             "listen: { grpc: null }
 log: { format: xml }",
@@ -422,19 +429,7 @@ async fn sigterm_stops_serve_promptly_even_while_a_poll_hangs() {
 #[test]
 fn check_connect_names_an_auth_failure() {
     let redis = RedisServer::start();
-    let _: () = redis::cmd("ACL")
-        .arg(&[
-            "SETUSER",
-            "qe",
-            "on",
-            ">right",
-            "~*",
-            "-@all",
-            "+@read",
-            "+@connection",
-        ])
-        .query(&mut redis.conn())
-        .unwrap();
+    redis.acl_user("qe", "right", READ_ONLY_ACL);
     let url = redis.url.replace("redis://", "redis://qe:wrong@");
     let (_dir, path) = write_config(&good(&url));
     let (code, out, err) = run(&["check", "--connect", "--config", path.to_str().unwrap()]);

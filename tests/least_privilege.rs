@@ -46,17 +46,7 @@ fn counted_errors(body: &str) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_whole_redis_side_runs_under_minus_all_plus_read_plus_connection() {
     let redis = RedisServer::start();
-    redis.run::<()>(&[
-        b"ACL",
-        b"SETUSER",
-        b"qe",
-        b"on",
-        b">ro-pass",
-        b"-@all",
-        b"+@read",
-        b"+@connection",
-        b"~*",
-    ]);
+    redis.acl_user("qe", "ro-pass", READ_ONLY_ACL);
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap()

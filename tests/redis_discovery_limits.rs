@@ -150,19 +150,7 @@ async fn one_max_keys_budget_is_shared_by_key_pattern_and_preset_entries() {
 /// URL that logs in as `qe`.
 fn redis_refusing(refused: &str) -> (RedisServer, String) {
     let redis = RedisServer::start();
-    redis.run::<()>(&[
-        b"ACL",
-        b"SETUSER",
-        b"qe",
-        b"on",
-        b">pw",
-        b"-@all",
-        b"+@read",
-        b"+@connection",
-        refused.as_bytes(),
-        b"~*",
-    ]);
-    let url = format!("redis://qe:pw@127.0.0.1:{}", redis.port);
+    let url = redis.acl_user("qe", "pw", &[READ_ONLY_ACL, &[refused]].concat());
     (redis, url)
 }
 

@@ -1154,21 +1154,7 @@ async fn a_restarted_redis_goes_up_down_up_and_values_are_right_after() {
 async fn start_under_a_read_only_acl()
 -> (RedisServer, TestApp, redis::Connection, tempfile::TempDir) {
     let redis = RedisServer::start();
-    run(
-        &redis,
-        &[
-            "ACL",
-            "SETUSER",
-            "qe",
-            "on",
-            ">s3cret",
-            "~*",
-            "&*",
-            "-@all",
-            "+@read",
-            "+@connection",
-        ],
-    );
+    redis.acl_user("qe", "s3cret", &[READ_ONLY_ACL, &["&*"]].concat());
     let db1 = redis::Client::open(format!("{}/1", redis.url)).unwrap();
     let mut db1 = db1.get_connection().unwrap();
     for args in [
@@ -1331,20 +1317,7 @@ async fn a_redis_that_never_answers_counts_timeouts() {
 async fn a_key_the_acl_does_not_cover_is_unknown_and_counted_not_zero() {
     let redis = RedisServer::start();
     // This user may read `q:*` only.
-    run(
-        &redis,
-        &[
-            "ACL",
-            "SETUSER",
-            "lim",
-            "on",
-            ">pw",
-            "~q:*",
-            "-@all",
-            "+@read",
-            "+@connection",
-        ],
-    );
+    redis.acl_user("lim", "pw", &["~q:*", "-@all", "+@read", "+@connection"]);
     run(&redis, &["RPUSH", "q:1", "a"]);
     run(&redis, &["RPUSH", "secret", "a", "b", "c"]);
     run(&redis, &["XADD", "secret:stream", "*", "k", "v"]);

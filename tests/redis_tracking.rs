@@ -282,22 +282,7 @@ async fn a_server_that_refuses_tracking_is_read_in_full_on_every_poll() {
     let redis = RedisServer::start();
     fill(&redis, 100.0);
     // The least-privilege user of docs/redis.md, minus CLIENT TRACKING.
-    run(
-        &redis,
-        &[
-            "ACL",
-            "SETUSER",
-            "qe",
-            "on",
-            ">pw",
-            "~*",
-            "-@all",
-            "+@read",
-            "+@connection",
-            "-client|tracking",
-        ],
-    );
-    let url = redis.url.replace("redis://", "redis://qe:pw@");
+    let url = redis.acl_user("qe", "pw", &[READ_ONLY_ACL, &["-client|tracking"]].concat());
     let yaml = config(&redis, "").replace(&redis.url, &url);
     let app = TestApp::start(&yaml).await;
     let s = app

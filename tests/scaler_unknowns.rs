@@ -24,15 +24,6 @@ fn config(url: &str, queues: &str) -> String {
     )
 }
 
-/// Creates ACL user `qe` (password `pw`) with `rules` after `on >pw`, and
-/// returns the URL that logs in as it.
-fn acl_user(redis: &RedisServer, rules: &[&str]) -> String {
-    let mut args: Vec<&[u8]> = vec![b"ACL", b"SETUSER", b"qe", b"on", b">pw"];
-    args.extend(rules.iter().map(|r| r.as_bytes()));
-    redis.run::<()>(&args);
-    redis.url.replace("redis://", "redis://qe:pw@")
-}
-
 /// Runs one command as the admin.
 fn run(redis: &RedisServer, args: &[&str]) {
     let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
@@ -68,8 +59,9 @@ async fn a_bullmq_queue_whose_prioritized_key_is_refused_is_unavailable_not_zero
     run(&redis, &["ZADD", "bull:email:delayed", "1", "4"]);
     // Read-only, every `bull:email:` key but those starting with `p`, and
     // `paused` given back: `prioritized` alone is refused.
-    let url = acl_user(
-        &redis,
+    let url = redis.acl_user(
+        "qe",
+        "pw",
         &[
             "-@all",
             "+@read",
@@ -135,8 +127,9 @@ async fn sum_max_and_avg_over_a_glob_with_one_refused_key_are_unavailable_naming
         set_list_len(&mut redis.conn(), k, n);
     }
     // `jobs:b` may be typed (so it is tracked as a list) but not measured.
-    let url = acl_user(
-        &redis,
+    let url = redis.acl_user(
+        "qe",
+        "pw",
         &[
             "-@all",
             "+@read",
@@ -177,8 +170,9 @@ async fn a_stream_whose_groups_are_refused_has_no_lag_pending_or_depth() {
     let redis = RedisServer::start();
     run(&redis, &["XADD", "events", "*", "k", "v"]);
     run(&redis, &["XGROUP", "CREATE", "events", "workers", "0"]);
-    let url = acl_user(
-        &redis,
+    let url = redis.acl_user(
+        "qe",
+        "pw",
         &["-@all", "+@read", "+@connection", "-xinfo|groups", "~*"],
     );
     let app = TestApp::start(&config(&url, "- key: events\n")).await;

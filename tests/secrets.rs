@@ -132,17 +132,7 @@ async fn redis_passwords_from_a_file_or_the_url_never_show() {
     let pw = secret("redis");
     let wrong = secret("wrong");
     let redis = RedisServer::start();
-    redis.run::<()>(&[
-        b"ACL",
-        b"SETUSER",
-        b"qe",
-        b"on",
-        format!(">{pw}").as_bytes(),
-        b"-@all",
-        b"+@read",
-        b"+@connection",
-        b"~*",
-    ]);
+    redis.acl_user("qe", &pw, READ_ONLY_ACL);
     redis.run::<()>(&[b"RPUSH", b"work", b"a", b"b"]);
     let dir = tempfile::tempdir().unwrap();
     let pw_file = write_file(&dir, "pw", &format!("{pw}\n"));

@@ -38,8 +38,8 @@ pub use preset::{ALL_QUEUES, CounterKeys, DEFAULT_STALLED_CHECK_LIMIT, Preset, P
 pub use rabbitmq::{ClientTlsConfig, NameRegex, RabbitMethod, RabbitSourceConfig, RabbitStats};
 pub use redis::{
     AgeSpec, CaptureLabels, JsonField, KeyType, ListEnd, QueueSpec, QueueTarget, RESERVED_LABELS,
-    RedisSourceConfig, RedisTlsConfig, RedisUrl, ScoreMode, ScoreUnit, SentinelSpec, TimeUnit,
-    UrlKind, default_age_buckets, default_age_histogram_interval,
+    RedisSourceConfig, RedisTlsConfig, RedisUrl, ScoreMode, SentinelSpec, UrlKind,
+    default_age_buckets, default_age_histogram_interval,
 };
 pub use secret::{Redacted, read_secret_file};
 pub use sections::{GrpcTlsConfig, ListenConfig, LogConfig, LogFormat, ScalerConfig};

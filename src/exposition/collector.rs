@@ -11,6 +11,7 @@ use prometheus_client::metrics::MetricType;
 use super::Format;
 use super::labels::{QueueLabels, ReasonLabels, SourceLabels, VhostLabels};
 use crate::snapshot::{POLL_DURATION_BUCKETS, QueueSample, Reason, Snapshot};
+use crate::time::unix_seconds;
 
 /// Name of the age gauge histogram family.
 pub const AGE_HISTOGRAM: &str = "queue_message_age_seconds";
@@ -368,10 +369,7 @@ impl SnapshotCollector {
             "queue_exporter_last_success_timestamp_seconds",
             "Unix time of the source's last successful poll",
             MetricType::Gauge,
-            src().filter_map(|(l, s)| {
-                let t = s.last_success?.duration_since(std::time::UNIX_EPOCH).ok()?;
-                Some((l, t.as_secs_f64()))
-            }),
+            src().filter_map(|(l, s)| Some((l, unix_seconds(s.last_success?)))),
         )?;
         gauges(
             enc,

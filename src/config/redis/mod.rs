@@ -17,7 +17,7 @@ mod url;
 
 pub use queue::{
     AgeSpec, CaptureLabels, JsonField, KeyType, ListEnd, QueueSpec, QueueTarget, RESERVED_LABELS,
-    ScoreMode, ScoreUnit, TimeUnit,
+    ScoreMode,
 };
 pub use url::{RedisUrl, SentinelSpec, UrlKind};
 

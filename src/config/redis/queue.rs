@@ -8,6 +8,7 @@ use serde::{Deserialize, Deserializer};
 
 use crate::config::CounterKeys;
 use crate::config::preset::check_counters;
+use crate::time::TimeUnit;
 
 /// One `queues:` entry of a Redis source: an exact key or a glob.
 #[derive(Debug, Clone, Deserialize)]
@@ -21,8 +22,9 @@ pub struct QueueSpec {
     pub types: Option<Vec<KeyType>>,
     /// What zset scores mean.
     pub score: ScoreMode,
-    /// Unit of timestamp scores.
-    pub score_unit: ScoreUnit,
+    /// Unit of timestamp scores: always a fixed-scale number
+    /// ([`TimeUnit::is_fixed_number`], checked at load).
+    pub score_unit: TimeUnit,
     /// How to read the oldest item's age from a list.
     pub age: Option<AgeSpec>,
     /// Integer string keys read with `GET` as this queue's job totals
@@ -38,7 +40,7 @@ impl QueueSpec {
             labels: None,
             types: None,
             score: ScoreMode::default(),
-            score_unit: ScoreUnit::default(),
+            score_unit: TimeUnit::Seconds,
             age: None,
             counters: None,
         }
@@ -84,8 +86,8 @@ struct RawQueueSpec {
     types: Option<Vec<KeyType>>,
     #[serde(default)]
     score: ScoreMode,
-    #[serde(default)]
-    score_unit: ScoreUnit,
+    #[serde(default = "seconds")]
+    score_unit: TimeUnit,
     #[serde(default)]
     age: Option<AgeSpec>,
     #[serde(default)]
@@ -104,6 +106,13 @@ impl TryFrom<RawQueueSpec> for QueueSpec {
             (Some(k), None) => QueueTarget::Key(k),
             (None, Some(p)) => QueueTarget::Pattern(p),
         };
+        if !raw.score_unit.is_fixed_number() {
+            return Err(
+                "score_unit: must be seconds, milliseconds, microseconds or nanoseconds \
+                 (scores are numbers of one scale)"
+                    .into(),
+            );
+        }
         if raw.types.as_ref().is_some_and(Vec::is_empty) {
             return Err("types: must list at least one type".into());
         }
@@ -123,6 +132,11 @@ impl TryFrom<RawQueueSpec> for QueueSpec {
             counters: raw.counters,
         })
     }
+}
+
+/// Scores are unix seconds unless `score_unit` says otherwise.
+fn seconds() -> TimeUnit {
+    TimeUnit::Seconds
 }
 
 /// Label names a capture group may not take, because the exporter sets them.
@@ -239,27 +253,6 @@ pub enum ScoreMode {
     Timestamp,
 }
 
-/// Unit of timestamp scores.
-#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "lowercase")]
-pub enum ScoreUnit {
-    /// Unix seconds (may be fractional).
-    #[default]
-    Seconds,
-    /// Unix milliseconds.
-    Milliseconds,
-}
-
-impl ScoreUnit {
-    /// Converts a score in this unit to unix seconds.
-    pub fn to_unix_seconds(self, score: f64) -> f64 {
-        match self {
-            ScoreUnit::Seconds => score,
-            ScoreUnit::Milliseconds => score / 1000.0,
-        }
-    }
-}
-
 /// How to find the enqueue time of a list's oldest item.
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
@@ -284,25 +277,6 @@ pub enum ListEnd {
     Head,
     /// `LINDEX -1`: producers LPUSH, workers RPOP.
     Tail,
-}
-
-/// Unit of a timestamp found in an item.
-#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "lowercase")]
-pub enum TimeUnit {
-    /// Unix seconds.
-    Seconds,
-    /// Unix milliseconds.
-    Milliseconds,
-    /// Unix microseconds.
-    Microseconds,
-    /// Unix nanoseconds.
-    Nanoseconds,
-    /// An RFC 3339 string.
-    Rfc3339,
-    /// Guess from the magnitude (s, ms, µs, ns) or parse RFC 3339 text.
-    #[default]
-    Auto,
 }
 
 /// A dotted JSON path (`meta.enqueued_at`), checked and turned into a JSON

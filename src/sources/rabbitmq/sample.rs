@@ -33,11 +33,7 @@ pub enum HeadTimestamp {
 pub fn oldest_age(head: HeadTimestamp, ready: Option<u64>, now: SystemTime) -> Option<f64> {
     match head {
         HeadTimestamp::Seconds(ts) if ts.is_finite() && ts > 0.0 => {
-            let now = now
-                .duration_since(SystemTime::UNIX_EPOCH)
-                .ok()?
-                .as_secs_f64();
-            Some((now - ts).max(0.0))
+            Some((crate::time::unix_seconds(now) - ts).max(0.0))
         }
         HeadTimestamp::Seconds(_) | HeadTimestamp::NoValue if ready == Some(0) => Some(0.0),
         _ => None,

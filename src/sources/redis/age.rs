@@ -1,6 +1,6 @@
 //! Reading an enqueue time out of a peeked list item.
 
-use crate::config::{AgeSpec, TimeUnit};
+use crate::config::AgeSpec;
 
 /// The item's timestamp in unix seconds, or `None` if it cannot be read.
 pub fn item_timestamp(item: &[u8], spec: &AgeSpec) -> Option<f64> {
@@ -8,54 +8,20 @@ pub fn item_timestamp(item: &[u8], spec: &AgeSpec) -> Option<f64> {
         Some(field) => {
             let json: serde_json::Value = serde_json::from_slice(item).ok()?;
             match json.pointer(field.pointer())? {
-                serde_json::Value::Number(n) => number_to_seconds(n.as_f64()?, spec.unit),
-                serde_json::Value::String(s) => text_to_seconds(s, spec.unit),
+                serde_json::Value::Number(n) => spec.unit.number_to_seconds(n.as_f64()?),
+                serde_json::Value::String(s) => spec.unit.text_to_seconds(s),
                 _ => None,
             }
         }
-        None => text_to_seconds(std::str::from_utf8(item).ok()?, spec.unit),
+        None => spec.unit.text_to_seconds(std::str::from_utf8(item).ok()?),
     }
-}
-
-fn text_to_seconds(s: &str, unit: TimeUnit) -> Option<f64> {
-    let s = s.trim().trim_matches('"');
-    if unit != TimeUnit::Rfc3339
-        && let Ok(n) = s.parse::<f64>()
-    {
-        return number_to_seconds(n, unit);
-    }
-    match unit {
-        TimeUnit::Rfc3339 | TimeUnit::Auto => chrono::DateTime::parse_from_rfc3339(s)
-            .ok()
-            .map(|t| t.timestamp_micros() as f64 / 1e6),
-        _ => None,
-    }
-}
-
-fn number_to_seconds(n: f64, unit: TimeUnit) -> Option<f64> {
-    if !n.is_finite() || n < 0.0 {
-        return None;
-    }
-    let seconds = match unit {
-        TimeUnit::Seconds => n,
-        TimeUnit::Milliseconds => n / 1e3,
-        TimeUnit::Microseconds => n / 1e6,
-        TimeUnit::Nanoseconds => n / 1e9,
-        TimeUnit::Rfc3339 => return None,
-        // Unix seconds stay below 1e11 until the year 5138; each further
-        // factor of 1000 is the next finer unit.
-        TimeUnit::Auto if n < 1e11 => n,
-        TimeUnit::Auto if n < 1e14 => n / 1e3,
-        TimeUnit::Auto if n < 1e17 => n / 1e6,
-        TimeUnit::Auto => n / 1e9,
-    };
-    Some(seconds)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::config::ListEnd;
+    use crate::time::TimeUnit;
 
     fn spec(field: Option<&str>, unit: TimeUnit) -> AgeSpec {
         AgeSpec {

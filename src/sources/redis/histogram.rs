@@ -39,8 +39,8 @@ use redis::Value;
 
 use super::cmd::cmd;
 use super::reply;
-use crate::config::ScoreUnit;
 use crate::snapshot::AgeHistogram;
+use crate::time::TimeUnit;
 
 /// What polls have learned about one key's histogram.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -125,16 +125,6 @@ pub enum Again {
     },
 }
 
-/// A score bound with millisecond precision. Redis parses bounds with
-/// `strtod`, whose slow exact path for 17-digit floats dominated the
-/// server's time in benchmarks; short decimals avoid it.
-pub fn score_arg(unit: ScoreUnit, unix_seconds: f64) -> String {
-    match unit {
-        ScoreUnit::Seconds => format!("{unix_seconds:.3}"),
-        ScoreUnit::Milliseconds => format!("{:.0}", unix_seconds * 1000.0),
-    }
-}
-
 /// A histogram whose every bucket holds all `due` items.
 pub fn uniform(buckets: &[Duration], due: u64) -> AgeHistogram {
     AgeHistogram {
@@ -156,7 +146,7 @@ impl HistogramState {
     pub fn plan(
         &self,
         key: &[u8],
-        unit: ScoreUnit,
+        unit: TimeUnit,
         buckets: &[Duration],
         now_secs: f64,
         out: &mut Vec<redis::Cmd>,
@@ -167,7 +157,7 @@ impl HistogramState {
         }
         // Every waiting item is at most as old as the oldest one, so buckets
         // at or above its predicted age equal the due count.
-        let now = score_arg(unit, now_secs);
+        let now = unit.score_arg(now_secs);
         // The newest due item (one cheap command, walking from the newest
         // end): its age checks every bucket below it at once.
         let newest_cmd = |out: &mut Vec<redis::Cmd>| {
@@ -228,7 +218,7 @@ impl HistogramState {
                 break;
             }
             let predicted = last.map(|last| last.buckets[i].1);
-            let bound = score_arg(unit, now_secs - secs);
+            let bound = unit.score_arg(now_secs - secs);
             match predicted {
                 Some(predicted) if i < 64 => {
                     let (offset, limit) = probe_window(predicted, u64::from(plan.window));
@@ -536,7 +526,7 @@ mod tests {
     fn a_first_measurement_first_locates_the_newest_due_item() {
         let state = HistogramState::default();
         let mut cmds = Vec::new();
-        let plan = state.plan(b"k", ScoreUnit::Seconds, &buckets(), 1000.0, &mut cmds);
+        let plan = state.plan(b"k", TimeUnit::Seconds, &buckets(), 1000.0, &mut cmds);
         assert!(plan.measure && plan.deferred);
         assert_eq!(cmds.len(), 1);
         assert_eq!(
@@ -566,7 +556,7 @@ mod tests {
         let mut state = HistogramState::default();
         state.defer(Some(200.0), Some(15.0), 1000.0);
         let mut cmds = Vec::new();
-        let plan = state.plan(b"k", ScoreUnit::Seconds, &buckets(), 1000.0, &mut cmds);
+        let plan = state.plan(b"k", TimeUnit::Seconds, &buckets(), 1000.0, &mut cmds);
         // 10 s is younger than the newest due item: not asked, the newest
         // item is read again instead. 60 s is counted; 300 s is above the
         // oldest item's age, so it holds all.
@@ -661,7 +651,7 @@ mod tests {
             1000.0,
         );
         let mut cmds = Vec::new();
-        let next = state.plan(b"k", ScoreUnit::Seconds, &buckets(), 1000.5, &mut cmds);
+        let next = state.plan(b"k", TimeUnit::Seconds, &buckets(), 1000.5, &mut cmds);
         assert!(!next.measure && cmds.is_empty());
         // Served as it was: the very same histogram, not a copy.
         let served = read(&state, next, &[], Some(9), Some(520.0)).unwrap();
@@ -669,7 +659,7 @@ mod tests {
         // Due again within one interval.
         assert!(
             state
-                .plan(b"k", ScoreUnit::Seconds, &buckets(), 1015.0, &mut cmds)
+                .plan(b"k", TimeUnit::Seconds, &buckets(), 1015.0, &mut cmds)
                 .measure
         );
     }
@@ -678,7 +668,7 @@ mod tests {
     fn a_measured_small_zset_is_probed_around_its_last_counts() {
         let state = measured([0, 2, 20], 30);
         let mut cmds = Vec::new();
-        let plan = state.plan(b"k", ScoreUnit::Seconds, &buckets(), 1000.0, &mut cmds);
+        let plan = state.plan(b"k", TimeUnit::Seconds, &buckets(), 1000.0, &mut cmds);
         // The 10 s bucket was empty: checked by the newest due item, not asked.
         assert_eq!(
             (
@@ -707,7 +697,7 @@ mod tests {
     fn with_no_empty_young_bucket_the_newest_item_is_not_read() {
         let state = measured([1, 2, 20], 30);
         let mut cmds = Vec::new();
-        let plan = state.plan(b"k", ScoreUnit::Seconds, &buckets(), 1000.0, &mut cmds);
+        let plan = state.plan(b"k", TimeUnit::Seconds, &buckets(), 1000.0, &mut cmds);
         assert_eq!(
             (plan.newest, plan.young, plan.queried, plan.probes),
             (false, 0, 3, 0b111)
@@ -729,7 +719,7 @@ mod tests {
     fn a_probe_inside_its_window_is_exact() {
         let state = measured([0, 2, 20], 30);
         let mut cmds = Vec::new();
-        let plan = state.plan(b"k", ScoreUnit::Seconds, &buckets(), 1000.0, &mut cmds);
+        let plan = state.plan(b"k", TimeUnit::Seconds, &buckets(), 1000.0, &mut cmds);
         // 10 s: the newest item is 15 s old; 3 of 6 → 3; offset 16 + 7 of 8 → 23.
         let h = read(
             &state,
@@ -748,7 +738,7 @@ mod tests {
     fn a_probe_outside_its_window_remeasures_with_zcount_next_time_too() {
         let mut state = measured([0, 2, 20], 30);
         let mut cmds = Vec::new();
-        let plan = state.plan(b"k", ScoreUnit::Seconds, &buckets(), 1000.0, &mut cmds);
+        let plan = state.plan(b"k", TimeUnit::Seconds, &buckets(), 1000.0, &mut cmds);
         // A full window (8 of 8) says only "24 or more"; an empty one with
         // an offset says only "16 or fewer".
         for third in [members(8), members(0)] {
@@ -765,7 +755,7 @@ mod tests {
         }
         state.forget_hint();
         let mut again = Vec::new();
-        let plan = state.plan(b"k", ScoreUnit::Seconds, &buckets(), 1000.0, &mut again);
+        let plan = state.plan(b"k", TimeUnit::Seconds, &buckets(), 1000.0, &mut again);
         assert_eq!((plan.probes, plan.newest), (0, false));
         assert!(again.iter().all(|c| args(c)[0] == "ZCOUNT"));
     }
@@ -775,12 +765,12 @@ mod tests {
         let mut state = measured([0, 2, 20], 30);
         state.member_len = 1000;
         let mut cmds = Vec::new();
-        let plan = state.plan(b"k", ScoreUnit::Seconds, &buckets(), 1000.0, &mut cmds);
+        let plan = state.plan(b"k", TimeUnit::Seconds, &buckets(), 1000.0, &mut cmds);
         assert_eq!(plan.window, 0);
         assert_eq!(args(&cmds[2])[7..], ["19", "2"]);
         let big = measured([0, 2, 20], PROBE_MAX_ITEMS + 1);
         let mut cmds = Vec::new();
-        let plan = big.plan(b"k", ScoreUnit::Seconds, &buckets(), 1000.0, &mut cmds);
+        let plan = big.plan(b"k", TimeUnit::Seconds, &buckets(), 1000.0, &mut cmds);
         assert_eq!(plan.probes, 0);
     }
 }

@@ -61,10 +61,7 @@ pub async fn poll_keys(
             key.unchanged = None;
         }
     }
-    let now_secs = now
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map(|d| d.as_secs_f64())
-        .unwrap_or(0.0);
+    let now_secs = crate::time::unix_seconds(now);
     let mut polled = Polled::default();
     let mut samples: Vec<Option<QueueSample>> = vec![None; tracked.len()];
     let mut pending: Vec<usize> = (0..tracked.len()).collect();
@@ -583,8 +580,9 @@ fn missing(key: &TrackedKey, spec: &QueueSpec, age_buckets: &[std::time::Duratio
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{AgeSpec, JsonField, ListEnd, QueueTarget, TimeUnit};
+    use crate::config::{AgeSpec, JsonField, ListEnd, QueueTarget};
     use crate::sources::redis::histogram::HistogramState;
+    use crate::time::TimeUnit;
     use redis::Value::{Array, BulkString, Int};
 
     pub(super) const NOW: f64 = 1_000_000.0;

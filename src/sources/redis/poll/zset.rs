@@ -13,7 +13,7 @@ use super::{KeyOutcome, Plan, identity};
 use crate::config::{QueueSpec, RedisSourceConfig};
 use crate::snapshot::{QueueSample, QueueType};
 use crate::sources::redis::cmd::cmd;
-use crate::sources::redis::histogram::{self, Again, HistogramPlan};
+use crate::sources::redis::histogram::{Again, HistogramPlan};
 use crate::sources::redis::reply;
 use crate::sources::redis::tracked::{TrackedKey, Unchanged};
 
@@ -26,7 +26,7 @@ pub(super) fn plan(
     now_secs: f64,
 ) -> (Vec<redis::Cmd>, HistogramPlan) {
     let k = key.key.as_slice();
-    let now = histogram::score_arg(spec.score_unit, now_secs);
+    let now = spec.score_unit.score_arg(now_secs);
     let mut oldest = cmd("ZRANGE", k);
     oldest.arg(0).arg(0).arg("WITHSCORES");
     // The scheduled items; ready = ZCARD - scheduled. When everything
@@ -106,11 +106,11 @@ pub(super) fn read(
     s.oldest_age_seconds = match (due, oldest) {
         (Some(0), _) => Some(0.0),
         (Some(_), Some(Some(score))) => {
-            Some((now_secs - spec.score_unit.to_unix_seconds(score)).max(0.0))
+            Some((now_secs - spec.score_unit.score_to_seconds(score)).max(0.0))
         }
         _ => None,
     };
-    let age_of = |score: f64| (now_secs - spec.score_unit.to_unix_seconds(score)).max(0.0);
+    let age_of = |score: f64| (now_secs - spec.score_unit.score_to_seconds(score)).max(0.0);
     s.age_histogram = match key.histogram.read(
         plan.histogram,
         asked,

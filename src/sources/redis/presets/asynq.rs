@@ -3,8 +3,9 @@
 
 use redis::Value;
 
-use super::{Follow, Stage, Stamp, below, count, due_count, key, preset_sample, set_state, sum};
+use super::{Follow, Stage, below, count, due_count, key, preset_sample, set_state, sum};
 use crate::snapshot::{JobState, JobTotals};
+use crate::time::TimeUnit;
 
 /// `<prefix>:{<q>}:<name>`.
 fn k(prefix: &str, q: &[u8], name: &[u8]) -> Vec<u8> {
@@ -63,7 +64,7 @@ pub fn read(prefix: &str, q: &[u8], r: &[Value]) -> Stage {
             if let Some(id) = super::reply::as_bytes(v) {
                 let mut c = super::cmd("HGET", &k(prefix, q, &key(&[b"t:", id])));
                 c.arg("pending_since");
-                follow.push((c, Follow::Stamp(Stamp::Nanos)));
+                follow.push((c, Follow::Stamp(TimeUnit::Nanoseconds)));
             }
         }
     }
@@ -115,7 +116,7 @@ mod tests {
             (st.sample.jobs().processed, st.sample.jobs().failed),
             (Some(100), Some(7))
         );
-        assert_eq!(st.follow[0].1, Follow::Stamp(Stamp::Nanos));
+        assert_eq!(st.follow[0].1, Follow::Stamp(TimeUnit::Nanoseconds));
         let p = plan("asynq", b"q", 1000.5);
         assert_eq!(p.len(), 13);
         assert_eq!(

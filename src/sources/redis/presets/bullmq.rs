@@ -8,8 +8,9 @@
 
 use redis::Value;
 
-use super::{Follow, Stage, Stamp, count, key, preset_sample, set_state, sum};
+use super::{Follow, Stage, count, key, preset_sample, set_state, sum};
 use crate::snapshot::JobState;
+use crate::time::TimeUnit;
 
 /// `<prefix>:<q>:<name>`.
 fn k(prefix: &str, q: &[u8], name: &[u8]) -> Vec<u8> {
@@ -107,7 +108,7 @@ pub fn read(prefix: &str, q: &[u8], r: &[Value]) -> Stage {
         Some(id) if readable => {
             let mut c = super::cmd("HGET", &k(prefix, q, &id));
             c.arg("timestamp");
-            follow.push((c, Follow::Stamp(Stamp::Millis)));
+            follow.push((c, Follow::Stamp(TimeUnit::Milliseconds)));
         }
         None if readable && backlog == Some(0) => s.oldest_age_seconds = Some(0.0),
         _ => {}
@@ -165,7 +166,7 @@ mod tests {
         assert_eq!(f.overdue, Some(2));
         // One stamp (job 8, the marker skipped) and two lock checks.
         assert_eq!(st.follow.len(), 3);
-        assert_eq!(st.follow[0].1, Follow::Stamp(Stamp::Millis));
+        assert_eq!(st.follow[0].1, Follow::Stamp(TimeUnit::Milliseconds));
         assert_eq!(
             st.follow[0].0.get_packed_command(),
             redis::cmd("HGET")
@@ -197,7 +198,7 @@ mod tests {
         assert!(
             st.follow
                 .iter()
-                .all(|(_, f)| *f != Follow::Stamp(Stamp::Millis))
+                .all(|(_, f)| *f != Follow::Stamp(TimeUnit::Milliseconds))
         );
         assert_eq!(st.sample.oldest_age_seconds, None);
     }
@@ -211,7 +212,7 @@ mod tests {
         assert!(!f.states.contains_key(&JobState::Paused));
         assert_eq!(f.paused, Some(true));
         // Latency is still read: the backlog is as old while paused.
-        assert_eq!(st.follow[0].1, Follow::Stamp(Stamp::Millis));
+        assert_eq!(st.follow[0].1, Follow::Stamp(TimeUnit::Milliseconds));
     }
 
     #[test]

@@ -28,6 +28,7 @@ use super::keyname::display_key;
 use super::reply;
 use crate::config::{CounterKeys, KeyType, Preset, PresetSpec, QueueSpec};
 use crate::snapshot::{JobState, JobTotals, PresetFacts, PresetUnit, QueueSample, Reason};
+use crate::time::{TimeUnit, unix_seconds};
 
 /// What a preset source keeps between polls: the logical queues each entry's
 /// registry named at the last discovery.
@@ -63,23 +64,14 @@ pub struct PresetPoll {
 /// A follow-up command's meaning, applied to the sample that asked for it.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(super) enum Follow {
-    /// The reply is the oldest waiting job's enqueue time in this unit.
-    Stamp(Stamp),
+    /// The reply is the oldest waiting job's enqueue time in this unit
+    /// (BullMQ's `timestamp` in ms, asynq's `pending_since` in ns, RQ's
+    /// `enqueued_at` as RFC 3339 text).
+    Stamp(TimeUnit),
     /// An `EXISTS` whose 0 means one stalled job (lease or lock gone).
     StalledIfMissing,
     /// A count of busy jobs to add to `active` (Sidekiq's `busy`).
     AddActive,
-}
-
-/// Units of the enqueue times libraries keep in job hashes.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub(super) enum Stamp {
-    /// Unix milliseconds (BullMQ `timestamp`).
-    Millis,
-    /// Unix nanoseconds (asynq `pending_since`).
-    Nanos,
-    /// ISO-8601 / RFC 3339 text (RQ `enqueued_at`, `...Z`).
-    Iso8601,
 }
 
 /// One logical queue after round 1: its sample, and the follow-ups it needs.
@@ -149,13 +141,6 @@ pub(super) fn key(parts: &[&[u8]]) -> Vec<u8> {
     parts.concat()
 }
 
-/// `now` in unix seconds.
-pub(super) fn unix_seconds(now: SystemTime) -> f64 {
-    now.duration_since(SystemTime::UNIX_EPOCH)
-        .map(|d| d.as_secs_f64())
-        .unwrap_or(0.0)
-}
-
 /// An exclusive upper bound `(<n>` for ZCOUNT.
 pub(super) fn below(n: f64) -> String {
     format!("({n}")
@@ -171,16 +156,9 @@ pub(super) fn due_count(k: &[u8], now: f64) -> redis::Cmd {
 }
 
 /// A timestamp reply in `unit`, as unix seconds.
-fn stamp_seconds(v: &Value, unit: Stamp) -> Option<f64> {
-    let text = reply::as_str(v)?.trim();
-    match unit {
-        Stamp::Millis => text.parse::<f64>().ok().map(|ms| ms / 1e3),
-        Stamp::Nanos => text.parse::<f64>().ok().map(|ns| ns / 1e9),
-        Stamp::Iso8601 => chrono::DateTime::parse_from_rfc3339(text)
-            .ok()
-            .map(|t| t.timestamp_micros() as f64 / 1e6),
-    }
-    .filter(|s| s.is_finite() && *s > 0.0)
+/// A stamp of 0 is a library's "unset", not 1970.
+fn stamp_seconds(v: &Value, unit: TimeUnit) -> Option<f64> {
+    unit.text_to_seconds(reply::as_str(v)?).filter(|s| *s > 0.0)
 }
 
 /// Applies one follow-up reply to its sample (pure).
@@ -562,27 +540,32 @@ mod tests {
         let mut s = preset_sample("rq", b"q");
         apply(
             &mut s,
-            Follow::Stamp(Stamp::Millis),
+            Follow::Stamp(TimeUnit::Milliseconds),
             &bulk("1000000"),
             1010.5,
         );
         assert_eq!(s.oldest_age_seconds, Some(10.5));
         apply(
             &mut s,
-            Follow::Stamp(Stamp::Iso8601),
+            Follow::Stamp(TimeUnit::Rfc3339),
             &bulk("1970-01-01T00:16:40.000000Z"),
             1010.0,
         );
         assert_eq!(s.oldest_age_seconds, Some(10.0));
         apply(
             &mut s,
-            Follow::Stamp(Stamp::Nanos),
+            Follow::Stamp(TimeUnit::Nanoseconds),
             &bulk("1000000000000"),
             1002.0,
         );
         assert_eq!(s.oldest_age_seconds, Some(2.0));
         // A job hash gone between rounds leaves the age as it was.
-        apply(&mut s, Follow::Stamp(Stamp::Millis), &Value::Nil, 5.0);
+        apply(
+            &mut s,
+            Follow::Stamp(TimeUnit::Milliseconds),
+            &Value::Nil,
+            5.0,
+        );
         assert_eq!(s.oldest_age_seconds, Some(2.0));
         // Round 1 sets `stalled` to 0 before the checks are sent.
         facts(&mut s).stalled = Some(0);

@@ -3,8 +3,9 @@
 
 use redis::Value;
 
-use super::{Follow, Stage, Stamp, below, count, due_count, key, preset_sample, set_state, sum};
+use super::{Follow, Stage, below, count, due_count, key, preset_sample, set_state, sum};
 use crate::snapshot::JobState;
+use crate::time::TimeUnit;
 
 /// The keys of queue `q`: `<prefix>:<kind>:<q>`.
 fn k(prefix: &str, kind: &str, q: &[u8]) -> Vec<u8> {
@@ -56,7 +57,7 @@ pub fn read(prefix: &str, q: &[u8], r: &[Value]) -> Stage {
             if let Some(id) = super::reply::as_bytes(v) {
                 let mut c = super::cmd("HGET", &k(prefix, "job", id));
                 c.arg("enqueued_at");
-                follow.push((c, Follow::Stamp(Stamp::Iso8601)));
+                follow.push((c, Follow::Stamp(TimeUnit::Rfc3339)));
             }
         }
     }
@@ -94,7 +95,7 @@ mod tests {
         assert_eq!(f.overdue, Some(2));
         assert_eq!(f.paused, None);
         assert_eq!(st.follow.len(), 1);
-        assert_eq!(st.follow[0].1, Follow::Stamp(Stamp::Iso8601));
+        assert_eq!(st.follow[0].1, Follow::Stamp(TimeUnit::Rfc3339));
         assert_eq!(st.sample.oldest_age_seconds, None);
     }
 
