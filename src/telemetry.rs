@@ -192,7 +192,7 @@ pub fn init_logging(config: &LogConfig) {
 
 /// Fields that hold a list, logged as [`LogList`]. `tracing` can record a
 /// field only as a number, a boolean or text, so in JSON logs these are
-/// turned back into arrays by [`ListsAsArrays`], for log pipelines to
+/// turned back into arrays by `ListsAsArrays`, for log pipelines to
 /// query (`kept[0]`) rather than re-parse a string.
 pub const LIST_FIELDS: [&str; 4] = ["kept", "started", "stopped", "need_restart"];
 

@@ -127,7 +127,7 @@ pub(super) fn default_source_entries() -> Vec<serde_json::Value> {
 }
 
 /// The sources used when no config file is given (see
-/// [`default_source_entries`]), parsed.
+/// `default_source_entries`), parsed.
 pub fn default_local_sources() -> Vec<SourceConfig> {
     default_source_entries()
         .into_iter()

@@ -6,7 +6,7 @@
 //! known header costs one hash-map lookup. Misses are checked one at a time
 //! (a burst of scrapers with the same new header costs one bcrypt, and no
 //! burst of wrong passwords can occupy more than one core), on tasks that
-//! outlive a client that hangs up, at most [`MAX_QUEUED`] waiting. Plain
+//! outlive a client that hangs up, at most `MAX_QUEUED` waiting. Plain
 //! passwords are never stored, logged or echoed.
 
 use std::collections::{BTreeMap, HashMap};

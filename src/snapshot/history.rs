@@ -16,7 +16,7 @@ use super::{Counters, QueueId};
 /// [`Self::RETENTION`] (at most ~120 readings), and only the two counters
 /// rates use are kept, as blocks of an array per reading over a queue index
 /// that consecutive readings share while the set of queues does not change;
-/// unchanged blocks are shared too (see [`VALUE_BLOCK`]).
+/// unchanged blocks are shared too (see `VALUE_BLOCK`).
 #[derive(Debug, Clone, Default)]
 pub struct CounterHistory {
     /// Readings, oldest first.

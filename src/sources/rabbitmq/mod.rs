@@ -1,11 +1,11 @@
 //! The RabbitMQ source. Three methods fill the same snapshot, because real
 //! clusters differ:
 //!
-//! - [`management`]: the management HTTP API, paged (everything, including
+//! - `management`: the management HTTP API, paged (everything, including
 //!   unacked, consumers, counters and the oldest message's age);
-//! - [`prometheus`]: the `rabbitmq_prometheus` plugin on every node (works
+//! - `prometheus`: the `rabbitmq_prometheus` plugin on every node (works
 //!   with management stats disabled; the cheapest);
-//! - [`amqp`]: passive `queue.declare` (ready messages and consumers only).
+//! - `amqp`: passive `queue.declare` (ready messages and consumers only).
 //!
 //! Only GETs and passive declares are ever sent: the source never writes.
 

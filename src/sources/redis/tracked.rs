@@ -39,7 +39,7 @@ pub struct TrackedKey {
     /// The age histogram's schedule and last measurement (timestamp zsets).
     pub histogram: HistogramState,
     /// Unix seconds until which the age peek is skipped: the head item was
-    /// larger than [`MAX_PEEK_BYTES`] (see there).
+    /// larger than `MAX_PEEK_BYTES` (see there).
     pub peek_paused_until: f64,
     /// What the last read found, while Redis has reported no change to the
     /// key since (`CLIENT TRACKING`, see `tracking`): the poll serves it
