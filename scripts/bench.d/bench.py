@@ -42,7 +42,7 @@ RABBIT_AUTH = "Basic " + base64.b64encode(b"guest:guest").decode()
 # Sizes and durations: the issue's data for a full run, tiny ones for --smoke.
 FULL = dict(
     lists=2000, zsets=2000, items=100, other=100_000,
-    runs=3, poll_window=30, peer_scrapes=3, once_runs=5, scrape_costs=3, variant_polls=15, pause_settle=33, floor_runs=20, floor_cadence_runs=15,
+    runs=3, poll_window=30, peer_scrapes=3, once_runs=5, scrape_costs=3, variant_polls=15, churn_settle=17, churn_polls=30, floor_runs=20, floor_cadence_runs=15,
     http_seconds=10.0, grpc_seconds=10.0, grpc_maps=1000, proof_seconds=5.0,
     idle_seconds=15.0, push_trials=50,
     mem_queues=10_000, mem_rabbit=5000, mem_sample=0.7,
@@ -51,7 +51,7 @@ FULL = dict(
 )
 SMOKE = dict(
     lists=20, zsets=20, items=10, other=500,
-    runs=1, poll_window=2, peer_scrapes=1, once_runs=1, scrape_costs=1, variant_polls=1, pause_settle=3, floor_runs=2, floor_cadence_runs=2,
+    runs=1, poll_window=2, peer_scrapes=1, once_runs=1, scrape_costs=1, variant_polls=1, churn_settle=2, churn_polls=2, floor_runs=2, floor_cadence_runs=2,
     http_seconds=1.0, grpc_seconds=1.0, grpc_maps=50, proof_seconds=1.0,
     idle_seconds=1.0, push_trials=3,
     mem_queues=100, mem_rabbit=50, mem_sample=0.3,
@@ -75,6 +75,7 @@ TARGETS = {
     7: "RSS ≤ 30 MB and flat",
     8: "linear",
     9: "poll ≤ 1.2× the raw endpoint",
+    10: "≤ 1/15 (static, 10 %), ≤ 1/10 (100 %)",
 }
 
 CHILDREN = []  # processes to stop on exit
@@ -292,14 +293,16 @@ def list_cmd(key, items):
 
 
 # Commands the churn writer sends; never the exporter's.
-CHURN_COMMANDS = ("lpush", "rpop", "zadd")
+CHURN_COMMANDS = ("rpush", "lpop", "zadd", "zpopmin")
 
 
 class Churn:
-    """Writes a share of the main queues once a second, on its own
-    connection and thread, so polls see queues that change: each chosen list
-    gets an LPUSH and an RPOP (same length, a new oldest item), each chosen
-    zset a ZADD that moves its `churn` member to a fresh past score."""
+    """Real work on a share of the main queues, once a second, on its own
+    connection and thread: a producer adds a job at *now* and a worker takes
+    the *oldest* one. Each chosen list gets an `RPUSH` (at the tail) and an
+    `LPOP` (the head: the oldest); each chosen zset a `ZADD` of a new member
+    scored now and a `ZPOPMIN` (the oldest). Lengths stay the same, while
+    both ends of every chosen queue move, as in a fed and drained queue."""
 
     def __init__(self, port, lists, zsets, share, seed=5):
         self.redis = Redis(port)
@@ -316,12 +319,14 @@ class Churn:
         while not self.stopped.wait(1.0):
             now = time.time()
             cmds = []
-            for kind, key in self.rng.sample(self.keys, self.n):
+            for n, (kind, key) in enumerate(self.rng.sample(self.keys, self.n)):
                 if kind == b"l":
-                    cmds.append(resp(b"LPUSH", key, b'{"class":"Worker","jid":"churn"}'))
-                    cmds.append(resp(b"RPOP", key))
+                    cmds.append(resp(b"RPUSH", key, b'{"class":"Worker","jid":"c%d"}' % n))
+                    cmds.append(resp(b"LPOP", key))
                 else:
-                    cmds.append(resp(b"ZADD", key, b"%.3f" % (now - self.rng.random() * 3600), b"churn"))
+                    member = b'{"jid":"c%d.%d"}' % (self.rounds, n)
+                    cmds.append(resp(b"ZADD", key, b"%.3f" % now, member))
+                    cmds.append(resp(b"ZPOPMIN", key))
             self.redis.sock.sendall(b"".join(cmds))
             for _ in cmds:
                 self.redis._reply()
@@ -832,8 +837,9 @@ class Bench:
         self.peer_version = f"redis_exporter {m.group(1) if m else '(unknown version)'}"
         return dict(proc=proc, url=url)
 
-    def peer_scrapes(self, peer, n):
-        """n scrapes, timed; Redis commandstats and CPU per scrape."""
+    def peer_scrapes(self, peer, n, writer=False):
+        """n scrapes, timed; Redis commandstats and CPU per scrape (without
+        the churn writer's commands when one is running)."""
         a = self.redis.admin
         out = []
         for _ in range(n):
@@ -842,7 +848,8 @@ class Bench:
             _, body, _ = http_get(peer["url"], timeout=300)
             ms = (time.perf_counter() - t) * 1000
             cpu = a.cpu() - cpu0
-            delta = stats_delta(cs0, a.commandstats(), exclude=())
+            delta = stats_delta(cs0, a.commandstats(),
+                                exclude=("info",) + CHURN_COMMANDS if writer else ())
             calls, usec = total(delta)
             keys = sum(1 for l in body.decode(errors="replace").splitlines()
                        if l.startswith("redis_key_size{"))
@@ -938,9 +945,8 @@ class Bench:
 
     def variants(self):
         """Not targets: the same steady polls with other settings, to show
-        what the histogram costs, and with queues that change (a writer
-        touching a share of them each second), to show what reading only
-        changed keys (`client_tracking`, the default) saves and costs."""
+        what the histogram and `client_tracking` cost and save on static
+        data (queues under real work are scenario 10)."""
         p = self.p
         untracked = "    client_tracking: false\n"
         plans = (
@@ -948,43 +954,91 @@ class Bench:
              "    age_histogram_interval: 0s\n", 0),
             ("age_buckets: []", "no histogram", "    age_buckets: []\n", 0),
             ("client_tracking: false", "every key read on every poll", untracked, 0),
-            ("default", "10 % of the queues written each second", "", 0.1),
-            ("default", "every queue written each second", "", 1.0),
-            # Tracking pauses itself after 30 polls in a row that spared
-            # fewer than 10 % of the keys: the steady state of a busy fleet.
-            ("default", f"every queue written each second, from poll {p['pause_settle']}"
-             + (": tracking paused" if p["pause_settle"] > 30 else ""), "", 1.0, p["pause_settle"]),
-            ("client_tracking: false", "every queue written each second", untracked, 1.0),
         )
-        out = []
-        for config, what, extra, share, *settle in plans:
-            exp = self.start_exporter("variant", self.main_config(source_extra=extra))
-            writer = Churn(self.redis.port, p["lists"], p["zsets"], share) if share else None
+        out = [self.steady_row(config, what, extra, share, p["variant_polls"])
+               for config, what, extra, share in plans]
+        self.results["variants"] = out
+
+    def steady_row(self, config, what, extra, share, polls, settle=0):
+        """Steady polls of a fresh exporter with `extra` config while a
+        `Churn` writer works `share` of the queues (none at 0): after
+        `settle` polls, `polls` polls are watched; the exporter's own
+        commands and CPU, and the writer's commands, over whole polls."""
+        exp = self.start_exporter("row", self.main_config(source_extra=extra))
+        writer = Churn(self.redis.port, self.p["lists"], self.p["zsets"], share) if share else None
+        try:
             if writer:
                 time.sleep(2.5)  # the writer's first rounds, before the window
-            if settle:
-                deadline = time.time() + settle[0] * 5 + 60
-                while exp.poll_hist("bench")[1] < settle[0]:
-                    if time.time() > deadline:
-                        raise RuntimeError(f"variant {what}: polls too slow")
-                    time.sleep(0.5)
+            deadline = time.time() + settle * 5 + 60
+            while exp.poll_hist("bench")[1] < settle:
+                if time.time() > deadline:
+                    raise RuntimeError(f"{config} ({what}): polls too slow")
+                time.sleep(0.5)
             cpu0 = proc_cpu(exp.proc.pid)
-            w = watch_polls(exp, "bench", p["variant_polls"], self.redis.admin)
+            w = watch_polls(exp, "bench", polls, self.redis.admin)
             exporter_cpu_s = proc_cpu(exp.proc.pid) - cpu0
+        finally:
             if writer:
                 writer.stop()
             exp.stop()
-            ours = {k: v for k, v in w["commands"].items() if k not in CHURN_COMMANDS}
-            writes = {k: v for k, v in w["commands"].items() if k in CHURN_COMMANDS}
-            out.append(dict(name=f"{config} ({what})", config=config, what=what, share=share,
-                            polls=w["samples_ms"], window_polls=w["polls"], commands=ours,
-                            exporter_cpu_ms=exporter_cpu_s * 1000 / max(1, w["polls"]),
-                            writes=writes, cpu_s=w["cpu_s"], seconds=w["seconds"],
-                            unchanged=metric(self_metrics(w["text"]), "queue_exporter_unchanged_keys",
-                                             {"source": "bench"})))
-            log(f"  variant {config} ({what}): median poll {statistics.median(w['samples_ms']):.1f} ms, "
-                f"Redis {total(ours)[1] / w['polls'] / 1000:.2f} ms/poll")
-        self.results["variants"] = out
+        ours = {k: v for k, v in w["commands"].items() if k not in CHURN_COMMANDS}
+        writes = {k: v for k, v in w["commands"].items() if k in CHURN_COMMANDS}
+        text = self_metrics(w["text"])
+        row = dict(name=f"{config} ({what})", config=config, what=what, share=share,
+                   polls=w["samples_ms"], window_polls=w["polls"], commands=ours,
+                   exporter_cpu_ms=exporter_cpu_s * 1000 / max(1, w["polls"]),
+                   writes=writes, cpu_s=w["cpu_s"], seconds=w["seconds"],
+                   unchanged=metric(text, "queue_exporter_unchanged_keys", {"source": "bench"}),
+                   histogram_staleness=metric(text, "queue_exporter_age_histogram_staleness_seconds",
+                                              {"source": "bench"}))
+        log(f"  {config} ({what}): median poll {statistics.median(w['samples_ms']):.1f} ms, "
+            f"Redis {total(ours)[1] / w['polls'] / 1000:.2f} ms/poll")
+        return row
+
+    # ---- 10: queues under real work
+
+    def run_churn(self):
+        """Issue 28: the exporter's Redis CPU per poll while producers push
+        at now and workers take the oldest, on a share of the queues each
+        second, against redis_exporter's per scrape under the same writes in
+        the same run. Each row settles past one `age_histogram_interval`
+        (15 s, so histograms are measured on their steady schedule), then
+        watches polls spanning a whole `discovery_interval` (30 s), so its
+        SCAN counts as much as in steady state."""
+        p = self.p
+        peer = self.start_peer() if not self.args.no_peer else None
+        untracked = "    client_tracking: false\n"
+        plans = (
+            ("default", "static: nothing written", "", 0.0),
+            ("default", "10 % of the queues fed and consumed each second", "", 0.1),
+            ("default", "every queue fed and consumed each second", "", 1.0),
+            ("client_tracking: false", "every queue fed and consumed each second", untracked, 1.0),
+        )
+        rows = []
+        try:
+            for config, what, extra, share in plans:
+                scrapes = []
+                if peer:
+                    writer = Churn(self.redis.port, p["lists"], p["zsets"], share) if share else None
+                    try:
+                        time.sleep(2.5 if writer else 0)
+                        scrapes = self.peer_scrapes(peer, p["peer_scrapes"], writer=bool(writer))
+                    finally:
+                        if writer:
+                            writer.stop()
+                row = self.steady_row(config, what, extra, share, p["churn_polls"],
+                                      settle=p["churn_settle"])
+                row["peer"] = scrapes
+                rows.append(row)
+        finally:
+            if peer:
+                peer["proc"].terminate()
+                peer["proc"].wait()
+            self.results["churn"] = rows
+            # The writes aged and replaced the seeded queues: seed them again
+            # for the scenarios that follow.
+            self.redis.admin.cmd("FLUSHDB")
+            self.seed_main()
 
     def grpc_proof(self):
         """5, the zero: with polls paused (poll_interval: 1h) Redis sees no
@@ -1268,7 +1322,7 @@ class Bench:
 
     def run(self):
         a = self.args
-        only = set(int(x) for x in a.only.split(",")) if a.only else set(range(1, 10))
+        only = set(int(x) for x in a.only.split(",")) if a.only else set(range(1, 11))
         self.redis = RedisServer(self.work)
         self.redis_version = subprocess.run(["redis-server", "--version"], capture_output=True,
                                             text=True).stdout.strip()
@@ -1281,6 +1335,7 @@ class Bench:
             (only & {1, 2, 4, 5}, self.run_main, "1, 2, 4, 5"),
             (3 in only, self.run_once, "3"),
             (6 in only, self.run_push, "6"),
+            (10 in only, self.run_churn, "10"),
             (7 in only, self.run_memory_redis, "7 (Redis)"),
             (7 in only and rabbit, self.run_memory_rabbit, "7 (RabbitMQ)"),
             (8 in only, self.run_growth, "8"),
@@ -1553,6 +1608,10 @@ def report(res, meta):
                            if peer_pct and peer_pct > 0 and statistics.median(net) > 0 else "—") +
                  " | (reported) | — |")
         details += report_main(main, p, res)
+    churn = res.get("churn")
+    if peer_ms is None and churn:
+        # `once` alone with scenario 10: its static row's scrapes.
+        peer_ms = (spread([s["ms"] for r in churn[:1] for s in r.get("peer") or []]) or [None] * 3)[1]
     once = res.get("once")
     if once:
         o = spread([r["ms"] for r in once])
@@ -1660,6 +1719,9 @@ def report(res, meta):
         L.append(f"| 9 | peer: full unpaged `/api/queues/{{vhost}}` by curl "
                  f"({rab['unpaged_bytes'] / 1e6:.2f} MB) | — | {fmt3(un)} | — | (reference) | — |")
         details += report_rabbit(rab)
+    if churn:
+        L += churn_rows(churn)
+        details += report_churn(churn)
     L += details
     L += ["", "## How each number is measured", ""] + METHOD_NOTES
     return "\n".join(L) + "\n"
@@ -1670,8 +1732,8 @@ def report_main(main, p, bench_results):
     out.append("The issue's data, with the default config. Nothing writes to it during the runs, "
                "so with `client_tracking` (the default) Redis reports every queue unchanged after "
                "the first poll, and a steady poll sends one `PING` plus the age histograms that "
-               "fall due; discovery's `SCAN` runs every 30 s. What busier queues cost, up to every "
-               "queue written every second, is in the churn rows below.")
+               "fall due; discovery's `SCAN` runs every 30 s. What queues under real work cost, up "
+               "to every queue fed and consumed every second, is scenario 10.")
     out.append("")
     runs = main["runs"]
     out.append("| run | polls timed | poll median | poll max | Redis CPU/poll (commandstats) | "
@@ -1716,15 +1778,10 @@ def report_main(main, p, bench_results):
     if variants:
         peer_ms = [r["usec"] / 1000 for r in main.get("peer") or [] if r.get("usec")]
         peer_med = statistics.median(peer_ms) if peer_ms else None
-        out += ["", "The same steady polls with other settings, and with queues that change: a "
-                "writer on its own connection touches a share of the queues once a second (a list: "
-                "`LPUSH` + `RPOP`; a zset: `ZADD` of a fresh past score). The main runs above use "
-                "the issue's data, which nothing writes, so with the default `client_tracking` "
-                "Redis reports every key unchanged and a steady poll reads none of them; these rows "
-                "show the cost as queues get busy. \"Redis CPU/poll\" counts the exporter's "
-                "commands only; the writer's are in the last column, whose cost per call includes "
-                "sending the invalidation to the exporter when tracking is on. \"Exporter CPU/poll\" "
-                "is the exporter process's user + system time over the window (it includes one "
+        out += ["", "The same steady polls with other settings, on the same static data (queues "
+                "under real work, fed and consumed, are scenario 10). \"Redis CPU/poll\" counts the "
+                "exporter's commands; \"Exporter CPU/poll\" is the exporter process's user + system "
+                "time over the window (it includes one "
                 "`/metrics` encode per poll, for the harness's reads). One run each; not targets:", "",
                 "| config | queues written | polls timed | poll median | keys served unchanged | "
                 "Redis CPU/poll (commandstats) | vs peer scrape | exporter CPU/poll | "
@@ -1754,6 +1811,71 @@ def report_main(main, p, bench_results):
                 f"{peer[-1]['keys']:,} `redis_key_size` series; Redis CPU per scrape by `INFO cpu` "
                 f"{fmt(statistics.median(s['cpu_ms'] for s in peer))}):", ""]
         out += command_table(merge(s["commands"] for s in peer), len(peer), "scrape")
+    return out
+
+
+def churn_target(row):
+    """Issue 28's target for a row: 1/15 of the peer static and at 10 %,
+    1/10 at 100 %."""
+    return 10 if row["share"] >= 1 else 15
+
+
+def churn_rows(churn):
+    """Results rows of scenario 10: the exporter's Redis CPU per poll
+    against the peer's per scrape, same run, same writes."""
+    out = []
+    for r in churn:
+        n = r["window_polls"]
+        ours = total(r["commands"])[1] / n / 1000
+        peer = spread([s["usec"] / 1000 for s in r.get("peer") or []])
+        ratio = peer[1] / ours if peer and ours else None
+        goal = churn_target(r)
+        stale = r.get("histogram_staleness")
+        out.append(f"| 10 | Redis CPU per poll, {r['what']} (`{r['config']}`, {n} polls) vs per "
+                   f"scrape under the same writes | {fmt(ours)}"
+                   + (f"; histogram staleness at the end {stale:.0f} s" if stale is not None else "")
+                   + f" | {fmt3(peer)} | " + (f"1/{ratio:.1f}" if ratio else "—")
+                   + f" | ≤ 1/{goal} | " + (met(ratio >= goal) if ratio and r["config"] == "default"
+                                            else "(reported)" if ratio else "—") + " |")
+    return out
+
+
+def report_churn(churn):
+    out = ["", "### 10. Queues under real work", "",
+           "The issue-11 data, default config (`poll_interval: 1s`, histogram on, "
+           "`age_histogram_interval: 15s`, `discovery_interval: 30s`), while a writer on its own "
+           "connection works a share of the queues once a second as producers and workers do: "
+           "a list gets `RPUSH` (a new job at the tail) and `LPOP` (the oldest), a zset `ZADD` of a "
+           "new member scored *now* and `ZPOPMIN` (the oldest). Each row starts a fresh exporter, "
+           "lets it settle past one histogram interval, then watches whole polls spanning a "
+           "discovery interval, so discovery's `SCAN` is in the figures as in steady state. Redis "
+           "CPU counts the exporter's commands only (`INFO commandstats` usec); redis_exporter "
+           "`-check-keys` is scraped just before, under the same writes, its figures without the "
+           "writer's commands. The rows run one after another on the same data, which the "
+           "writes keep ageing (the seeded data comes back for later scenarios).", "",
+           "| config | queues fed and consumed | polls | poll median | keys served unchanged | "
+           "Redis CPU/poll | peer per scrape (median) | ratio | exporter CPU/poll | "
+           "writer: calls/s |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in churn:
+        n = r["window_polls"]
+        ms = total(r["commands"])[1] / n / 1000
+        peer = spread([s["usec"] / 1000 for s in r.get("peer") or []])
+        wc, _ = total(r.get("writes") or {})
+        unchanged = r.get("unchanged")
+        out.append(f"| `{r['config']}` | {r['share']:.0%} | {n} | {fmt(statistics.median(r['polls']))} | "
+                   + (f"{unchanged:,.0f}" if unchanged is not None else "—") + f" | {fmt(ms)} | "
+                   + (fmt(peer[1]) if peer else "—") + " | "
+                   + (f"1/{peer[1] / ms:.1f}" if peer and ms else "—") + f" | "
+                   f"{fmt(r['exporter_cpu_ms'])} | " + (f"{wc / r['seconds']:,.0f}/s" if wc else "—")
+                   + " |")
+    for r in churn:
+        n = r["window_polls"]
+        out += ["", f"`{r['config']}`, {r['what']}: the exporter's commands per poll ({n} polls):", ""]
+        out += command_table(r["commands"], n, "poll")
+        if r.get("peer"):
+            out += ["", f"redis_exporter under the same writes, per scrape ({len(r['peer'])} scrapes):", ""]
+            out += command_table(merge(s["commands"] for s in r["peer"]), len(r["peer"]), "scrape")
     return out
 
 
@@ -1844,7 +1966,7 @@ def report_growth(growth):
                "`discovery_interval: 1h`, so the timed window holds only steady polls; discovery "
                "shows in the `once` column. `client_tracking: false`: every key is read on every "
                "poll, as when every queue changes each second (with the default, an unchanged "
-               "key is not read at all; see the churn rows under 1–2). Values are means over the "
+               "key is not read at all; see scenario 10). Values are means over the "
                "window's polls (Redis's figures over the polls Redis saw in it: LLEN calls / lists).")
     out.append("")
     out.append("| queue keys | polls | poll | Redis CPU/poll (commandstats) | Redis CPU/poll (`INFO cpu`) | "
