@@ -85,7 +85,13 @@ enum Command {
         connect: bool,
     },
     /// Discover and poll once, print the exposition to stdout, and exit.
-    Once,
+    Once {
+        /// Also measure the age histograms of timestamp zsets
+        /// (`queue_message_age_seconds`), which most of a first poll's
+        /// Redis work goes to; without it their series are absent.
+        #[arg(long)]
+        histograms: bool,
+    },
     /// Read a password from standard input (one line) and print its bcrypt
     /// hash, for `web.basic_auth_users`.
     HashPassword {
@@ -233,7 +239,12 @@ async fn dispatch(command: Command, config: Config, opts: LoadOptions) -> anyhow
         Command::HashPassword { .. } | Command::Ask { .. } => Err(anyhow::anyhow!(
             "this command is handled before the config is loaded"
         )),
-        Command::Once => {
+        Command::Once { histograms } => {
+            let config = if histograms {
+                config
+            } else {
+                config.without_age_histograms()
+            };
             let report = app::once(&config).await;
             print!("{}", report.text);
             for f in &report.failures {

@@ -298,6 +298,38 @@ fn once_prints_the_exposition_of_one_poll() {
 }
 
 #[test]
+fn once_measures_age_histograms_only_when_asked() {
+    let redis = RedisServer::start();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    let _: () = redis::cmd("ZADD")
+        .arg("delayed")
+        .arg(now - 30.0)
+        .arg("a")
+        .arg(now - 3000.0)
+        .arg("b")
+        .query(&mut redis.conn())
+        .unwrap();
+    let yaml = good(&redis.url) + "      - key: delayed\n        score: timestamp\n";
+    let (_dir, path) = write_config(&yaml);
+    let p = path.to_str().unwrap();
+    let (code, out, err) = run(&["once", "--config", p]);
+    assert_eq!(code, 0, "{err}");
+    let scrape = Scrape::parse(&out);
+    // Depth, ready and age as always; the histogram is absent, not zeros.
+    assert_eq!(scrape.depth("delayed"), Some(2.0));
+    assert!(scrape.age("delayed").is_some_and(|a| a >= 3000.0), "{out}");
+    assert!(!out.contains("queue_message_age_seconds"), "{out}");
+    let (code, out, err) = run(&["once", "--histograms", "--config", p]);
+    assert_eq!(code, 0, "{err}");
+    let scrape = Scrape::parse(&out);
+    assert_eq!(scrape.bucket("delayed", "60.0"), Some(1.0), "{out}");
+    assert_eq!(scrape.bucket("delayed", "3600.0"), Some(2.0), "{out}");
+}
+
+#[test]
 fn once_against_a_down_redis_exits_nonzero_and_still_says_so() {
     let (_dir, path) = write_config(&good(&dead_url()));
     let (code, out, err) = run(&["once", "--config", path.to_str().unwrap()]);

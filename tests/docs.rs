@@ -563,6 +563,7 @@ fn every_metric_family_is_in_the_table_of_metrics_md() {
     snap.last_success = Some(SystemTime::now());
     snap.queues = Arc::new(vec![full_sample("q")]);
     snap.stats.tracked_keys = 1;
+    snap.stats.age_histogram_staleness_seconds = Some(12.5);
     snap.stats.queues_per_vhost.insert("/".into(), 1);
     let mut polls = (*snap.polls).clone();
     polls.observe(0.01);

@@ -743,6 +743,96 @@ async fn only_young_items_under_the_smallest_bound_are_counted_exactly_at_once()
     app.stop().await;
 }
 
+/// The age histogram of a queue that producers feed at *now* and workers
+/// drain from its oldest end stays exact, poll after poll, as its counts
+/// move (the windows around the last counts hit, miss and follow trends):
+/// compared after each round of writes with a brute-force count of the
+/// zset's scores. No item comes near a bucket bound during the test (new
+/// items stay under 30 s, the seeded ones are at least 30 s from a bound),
+/// so the counts change only with the writes.
+#[tokio::test]
+async fn the_histogram_of_a_queue_fed_at_now_and_drained_from_its_oldest_end_stays_exact() {
+    let redis = RedisServer::start();
+    let t = now();
+    let mut seeded = vec!["ZADD".to_string(), "jobs".to_string()];
+    for i in 0..100 {
+        // 0..40: 35-265 s; 40..90: 335-2935 s; 90..100: 3035-3485 s.
+        let age = match i {
+            0..40 => 35.0 + 5.75 * f64::from(i),
+            40..90 => 335.0 + 52.0 * f64::from(i - 40),
+            _ => 3035.0 + 50.0 * f64::from(i - 90),
+        };
+        seeded.push(ago(t, age));
+        seeded.push(format!("seed{i}"));
+    }
+    run(
+        &redis,
+        &seeded.iter().map(String::as_str).collect::<Vec<_>>(),
+    );
+    let app = TestApp::start(&config_with(
+        &redis.url,
+        r#"
+        age_buckets: [30s, 300s, 3000s]
+        age_histogram_interval: 0s
+        "#,
+        r#"
+        - key: jobs
+          score: timestamp
+        "#,
+    ))
+    .await;
+    wait_value(
+        &app,
+        "queue_message_age_seconds_gcount",
+        &[("queue", "jobs")],
+        100.0,
+    )
+    .await;
+    // Rounds of 1 to 9 jobs in and as many oldest out; a few large ones
+    // move the counts past any window.
+    for (round, n) in [1, 2, 1, 3, 9, 1, 1, 2, 4, 1, 8, 2, 1, 1, 3]
+        .iter()
+        .enumerate()
+    {
+        for j in 0..*n {
+            run(
+                &redis,
+                &["ZADD", "jobs", &ago(now(), 0.0), &format!("r{round}.{j}")],
+            );
+        }
+        run(&redis, &["ZPOPMIN", "jobs", &n.to_string()]);
+        wait_polls(&app, 2.0).await;
+        let scrape = app.scrape().await;
+        let scores: Vec<f64> = redis::cmd("ZRANGE")
+            .arg("jobs")
+            .arg(0)
+            .arg(-1)
+            .arg("WITHSCORES")
+            .query::<Vec<(String, f64)>>(&mut redis.conn())
+            .unwrap()
+            .into_iter()
+            .map(|(_, s)| s)
+            .collect();
+        let at = now();
+        for (le, secs) in [("30.0", 30.0), ("300.0", 300.0), ("3000.0", 3000.0)] {
+            let truth = scores.iter().filter(|&&s| at - s <= secs).count() as f64;
+            assert_eq!(
+                scrape.bucket("jobs", le),
+                Some(truth),
+                "round {round}, le={le}\n{scrape}"
+            );
+        }
+        assert_eq!(scrape.bucket("jobs", "+Inf"), Some(100.0));
+    }
+    // Measured on every poll here (interval 0s): never more than a poll old.
+    let staleness = app.scrape().await.value(
+        "queue_exporter_age_histogram_staleness_seconds",
+        &[("source", "main")],
+    );
+    assert!(staleness.is_some_and(|s| s < 1.0), "{staleness:?}");
+    app.stop().await;
+}
+
 // Hashes, sets and streams.
 
 #[tokio::test]

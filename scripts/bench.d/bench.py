@@ -42,7 +42,7 @@ RABBIT_AUTH = "Basic " + base64.b64encode(b"guest:guest").decode()
 # Sizes and durations: the issue's data for a full run, tiny ones for --smoke.
 FULL = dict(
     lists=2000, zsets=2000, items=100, other=100_000,
-    runs=3, poll_window=30, peer_scrapes=3, once_runs=5, scrape_costs=3, variant_polls=15, churn_settle=17, churn_polls=30, floor_runs=20, floor_cadence_runs=15,
+    runs=3, poll_window=30, peer_scrapes=3, once_runs=5, scrape_costs=3, variant_polls=15, churn_settle=35, churn_polls=30, floor_runs=20, floor_cadence_runs=15,
     http_seconds=10.0, grpc_seconds=10.0, grpc_maps=1000, proof_seconds=5.0,
     idle_seconds=15.0, push_trials=50,
     mem_queues=10_000, mem_rabbit=5000, mem_sample=0.7,
@@ -1004,7 +1004,9 @@ class Bench:
         the same run. Each row settles past one `age_histogram_interval`
         (15 s, so histograms are measured on their steady schedule), then
         watches polls spanning a whole `discovery_interval` (30 s), so its
-        SCAN counts as much as in steady state."""
+        SCAN counts as much as in steady state. It settles 35 polls: at 100 %
+        `client_tracking` pauses itself after 30 polls that spared fewer than
+        10 % of the keys, its steady state."""
         p = self.p
         peer = self.start_peer() if not self.args.no_peer else None
         untracked = "    client_tracking: false\n"
@@ -1847,7 +1849,9 @@ def report_churn(churn):
            "connection works a share of the queues once a second as producers and workers do: "
            "a list gets `RPUSH` (a new job at the tail) and `LPOP` (the oldest), a zset `ZADD` of a "
            "new member scored *now* and `ZPOPMIN` (the oldest). Each row starts a fresh exporter, "
-           "lets it settle past one histogram interval, then watches whole polls spanning a "
+           "lets it settle for 35 polls (past one histogram interval, and past the 30 polls after "
+           "which `client_tracking` pauses itself when it spares fewer than 10 % of the keys, the "
+           "steady state under heavy writes), then watches whole polls spanning a "
            "discovery interval, so discovery's `SCAN` is in the figures as in steady state. Redis "
            "CPU counts the exporter's commands only (`INFO commandstats` usec); redis_exporter "
            "`-check-keys` is scraped just before, under the same writes, its figures without the "

@@ -78,6 +78,20 @@ pub struct Config {
 }
 
 impl Config {
+    /// The same config without Redis age histograms (`age_buckets: []`):
+    /// what `once` polls unless `--histograms` asks for them. A first
+    /// measurement of every histogram is most of a first poll's Redis work;
+    /// a one-shot look at depths need not pay it, and the histogram series
+    /// are then absent, never zeros.
+    pub fn without_age_histograms(mut self) -> Self {
+        for source in &mut self.sources {
+            if let SourceConfig::Redis(c) = source {
+                c.age_buckets.clear();
+            }
+        }
+        self
+    }
+
     /// The entry of the source named `name` as written (after environment
     /// overrides), for telling whether a reload changes it.
     pub fn source_entry(&self, name: &str) -> Option<&serde_json::Value> {

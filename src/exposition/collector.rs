@@ -398,6 +398,15 @@ impl SnapshotCollector {
                 .filter(|(_, s)| s.last_success.is_some())
                 .map(|(l, s)| (l, s.stats.unchanged_keys)),
         )?;
+        gauges(
+            enc,
+            "queue_exporter_age_histogram_staleness_seconds",
+            "Seconds since the oldest age histogram the last poll served was measured",
+            MetricType::Gauge,
+            src()
+                .filter(|(_, s)| s.last_success.is_some())
+                .filter_map(|(l, s)| Some((l, s.stats.age_histogram_staleness_seconds?))),
+        )?;
         counters(
             enc,
             "queue_exporter_age_parse_failures",

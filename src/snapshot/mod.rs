@@ -149,6 +149,10 @@ pub struct SourceStats {
     /// Keys the last poll served from their previous read, because Redis
     /// reported no change to them since (Redis `client_tracking`).
     pub unchanged_keys: u64,
+    /// Seconds since the oldest age histogram the last poll served was
+    /// exact (Redis): histograms are measured within a Redis-CPU budget,
+    /// so this says how stale one may be. `None`: no histogram served.
+    pub age_histogram_staleness_seconds: Option<f64>,
 }
 
 /// The type of a queue as the backend reports it; the `type` label of `queue_info`.

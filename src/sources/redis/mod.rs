@@ -9,6 +9,8 @@
 //! that sentinels name (`sentinel`) are all reached through `commands::Conn`.
 
 mod age;
+mod bucket_ask;
+mod budget;
 mod cluster;
 mod cmd;
 mod commands;
@@ -61,6 +63,9 @@ pub struct RedisSource {
     /// keys Redis says changed (see `tracking`); made with `conn`. Boxed:
     /// a client is large, and most sources have one `Option` of it.
     tracking: Option<Box<tracking::ChangeTracking>>,
+    /// The Redis CPU age histograms may still spend (see `budget`). Boxed,
+    /// as the fields above.
+    histogram_budget: Box<budget::HistogramBudget>,
 }
 
 impl std::fmt::Debug for RedisSource {
@@ -91,6 +96,7 @@ impl RedisSource {
             dropped: 0,
             discovery: Box::default(),
             tracking: None,
+            histogram_budget: Box::default(),
         }
     }
 
@@ -433,6 +439,7 @@ impl Source for RedisSource {
             &mut self.tracked,
             now,
             changes.as_ref(),
+            &mut self.histogram_budget,
         )
         .await;
         let result = match result {
@@ -470,6 +477,7 @@ impl Source for RedisSource {
         out.stats.dropped_keys = self.dropped + self.presets.dropped();
         out.stats.age_parse_failures = result.age_parse_failures;
         out.stats.unchanged_keys = result.unchanged_keys;
+        out.stats.age_histogram_staleness_seconds = result.histogram_staleness;
         // Keys Redis refused to answer for are counted without failing the poll.
         out.partial_errors = result.key_errors;
         out.partial_errors.extend(preset.key_errors);

@@ -19,6 +19,7 @@ use std::time::SystemTime;
 
 use redis::Value;
 
+use super::budget::HistogramBudget;
 use super::cmd::cmd;
 use super::commands::{Conn, PIPELINE_CHUNK, pipelined, type_of};
 use super::histogram::{self, HistogramPlan};
@@ -44,6 +45,9 @@ pub struct Polled {
     pub key_errors: Vec<Reason>,
     /// Keys served from their last read (Redis reported no change).
     pub unchanged_keys: u64,
+    /// Seconds since the oldest age histogram served was exact; `None`
+    /// when none is served.
+    pub histogram_staleness: Option<f64>,
 }
 
 /// Polls every tracked key, re-typing keys whose type changed. `changes`
@@ -55,6 +59,7 @@ pub async fn poll_keys(
     tracked: &mut [TrackedKey],
     now: SystemTime,
     changes: Option<&Changes>,
+    budget: &mut HistogramBudget,
 ) -> redis::RedisResult<Polled> {
     for key in tracked.iter_mut() {
         if key.unchanged.is_some() && changes.is_none_or(|c| c.touches(&key.key)) {
@@ -71,8 +76,9 @@ pub async fn poll_keys(
     // or whose skipped buckets or probes turned out to matter); a key can
     // need two of these in one poll (a first measurement whose probe misses).
     const ROUNDS: usize = 3;
-    for round in 0..ROUNDS {
-        let last_round = round + 1 == ROUNDS;
+    budget.refill(now_secs);
+    for round_index in 0..ROUNDS {
+        let last_round = round_index + 1 == ROUNDS;
         // Commands go out in chunks while later keys are still planned, and
         // replies are read as their chunk arrives: Redis works while we plan
         // and read, and at most a few chunks of commands and replies are in
@@ -94,13 +100,18 @@ pub async fn poll_keys(
             for (n, &i) in pending.iter().enumerate() {
                 yield_every(n).await;
                 let key = &tracked[i];
-                round.plans.push(plan(
+                // A measurement's later rounds finish what the first paid for.
+                let allowed = round_index > 0 || budget.allows();
+                let p = plan(
                     key,
                     &config.queues[key.spec],
                     config,
                     now_secs,
+                    allowed,
                     &mut chunk,
-                ));
+                );
+                budget.charge(p.histogram.cost_ns);
+                round.plans.push(p);
                 let full = chunk.len() >= PIPELINE_CHUNK;
                 if full {
                     in_flight.push_back(send(conn, std::mem::take(&mut chunk)));
@@ -162,6 +173,10 @@ pub async fn poll_keys(
     // (`Option<QueueSample>` and `QueueSample` have the same layout), so
     // the poll never holds a second full list beside `samples` (2.3 MB at
     // 10,000 keys, on top of the published snapshot's list).
+    polled.histogram_staleness = tracked
+        .iter()
+        .filter_map(|k| k.histogram.staleness(now_secs))
+        .reduce(f64::max);
     polled.queues = samples
         .into_iter()
         .enumerate()
@@ -318,6 +333,7 @@ impl Round<'_> {
                         &key.key,
                         plan.histogram,
                         s.oldest_age_seconds,
+                        s.ready,
                         member_len,
                         s.age_histogram.clone(),
                         config.age_histogram_interval,
@@ -333,8 +349,12 @@ impl Round<'_> {
                     key.histogram.forget_hint();
                     remeasure.push(i);
                 }
-                KeyOutcome::Deferred { oldest, newest } if !last_round => {
-                    key.histogram.defer(oldest, newest, now_secs);
+                KeyOutcome::Deferred {
+                    oldest,
+                    newest,
+                    due,
+                } if !last_round => {
+                    key.histogram.defer(oldest, newest, due, now_secs);
                     remeasure.push(i);
                 }
                 KeyOutcome::Retype | KeyOutcome::Remeasure | KeyOutcome::Deferred { .. } => {
@@ -386,6 +406,7 @@ fn plan(
     spec: &QueueSpec,
     config: &RedisSourceConfig,
     now_secs: f64,
+    histograms_allowed: bool,
     out: &mut Vec<redis::Cmd>,
 ) -> Plan {
     let k = key.key.as_slice();
@@ -394,7 +415,8 @@ fn plan(
         // Nothing to ask but a histogram that is due (ages move with time).
         let mut v = Vec::new();
         if matches!(found, Unchanged::DueZset { .. }) {
-            histogram = zset::plan_unchanged(key, spec, config, now_secs, &mut v);
+            histogram =
+                zset::plan_unchanged(key, spec, config, now_secs, histograms_allowed, &mut v);
         }
         let len = v.len();
         out.extend(v);
@@ -417,7 +439,7 @@ fn plan(
         }
         KeyState::Typed(KeyType::Zset) if spec.score == ScoreMode::Timestamp => {
             let v;
-            (v, histogram) = zset::plan(key, spec, config, now_secs);
+            (v, histogram) = zset::plan(key, spec, config, now_secs, histograms_allowed);
             v
         }
         KeyState::Typed(t @ (KeyType::Zset | KeyType::Hash | KeyType::Set)) => {
@@ -451,6 +473,8 @@ enum KeyOutcome {
         oldest: Option<f64>,
         /// Age of the newest due item.
         newest: Option<f64>,
+        /// The due items counted.
+        due: Option<u64>,
     },
     /// Redis answered an error for this key; the reason to count.
     Failed(Reason),

@@ -24,6 +24,7 @@ pub(super) fn plan(
     spec: &QueueSpec,
     config: &RedisSourceConfig,
     now_secs: f64,
+    allowed: bool,
 ) -> (Vec<redis::Cmd>, HistogramPlan) {
     let k = key.key.as_slice();
     let now = spec.score_unit.score_arg(now_secs);
@@ -38,9 +39,14 @@ pub(super) fn plan(
     let mut scheduled = cmd("ZCOUNT", k);
     scheduled.arg(format!("({now}")).arg("+inf");
     let mut v = vec![cmd("ZCARD", k), oldest, scheduled];
-    let histogram = key
-        .histogram
-        .plan(k, spec.score_unit, &config.age_buckets, now_secs, &mut v);
+    let histogram = key.histogram.plan_within(
+        k,
+        spec.score_unit,
+        &config.age_buckets,
+        now_secs,
+        allowed,
+        &mut v,
+    );
     (v, histogram)
 }
 
@@ -51,13 +57,15 @@ pub(super) fn plan_unchanged(
     spec: &QueueSpec,
     config: &RedisSourceConfig,
     now_secs: f64,
+    allowed: bool,
     out: &mut Vec<redis::Cmd>,
 ) -> HistogramPlan {
-    key.histogram.plan(
+    key.histogram.plan_within(
         key.key.as_slice(),
         spec.score_unit,
         &config.age_buckets,
         now_secs,
+        allowed,
         out,
     )
 }
@@ -125,6 +133,7 @@ pub(super) fn read(
             return Err(KeyOutcome::Deferred {
                 oldest: s.oldest_age_seconds,
                 newest,
+                due,
             });
         }
     };
