@@ -1032,6 +1032,19 @@ class Bench:
                                       settle=p["churn_settle"])
                 row["peer"] = scrapes
                 rows.append(row)
+            # The floor: the reads the default values need for every key
+            # (what a poll reads when every queue changed each second), from
+            # a bare pipelined client at the poll cadence, on the same data.
+            a = self.redis.admin
+            a0 = a.commandstats()
+            f = loadgen(self.args, "floor", "--redis", self.redis.url(0), "--lists", p["lists"],
+                        "--zsets", p["zsets"], "--runs", p["floor_cadence_runs"],
+                        "--gap-ms", 1000, "--needed")
+            delta = stats_delta(a0, a.commandstats())
+            f["redis_ms"] = total(delta)[1] / p["floor_cadence_runs"] / 1000
+            f["commands_delta"] = delta
+            self.results["churn_floor"] = f
+            log(f"  floor of the needed reads: Redis {f['redis_ms']:.2f} ms per round")
         finally:
             if peer:
                 peer["proc"].terminate()
@@ -1722,8 +1735,8 @@ def report(res, meta):
                  f"({rab['unpaged_bytes'] / 1e6:.2f} MB) | — | {fmt3(un)} | — | (reference) | — |")
         details += report_rabbit(rab)
     if churn:
-        L += churn_rows(churn)
-        details += report_churn(churn)
+        L += churn_rows(churn, res.get("churn_floor"))
+        details += report_churn(churn, res.get("churn_floor"))
     L += details
     L += ["", "## How each number is measured", ""] + METHOD_NOTES
     return "\n".join(L) + "\n"
@@ -1822,9 +1835,16 @@ def churn_target(row):
     return 10 if row["share"] >= 1 else 15
 
 
-def churn_rows(churn):
+def scan_per_poll(row):
+    """Discovery's SCAN in a row, Redis ms per poll (amortised)."""
+    calls, usec = row["commands"].get("scan", (0, 0))
+    return usec / row["window_polls"] / 1000
+
+
+def churn_rows(churn, floor):
     """Results rows of scenario 10: the exporter's Redis CPU per poll
-    against the peer's per scrape, same run, same writes."""
+    against the peer's per scrape, same run, same writes; and the floor of
+    a poll when every queue changes each second."""
     out = []
     for r in churn:
         n = r["window_polls"]
@@ -1839,10 +1859,21 @@ def churn_rows(churn):
                    + f" | {fmt3(peer)} | " + (f"1/{ratio:.1f}" if ratio else "—")
                    + f" | ≤ 1/{goal} | " + (met(ratio >= goal) if ratio and r["config"] == "default"
                                             else "(reported)" if ratio else "—") + " |")
+    full = [r for r in churn if r["share"] >= 1 and r["config"] == "default"]
+    if floor and full:
+        r = full[0]
+        peer = spread([s["usec"] / 1000 for s in r.get("peer") or []])
+        scan = scan_per_poll(r)
+        least = floor["redis_ms"] + scan
+        out.append(f"| 10 | floor at 100 %: the reads every changed key needs "
+                   f"({floor['commands']:,} commands from a bare client, one round a second) "
+                   f"{fmt(floor['redis_ms'])} + discovery's `SCAN` {fmt(scan)}/poll | {fmt(least)} | "
+                   + (f"{fmt(peer[1])} | 1/{peer[1] / least:.1f}" if peer else "— | —")
+                   + " | (the least a poll can cost) | — |")
     return out
 
 
-def report_churn(churn):
+def report_churn(churn, floor=None):
     out = ["", "### 10. Queues under real work", "",
            "The issue-11 data, default config (`poll_interval: 1s`, histogram on, "
            "`age_histogram_interval: 15s`, `discovery_interval: 30s`), while a writer on its own "
@@ -1873,6 +1904,16 @@ def report_churn(churn):
                    + (f"1/{peer[1] / ms:.1f}" if peer and ms else "—") + f" | "
                    f"{fmt(r['exporter_cpu_ms'])} | " + (f"{wc / r['seconds']:,.0f}/s" if wc else "—")
                    + " |")
+    if floor:
+        rounds = len(floor["runs_ms"])
+        out += ["", f"The floor, after the rows on the same data: the reads the default values need "
+                f"for every key ({floor['commands']:,} commands: `LLEN` per list; `ZCARD`, the oldest "
+                f"item by `ZRANGE 0 0 WITHSCORES` and the scheduled count by `ZCOUNT` per timestamp "
+                f"zset), pipelined by a bare client (`benches/loadgen.rs floor --needed`) one round a "
+                f"second as polls come, {rounds} rounds: {fmt(floor['redis_ms'])} per round. When every "
+                f"queue changes each second, every poll must read all of them; discovery's `SCAN` "
+                f"(every 30 s over the whole keyspace) comes on top.", ""]
+        out += command_table(floor["commands_delta"], rounds, "round")
     for r in churn:
         n = r["window_polls"]
         out += ["", f"`{r['config']}`, {r['what']}: the exporter's commands per poll ({n} polls):", ""]
