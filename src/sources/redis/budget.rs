@@ -8,9 +8,10 @@
 //! spent keeps serving its last measurement, and is measured at a later
 //! poll; `queue_exporter_age_histogram_staleness_seconds` shows how old the
 //! histograms served are, so staleness beyond `age_histogram_interval` is
-//! never silent. A key's first measurement is never held back (it has
-//! nothing to serve), and a measurement that needs a second round in the
-//! same poll finishes (it was paid for).
+//! never silent. A key's first measurement is never held back nor paid for
+//! (it has nothing to serve, like the depths a poll must read; a fresh
+//! start does not begin in debt), and a measurement that needs a second
+//! round in the same poll finishes (it was paid for).
 //!
 //! Sized from scenario 10 of `scripts/bench`: the steady static fleet of
 //! issue 11 (2,000 timestamp zsets measured every 15 s) costs about

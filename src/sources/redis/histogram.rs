@@ -225,7 +225,8 @@ impl HistogramState {
             newest_cmd(out);
             plan.newest = true;
             plan.deferred = true;
-            plan.cost_ns = newest_cost;
+            // A first measurement is not paid from the budget: without
+            // it there is nothing to serve.
             return plan;
         }
         // Ages now, predicted from the hint's.
@@ -248,6 +249,7 @@ impl HistogramState {
             plan.young = young;
             plan.cost_ns = newest_cost;
         }
+        let first = self.last.is_none();
         for (i, b) in buckets.iter().enumerate().skip(young) {
             let secs = b.as_secs_f64();
             if oldest.is_some_and(|o| secs >= o) {
@@ -282,6 +284,9 @@ impl HistogramState {
                 }
             }
             plan.queried += 1;
+        }
+        if first {
+            plan.cost_ns = 0;
         }
         plan
     }
@@ -652,6 +657,8 @@ mod tests {
         let mut cmds = Vec::new();
         let plan = state.plan(b"k", TimeUnit::Seconds, &buckets(), 1000.0, &mut cmds);
         assert!(plan.measure && plan.deferred);
+        // Not paid from the budget: there is nothing to serve without it.
+        assert_eq!(plan.cost_ns, 0);
         assert_eq!(cmds.len(), 1);
         assert_eq!(
             args(&cmds[0]),
@@ -824,6 +831,22 @@ mod tests {
             ),
             (false, 0, 3, 0b111, 3, false)
         );
+        // Priced by the model: two tail reads and a window.
+        assert_eq!(
+            plan.cost_ns,
+            Cost::window(0, 0) + Cost::window(0, 2) + Cost::window(16, 4)
+        );
+        // Held back when the budget is spent.
+        let mut none = Vec::new();
+        let held = state.plan_within(
+            b"k",
+            TimeUnit::Seconds,
+            &buckets(),
+            1000.0,
+            false,
+            &mut none,
+        );
+        assert!(!held.measure && none.is_empty());
         // Young buckets: their few members from the newest end, w+1 spare.
         assert_eq!(
             args(&cmds[0]),
