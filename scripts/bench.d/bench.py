@@ -2092,6 +2092,10 @@ METHOD_NOTES = [
     "every size is measured alike.",
     "- **RabbitMQ** (9): see section 9. The AMQP method has no HTTP endpoint; its raw row is a "
     "bare lapin client doing the same passive declares on 8 channels of an open connection.",
+    "- **Real work** (10): a `Churn` writer thread, on its own connection, picks the share of "
+    "the queues at random each second and sends each an add at *now* and a take of the oldest "
+    "(see section 10); its own commands are left out of both the exporter's and the peer's "
+    "figures. The floor row is `benches/loadgen.rs floor --needed --gap-ms 1000`.",
     "- Only the release binary and `benches/loadgen.rs` are used; no internal module of the "
     "crate is called (the gRPC client is generated from the same proto).",
 ]
