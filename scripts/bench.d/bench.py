@@ -1080,18 +1080,21 @@ class Bench:
         cfg = os.path.join(self.work, "once.yaml")
         with open(cfg, "w") as f:
             f.write("listen: { grpc: null }\n" + self.main_config())
-        runs = []
-        for _ in range(p["once_runs"]):
+        def once(*flags):
             cs0 = a.commandstats()
             t = time.perf_counter()
-            out = subprocess.run([self.args.bin, "once", "--config", cfg], capture_output=True,
-                                 timeout=ONCE_TIMEOUT_S)
+            out = subprocess.run([self.args.bin, "once", *flags, "--config", cfg],
+                                 capture_output=True, timeout=ONCE_TIMEOUT_S)
             ms = (time.perf_counter() - t) * 1000
             if out.returncode != 0:
                 raise RuntimeError(f"once failed: {out.stderr.decode()[-2000:]}")
             calls, usec = total(stats_delta(cs0, a.commandstats()))
-            runs.append(dict(ms=ms, bytes=len(out.stdout), calls=calls, usec=usec))
+            return dict(ms=ms, bytes=len(out.stdout), calls=calls, usec=usec)
+
+        runs = [once() for _ in range(p["once_runs"])]
         self.results["once"] = runs
+        # The same with every age histogram measured too (`--histograms`).
+        self.results["once_histograms"] = [once("--histograms") for _ in range(p["once_runs"])]
         log(f"once: median {statistics.median(r['ms'] for r in runs):.0f} ms")
 
     # ---- 6: push latency
@@ -1631,7 +1634,8 @@ def report(res, meta):
     if once:
         o = spread([r["ms"] for r in once])
         r3 = peer_ms / o[1] if peer_ms else None
-        L.append(f"| 3 | `once` (process: discovery + poll + print) vs one scrape | {fmt3(o)} | "
+        L.append(f"| 3 | `once` (process: discovery + poll + print; age histograms only with "
+                 f"`--histograms`) vs one scrape | {fmt3(o)} | "
                  + (f"{fmt(peer_ms)} (median scrape) | {r3:.1f}× faster" if r3 else "— | —")
                  + f" | {TARGETS[3]} | {met(r3 >= 5 if r3 else None)} |")
         firsts = [r["first_poll_ms"] for r in main["runs"]] if main else []
@@ -1645,6 +1649,12 @@ def report(res, meta):
             f"{fmt3(spread([r['usec'] / 1000 for r in once]))}, "
             f"{statistics.median(r['calls'] for r in once):,.0f} commands.",
         ]
+        oh = res.get("once_histograms")
+        if oh:
+            details += ["", f"With `--histograms` (every age histogram measured too), {len(oh)} runs: "
+                        f"{fmt3(spread([r['ms'] for r in oh]))}; output {oh[-1]['bytes']:,} bytes; "
+                        f"Redis CPU per run {fmt3(spread([r['usec'] / 1000 for r in oh]))}, "
+                        f"{statistics.median(r['calls'] for r in oh):,.0f} commands."]
     if main:
         for kind in ("plain", "gzip"):
             runs = [r["http"][kind] for r in main["runs"]]
