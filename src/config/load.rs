@@ -416,6 +416,7 @@ sources:
         };
         assert_eq!((r.name.as_str(), q.name.as_str()), ("redis", "rabbitmq"));
         assert_eq!(r.url.as_str(), "redis://127.0.0.1:6379");
+        assert!(r.recognise, "zero config");
         assert_eq!(r.queues.len(), 1);
         assert_eq!(r.queues[0].target, QueueTarget::Pattern("*".into()));
         assert_eq!(

@@ -34,7 +34,10 @@ pub use duration::parse_duration;
 pub use error::ConfigError;
 pub(crate) use error::one_line;
 pub use load::{LoadOptions, is_read_once};
-pub use preset::{ALL_QUEUES, CounterKeys, DEFAULT_STALLED_CHECK_LIMIT, Preset, PresetSpec};
+pub use preset::{
+    ALL_QUEUES, CELERY_PRIORITY_STEPS, CELERY_SEP, CELERY_VISIBILITY_TIMEOUT, CounterKeys,
+    DEFAULT_STALLED_CHECK_LIMIT, Preset, PresetSpec, default_prefix,
+};
 pub use rabbitmq::{ClientTlsConfig, NameRegex, RabbitMethod, RabbitSourceConfig, RabbitStats};
 pub use redis::{
     AgeSpec, CaptureLabels, JsonField, KeyType, ListEnd, QueueSpec, QueueTarget, RESERVED_LABELS,

@@ -7,9 +7,19 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::duration::{Bounds, parse_duration};
+use crate::snapshot::PresetKind;
 
 /// Default bound on the per-poll stalled checks (one `EXISTS` each).
 pub const DEFAULT_STALLED_CHECK_LIMIT: usize = 100;
+
+/// kombu's default `priority_steps` (`PRIORITY_STEPS`).
+pub const CELERY_PRIORITY_STEPS: [u8; 4] = [0, 3, 6, 9];
+
+/// kombu's default `sep` between a queue name and its priority step.
+pub const CELERY_SEP: &str = "\x06\x16";
+
+/// kombu's default `visibility_timeout`.
+pub const CELERY_VISIBILITY_TIMEOUT: Duration = Duration::from_secs(3600);
 
 /// One `- preset: <name>` entry.
 #[derive(Debug, Clone, PartialEq)]
@@ -77,16 +87,29 @@ pub enum Preset {
 }
 
 impl Preset {
-    /// The preset's name as written in the config: the `preset` label.
-    pub fn name(&self) -> &'static str {
+    /// Which library: the `preset` label.
+    pub fn kind(&self) -> PresetKind {
         match self {
-            Preset::Bullmq { .. } => "bullmq",
-            Preset::Sidekiq { .. } => "sidekiq",
-            Preset::Celery { .. } => "celery",
-            Preset::Rq { .. } => "rq",
-            Preset::Asynq { .. } => "asynq",
-            Preset::Rediswq { .. } => "rediswq",
-            Preset::PriorityZset { .. } => "priority-zset",
+            Preset::Bullmq { .. } => PresetKind::Bullmq,
+            Preset::Sidekiq { .. } => PresetKind::Sidekiq,
+            Preset::Celery { .. } => PresetKind::Celery,
+            Preset::Rq { .. } => PresetKind::Rq,
+            Preset::Asynq { .. } => PresetKind::Asynq,
+            Preset::Rediswq { .. } => PresetKind::Rediswq,
+            Preset::PriorityZset { .. } => PresetKind::PriorityZset,
+        }
+    }
+
+    /// The key prefix the entry locates its keys by (rediswq has none).
+    pub fn prefix(&self) -> Option<&str> {
+        match self {
+            Preset::Bullmq { prefix, .. }
+            | Preset::Sidekiq { prefix, .. }
+            | Preset::Celery { prefix, .. }
+            | Preset::Rq { prefix }
+            | Preset::Asynq { prefix }
+            | Preset::PriorityZset { prefix } => Some(prefix),
+            Preset::Rediswq { .. } => None,
         }
     }
 
@@ -147,16 +170,21 @@ pub(super) struct RawPresetSpec {
     counters: Option<CounterKeys>,
 }
 
+/// The library's own key prefix: what `prefix:` defaults to.
+pub fn default_prefix(kind: PresetKind) -> &'static str {
+    match kind {
+        PresetKind::Bullmq => "bull",
+        PresetKind::Rq => "rq",
+        PresetKind::Asynq => "asynq",
+        PresetKind::PriorityZset => "jobs",
+        PresetKind::Sidekiq | PresetKind::Celery | PresetKind::Rediswq => "",
+    }
+}
+
 /// Every preset name, for messages.
-pub const PRESET_NAMES: [&str; 7] = [
-    "bullmq",
-    "sidekiq",
-    "celery",
-    "rq",
-    "asynq",
-    "rediswq",
-    "priority-zset",
-];
+fn preset_names() -> String {
+    PresetKind::ALL.map(PresetKind::as_str).join(", ")
+}
 
 impl TryFrom<RawPresetSpec> for PresetSpec {
     type Error = String;
@@ -174,23 +202,24 @@ impl TryFrom<RawPresetSpec> for PresetSpec {
         .into_iter()
         .filter_map(|(k, set)| set.then_some(k))
         .collect();
-        let allowed: &[&str] = match raw.preset.as_str() {
-            "bullmq" | "sidekiq" => &["prefix", "stalled_check_limit"],
-            "celery" => &[
+        let Some(kind) = PresetKind::parse(&raw.preset) else {
+            return Err(format!(
+                "preset: unknown preset {:?} (expected one of {})",
+                raw.preset,
+                preset_names()
+            ));
+        };
+        let allowed: &[&str] = match kind {
+            PresetKind::Bullmq | PresetKind::Sidekiq => &["prefix", "stalled_check_limit"],
+            PresetKind::Celery => &[
                 "queues",
                 "priority_steps",
                 "sep",
                 "prefix",
                 "visibility_timeout",
             ],
-            "rq" | "asynq" | "priority-zset" => &["prefix"],
-            "rediswq" => &["name", "stalled_check_limit"],
-            other => {
-                return Err(format!(
-                    "preset: unknown preset {other:?} (expected one of {})",
-                    PRESET_NAMES.join(", ")
-                ));
-            }
+            PresetKind::Rq | PresetKind::Asynq | PresetKind::PriorityZset => &["prefix"],
+            PresetKind::Rediswq => &["name", "stalled_check_limit"],
         };
         if let Some(bad) = given.iter().find(|k| !allowed.contains(k)) {
             return Err(format!(
@@ -204,7 +233,8 @@ impl TryFrom<RawPresetSpec> for PresetSpec {
             Some(n) => n,
             None => DEFAULT_STALLED_CHECK_LIMIT,
         };
-        let prefix = |default: &str| -> Result<String, String> {
+        let prefix = || -> Result<String, String> {
+            let default = default_prefix(kind);
             match &raw.prefix {
                 Some(p) if p.is_empty() && !default.is_empty() => {
                     Err("prefix: must not be empty".into())
@@ -213,25 +243,19 @@ impl TryFrom<RawPresetSpec> for PresetSpec {
                 None => Ok(default.to_string()),
             }
         };
-        let preset = match raw.preset.as_str() {
-            "bullmq" => Preset::Bullmq {
-                prefix: prefix("bull")?,
+        let preset = match kind {
+            PresetKind::Bullmq => Preset::Bullmq {
+                prefix: prefix()?,
                 stalled_check_limit: limit,
             },
-            "sidekiq" => Preset::Sidekiq {
-                prefix: prefix("")?,
+            PresetKind::Sidekiq => Preset::Sidekiq {
+                prefix: prefix()?,
                 stalled_check_limit: limit,
             },
-            "rq" => Preset::Rq {
-                prefix: prefix("rq")?,
-            },
-            "asynq" => Preset::Asynq {
-                prefix: prefix("asynq")?,
-            },
-            "priority-zset" => Preset::PriorityZset {
-                prefix: prefix("jobs")?,
-            },
-            "rediswq" => match raw.name {
+            PresetKind::Rq => Preset::Rq { prefix: prefix()? },
+            PresetKind::Asynq => Preset::Asynq { prefix: prefix()? },
+            PresetKind::PriorityZset => Preset::PriorityZset { prefix: prefix()? },
+            PresetKind::Rediswq => match raw.name {
                 Some(n) if !n.is_empty() => Preset::Rediswq {
                     name: n,
                     stalled_check_limit: limit,
@@ -239,12 +263,14 @@ impl TryFrom<RawPresetSpec> for PresetSpec {
                 Some(_) => return Err("name: must not be empty".into()),
                 None => return Err("name: required by preset rediswq (the main list)".into()),
             },
-            _ => {
+            PresetKind::Celery => {
                 let queues = raw.queues.unwrap_or_else(|| vec!["celery".into()]);
                 if queues.is_empty() || queues.iter().any(String::is_empty) {
                     return Err("queues: must list non-empty queue names".into());
                 }
-                let steps = raw.priority_steps.unwrap_or_else(|| vec![0, 3, 6, 9]);
+                let steps = raw
+                    .priority_steps
+                    .unwrap_or_else(|| CELERY_PRIORITY_STEPS.to_vec());
                 if steps.first() != Some(&0) || steps.windows(2).any(|w| w[0] >= w[1]) {
                     return Err("priority_steps: must start at 0 and be strictly increasing".into());
                 }
@@ -257,13 +283,13 @@ impl TryFrom<RawPresetSpec> for PresetSpec {
                                 .map(|()| d)
                                 .map_err(|e| format!("visibility_timeout: {e}"))
                         })?,
-                    None => Duration::from_secs(3600),
+                    None => CELERY_VISIBILITY_TIMEOUT,
                 };
                 Preset::Celery {
                     queues,
                     priority_steps: steps,
-                    sep: raw.sep.unwrap_or_else(|| "\x06\x16".into()),
-                    prefix: prefix("")?,
+                    sep: raw.sep.unwrap_or_else(|| CELERY_SEP.into()),
+                    prefix: prefix()?,
                     visibility_timeout,
                 }
             }
@@ -274,7 +300,7 @@ impl TryFrom<RawPresetSpec> for PresetSpec {
                 return Err(format!(
                     "counters: preset {} reports several queues (or keeps its own totals); \
                      counters belong to a single-queue entry (rediswq, priority-zset, or a key)",
-                    preset.name()
+                    preset.kind()
                 ));
             }
         }

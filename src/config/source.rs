@@ -102,11 +102,16 @@ fn parse_redis(mut v: serde_json::Value, at: &str) -> Result<RedisSourceConfig, 
         config.queues = specs;
     }
     config.presets = presets;
+    if config.queues.is_empty() && config.presets.is_empty() {
+        config.zero_config();
+    }
     Ok(config)
 }
 
 /// The `sources` entries used when no config file is given: the local
-/// Redis, discovering lists, zsets and streams, and the local RabbitMQ
+/// Redis with zero config (no `queues:`: the queue libraries' queues are
+/// recognised, other lists, zsets and streams reported as plain keys), and
+/// the local RabbitMQ
 /// management API (as guest) if it answers. Every other setting is the
 /// documented default. Entries rather than typed values, so environment
 /// overrides reach them as they reach a file's (`QUEUE_EXPORTER__SOURCES__REDIS__URL`).
@@ -115,7 +120,6 @@ pub(super) fn default_source_entries() -> Vec<serde_json::Value> {
         serde_json::json!({
             "type": "redis",
             "name": "redis",
-            "queues": [{ "pattern": "*", "types": ["list", "zset", "stream"] }],
         }),
         serde_json::json!({
             "type": "rabbitmq",

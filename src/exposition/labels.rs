@@ -70,7 +70,7 @@ impl EncodeLabelSet for QueueLabels<'_> {
         ("queue", self.queue.name.as_str()).encode(encoder.encode_label())?;
         if let Some(facts) = &self.queue.preset {
             // Two libraries' queues of the same name stay distinct series.
-            ("preset", facts.preset).encode(encoder.encode_label())?;
+            ("preset", facts.preset.as_str()).encode(encoder.encode_label())?;
         }
         for (k, v) in &self.queue.labels {
             (k.as_str(), v.as_str()).encode(encoder.encode_label())?;

@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use globset::Glob;
 
-use crate::snapshot::{CounterHistory, JobState, QueueSample, Snapshot};
+use crate::snapshot::{CounterHistory, JobState, PresetKind, QueueSample, Snapshot};
 
 /// Every key this scaler reads, as listed in error messages.
 pub const ACCEPTED_KEYS: [&str; 11] = [
@@ -340,7 +340,7 @@ pub struct ScalerQuery {
     pub states: Option<Vec<JobState>>,
     /// Restricts matching to one library preset's queues (`preset`), for
     /// when two libraries have a queue of the same name.
-    pub preset: Option<String>,
+    pub preset: Option<PresetKind>,
     /// The queues this query matched in the latest snapshots, so repeated
     /// requests between polls do not test every queue name again.
     pub memo: MatchMemo,
@@ -648,9 +648,23 @@ pub fn parse(meta: &HashMap<String, String>) -> Result<ScalerQuery, MetadataErro
         Some(list) => Some(parse_states(list).map_err(|p| invalid("state", p))?),
     };
 
+    let preset = match get("preset") {
+        None => None,
+        Some(name) => Some(PresetKind::parse(name).ok_or_else(|| {
+            let names: Vec<&str> = PresetKind::ALL.iter().map(|k| k.as_str()).collect();
+            invalid(
+                "preset",
+                format!(
+                    "unknown preset {name:?} (expected one of {})",
+                    names.join(", ")
+                ),
+            )
+        })?),
+    };
+
     Ok(ScalerQuery {
         states,
-        preset: get("preset").map(str::to_string),
+        preset,
         queue: QueueSelector::new(queue),
         source: get("source").map(str::to_string),
         vhost: get("vhost").map(str::to_string),

@@ -26,7 +26,7 @@ pub fn metric_name(q: &ScalerQuery) -> String {
     if let Some(states) = &q.states {
         parts.extend(states.iter().map(|s| s.as_str().to_string()));
     }
-    parts.extend(q.preset.iter().cloned());
+    parts.extend(q.preset.map(|p| p.as_str().to_string()));
     if q.operation != Operation::Sum {
         parts.push(q.operation.as_str().to_string());
     }

@@ -12,7 +12,8 @@ use std::time::{Duration, SystemTime};
 use crate::config::ScalerConfig;
 use crate::scaler::metadata::{ListKey, Mode, Operation, ScalerQuery};
 use crate::snapshot::{
-    JobState, NameQuery, PresetUnit, QueueSample, QueueType, Reach, Snapshot, SourceKind,
+    JobState, NameQuery, PresetKind, PresetUnit, QueueSample, QueueType, Reach, Snapshot,
+    SourceKind,
 };
 
 /// The answer to a query.
@@ -237,13 +238,19 @@ fn check_presets(
     if query.queue.is_glob() && !queues.iter().all(|q| q.name == query.queue.text()) {
         return Ok(());
     }
-    let mut kinds: Vec<&str> = queues
+    // `None`: a plain key (shown as `(plain key)`, which no preset is named).
+    let mut kinds: Vec<Option<PresetKind>> = queues
         .iter()
-        .map(|q| q.preset.as_ref().map_or("(plain key)", |f| f.preset))
+        .map(|q| q.preset.as_ref().map(|f| f.preset))
         .collect();
     kinds.sort_unstable();
     kinds.dedup();
     if kinds.len() > 1 {
+        let mut kinds: Vec<&str> = kinds
+            .iter()
+            .map(|k| k.map_or("(plain key)", PresetKind::as_str))
+            .collect();
+        kinds.sort_unstable();
         return Err(QueryError::InvalidArgument(format!(
             "scalerMetadata.preset: queue {:?} exists in several presets of source {} ({}); \
              set preset to one of them",
@@ -408,7 +415,7 @@ fn matching(query: &ScalerQuery, queues: &[QueueSample], index: &NameIndex) -> V
             None => true,
         })
         .filter(|(_, q)| match &query.preset {
-            Some(p) => q.preset.as_ref().is_some_and(|f| f.preset == p.as_str()),
+            Some(p) => q.preset.as_ref().is_some_and(|f| f.preset == *p),
             None => true,
         })
         .filter(|(_, q)| query.queue.matches(&q.name))
@@ -636,10 +643,10 @@ mod tests {
         Arc::new((*s).clone().with_scope(Arc::new(Fixed(reach))))
     }
 
-    fn preset(name: &str, lib: &'static str, states: &[(JobState, u64)]) -> QueueSample {
+    fn preset(name: &str, lib: &str, states: &[(JobState, u64)]) -> QueueSample {
         QueueSample {
             preset: Some(Box::new(crate::snapshot::PresetFacts {
-                preset: lib,
+                preset: PresetKind::parse(lib).unwrap(),
                 states: states.iter().map(|(s, n)| (*s, Some(*n))).collect(),
                 ..Default::default()
             })),

@@ -20,7 +20,7 @@ mod scope;
 
 pub use history::{CounterHistory, CounterPoint};
 pub use poll::{POLL_DURATION_BUCKETS, PollRecord};
-pub use preset::{JobState, JobTotals, PresetFacts, PresetUnit};
+pub use preset::{JobState, JobTotals, PresetFacts, PresetKind, PresetUnit};
 pub use scope::{AnyName, NameQuery, QueueScope, Reach};
 
 /// Which kind of backend a source talks to; readers use it for labels and

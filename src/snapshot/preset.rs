@@ -68,13 +68,71 @@ impl fmt::Display for JobState {
     }
 }
 
+/// Which library a preset sample comes from: the `preset` label. Typed, so
+/// a name is checked where it is parsed and compared as a value after.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum PresetKind {
+    /// BullMQ 5.x/6.x.
+    #[default]
+    Bullmq,
+    /// Sidekiq 6–8.
+    Sidekiq,
+    /// Celery on kombu's Redis transport.
+    Celery,
+    /// RQ.
+    Rq,
+    /// asynq.
+    Asynq,
+    /// The Kubernetes fine-parallel work queue (`rediswq.py`).
+    Rediswq,
+    /// `<prefix>:pending:{priority}` zsets.
+    PriorityZset,
+}
+
+impl PresetKind {
+    /// Every preset, in the order messages list them.
+    pub const ALL: [PresetKind; 7] = [
+        PresetKind::Bullmq,
+        PresetKind::Sidekiq,
+        PresetKind::Celery,
+        PresetKind::Rq,
+        PresetKind::Asynq,
+        PresetKind::Rediswq,
+        PresetKind::PriorityZset,
+    ];
+
+    /// The name written in the config (`preset: rq`) and in the label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PresetKind::Bullmq => "bullmq",
+            PresetKind::Sidekiq => "sidekiq",
+            PresetKind::Celery => "celery",
+            PresetKind::Rq => "rq",
+            PresetKind::Asynq => "asynq",
+            PresetKind::Rediswq => "rediswq",
+            PresetKind::PriorityZset => "priority-zset",
+        }
+    }
+
+    /// Parses a name as written in the config or trigger metadata.
+    pub fn parse(s: &str) -> Option<PresetKind> {
+        PresetKind::ALL.into_iter().find(|k| k.as_str() == s)
+    }
+}
+
+impl fmt::Display for PresetKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// A preset's view of one logical queue, spread by the library over
 /// several keys.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct PresetFacts {
     /// The preset's name (`rq`, `sidekiq`, ...): the `preset` label, so two
     /// libraries' `default` queues stay distinct series.
-    pub preset: &'static str,
+    pub preset: PresetKind,
     /// What the sample stands for: one logical queue, or keys its queues
     /// share. Set by the preset, never inferred from which states are present
     /// (a state can be absent because its read was refused).

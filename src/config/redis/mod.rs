@@ -91,6 +91,14 @@ pub struct RedisSourceConfig {
     /// `queues:`, split out by the loader (never written as a field).
     #[serde(skip)]
     pub presets: Vec<super::PresetSpec>,
+    /// Zero config: the source was given no `queues:` (nor is it the
+    /// built-in local source with any), so discovery recognises the queue
+    /// libraries' keys (Sidekiq, RQ, asynq, BullMQ, Celery) itself and
+    /// reports the other lists, zsets and streams as plain keys (`queues`
+    /// then holds the one pattern entry [`RedisSourceConfig::zero_config`]
+    /// makes). Set by the loader, never written as a field.
+    #[serde(skip)]
+    pub recognise: bool,
 }
 
 impl RedisSourceConfig {
@@ -113,7 +121,17 @@ impl RedisSourceConfig {
             client_tracking: default_client_tracking(),
             queues: Vec::new(),
             presets: Vec::new(),
+            recognise: false,
         }
+    }
+
+    /// Makes this source a zero-config one (see `recognise`): its plain
+    /// keys are the lists, zsets and streams of the whole keyspace, found
+    /// by the pattern entry `*` with those types.
+    pub fn zero_config(&mut self) {
+        self.queues = vec![QueueSpec::every_queue_key()];
+        self.presets = Vec::new();
+        self.recognise = true;
     }
 
     /// Whether the source talks to a Redis Cluster (`cluster: true` or a

@@ -46,6 +46,15 @@ impl QueueSpec {
         }
     }
 
+    /// `pattern: "*"` with `types: [list, zset, stream]`: every key of a
+    /// type a queue is kept in (zero config's plain keys).
+    pub fn every_queue_key() -> Self {
+        QueueSpec {
+            types: Some(vec![KeyType::List, KeyType::Zset, KeyType::Stream]),
+            ..QueueSpec::new(QueueTarget::Pattern("*".into()))
+        }
+    }
+
     /// The exact key, for `key:` entries.
     pub fn key(&self) -> Option<&str> {
         match &self.target {

@@ -33,15 +33,49 @@ pub struct Discovered {
     pub refused: Vec<Reason>,
 }
 
-/// Runs one discovery round. `known` are the pattern keys tracked so far
-/// (key, spec index): in a cluster, those that the SCAN of every primary did
-/// not return are re-checked with TYPE, since a key moving between nodes
-/// during the scans (resharding) is missed by both; keys that still exist stay.
+/// Keys a round found, before they are tracked: what [`find`] learnt, which
+/// zero config's recognition may still take keys out of (`presets::recognise`).
+#[derive(Debug, Default)]
+pub struct Candidates {
+    /// Each key with the entry that found it and what TYPE (or SCAN) said.
+    pub keys: BTreeMap<Vec<u8>, Candidate>,
+    /// Exact keys in config order.
+    exact_order: Vec<Vec<u8>>,
+    /// One reason per `TYPE` Redis refused.
+    refused: Vec<Reason>,
+}
+
+/// One key found by a round.
+#[derive(Debug)]
+pub struct Candidate {
+    /// Index of the `queues:` entry that found it (the first, in config order).
+    pub spec: usize,
+    /// Found as an exact `key:` (tracked even when missing).
+    pub exact: bool,
+    /// Its type, as far as Redis told.
+    pub state: KeyState,
+}
+
+/// Runs one discovery round: [`find`], then [`track`] within `max_keys`.
 pub async fn discover(
     conn: &mut Conn,
     config: &RedisSourceConfig,
     known: &[(Vec<u8>, usize)],
 ) -> redis::RedisResult<Discovered> {
+    let found = find(conn, config, known).await?;
+    Ok(track(found, config, config.max_keys))
+}
+
+/// Finds the keys of a round and their types. `known` are the pattern keys
+/// tracked so far (key, spec index): in a cluster, those that the SCAN of
+/// every primary did not return are re-checked with TYPE, since a key moving
+/// between nodes during the scans (resharding) is missed by both; keys that
+/// still exist stay.
+pub async fn find(
+    conn: &mut Conn,
+    config: &RedisSourceConfig,
+    known: &[(Vec<u8>, usize)],
+) -> redis::RedisResult<Candidates> {
     // key → (spec index, exact, type if already known)
     let mut found: BTreeMap<Vec<u8>, (usize, bool, Option<KeyType>)> = BTreeMap::new();
     let mut exact_order: Vec<Vec<u8>> = Vec::new();
@@ -135,13 +169,39 @@ pub async fn discover(
         states.insert(k, state);
     }
 
-    let mut exact = Vec::new();
-    let mut patterned = Vec::new();
-    for (key, (spec, is_exact, known)) in found {
+    let mut keys = BTreeMap::new();
+    for (key, (spec, exact, known)) in found {
         let state = match known {
             Some(t) => KeyState::Typed(t),
             None => states.remove(&key).unwrap_or(KeyState::Missing),
         };
+        keys.insert(key, Candidate { spec, exact, state });
+    }
+    Ok(Candidates {
+        keys,
+        exact_order,
+        refused,
+    })
+}
+
+/// Makes a round's keys tracked keys: pattern keys must exist and be of a
+/// type their entry takes; exact keys first in config order, then pattern
+/// keys in key order; at most `limit` (the excess counted as dropped).
+pub fn track(found: Candidates, config: &RedisSourceConfig, limit: usize) -> Discovered {
+    let Candidates {
+        keys,
+        exact_order,
+        refused,
+    } = found;
+
+    let mut exact = Vec::new();
+    let mut patterned = Vec::new();
+    for (key, c) in keys {
+        let Candidate {
+            spec,
+            exact: is_exact,
+            state,
+        } = c;
         if !is_exact {
             // Pattern keys must exist, be a queue type, and match `types`;
             // one whose type Redis refused to tell stays, unknown (its
@@ -193,14 +253,14 @@ pub async fn discover(
     tracked.retain(|k| names.insert(k.name.clone()));
     let collisions = (before - tracked.len()) as u64;
     let total = tracked.len();
-    let dropped = total.saturating_sub(config.max_keys) as u64 + collisions;
-    tracked.truncate(config.max_keys);
-    Ok(Discovered {
+    let dropped = total.saturating_sub(limit) as u64 + collisions;
+    tracked.truncate(limit);
+    Discovered {
         tracked,
         dropped,
         collisions,
         refused,
-    })
+    }
 }
 
 /// Labels from named captures; every capture name is present (empty when the

@@ -185,6 +185,9 @@ impl RedisSource {
                 return Err(SourceError::Backend(format!("discovery task ended: {e}")));
             }
         };
+        if let Some(specs) = found.recognised {
+            self.presets.set_specs(specs);
+        }
         let refused = discovery::adopt(
             found.plain,
             &self.config,
@@ -196,7 +199,27 @@ impl RedisSource {
         let budget = self.config.max_keys.saturating_sub(self.tracked.len());
         self.presets.adopt(found.presets, budget, &self.config.name);
         self.discovery.last = Some(Instant::now());
+        if self.config.recognise {
+            self.log_picture();
+        }
         Ok(refused)
+    }
+
+    /// Zero config: logs what the last round recognised, at the first round
+    /// and whenever it changes (not every round).
+    fn log_picture(&mut self) {
+        let mut plain: std::collections::BTreeMap<crate::config::KeyType, usize> =
+            std::collections::BTreeMap::new();
+        for k in &self.tracked {
+            if let tracked::KeyState::Typed(t) = k.state {
+                *plain.entry(t).or_default() += 1;
+            }
+        }
+        let picture = presets::recognise::picture(&self.presets.queue_counts(), &plain);
+        if self.discovery.picture.as_deref() != Some(picture.as_str()) {
+            tracing::info!(source = %self.config.name, "{picture}");
+            self.discovery.picture = Some(picture);
+        }
     }
 
     fn target(&self) -> String {
@@ -356,6 +379,8 @@ struct Rounds {
     running: Option<DiscoveryTask>,
     /// A new round is wanted at the next poll, whenever the last one was.
     forced: bool,
+    /// Zero config: the last logged line of what discovery recognised.
+    picture: Option<String>,
 }
 
 impl Rounds {
@@ -387,10 +412,23 @@ impl DiscoveryTask {
     ) -> DiscoveryTask {
         let round = async move {
             conn.begin_discovery();
+            if config.recognise {
+                let zero = presets::recognise::discover(&mut conn, &config, &known).await?;
+                let (specs, presets) = zero.entries.into_iter().unzip();
+                return Ok(Found {
+                    plain: zero.plain,
+                    presets,
+                    recognised: Some(specs),
+                });
+            }
             let plain = discovery::discover(&mut conn, &config, &known).await?;
             let presets =
                 presets::registries(&config.presets, &mut conn, config.scan_count).await?;
-            Ok(Found { plain, presets })
+            Ok(Found {
+                plain,
+                presets,
+                recognised: None,
+            })
         };
         let handle = tokio::spawn(async move {
             match tokio::time::timeout(deadline, round).await {
@@ -416,7 +454,9 @@ struct Found {
     /// Key and pattern entries.
     plain: discovery::Discovered,
     /// Per preset entry, the logical queues its registry names.
-    presets: Vec<Vec<Vec<u8>>>,
+    presets: Vec<Vec<presets::Unit>>,
+    /// Zero config: the preset entries recognised, one per `presets` item.
+    recognised: Option<Vec<crate::config::PresetSpec>>,
 }
 
 /// Why a discovery round ended without an outcome.

@@ -4,7 +4,7 @@
 use redis::Value;
 
 use super::{Follow, Stage, below, count, due_count, key, preset_sample, set_state, sum};
-use crate::snapshot::{JobState, JobTotals};
+use crate::snapshot::{JobState, JobTotals, PresetKind};
 use crate::time::TimeUnit;
 
 /// `<prefix>:{<q>}:<name>`.
@@ -41,7 +41,7 @@ pub fn plan(prefix: &str, q: &[u8], now: f64) -> Vec<redis::Cmd> {
 /// Reads [`plan`]'s replies (pure).
 pub fn read(prefix: &str, q: &[u8], r: &[Value]) -> Stage {
     let at = |i: usize| r.get(i).unwrap_or(&Value::Nil);
-    let mut s = preset_sample("asynq", q);
+    let mut s = preset_sample(PresetKind::Asynq, q);
     set_state(&mut s, JobState::Waiting, count(at(0)));
     set_state(&mut s, JobState::Active, count(at(1)));
     set_state(&mut s, JobState::Delayed, count(at(2)));

@@ -9,12 +9,22 @@
 use redis::Value;
 
 use super::{Follow, Stage, count, key, preset_sample, set_state, sum};
-use crate::snapshot::JobState;
+use crate::snapshot::{JobState, PresetKind};
 use crate::time::TimeUnit;
 
 /// `<prefix>:<q>:<name>`.
 fn k(prefix: &str, q: &[u8], name: &[u8]) -> Vec<u8> {
     key(&[prefix.as_bytes(), b":", q, b":", name])
+}
+
+/// The prefix and queue name of a `<prefix>:<q>:meta` key. BullMQ queue
+/// names cannot contain `:`, so the name is the last part; the prefix is
+/// everything before it (and may contain `:`). `None` if either is empty.
+pub fn queue_of_meta(meta: &[u8]) -> Option<(&[u8], &[u8])> {
+    let rest = meta.strip_suffix(b":meta")?;
+    let colon = rest.iter().rposition(|b| *b == b':')?;
+    let (prefix, name) = (&rest[..colon], &rest[colon + 1..]);
+    (!prefix.is_empty() && !name.is_empty()).then_some((prefix, name))
 }
 
 /// Entries at the tail of `wait` read for the oldest job: legacy `0:<n>`
@@ -68,7 +78,7 @@ pub fn plan(prefix: &str, q: &[u8], limit: usize, now: f64) -> Vec<redis::Cmd> {
 /// Reads [`plan`]'s replies (pure).
 pub fn read(prefix: &str, q: &[u8], r: &[Value]) -> Stage {
     let at = |i: usize| r.get(i).unwrap_or(&Value::Nil);
-    let mut s = preset_sample("bullmq", q);
+    let mut s = preset_sample(PresetKind::Bullmq, q);
     // 6.x pauses with `meta.paused` only (jobs stay in `wait`); 5.x also
     // renamed `wait` to `paused`. Either way these jobs are the backlog,
     // `waiting`, and the pause is its own gauge (`HEXISTS meta paused`).
@@ -127,6 +137,21 @@ pub fn read(prefix: &str, q: &[u8], r: &[Value]) -> Stage {
 mod tests {
     use super::super::test_util::*;
     use super::*;
+
+    #[test]
+    fn a_meta_key_parses_from_the_right() {
+        assert_eq!(
+            queue_of_meta(b"bull:mail:meta"),
+            Some((&b"bull"[..], &b"mail"[..]))
+        );
+        assert_eq!(
+            queue_of_meta(b"my:app:mail:meta"),
+            Some((&b"my:app"[..], &b"mail"[..]))
+        );
+        assert_eq!(queue_of_meta(b"mail:meta"), None);
+        assert_eq!(queue_of_meta(b"bull::meta"), None);
+        assert_eq!(queue_of_meta(b"bull:mail:meta2"), None);
+    }
 
     fn replies(paused: i64, tail: &[&str], active: &[&str]) -> Vec<Value> {
         vec![

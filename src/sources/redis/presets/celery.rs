@@ -7,27 +7,26 @@ use std::time::Duration;
 
 use redis::Value;
 
-use super::{Stage, below, count, key, preset_sample, set_state, sum};
-use crate::config::ALL_QUEUES;
-use crate::snapshot::JobState;
+use super::{Stage, Unit, below, count, key, preset_sample, set_state, shared_sample, sum};
+use crate::snapshot::{JobState, PresetKind};
 
 /// Round 1: one LLEN per priority step; two commands for `(all)`.
 pub fn plan(
     prefix: &str,
     sep: &str,
     steps: &[u8],
-    q: &[u8],
+    unit: &Unit,
     now: f64,
     visibility_timeout: Duration,
 ) -> Vec<redis::Cmd> {
     let p = prefix.as_bytes();
-    if q == ALL_QUEUES.as_bytes() {
+    let Unit::Queue(q) = unit else {
         let mut stalled = super::cmd("ZCOUNT", &key(&[p, b"unacked_index"]));
         stalled
             .arg("-inf")
             .arg(below(now - visibility_timeout.as_secs_f64()));
         return vec![super::cmd("HLEN", &key(&[p, b"unacked"])), stalled];
-    }
+    };
     steps
         .iter()
         .map(|step| {
@@ -42,16 +41,16 @@ pub fn plan(
 }
 
 /// Reads [`plan`]'s replies (pure).
-pub fn read(q: &[u8], r: &[Value], _queues: usize) -> Stage {
-    let mut s = preset_sample("celery", q);
-    if q == ALL_QUEUES.as_bytes() {
-        super::shared(&mut s);
+pub fn read(unit: &Unit, r: &[Value]) -> Stage {
+    let Unit::Queue(q) = unit else {
+        let mut s = shared_sample(PresetKind::Celery);
         let at = |i: usize| r.get(i).unwrap_or(&Value::Nil);
         // Reserved (prefetched) tasks, and running ones under acks_late.
         set_state(&mut s, JobState::Active, count(at(0)));
         super::facts(&mut s).stalled = count(at(1));
         return Stage::done(s);
-    }
+    };
+    let mut s = preset_sample(PresetKind::Celery, q);
     let all: Vec<&Value> = r.iter().collect();
     set_state(&mut s, JobState::Waiting, sum(&all));
     Stage::done(s)
@@ -64,7 +63,10 @@ mod tests {
 
     #[test]
     fn priority_lists_sum_into_waiting() {
-        let st = read(b"celery", &[int(4), int(3), int(3), int(1)], 1);
+        let st = read(
+            &Unit::Queue(b"celery".to_vec()),
+            &[int(4), int(3), int(3), int(1)],
+        );
         let f = st.sample.preset.as_ref().unwrap();
         assert_eq!(f.states[&JobState::Waiting], Some(11));
         assert_eq!(st.sample.oldest_age_seconds, None);
@@ -72,7 +74,7 @@ mod tests {
             "",
             "\x06\x16",
             &[0, 3, 6, 9],
-            b"celery",
+            &Unit::Queue(b"celery".to_vec()),
             0.0,
             Duration::ZERO,
         );
@@ -86,11 +88,18 @@ mod tests {
 
     #[test]
     fn all_reads_unacked_and_stalled() {
-        let st = read(b"(all)", &[int(5), int(2)], 1);
+        let st = read(&Unit::Shared, &[int(5), int(2)]);
         let f = st.sample.preset.as_ref().unwrap();
         assert_eq!(f.states[&JobState::Active], Some(5));
         assert_eq!(f.stalled, Some(2));
-        let cmds = plan("", ":", &[0], b"(all)", 5000.0, Duration::from_secs(3600));
+        let cmds = plan(
+            "",
+            ":",
+            &[0],
+            &Unit::Shared,
+            5000.0,
+            Duration::from_secs(3600),
+        );
         assert_eq!(
             cmds[1].get_packed_command(),
             redis::cmd("ZCOUNT")

@@ -14,6 +14,7 @@ mod asynq;
 mod bullmq;
 mod celery;
 mod priority_zset;
+pub mod recognise;
 mod rediswq;
 mod rq;
 mod sidekiq;
@@ -26,8 +27,10 @@ use super::cmd::cmd;
 use super::commands::{Conn, pipelined, query, scan};
 use super::keyname::display_key;
 use super::reply;
-use crate::config::{CounterKeys, KeyType, Preset, PresetSpec, QueueSpec};
-use crate::snapshot::{JobState, JobTotals, PresetFacts, PresetUnit, QueueSample, Reason};
+use crate::config::{ALL_QUEUES, CounterKeys, KeyType, Preset, PresetSpec, QueueSpec};
+use crate::snapshot::{
+    JobState, JobTotals, PresetFacts, PresetKind, PresetUnit, QueueSample, Reason,
+};
 use crate::time::{TimeUnit, unix_seconds};
 
 /// What a preset source keeps between polls: the logical queues each entry's
@@ -46,8 +49,22 @@ pub struct PresetState {
 struct Entry {
     /// The entry's configuration.
     spec: PresetSpec,
-    /// Logical queue names (raw bytes, as the registry holds them), sorted.
-    queues: Vec<Vec<u8>>,
+    /// Logical queues (and the shared keys) the registry named, sorted.
+    queues: Vec<Unit>,
+}
+
+/// What one sample of a preset entry stands for. Typed, so that a queue a
+/// library names like the shared keys' label (a Sidekiq queue literally
+/// called `(all)`) stays a queue of its own.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Unit {
+    /// A logical queue (for priority-zset, one priority), named by its raw
+    /// bytes as the registry holds them.
+    Queue(Vec<u8>),
+    /// The keys the library's queues share (Sidekiq's `schedule`, `retry`,
+    /// `dead`; Celery's `unacked`; priority-zset's `processing`...),
+    /// reported under [`ALL_QUEUES`] (priority-zset: under its prefix).
+    Shared,
 }
 
 /// The outcome of one preset poll.
@@ -93,10 +110,40 @@ impl Stage {
     }
 }
 
-/// A preset sample with the identity fields set.
-pub(super) fn preset_sample(preset: &'static str, name: &[u8]) -> QueueSample {
+/// The `queue` label of a library's queue named `name`: its display form,
+/// except that a name spelled like the shared keys' label ([`ALL_QUEUES`],
+/// `(all)`) is written `\x28all)`, and a name already spelled `\x28all)`
+/// (after any number of backslashes) gets one backslash more. The mapping
+/// stays one-to-one, so the shared keys and a queue a library names
+/// `(all)` never share a series.
+pub fn queue_label(name: &[u8]) -> String {
+    let shown = display_key(name);
+    let escaped = format!("x28{}", &ALL_QUEUES[1..]);
+    if shown == ALL_QUEUES {
+        format!("\\{escaped}")
+    } else if shown.len() > escaped.len() && shown.trim_start_matches('\\') == escaped {
+        format!("\\{shown}")
+    } else {
+        shown
+    }
+}
+
+/// A preset sample of the queue `name`, with the identity fields set.
+pub(super) fn preset_sample(preset: PresetKind, name: &[u8]) -> QueueSample {
+    named_sample(preset, queue_label(name))
+}
+
+/// The sample of a library's shared keys, under [`ALL_QUEUES`].
+pub(super) fn shared_sample(preset: PresetKind) -> QueueSample {
+    let mut s = named_sample(preset, ALL_QUEUES.to_string());
+    shared(&mut s);
+    s
+}
+
+/// A preset sample whose `queue` label is `name`.
+pub(super) fn named_sample(preset: PresetKind, name: String) -> QueueSample {
     QueueSample {
-        name: display_key(name),
+        name,
         preset: Some(Box::new(PresetFacts {
             preset,
             ..PresetFacts::default()
@@ -200,11 +247,15 @@ pub(super) fn glob_escape(text: &[u8]) -> Vec<u8> {
     out
 }
 
-/// Round-1 commands of one logical queue.
-fn plan(preset: &Preset, queue: &[u8], now: f64) -> Vec<redis::Cmd> {
+/// Round-1 commands of one logical queue (or of the shared keys).
+pub(super) fn plan(preset: &Preset, unit: &Unit, now: f64) -> Vec<redis::Cmd> {
+    let queue = match unit {
+        Unit::Queue(q) => q.as_slice(),
+        Unit::Shared => &[],
+    };
     match preset {
         Preset::Rq { prefix } => rq::plan(prefix, queue, now),
-        Preset::Sidekiq { prefix, .. } => sidekiq::plan(prefix, queue, now),
+        Preset::Sidekiq { prefix, .. } => sidekiq::plan(prefix, unit, now),
         Preset::Asynq { prefix } => asynq::plan(prefix, queue, now),
         Preset::Bullmq {
             prefix,
@@ -216,28 +267,32 @@ fn plan(preset: &Preset, queue: &[u8], now: f64) -> Vec<redis::Cmd> {
             prefix,
             visibility_timeout,
             ..
-        } => celery::plan(prefix, sep, priority_steps, queue, now, *visibility_timeout),
+        } => celery::plan(prefix, sep, priority_steps, unit, now, *visibility_timeout),
         Preset::Rediswq {
             stalled_check_limit,
             ..
         } => rediswq::plan(queue, *stalled_check_limit),
-        Preset::PriorityZset { prefix } => priority_zset::plan(prefix, queue, now),
+        Preset::PriorityZset { prefix } => priority_zset::plan(prefix, unit, now),
     }
 }
 
 /// Reads one logical queue's round-1 replies (pure).
-fn read(preset: &Preset, queue: &[u8], r: &[Value], now: f64) -> Stage {
+fn read(preset: &Preset, unit: &Unit, r: &[Value], now: f64) -> Stage {
+    let queue = match unit {
+        Unit::Queue(q) => q.as_slice(),
+        Unit::Shared => &[],
+    };
     match preset {
         Preset::Rq { prefix } => rq::read(prefix, queue, r),
         Preset::Sidekiq {
             prefix,
             stalled_check_limit,
-        } => sidekiq::read(prefix, queue, r, now, *stalled_check_limit),
+        } => sidekiq::read(prefix, unit, r, now, *stalled_check_limit),
         Preset::Asynq { prefix } => asynq::read(prefix, queue, r),
         Preset::Bullmq { prefix, .. } => bullmq::read(prefix, queue, r),
-        Preset::Celery { queues, .. } => celery::read(queue, r, queues.len()),
+        Preset::Celery { .. } => celery::read(unit, r),
         Preset::Rediswq { .. } => rediswq::read(queue, r),
-        Preset::PriorityZset { prefix } => priority_zset::read(prefix, queue, r, now),
+        Preset::PriorityZset { prefix } => priority_zset::read(prefix, unit, r, now),
     }
 }
 
@@ -292,6 +347,35 @@ impl PresetState {
         }
     }
 
+    /// Makes `specs` the entries (zero config: what recognition found),
+    /// keeping the entries whose spec is unchanged as they are; the units
+    /// come with the next [`PresetState::adopt`].
+    pub fn set_specs(&mut self, specs: Vec<PresetSpec>) {
+        let mut old = std::mem::take(&mut self.entries);
+        self.entries = specs
+            .into_iter()
+            .map(|spec| match old.iter().position(|e| e.spec == spec) {
+                Some(i) => old.swap_remove(i),
+                None => Entry {
+                    queues: fixed_queues(&spec.preset),
+                    spec,
+                },
+            })
+            .collect();
+    }
+
+    /// Each entry's preset and how many queues (shared keys aside) it
+    /// tracks, for zero config's log line.
+    pub fn queue_counts(&self) -> Vec<(&Preset, usize)> {
+        self.entries
+            .iter()
+            .map(|e| {
+                let queues = e.queues.iter().filter(|u| matches!(u, Unit::Queue(_)));
+                (&e.spec.preset, queues.count())
+            })
+            .collect()
+    }
+
     /// Logical queues currently known (for `tracked_keys`).
     pub fn tracked(&self) -> usize {
         self.entries.iter().map(|e| e.queues.len()).sum()
@@ -307,7 +391,7 @@ impl PresetState {
     /// entries): entries in config order, each entry's queues sorted by
     /// name, so the same ones are kept every round. The excess is counted
     /// and logged when it changes, not every round.
-    pub fn adopt(&mut self, found: Vec<Vec<Vec<u8>>>, budget: usize, source: &str) {
+    pub fn adopt(&mut self, found: Vec<Vec<Unit>>, budget: usize, source: &str) {
         let mut left = budget;
         let mut dropped = 0;
         for (entry, mut names) in self.entries.iter_mut().zip(found) {
@@ -331,65 +415,87 @@ impl PresetState {
 }
 
 /// Reads every preset entry's registry (SMEMBERS, or SCAN with bounded
-/// COUNT): per entry in config order, its logical queue names, sorted.
+/// COUNT): per entry in config order, its logical queues, sorted.
 pub async fn registries(
     specs: &[PresetSpec],
     conn: &mut Conn,
     scan_count: u32,
-) -> redis::RedisResult<Vec<Vec<Vec<u8>>>> {
+) -> redis::RedisResult<Vec<Vec<Unit>>> {
     let mut found = Vec::with_capacity(specs.len());
     for spec in specs {
-        let mut names = match &spec.preset {
-            Preset::Rq { prefix } => {
-                let members = smembers(conn, &key(&[prefix.as_bytes(), b":queues"])).await?;
-                let full = key(&[prefix.as_bytes(), b":queue:"]);
-                members
-                    .into_iter()
-                    .filter_map(|m| m.strip_prefix(full.as_slice()).map(<[u8]>::to_vec))
-                    .collect()
-            }
-            Preset::Sidekiq { prefix, .. } => {
-                let mut names = smembers(conn, &sidekiq::k(prefix, b"queues")).await?;
-                names.push(crate::config::ALL_QUEUES.as_bytes().to_vec());
-                names
-            }
-            Preset::Asynq { prefix } => {
-                smembers(conn, &key(&[prefix.as_bytes(), b":queues"])).await?
+        let units = match &spec.preset {
+            Preset::Rq { prefix } | Preset::Sidekiq { prefix, .. } | Preset::Asynq { prefix } => {
+                let members = smembers(conn, &registry_key(&spec.preset, prefix)).await?;
+                registry_units(&spec.preset, members)
             }
             Preset::Bullmq { prefix, .. } => {
                 let p = glob_escape(prefix.as_bytes());
                 let pattern = key(&[&p, b":*:meta"]);
                 let keys = scan(conn, &pattern, Some(KeyType::Hash), scan_count).await?;
-                keys.into_iter()
-                    .filter_map(|k| {
-                        let rest = k.strip_prefix(prefix.as_bytes())?.strip_prefix(b":")?;
-                        rest.strip_suffix(b":meta").map(<[u8]>::to_vec)
-                    })
-                    .filter(|n| !n.is_empty())
-                    .collect()
+                let names = keys
+                    .iter()
+                    .filter_map(|k| bullmq::queue_of_meta(k))
+                    .filter(|(pre, _)| *pre == prefix.as_bytes())
+                    .map(|(_, name)| name.to_vec());
+                sorted(names.map(Unit::Queue).collect())
             }
             Preset::PriorityZset { prefix } => {
                 let p = glob_escape(prefix.as_bytes());
                 let pattern = key(&[&p, b":pending:*"]);
                 let keys = scan(conn, &pattern, Some(KeyType::Zset), scan_count).await?;
                 let start = prefix.len() + b":pending:".len();
-                // Each priority is a "queue" of the entry; the empty
-                // name stands for the keys shared by all priorities.
-                let mut names: Vec<Vec<u8>> = keys
+                // Each priority is a "queue" of the entry, beside the keys
+                // shared by all priorities.
+                let mut units: Vec<Unit> = keys
                     .into_iter()
                     .filter_map(|k| k.get(start..).map(<[u8]>::to_vec))
                     .filter(|p| !p.is_empty())
+                    .map(Unit::Queue)
                     .collect();
-                names.push(Vec::new());
-                names
+                units.push(Unit::Shared);
+                sorted(units)
             }
             Preset::Celery { .. } | Preset::Rediswq { .. } => fixed_queues(&spec.preset),
         };
-        names.sort();
-        names.dedup();
-        found.push(names);
+        found.push(units);
     }
     Ok(found)
+}
+
+/// The registry set of a registry preset (RQ, Sidekiq, asynq) at `prefix`.
+pub(super) fn registry_key(preset: &Preset, prefix: &str) -> Vec<u8> {
+    match preset {
+        Preset::Sidekiq { .. } => sidekiq::k(prefix, b"queues"),
+        _ => key(&[prefix.as_bytes(), b":queues"]),
+    }
+}
+
+/// A registry's members as the entry's units, sorted: RQ's full keys
+/// `<prefix>:queue:<name>` give their names (others are skipped), Sidekiq
+/// and asynq hold bare names; Sidekiq's entry also has its shared keys.
+pub(super) fn registry_units(preset: &Preset, members: Vec<Vec<u8>>) -> Vec<Unit> {
+    let mut units: Vec<Unit> = match preset {
+        Preset::Rq { prefix } => {
+            let full = key(&[prefix.as_bytes(), b":queue:"]);
+            members
+                .into_iter()
+                .filter_map(|m| m.strip_prefix(full.as_slice()).map(<[u8]>::to_vec))
+                .map(Unit::Queue)
+                .collect()
+        }
+        _ => members.into_iter().map(Unit::Queue).collect(),
+    };
+    if matches!(preset, Preset::Sidekiq { .. }) {
+        units.push(Unit::Shared);
+    }
+    sorted(units)
+}
+
+/// `units` sorted, without repeats.
+fn sorted(mut units: Vec<Unit>) -> Vec<Unit> {
+    units.sort();
+    units.dedup();
+    units
 }
 
 impl PresetState {
@@ -486,16 +592,18 @@ impl PresetState {
 }
 
 /// Queues a preset reports without a registry.
-fn fixed_queues(preset: &Preset) -> Vec<Vec<u8>> {
+pub(super) fn fixed_queues(preset: &Preset) -> Vec<Unit> {
     match preset {
         Preset::Celery { queues, .. } => {
-            let mut v: Vec<Vec<u8>> = queues.iter().map(|q| q.as_bytes().to_vec()).collect();
-            v.push(crate::config::ALL_QUEUES.as_bytes().to_vec());
-            v
+            let mut v: Vec<Unit> = queues
+                .iter()
+                .map(|q| Unit::Queue(q.as_bytes().to_vec()))
+                .collect();
+            v.push(Unit::Shared);
+            sorted(v)
         }
-        Preset::Rediswq { name, .. } => vec![name.as_bytes().to_vec()],
-        Preset::PriorityZset { .. } => vec![Vec::new()],
-        Preset::Sidekiq { .. } => vec![crate::config::ALL_QUEUES.as_bytes().to_vec()],
+        Preset::Rediswq { name, .. } => vec![Unit::Queue(name.as_bytes().to_vec())],
+        Preset::PriorityZset { .. } | Preset::Sidekiq { .. } => vec![Unit::Shared],
         Preset::Rq { .. } | Preset::Asynq { .. } | Preset::Bullmq { .. } => Vec::new(),
     }
 }
@@ -537,7 +645,7 @@ mod tests {
 
     #[test]
     fn follow_ups_apply_stamps_and_stalled_checks() {
-        let mut s = preset_sample("rq", b"q");
+        let mut s = preset_sample(PresetKind::Rq, b"q");
         apply(
             &mut s,
             Follow::Stamp(TimeUnit::Milliseconds),
@@ -584,7 +692,7 @@ mod tests {
     #[test]
     fn a_refused_follow_up_makes_its_count_unknown_not_smaller() {
         let refused = refused();
-        let mut s = preset_sample("sidekiq", b"(all)");
+        let mut s = preset_sample(PresetKind::Sidekiq, b"(all)");
         facts(&mut s).stalled = Some(0);
         set_state(&mut s, JobState::Active, Some(0));
         apply(&mut s, Follow::StalledIfMissing, &int(0), 0.0);
@@ -627,6 +735,30 @@ mod tests {
                 failed: Some(7)
             }
         );
+    }
+
+    #[test]
+    fn a_queue_named_like_the_shared_label_keeps_a_label_of_its_own() {
+        assert_eq!(queue_label(b"(all)"), "\\x28all)");
+        // Names spelled like that label get one backslash more.
+        assert_eq!(queue_label(b"\\x28all)"), "\\\\x28all)");
+        assert_eq!(queue_label(b"\\\\x28all)"), "\\\\\\x28all)");
+        assert_eq!(queue_label(b"x28all)"), "x28all)");
+        assert_eq!(queue_label(b"default"), "default");
+        assert_eq!(queue_label(b"(all"), "(all");
+        let sidekiq = Preset::Sidekiq {
+            prefix: String::new(),
+            stalled_check_limit: 1,
+        };
+        let real = read(&sidekiq, &Unit::Queue(b"(all)".to_vec()), &[int(2)], 0.0);
+        let shared = read(&sidekiq, &Unit::Shared, &[], 0.0);
+        assert_eq!(real.sample.name, "\\x28all)");
+        assert_eq!(shared.sample.name, ALL_QUEUES);
+        assert_eq!(real.sample.preset.unwrap().unit, PresetUnit::Queue);
+        assert_eq!(shared.sample.preset.unwrap().unit, PresetUnit::Shared);
+        // The registry's `(all)` and the shared keys are two units.
+        let units = registry_units(&sidekiq, vec![b"(all)".to_vec()]);
+        assert_eq!(units, [Unit::Queue(b"(all)".to_vec()), Unit::Shared]);
     }
 
     #[test]

@@ -6,20 +6,19 @@
 
 use redis::Value;
 
-use super::{Stage, count, key, preset_sample, set_state};
-use crate::snapshot::JobState;
+use super::{Stage, Unit, count, key, preset_sample, set_state};
+use crate::snapshot::{JobState, PresetKind};
 
-/// Round 1: three commands per priority (`p` non-empty), three for the
-/// shared keys (`p` empty).
-pub fn plan(prefix: &str, p: &[u8], now: f64) -> Vec<redis::Cmd> {
+/// Round 1: three commands per priority, three for the shared keys.
+pub fn plan(prefix: &str, unit: &Unit, now: f64) -> Vec<redis::Cmd> {
     let pre = prefix.as_bytes();
-    if p.is_empty() {
+    let Unit::Queue(p) = unit else {
         return vec![
             super::cmd("HLEN", &key(&[pre, b":processing"])),
             super::cmd("ZCARD", &key(&[pre, b":completed"])),
             super::cmd("LLEN", &key(&[pre, b":dlq"])),
         ];
-    }
+    };
     let zset = key(&[pre, b":pending:", p]);
     let mut due = super::cmd("ZCOUNT", &zset);
     due.arg("-inf").arg(now);
@@ -29,16 +28,16 @@ pub fn plan(prefix: &str, p: &[u8], now: f64) -> Vec<redis::Cmd> {
 }
 
 /// Reads [`plan`]'s replies (pure).
-pub fn read(prefix: &str, p: &[u8], r: &[Value], now: f64) -> Stage {
+pub fn read(prefix: &str, unit: &Unit, r: &[Value], now: f64) -> Stage {
     let at = |i: usize| r.get(i).unwrap_or(&Value::Nil);
-    let mut s = preset_sample("priority-zset", prefix.as_bytes());
-    if p.is_empty() {
+    let mut s = preset_sample(PresetKind::PriorityZset, prefix.as_bytes());
+    let Unit::Queue(p) = unit else {
         super::shared(&mut s);
         set_state(&mut s, JobState::Active, count(at(0)));
         set_state(&mut s, JobState::Completed, count(at(1)));
         set_state(&mut s, JobState::Failed, count(at(2)));
         return Stage::done(s);
-    }
+    };
     s.labels = vec![("priority".into(), super::display_key(p))];
     let total = count(at(0));
     let due = count(at(1));
@@ -66,7 +65,7 @@ mod tests {
     fn due_items_wait_and_future_items_are_delayed() {
         let st = read(
             "jobs",
-            b"high",
+            &Unit::Queue(b"high".to_vec()),
             &[int(5), int(3), list(&["j1", "990.5"])],
             1000.0,
         );
@@ -79,7 +78,7 @@ mod tests {
         // Only future items: nothing is late.
         let st = read(
             "jobs",
-            b"low",
+            &Unit::Queue(b"low".to_vec()),
             &[int(1), int(0), list(&["j", "2000"])],
             1000.0,
         );
@@ -88,7 +87,7 @@ mod tests {
 
     #[test]
     fn shared_keys_map_to_active_completed_failed() {
-        let st = read("jobs", b"", &[int(2), int(10), int(1)], 0.0);
+        let st = read("jobs", &Unit::Shared, &[int(2), int(10), int(1)], 0.0);
         let f = st.sample.preset.as_ref().unwrap();
         assert_eq!(f.states[&JobState::Active], Some(2));
         assert_eq!(f.states[&JobState::Completed], Some(10));

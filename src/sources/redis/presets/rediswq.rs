@@ -7,7 +7,7 @@ use redis::Value;
 use sha2::{Digest, Sha224};
 
 use super::{Follow, Stage, count, key, preset_sample, set_state};
-use crate::snapshot::JobState;
+use crate::snapshot::{JobState, PresetKind};
 
 /// Round 1: three read-only commands.
 pub fn plan(name: &[u8], limit: usize) -> Vec<redis::Cmd> {
@@ -33,7 +33,7 @@ pub fn lease_key(name: &[u8], item: &[u8]) -> Vec<u8> {
 /// Reads [`plan`]'s replies (pure).
 pub fn read(name: &[u8], r: &[Value]) -> Stage {
     let at = |i: usize| r.get(i).unwrap_or(&Value::Nil);
-    let mut s = preset_sample("rediswq", name);
+    let mut s = preset_sample(PresetKind::Rediswq, name);
     set_state(&mut s, JobState::Waiting, count(at(0)));
     set_state(&mut s, JobState::Active, count(at(1)));
     let mut follow = Vec::new();

@@ -4,7 +4,7 @@
 use redis::Value;
 
 use super::{Follow, Stage, below, count, due_count, key, preset_sample, set_state, sum};
-use crate::snapshot::JobState;
+use crate::snapshot::{JobState, PresetKind};
 use crate::time::TimeUnit;
 
 /// The keys of queue `q`: `<prefix>:<kind>:<q>`.
@@ -37,7 +37,7 @@ pub fn plan(prefix: &str, q: &[u8], now: f64) -> Vec<redis::Cmd> {
 
 /// Reads [`plan`]'s replies (pure).
 pub fn read(prefix: &str, q: &[u8], r: &[Value]) -> Stage {
-    let mut s = preset_sample("rq", q);
+    let mut s = preset_sample(PresetKind::Rq, q);
     let at = |i: usize| r.get(i).unwrap_or(&Value::Nil);
     // Deferred jobs (waiting on dependencies) count as waiting: they are
     // queued work a worker will run without anyone scheduling it.
@@ -85,7 +85,7 @@ mod tests {
         ];
         let st = read("rq", b"default", &r);
         let f = st.sample.preset.as_ref().unwrap();
-        assert_eq!(f.preset, "rq");
+        assert_eq!(f.preset, PresetKind::Rq);
         assert_eq!(f.states[&JobState::Waiting], Some(2 + 6));
         assert_eq!(f.states[&JobState::Active], Some(1 + 3));
         assert_eq!(f.states[&JobState::Completed], Some(4));

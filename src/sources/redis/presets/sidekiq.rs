@@ -5,9 +5,8 @@
 
 use redis::Value;
 
-use super::{Follow, Stage, count, due_count, preset_sample, set_state, sum};
-use crate::config::ALL_QUEUES;
-use crate::snapshot::{JobState, JobTotals};
+use super::{Follow, Stage, Unit, count, due_count, preset_sample, set_state, shared_sample, sum};
+use crate::snapshot::{JobState, JobTotals, PresetKind};
 
 /// A Sidekiq key under an optional redis-namespace prefix.
 pub fn k(prefix: &str, name: &[u8]) -> Vec<u8> {
@@ -18,22 +17,25 @@ pub fn k(prefix: &str, name: &[u8]) -> Vec<u8> {
     }
 }
 
-/// Round 1: three commands per queue; eight for `(all)`.
-pub fn plan(prefix: &str, q: &[u8], now: f64) -> Vec<redis::Cmd> {
-    if q == ALL_QUEUES.as_bytes() {
-        return vec![
-            super::cmd("ZCARD", &k(prefix, b"schedule")),
-            super::cmd("ZCARD", &k(prefix, b"retry")),
-            super::cmd("ZCARD", &k(prefix, b"dead")),
-            super::cmd("GET", &k(prefix, b"stat:processed")),
-            super::cmd("GET", &k(prefix, b"stat:failed")),
-            super::cmd("SMEMBERS", &k(prefix, b"processes")),
-            // Due jobs the scheduled-set poller (every ~5 s across all
-            // processes) has not pushed to their queue yet.
-            due_count(&k(prefix, b"schedule"), now),
-            due_count(&k(prefix, b"retry"), now),
-        ];
-    }
+/// Round 1: three commands per queue; eight for the shared keys (`(all)`).
+pub fn plan(prefix: &str, unit: &Unit, now: f64) -> Vec<redis::Cmd> {
+    let q = match unit {
+        Unit::Queue(q) => q.as_slice(),
+        Unit::Shared => {
+            return vec![
+                super::cmd("ZCARD", &k(prefix, b"schedule")),
+                super::cmd("ZCARD", &k(prefix, b"retry")),
+                super::cmd("ZCARD", &k(prefix, b"dead")),
+                super::cmd("GET", &k(prefix, b"stat:processed")),
+                super::cmd("GET", &k(prefix, b"stat:failed")),
+                super::cmd("SMEMBERS", &k(prefix, b"processes")),
+                // Due jobs the scheduled-set poller (every ~5 s across all
+                // processes) has not pushed to their queue yet.
+                due_count(&k(prefix, b"schedule"), now),
+                due_count(&k(prefix, b"retry"), now),
+            ];
+        }
+    };
     let list = k(prefix, &super::key(&[b"queue:", q]));
     let mut lindex = super::cmd("LINDEX", &list);
     lindex.arg(-1);
@@ -44,11 +46,10 @@ pub fn plan(prefix: &str, q: &[u8], now: f64) -> Vec<redis::Cmd> {
 }
 
 /// Reads [`plan`]'s replies (pure).
-pub fn read(prefix: &str, q: &[u8], r: &[Value], now: f64, limit: usize) -> Stage {
+pub fn read(prefix: &str, unit: &Unit, r: &[Value], now: f64, limit: usize) -> Stage {
     let at = |i: usize| r.get(i).unwrap_or(&Value::Nil);
-    let mut s = preset_sample("sidekiq", q);
-    if q == ALL_QUEUES.as_bytes() {
-        super::shared(&mut s);
+    let Unit::Queue(q) = unit else {
+        let mut s = shared_sample(PresetKind::Sidekiq);
         set_state(&mut s, JobState::Delayed, count(at(0)));
         set_state(&mut s, JobState::Retry, count(at(1)));
         set_state(&mut s, JobState::Failed, count(at(2)));
@@ -80,7 +81,8 @@ pub fn read(prefix: &str, q: &[u8], r: &[Value], now: f64, limit: usize) -> Stag
             set_state(&mut s, JobState::Active, None);
         }
         return Stage { sample: s, follow };
-    }
+    };
+    let mut s = preset_sample(PresetKind::Sidekiq, q);
     set_state(&mut s, JobState::Waiting, count(at(0)));
     super::facts(&mut s).paused = super::reply::as_u64(at(2)).map(|n| n == 1);
     s.oldest_age_seconds = match at(1) {
@@ -112,13 +114,25 @@ mod tests {
     #[test]
     fn a_queue_reads_depth_and_latency_in_both_units() {
         let job7 = r#"{"class":"J","enqueued_at":1000.5}"#;
-        let st = read("", b"default", &[int(3), bulk(job7), int(0)], 1010.0, 10);
+        let st = read(
+            "",
+            &Unit::Queue(b"default".to_vec()),
+            &[int(3), bulk(job7), int(0)],
+            1010.0,
+            10,
+        );
         let f = st.sample.preset.as_ref().unwrap();
         assert_eq!(f.states[&JobState::Waiting], Some(3));
         assert_eq!(f.paused, Some(false));
         assert_eq!(st.sample.oldest_age_seconds, Some(9.5));
         let job8 = r#"{"class":"J","enqueued_at":1000500}"#;
-        let st = read("", b"default", &[int(3), bulk(job8), int(0)], 1010.0, 10);
+        let st = read(
+            "",
+            &Unit::Queue(b"default".to_vec()),
+            &[int(3), bulk(job8), int(0)],
+            1010.0,
+            10,
+        );
         assert_eq!(st.sample.oldest_age_seconds, Some(9.5));
         let created = r#"{"class":"J","created_at":1001.0}"#;
         assert_eq!(latency(created.as_bytes(), 1011.0), Some(10.0));
@@ -127,7 +141,13 @@ mod tests {
 
     #[test]
     fn a_paused_queue_keeps_its_jobs_waiting() {
-        let st = read("", b"q", &[int(4), Value::Nil, int(1)], 1.0, 10);
+        let st = read(
+            "",
+            &Unit::Queue(b"q".to_vec()),
+            &[int(4), Value::Nil, int(1)],
+            1.0,
+            10,
+        );
         let f = st.sample.preset.unwrap();
         assert_eq!(f.states[&JobState::Waiting], Some(4));
         assert_eq!(f.states.len(), 1);
@@ -148,14 +168,20 @@ mod tests {
             int(0),
             int(0),
         ];
-        let st = read("", b"(all)", &r, 0.0, 2);
+        let st = read("", &Unit::Shared, &r, 0.0, 2);
         let f = st.sample.preset.as_ref().unwrap();
         assert_eq!(f.states[&JobState::Active], None);
         assert_eq!(f.stalled, None);
         assert!(st.follow.is_empty());
         assert_eq!(f.unit, crate::snapshot::PresetUnit::Shared);
         // A per-queue sample is a queue, whatever was read.
-        let q = read("", b"q", &[refused(), refused(), int(0)], 1.0, 10);
+        let q = read(
+            "",
+            &Unit::Queue(b"q".to_vec()),
+            &[refused(), refused(), int(0)],
+            1.0,
+            10,
+        );
         let f = q.sample.preset.as_ref().unwrap();
         assert_eq!(f.unit, crate::snapshot::PresetUnit::Queue);
         assert_eq!(f.states[&JobState::Waiting], None);
@@ -174,7 +200,7 @@ mod tests {
             int(1),
             int(1),
         ];
-        let st = read("ns", b"(all)", &r, 0.0, 2);
+        let st = read("ns", &Unit::Shared, &r, 0.0, 2);
         let f = st.sample.preset.as_ref().unwrap();
         assert_eq!(f.states[&JobState::Delayed], Some(1));
         assert_eq!(f.states[&JobState::Retry], Some(2));
@@ -186,7 +212,7 @@ mod tests {
         assert_eq!(st.sample.jobs().failed, Some(0));
         // Two processes checked (the bound), two commands each.
         assert_eq!(st.follow.len(), 4);
-        let all = plan("ns", b"(all)", 1000.25);
+        let all = plan("ns", &Unit::Shared, 1000.25);
         assert_eq!(all.len(), 8);
         assert_eq!(
             all[6].get_packed_command(),
@@ -196,6 +222,6 @@ mod tests {
                 .arg("1000.25")
                 .get_packed_command()
         );
-        assert_eq!(plan("", b"q", 0.0).len(), 3);
+        assert_eq!(plan("", &Unit::Queue(b"q".to_vec()), 0.0).len(), 3);
     }
 }

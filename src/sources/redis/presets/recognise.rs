@@ -1,0 +1,760 @@
+//! Zero config: a source given no `queues:` recognises the queue libraries'
+//! keys itself, in the discovery round, and reports each library's queues
+//! exactly as the matching `- preset:` entry would (the entries are built
+//! here and polled by the same code).
+//!
+//! What marks a library (docs/presets.md, "Zero config"):
+//! - **RQ**: a set `<prefix>:queues` whose members are all full keys
+//!   `<prefix>:queue:<name>`.
+//! - **asynq**: a set `<prefix>:queues` of bare names where the prefix is
+//!   `asynq` or some member `<m>` has a list or zset `<prefix>:{<m>}:...`.
+//! - **Sidekiq**: the set `queues` (7.x/8.x keep bare keys), or a set
+//!   `<ns>:queues` (a 6.x redis-namespace) with a list `<ns>:queue:<m>` for
+//!   some member or a `<ns>:schedule`/`retry`/`dead` zset beside it.
+//! - **BullMQ** at any prefix: a hash `<prefix>:<name>:meta` whose `version`
+//!   starts with `bullmq:` or which has `opts.maxLenEvents` (both written by
+//!   the `Queue` constructor); names cannot contain `:`, so a name parses
+//!   from the right. Bull 3.x writes no `meta` hash and is not recognised.
+//! - **Celery**: `[<global_keyprefix>]_kombu.binding.<exchange>` sets, whose
+//!   members are `routing_key␆␖pattern␆␖queue`; the `*.pidbox` exchanges
+//!   (remote control and its replies) are skipped. Priority lists are those
+//!   of kombu's default steps plus any `<queue>␆␖<n>` list found.
+//!
+//! Every key a recognised library's entry reads with the type the library
+//! gives it, and the library's other keys of its queues (BullMQ's `events`,
+//! `marker`, job logs; RQ's `intermediate` lists, result streams; asynq's
+//! per-queue keys...), is consumed: it is not also reported as a plain key.
+//! A key the entry reads that has another type (a lookalike) stays plain.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use redis::Value;
+
+use super::super::cluster::key_of;
+use super::super::commands::{Conn, pipelined, scan};
+use super::super::discovery::{self, Candidate, Candidates, Discovered};
+use super::super::tracked::KeyState;
+use super::{Unit, bullmq, fixed_queues, key, plan, registry_units, sidekiq};
+use crate::config::{
+    CELERY_PRIORITY_STEPS, CELERY_SEP, CELERY_VISIBILITY_TIMEOUT, DEFAULT_STALLED_CHECK_LIMIT,
+    KeyType, Preset, PresetSpec, RedisSourceConfig, default_prefix,
+};
+use crate::snapshot::PresetKind;
+
+/// The name part of kombu's binding tables.
+const BINDING: &[u8] = b"_kombu.binding.";
+
+/// What a zero-config round found: the plain keys to track and the
+/// library entries recognised, each with its units.
+#[derive(Debug)]
+pub struct ZeroConfig {
+    /// Lists, zsets and streams no recognised library consumed.
+    pub plain: Discovered,
+    /// One entry per library and prefix, as a `- preset:` entry would be.
+    pub entries: Vec<(PresetSpec, Vec<Unit>)>,
+}
+
+/// One zero-config discovery round: the source's typed SCANs (its one
+/// `*` entry, through [`discovery::find`]) beside one SCAN for `*:meta`
+/// hashes and one for sets, then one pipeline reading the marks, then the
+/// recognition and the plain keys left, within `max_keys` (library units
+/// first: they are what the user came for).
+pub async fn discover(
+    conn: &mut Conn,
+    config: &RedisSourceConfig,
+    known: &[(Vec<u8>, usize)],
+) -> redis::RedisResult<ZeroConfig> {
+    let mut plain_conn = conn.clone();
+    let (mut found, marks) = futures_util::future::try_join(
+        discovery::find(&mut plain_conn, config, known),
+        scan_marks(conn, config.scan_count),
+    )
+    .await?;
+    let seen = read_marks(conn, marks).await?;
+    let recognition = recognise(&seen, &found);
+    found.keys.retain(|k, _| !recognition.consumed.contains(k));
+    let units: usize = recognition.entries.iter().map(|(_, u)| u.len()).sum();
+    let limit = config.max_keys.saturating_sub(units);
+    Ok(ZeroConfig {
+        plain: discovery::track(found, config, limit),
+        entries: recognition.entries,
+    })
+}
+
+/// Keys that may mark a library.
+#[derive(Debug, Default)]
+pub struct Marks {
+    /// `*:meta` hashes (BullMQ queues, if they carry its marks).
+    metas: Vec<Vec<u8>>,
+    /// Sets named like a registry or a kombu binding table.
+    sets: Vec<Vec<u8>>,
+}
+
+/// SCANs (bounded COUNT, typed) for the hashes and sets that may mark a
+/// library, concurrently.
+async fn scan_marks(conn: &Conn, count: u32) -> redis::RedisResult<Marks> {
+    let (mut a, mut b) = (conn.clone(), conn.clone());
+    let (metas, sets) = futures_util::future::try_join(
+        scan(&mut a, b"*:meta", Some(KeyType::Hash), count),
+        scan(&mut b, b"*", Some(KeyType::Set), count),
+    )
+    .await?;
+    let sets = sets
+        .into_iter()
+        .filter(|k| registry_prefix(k).is_some() || binding(k).is_some())
+        .collect();
+    Ok(Marks { metas, sets })
+}
+
+/// What the marks hold.
+#[derive(Debug, Default)]
+pub struct Seen {
+    /// Registry and binding sets with their members, by name.
+    sets: BTreeMap<Vec<u8>, Vec<Vec<u8>>>,
+    /// `meta` hashes that carry BullMQ's marks.
+    bullmq: BTreeSet<Vec<u8>>,
+}
+
+/// Reads every mark in one pipeline: `SMEMBERS` of each set, `HMGET
+/// version opts.maxLenEvents` of each `meta` hash.
+async fn read_marks(conn: &Conn, marks: Marks) -> redis::RedisResult<Seen> {
+    let mut cmds: Vec<redis::Cmd> = marks
+        .sets
+        .iter()
+        .map(|s| super::cmd("SMEMBERS", s))
+        .collect();
+    for m in &marks.metas {
+        let mut c = super::cmd("HMGET", m);
+        c.arg("version").arg("opts.maxLenEvents");
+        cmds.push(c);
+    }
+    if cmds.is_empty() {
+        return Ok(Seen::default());
+    }
+    let replies = pipelined(conn, cmds).await?;
+    Ok(seen(marks, &replies))
+}
+
+/// Pairs the marks with their replies (pure). A refused or unreadable
+/// reply marks nothing.
+fn seen(marks: Marks, replies: &[Value]) -> Seen {
+    let (set_replies, meta_replies) = replies.split_at(marks.sets.len().min(replies.len()));
+    let mut out = Seen::default();
+    for (name, v) in marks.sets.into_iter().zip(set_replies) {
+        if let Some(items) = super::reply::as_array(v) {
+            let members = items
+                .iter()
+                .filter_map(super::reply::as_bytes)
+                .map(<[u8]>::to_vec)
+                .collect();
+            out.sets.insert(name, members);
+        }
+    }
+    for (meta, v) in marks.metas.into_iter().zip(meta_replies) {
+        let fields = super::reply::as_array(v).unwrap_or(&[]);
+        let version = fields.first().and_then(super::reply::as_bytes);
+        let max_len = fields.get(1).and_then(super::reply::as_bytes);
+        if version.is_some_and(|v| v.starts_with(b"bullmq:")) || max_len.is_some() {
+            out.bullmq.insert(meta);
+        }
+    }
+    out
+}
+
+/// The outcome of recognition.
+#[derive(Debug, Default)]
+pub struct Recognition {
+    /// One entry per library and prefix, with its units.
+    pub entries: Vec<(PresetSpec, Vec<Unit>)>,
+    /// Keys the entries own: never reported as plain keys.
+    pub consumed: BTreeSet<Vec<u8>>,
+}
+
+/// The prefix of a registry set's name: `""` for `queues`, `<p>` for
+/// `<p>:queues`.
+fn registry_prefix(k: &[u8]) -> Option<&[u8]> {
+    if k == b"queues" {
+        return Some(b"");
+    }
+    k.strip_suffix(b":queues").filter(|p| !p.is_empty())
+}
+
+/// `(global_keyprefix, exchange)` of a kombu binding table, unless the
+/// exchange is a `pidbox` one (remote control traffic, not work).
+fn binding(k: &[u8]) -> Option<(&[u8], &[u8])> {
+    let at = k.windows(BINDING.len()).position(|w| w == BINDING)?;
+    let exchange = &k[at + BINDING.len()..];
+    (!exchange.is_empty() && !exchange.ends_with(b"pidbox")).then_some((&k[..at], exchange))
+}
+
+/// The type discovery found for `k`, if it found the key.
+fn type_at(keys: &BTreeMap<Vec<u8>, Candidate>, k: &[u8]) -> Option<KeyType> {
+    match keys.get(k).map(|c| &c.state) {
+        Some(KeyState::Typed(t)) => Some(*t),
+        _ => None,
+    }
+}
+
+/// Keys found that start with `prefix`.
+fn under<'a>(
+    keys: &'a BTreeMap<Vec<u8>, Candidate>,
+    prefix: &'a [u8],
+) -> impl Iterator<Item = &'a Vec<u8>> + 'a {
+    keys.range(prefix.to_vec()..)
+        .map(|(k, _)| k)
+        .take_while(move |k| k.starts_with(prefix))
+}
+
+/// Recognises the libraries the marks show (pure): entries sorted by
+/// library, then prefix; and the keys they consume.
+pub fn recognise(seen: &Seen, found: &Candidates) -> Recognition {
+    let keys = &found.keys;
+    let mut entries: Vec<(PresetSpec, Vec<Unit>)> = Vec::new();
+    let mut celery: BTreeMap<Vec<u8>, BTreeSet<String>> = BTreeMap::new();
+    for (set, members) in &seen.sets {
+        if let Some((prefix, _)) = binding(set) {
+            let queues = celery.entry(prefix.to_vec()).or_default();
+            for m in members {
+                if let Some(q) = binding_queue(m) {
+                    queues.insert(q);
+                }
+            }
+            continue;
+        }
+        let Some(prefix) = registry_prefix(set) else {
+            continue;
+        };
+        if let Some(preset) = registry_library(prefix, members, keys) {
+            let units = registry_units(&preset, members.clone());
+            entries.push((spec(preset), units));
+        }
+    }
+    let mut bull: BTreeMap<&[u8], Vec<Unit>> = BTreeMap::new();
+    for meta in &seen.bullmq {
+        if let Some((prefix, name)) = bullmq::queue_of_meta(meta) {
+            bull.entry(prefix)
+                .or_default()
+                .push(Unit::Queue(name.to_vec()));
+        }
+    }
+    for (prefix, units) in bull {
+        if let Ok(prefix) = std::str::from_utf8(prefix) {
+            let preset = Preset::Bullmq {
+                prefix: prefix.to_string(),
+                stalled_check_limit: DEFAULT_STALLED_CHECK_LIMIT,
+            };
+            entries.push((spec(preset), units));
+        }
+    }
+    for (prefix, queues) in celery {
+        let (Ok(prefix), false) = (String::from_utf8(prefix), queues.is_empty()) else {
+            continue;
+        };
+        let preset = Preset::Celery {
+            priority_steps: celery_steps(&prefix, &queues, keys),
+            queues: queues.into_iter().collect(),
+            sep: CELERY_SEP.to_string(),
+            prefix,
+            visibility_timeout: CELERY_VISIBILITY_TIMEOUT,
+        };
+        let units = fixed_queues(&preset);
+        entries.push((spec(preset), units));
+    }
+    entries.sort_by_key(|(s, _)| s.preset.kind());
+    let consumed = consumed(&entries, keys);
+    Recognition { entries, consumed }
+}
+
+/// A `- preset:` entry for `preset`, without `counters:`.
+fn spec(preset: Preset) -> PresetSpec {
+    PresetSpec {
+        preset,
+        counters: None,
+    }
+}
+
+/// The library whose registry `<prefix>:queues` (or `queues`) holds
+/// `members`, if the keys beside it say which (see the module docs).
+fn registry_library(
+    prefix: &[u8],
+    members: &[Vec<u8>],
+    keys: &BTreeMap<Vec<u8>, Candidate>,
+) -> Option<Preset> {
+    let text = std::str::from_utf8(prefix).ok()?.to_string();
+    if members.is_empty() || members.iter().any(Vec::is_empty) {
+        return None;
+    }
+    if !prefix.is_empty() {
+        let full = key(&[prefix, b":queue:"]);
+        let rq = members.iter().all(|m| {
+            m.strip_prefix(full.as_slice())
+                .is_some_and(|n| !n.is_empty())
+        });
+        if rq {
+            return Some(Preset::Rq { prefix: text });
+        }
+        let asynq = text == default_prefix(PresetKind::Asynq)
+            || members.iter().any(|m| {
+                under(keys, &key(&[prefix, b":{", m, b"}:"]))
+                    .next()
+                    .is_some()
+            });
+        if asynq {
+            return Some(Preset::Asynq { prefix: text });
+        }
+    }
+    let queue_list = members
+        .iter()
+        .any(|m| type_at(keys, &sidekiq::k(&text, &key(&[b"queue:", m]))) == Some(KeyType::List));
+    let global_zset = [&b"schedule"[..], b"retry", b"dead"]
+        .iter()
+        .any(|n| type_at(keys, &sidekiq::k(&text, n)) == Some(KeyType::Zset));
+    (prefix.is_empty() || queue_list || global_zset).then_some(Preset::Sidekiq {
+        prefix: text,
+        stalled_check_limit: DEFAULT_STALLED_CHECK_LIMIT,
+    })
+}
+
+/// The queue of a binding member `routing_key␆␖pattern␆␖queue`, if it has
+/// that shape and the name is text.
+fn binding_queue(member: &[u8]) -> Option<String> {
+    let sep = CELERY_SEP.as_bytes();
+    let first = member.windows(sep.len()).position(|w| w == sep)?;
+    let rest = &member[first + sep.len()..];
+    let second = rest.windows(sep.len()).position(|w| w == sep)?;
+    let queue = &rest[second + sep.len()..];
+    if queue.is_empty() || queue.windows(sep.len()).any(|w| w == sep) {
+        return None;
+    }
+    String::from_utf8(queue.to_vec()).ok()
+}
+
+/// kombu's default priority steps, plus every `<queue>␆␖<n>` list found
+/// (a `priority_steps` of the application's own, such as `range(10)`).
+fn celery_steps(
+    prefix: &str,
+    queues: &BTreeSet<String>,
+    keys: &BTreeMap<Vec<u8>, Candidate>,
+) -> Vec<u8> {
+    let mut steps: BTreeSet<u8> = CELERY_PRIORITY_STEPS.into_iter().collect();
+    for q in queues {
+        let base = key(&[prefix.as_bytes(), q.as_bytes(), CELERY_SEP.as_bytes()]);
+        for k in under(keys, &base) {
+            let step = std::str::from_utf8(&k[base.len()..])
+                .ok()
+                .filter(|s| s.bytes().all(|b| b.is_ascii_digit()))
+                .and_then(|s| s.parse::<u8>().ok());
+            if let (Some(n), Some(KeyType::List)) = (step, type_at(keys, k)) {
+                steps.insert(n);
+            }
+        }
+    }
+    steps.into_iter().collect()
+}
+
+/// The key type a read-only command of a preset's plan expects, for the
+/// types a plain key can have; `None` for the others (`GET`, `EXISTS`,
+/// hash and set reads).
+fn expected_type(c: &redis::Cmd) -> Option<KeyType> {
+    let name = match c.args_iter().next()? {
+        redis::Arg::Simple(n) => n,
+        _ => return None,
+    };
+    match name {
+        b"LLEN" | b"LINDEX" | b"LRANGE" => Some(KeyType::List),
+        b"ZCARD" | b"ZCOUNT" | b"ZRANGE" => Some(KeyType::Zset),
+        b"XLEN" | b"XINFO" => Some(KeyType::Stream),
+        _ => None,
+    }
+}
+
+/// A library's keys beyond those its entry reads.
+enum Owned {
+    /// This key.
+    Key(Vec<u8>),
+    /// Every key starting with this.
+    Under(Vec<u8>),
+}
+
+/// The keys of `preset`'s `units` that the entry does not read but that
+/// are the library's all the same (layouts: ../shared/reference/queue-layouts.md).
+fn owned(preset: &Preset, units: &[Unit]) -> Vec<Owned> {
+    let names = units.iter().filter_map(|u| match u {
+        Unit::Queue(q) => Some(q.as_slice()),
+        Unit::Shared => None,
+    });
+    match preset {
+        // `<prefix>:<q>:` holds every key of the queue: events, marker,
+        // pc, stalled, job hashes and their logs.
+        Preset::Bullmq { prefix, .. } => names
+            .map(|q| Owned::Under(key(&[prefix.as_bytes(), b":", q, b":"])))
+            .collect(),
+        Preset::Rq { prefix } => {
+            let p = prefix.as_bytes();
+            let mut v: Vec<Owned> = [&b"results:"[..], b"executions:", b"execution:", b"rl:"]
+                .iter()
+                .map(|n| Owned::Under(key(&[p, b":", n])))
+                .collect();
+            for q in names {
+                v.push(Owned::Under(key(&[p, b":queue:", q, b":"])));
+                v.push(Owned::Key(key(&[p, b":ready:", q])));
+                v.push(Owned::Key(key(&[p, b":canceled:", q])));
+            }
+            v
+        }
+        Preset::Asynq { prefix } => {
+            let p = prefix.as_bytes();
+            let mut v: Vec<Owned> = [&b"servers"[..], b"workers", b"schedulers"]
+                .iter()
+                .map(|n| Owned::Key(key(&[p, b":", n])))
+                .collect();
+            v.extend(names.map(|q| Owned::Under(key(&[p, b":{", q, b"}:"]))));
+            v
+        }
+        Preset::Celery { prefix, .. } => vec![Owned::Key(key(&[
+            prefix.as_bytes(),
+            b"_kombu.binding_deadlines",
+        ]))],
+        Preset::Sidekiq { .. } | Preset::Rediswq { .. } | Preset::PriorityZset { .. } => Vec::new(),
+    }
+}
+
+/// The keys the entries consume: what their plans read with the type the
+/// library gives it, and the library's other keys ([`owned`]); a read key
+/// of another type is a lookalike and stays plain.
+fn consumed(
+    entries: &[(PresetSpec, Vec<Unit>)],
+    keys: &BTreeMap<Vec<u8>, Candidate>,
+) -> BTreeSet<Vec<u8>> {
+    let mut taken = BTreeSet::new();
+    let mut lookalikes = BTreeSet::new();
+    for (spec, units) in entries {
+        for unit in units {
+            for c in plan(&spec.preset, unit, 0.0) {
+                let (Some(k), Some(want)) = (key_of(&c), expected_type(&c)) else {
+                    continue;
+                };
+                match type_at(keys, k) {
+                    Some(t) if t == want => taken.insert(k.to_vec()),
+                    Some(_) => lookalikes.insert(k.to_vec()),
+                    None => false,
+                };
+            }
+        }
+        for o in owned(&spec.preset, units) {
+            match o {
+                Owned::Key(k) if keys.contains_key(&k) => {
+                    taken.insert(k);
+                }
+                Owned::Key(_) => {}
+                Owned::Under(p) => taken.extend(under(keys, &p).cloned()),
+            }
+        }
+    }
+    taken.retain(|k| !lookalikes.contains(k));
+    taken
+}
+
+/// The library's name as its users write it, for the log line.
+fn library(kind: PresetKind) -> &'static str {
+    match kind {
+        PresetKind::Bullmq => "BullMQ",
+        PresetKind::Sidekiq => "Sidekiq",
+        PresetKind::Celery => "Celery",
+        PresetKind::Rq => "RQ",
+        PresetKind::Asynq => "asynq",
+        PresetKind::Rediswq => "rediswq",
+        PresetKind::PriorityZset => "priority-zset",
+    }
+}
+
+/// `n thing`, `n things`.
+fn plural(n: usize, thing: &str) -> String {
+    format!("{n} {thing}{}", if n == 1 { "" } else { "s" })
+}
+
+/// The log line of what zero config sees: "recognised 3 BullMQ queues
+/// (prefixes bull, myapp), 2 RQ queues; 1 plain list" (pure). `plain` counts
+/// the plain keys by type.
+pub fn picture(entries: &[(&Preset, usize)], plain: &BTreeMap<KeyType, usize>) -> String {
+    let mut by_kind: BTreeMap<PresetKind, (usize, Vec<&str>)> = BTreeMap::new();
+    for (preset, queues) in entries {
+        let e = by_kind.entry(preset.kind()).or_default();
+        e.0 += queues;
+        e.1.extend(preset.prefix());
+    }
+    let libs: Vec<String> = by_kind
+        .into_iter()
+        .map(|(kind, (n, prefixes))| {
+            let mut s = plural(n, &format!("{} queue", library(kind)));
+            if prefixes.len() > 1 || prefixes.iter().any(|p| *p != default_prefix(kind)) {
+                let word = if prefixes.len() > 1 {
+                    "prefixes"
+                } else {
+                    "prefix"
+                };
+                s.push_str(&format!(" ({word} {})", prefixes.join(", ")));
+            }
+            s
+        })
+        .collect();
+    let keys: Vec<String> = plain
+        .iter()
+        .map(|(t, n)| plural(*n, &format!("plain {}", t.as_str())))
+        .collect();
+    let libs = if libs.is_empty() {
+        "no queue library".to_string()
+    } else {
+        libs.join(", ")
+    };
+    let keys = if keys.is_empty() {
+        "no plain key".to_string()
+    } else {
+        keys.join(", ")
+    };
+    format!("recognised {libs}; {keys}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn keys(list: &[(&str, KeyType)]) -> Candidates {
+        let mut c = Candidates::default();
+        for (k, t) in list {
+            c.keys.insert(
+                k.as_bytes().to_vec(),
+                Candidate {
+                    spec: 0,
+                    exact: false,
+                    state: KeyState::Typed(*t),
+                },
+            );
+        }
+        c
+    }
+
+    fn seen(sets: &[(&str, &[&str])], bullmq: &[&str]) -> Seen {
+        Seen {
+            sets: sets
+                .iter()
+                .map(|(k, m)| {
+                    let members = m.iter().map(|s| s.as_bytes().to_vec()).collect();
+                    (k.as_bytes().to_vec(), members)
+                })
+                .collect(),
+            bullmq: bullmq.iter().map(|s| s.as_bytes().to_vec()).collect(),
+        }
+    }
+
+    fn names(r: &Recognition) -> Vec<(PresetKind, String, Vec<Unit>)> {
+        r.entries
+            .iter()
+            .map(|(s, u)| {
+                let prefix = s.preset.prefix().unwrap_or_default().to_string();
+                (s.preset.kind(), prefix, u.clone())
+            })
+            .collect()
+    }
+
+    fn q(name: &str) -> Unit {
+        Unit::Queue(name.as_bytes().to_vec())
+    }
+
+    use KeyType::{List, Stream, Zset};
+
+    #[test]
+    fn registries_tell_rq_asynq_and_sidekiq_apart() {
+        let found = keys(&[
+            ("rq:queue:default", List),
+            ("rq:queue:default:intermediate", List),
+            ("rq:wip:default", Zset),
+            ("rq:results:abc", Stream),
+            ("asynq:{critical}:pending", List),
+            ("queue:mail", List),
+            ("retry", Zset),
+            ("ns:queue:x", List),
+            ("plain", List),
+        ]);
+        let s = seen(
+            &[
+                ("rq:queues", &["rq:queue:default"]),
+                ("asynq:queues", &["critical"]),
+                ("queues", &["mail", "(all)"]),
+                ("ns:queues", &["x"]),
+                // No mark beside it: somebody's own set.
+                ("other:queues", &["a"]),
+            ],
+            &[],
+        );
+        let r = recognise(&s, &found);
+        assert_eq!(
+            names(&r),
+            vec![
+                (PresetKind::Sidekiq, "ns".into(), vec![q("x"), Unit::Shared]),
+                (
+                    PresetKind::Sidekiq,
+                    "".into(),
+                    vec![q("(all)"), q("mail"), Unit::Shared]
+                ),
+                (PresetKind::Rq, "rq".into(), vec![q("default")]),
+                (PresetKind::Asynq, "asynq".into(), vec![q("critical")]),
+            ]
+        );
+        let consumed: Vec<&str> = r
+            .consumed
+            .iter()
+            .map(|k| std::str::from_utf8(k).unwrap())
+            .collect();
+        assert_eq!(
+            consumed,
+            [
+                "asynq:{critical}:pending",
+                "ns:queue:x",
+                "queue:mail",
+                "retry",
+                "rq:queue:default",
+                "rq:queue:default:intermediate",
+                "rq:results:abc",
+                "rq:wip:default"
+            ]
+        );
+    }
+
+    #[test]
+    fn bullmq_at_any_prefix_consumes_its_queue_keys_but_not_lookalikes() {
+        let found = keys(&[
+            ("bull:mail:wait", List),
+            ("bull:mail:events", Stream),
+            ("bull:mail:marker", Zset),
+            ("bull:mail:1:logs", List),
+            // BullMQ's `wait` is a list: a zset is somebody else's.
+            ("my:app:jobs:wait", Zset),
+            ("my:app:jobs:delayed", Zset),
+            ("bull:mailer:wait", List),
+        ]);
+        let s = seen(&[], &["bull:mail:meta", "my:app:jobs:meta"]);
+        let r = recognise(&s, &found);
+        assert_eq!(
+            names(&r),
+            vec![
+                (PresetKind::Bullmq, "bull".into(), vec![q("mail")]),
+                (PresetKind::Bullmq, "my:app".into(), vec![q("jobs")]),
+            ]
+        );
+        let consumed: Vec<&[u8]> = r.consumed.iter().map(Vec::as_slice).collect();
+        assert_eq!(
+            consumed,
+            [
+                &b"bull:mail:1:logs"[..],
+                b"bull:mail:events",
+                b"bull:mail:marker",
+                b"bull:mail:wait",
+                b"my:app:jobs:delayed",
+            ]
+        );
+    }
+
+    #[test]
+    fn celery_bindings_give_queues_and_their_priority_lists() {
+        let found = keys(&[
+            ("celery", List),
+            ("celery\x06\x163", List),
+            ("celery\x06\x161", List),
+            ("emails", Zset),
+            ("unacked_index", Zset),
+        ]);
+        let s = seen(
+            &[
+                (
+                    "_kombu.binding.celery",
+                    &[
+                        "celery\x06\x16\x06\x16celery",
+                        "emails\x06\x16\x06\x16emails",
+                    ],
+                ),
+                (
+                    "_kombu.binding.reply.celery.pidbox",
+                    &["x\x06\x16\x06\x16reply"],
+                ),
+                ("_kombu.binding.broken", &["no separators"]),
+            ],
+            &[],
+        );
+        let r = recognise(&s, &found);
+        let [(spec, units)] = &r.entries[..] else {
+            panic!("{:?}", r.entries)
+        };
+        let Preset::Celery {
+            queues,
+            priority_steps,
+            ..
+        } = &spec.preset
+        else {
+            panic!("{spec:?}")
+        };
+        assert_eq!(queues, &["celery", "emails"]);
+        assert_eq!(priority_steps, &[0, 1, 3, 6, 9]);
+        assert_eq!(units, &[q("celery"), q("emails"), Unit::Shared]);
+        // `emails` is a zset: not kombu's list, so it stays plain.
+        let consumed: Vec<&[u8]> = r.consumed.iter().map(Vec::as_slice).collect();
+        assert_eq!(
+            consumed,
+            [
+                &b"celery"[..],
+                b"celery\x06\x161",
+                b"celery\x06\x163",
+                b"unacked_index"
+            ]
+        );
+    }
+
+    #[test]
+    fn bullmq_marks_are_the_version_or_max_len_events() {
+        let marks = Marks {
+            metas: vec![
+                b"a:q:meta".to_vec(),
+                b"b:q:meta".to_vec(),
+                b"c:q:meta".to_vec(),
+            ],
+            sets: vec![b"queues".to_vec()],
+        };
+        let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+        let replies = [
+            Value::Array(vec![bulk("mail")]),
+            Value::Array(vec![bulk("bullmq:6.7.0"), Value::Nil]),
+            Value::Array(vec![Value::Nil, bulk("10000")]),
+            Value::Array(vec![bulk("1.0"), Value::Nil]),
+        ];
+        let s = super::seen(marks, &replies);
+        assert_eq!(
+            s.bullmq.into_iter().collect::<Vec<_>>(),
+            [b"a:q:meta".to_vec(), b"b:q:meta".to_vec()]
+        );
+        assert_eq!(s.sets[&b"queues".to_vec()], [b"mail".to_vec()]);
+    }
+
+    #[test]
+    fn the_picture_names_libraries_prefixes_and_plain_keys() {
+        let bull = |p: &str| Preset::Bullmq {
+            prefix: p.into(),
+            stalled_check_limit: 1,
+        };
+        let (a, b, rq) = (
+            bull("bull"),
+            bull("myapp"),
+            Preset::Rq {
+                prefix: "rq".into(),
+            },
+        );
+        let plain = BTreeMap::from([(KeyType::List, 1)]);
+        assert_eq!(
+            picture(&[(&a, 2), (&b, 1), (&rq, 2)], &plain),
+            "recognised 3 BullMQ queues (prefixes bull, myapp), 2 RQ queues; 1 plain list"
+        );
+        assert_eq!(
+            picture(&[], &BTreeMap::new()),
+            "recognised no queue library; no plain key"
+        );
+    }
+}
