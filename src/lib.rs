@@ -17,6 +17,7 @@
 pub mod app;
 pub mod config;
 pub mod crypto;
+pub mod discover;
 pub mod exposition;
 pub mod http;
 pub mod hub;

@@ -92,6 +92,21 @@ enum Command {
         #[arg(long)]
         histograms: bool,
     },
+    /// Look at a Redis once (read-only) and print, as YAML, the config zero
+    /// config would use: one `- preset:` entry per queue library found, and
+    /// the plain keys (those sharing a prefix as one pattern).
+    Discover {
+        /// The Redis to look at.
+        #[arg(long, conflicts_with = "source")]
+        url: Option<String>,
+        /// File holding the password (with --url).
+        #[arg(long, requires = "url")]
+        password_file: Option<PathBuf>,
+        /// The `type: redis` source of --config to look at (its connection
+        /// settings; its queues are ignored).
+        #[arg(long)]
+        source: Option<String>,
+    },
     /// Read a password from standard input (one line) and print its bcrypt
     /// hash, for `web.basic_auth_users`.
     HashPassword {
@@ -131,6 +146,14 @@ fn main() -> ExitCode {
     if let Some(Command::Ask { grpc, metadata }) = &cli.command {
         return ask(grpc, metadata);
     }
+    if let Some(Command::Discover {
+        url,
+        password_file,
+        source,
+    }) = &cli.command
+    {
+        return discover(&cli, url.as_deref(), password_file, source.as_deref());
+    }
     let opts = LoadOptions {
         file: cli.config.clone(),
         listen_http: cli.listen_http,
@@ -160,6 +183,79 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `discover`: the Redis of `--url` (or of source `--source` in
+/// `--config`) looked at once; the YAML on stdout. Exit 2 on bad
+/// arguments or config, 1 if Redis could not be read.
+fn discover(
+    cli: &Cli,
+    url: Option<&str>,
+    password_file: &Option<PathBuf>,
+    source: Option<&str>,
+) -> ExitCode {
+    use queue_exporter::config::{RedisSourceConfig, RedisUrl, SourceConfig};
+    let config = match (url, source) {
+        (Some(url), _) => match RedisUrl::parse(url) {
+            Ok(url) => {
+                let mut c = RedisSourceConfig::named("redis");
+                c.url = url;
+                c.password_file = password_file.clone();
+                c
+            }
+            Err(e) => {
+                eprintln!("discover: --url: {e}");
+                return ExitCode::from(2);
+            }
+        },
+        (None, Some(name)) => {
+            let opts = LoadOptions {
+                file: cli.config.clone(),
+                ..LoadOptions::default()
+            };
+            let config = match Config::load(&opts) {
+                Ok(c) => c,
+                Err(e) => {
+                    eprintln!("{e}");
+                    return ExitCode::from(2);
+                }
+            };
+            match config.sources.iter().find(|s| s.name() == name) {
+                Some(SourceConfig::Redis(r)) => r.clone(),
+                Some(_) => {
+                    eprintln!("discover: --source {name}: not a type: redis source");
+                    return ExitCode::from(2);
+                }
+                None => {
+                    eprintln!(
+                        "{}: discover: --source {name}: no such source",
+                        config.origin
+                    );
+                    return ExitCode::from(2);
+                }
+            }
+        }
+        (None, None) => {
+            eprintln!("discover: give --url URL, or --config FILE --source NAME");
+            return ExitCode::from(2);
+        }
+    };
+    let yaml = tokio::runtime::Runtime::new()
+        .map_err(|e| e.to_string())
+        .and_then(|rt| {
+            rt.block_on(queue_exporter::discover::discover(config))
+                .map_err(|e| e.to_string())
+        });
+    match yaml {
+        Ok(text) => {
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("discover: {e}");
             ExitCode::FAILURE
         }
     }
@@ -236,9 +332,9 @@ async fn dispatch(command: Command, config: Config, opts: LoadOptions) -> anyhow
                 Ok(ExitCode::FAILURE)
             }
         }
-        Command::HashPassword { .. } | Command::Ask { .. } => Err(anyhow::anyhow!(
-            "this command is handled before the config is loaded"
-        )),
+        Command::HashPassword { .. } | Command::Ask { .. } | Command::Discover { .. } => Err(
+            anyhow::anyhow!("this command is handled before the config is loaded"),
+        ),
         Command::Once { histograms } => {
             let config = if histograms {
                 config

@@ -10,6 +10,11 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+pub mod libraries;
+// Not every test binary drives a library.
+#[allow(unused_imports)]
+pub use libraries::*;
+
 use queue_exporter::app::App;
 use queue_exporter::config::{Config, LoadOptions};
 

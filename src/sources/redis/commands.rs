@@ -143,6 +143,10 @@ pub async fn scan(
     }
 }
 
+/// Keys the process's SCAN calls have asked Redis to visit (their COUNT
+/// hints, so an estimate), for `discover`'s progress on a large keyspace.
+pub static SCANNED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 /// Full SCAN of one server.
 async fn scan_node<C: ConnectionLike + Send>(
     conn: &mut C,
@@ -163,6 +167,7 @@ async fn scan_node<C: ConnectionLike + Send>(
             cmd.arg("TYPE").arg(t.as_str());
         }
         let (next, batch): (u64, Vec<Vec<u8>>) = cmd.query_async(conn).await?;
+        SCANNED.fetch_add(u64::from(count), std::sync::atomic::Ordering::Relaxed);
         keys.extend(batch);
         if next == 0 {
             break;

@@ -136,9 +136,28 @@ pub fn covering_pattern<'a>(patterns: impl IntoIterator<Item = &'a [u8]>) -> Vec
     out
 }
 
+/// Escapes Redis glob metacharacters so `text` matches only itself.
+pub fn escape(text: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(text.len());
+    for b in text {
+        if matches!(b, b'*' | b'?' | b'[' | b']' | b'\\') {
+            out.push(b'\\');
+        }
+        out.push(*b);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn escape_makes_metacharacters_literal() {
+        assert_eq!(escape(b"a*b[c]"), b"a\\*b\\[c\\]".to_vec());
+        assert!(matches(&escape(b"a*b[c]"), b"a*b[c]"));
+        assert!(!matches(&escape(b"a*"), b"ab"));
+    }
 
     #[test]
     fn stars_questions_classes_and_escapes_mean_what_they_mean_to_redis() {

@@ -38,6 +38,7 @@ use crate::sources::{PollOutput, Source, SourceError};
 use commands::Conn;
 
 pub use commands::PIPELINE_CHUNK;
+pub use presets::recognise::library as library_name;
 pub use scope::RedisScope;
 pub use tracked::TrackedKey;
 
@@ -326,6 +327,92 @@ impl RedisSource {
 
     fn map_error(&self, e: redis::RedisError) -> SourceError {
         map_redis_error(e, &self.target(), self.config.timeout)
+    }
+}
+
+/// What one zero-config round recognised, for `queue-exporter discover`.
+#[derive(Debug)]
+pub struct Recognised {
+    /// One `- preset:` entry per library and prefix, with the names of the
+    /// queues it found (sorted; the shared keys aside).
+    pub entries: Vec<(crate::config::PresetSpec, Vec<String>)>,
+    /// The plain keys (raw) and their types, in key order.
+    pub plain: Vec<(Vec<u8>, crate::config::KeyType)>,
+    /// Keys the libraries took: a pattern written for plain keys must not
+    /// reach them.
+    pub consumed: std::collections::BTreeSet<Vec<u8>>,
+    /// The line zero config logs for this picture.
+    pub picture: String,
+}
+
+impl RedisSource {
+    /// Runs one zero-config discovery round to its end on this source's
+    /// connection (whatever its `queues:` say), calling `progress(scanned,
+    /// dbsize)` every second while it runs: an estimate of the keys SCAN has
+    /// visited so far, and `DBSIZE` (one server only). Read-only like a poll.
+    pub async fn recognise_once(
+        &mut self,
+        progress: &mut (dyn FnMut(u64, Option<u64>) + Send),
+    ) -> Result<Recognised, SourceError> {
+        let conn = self.connection().await?;
+        let mut config = self.config.clone();
+        config.zero_config();
+        config.max_keys = usize::MAX;
+        let dbsize = match conn.is_cluster() {
+            true => None,
+            false => commands::query::<u64>(&conn, redis::cmd("DBSIZE"))
+                .await
+                .ok(),
+        };
+        let mut round_conn = conn.clone();
+        round_conn.begin_discovery();
+        let start = commands::SCANNED.load(std::sync::atomic::Ordering::Relaxed);
+        let round = presets::recognise::discover(&mut round_conn, &config, &[]);
+        tokio::pin!(round);
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        tick.tick().await;
+        let zero = loop {
+            tokio::select! {
+                r = &mut round => break r.map_err(|e| self.map_error(e))?,
+                _ = tick.tick() => {
+                    let now = commands::SCANNED.load(std::sync::atomic::Ordering::Relaxed);
+                    progress(now.saturating_sub(start) / presets::recognise::PASSES, dbsize);
+                }
+            }
+        };
+        let mut plain_types = std::collections::BTreeMap::new();
+        let plain: Vec<(Vec<u8>, crate::config::KeyType)> = zero
+            .plain
+            .tracked
+            .into_iter()
+            .filter_map(|k| match k.state {
+                tracked::KeyState::Typed(t) => Some((k.key, t)),
+                _ => None,
+            })
+            .collect();
+        for (_, t) in &plain {
+            *plain_types.entry(*t).or_default() += 1;
+        }
+        let counts: Vec<(&crate::config::Preset, usize)> = zero
+            .entries
+            .iter()
+            .map(|(s, u)| (&s.preset, presets::queue_names(u).len()))
+            .collect();
+        let picture = presets::recognise::picture(&counts, &plain_types);
+        let entries = zero
+            .entries
+            .into_iter()
+            .map(|(s, u)| {
+                let names = presets::queue_names(&u);
+                (s, names)
+            })
+            .collect();
+        Ok(Recognised {
+            entries,
+            plain,
+            consumed: zero.consumed,
+            picture,
+        })
     }
 }
 

@@ -110,6 +110,17 @@ impl Stage {
     }
 }
 
+/// The `queue` labels of `units`' queues (the shared keys aside).
+pub fn queue_names(units: &[Unit]) -> Vec<String> {
+    units
+        .iter()
+        .filter_map(|u| match u {
+            Unit::Queue(q) => Some(queue_label(q)),
+            Unit::Shared => None,
+        })
+        .collect()
+}
+
 /// The `queue` label of a library's queue named `name`: its display form,
 /// except that a name spelled like the shared keys' label ([`ALL_QUEUES`],
 /// `(all)`) is written `\x28all)`, and a name already spelled `\x28all)`
@@ -233,18 +244,6 @@ pub(super) fn apply(s: &mut QueueSample, follow: Follow, v: &Value, now: f64) {
             *active = active.zip(count(v)).map(|(a, n)| a + n);
         }
     }
-}
-
-/// Escapes Redis glob metacharacters so `text` matches only itself.
-pub(super) fn glob_escape(text: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(text.len());
-    for b in text {
-        if matches!(b, b'*' | b'?' | b'[' | b']' | b'\\') {
-            out.push(b'\\');
-        }
-        out.push(*b);
-    }
-    out
 }
 
 /// Round-1 commands of one logical queue (or of the shared keys).
@@ -429,7 +428,7 @@ pub async fn registries(
                 registry_units(&spec.preset, members)
             }
             Preset::Bullmq { prefix, .. } => {
-                let p = glob_escape(prefix.as_bytes());
+                let p = super::glob::escape(prefix.as_bytes());
                 let pattern = key(&[&p, b":*:meta"]);
                 let keys = scan(conn, &pattern, Some(KeyType::Hash), scan_count).await?;
                 let names = keys
@@ -440,7 +439,7 @@ pub async fn registries(
                 sorted(names.map(Unit::Queue).collect())
             }
             Preset::PriorityZset { prefix } => {
-                let p = glob_escape(prefix.as_bytes());
+                let p = super::glob::escape(prefix.as_bytes());
                 let pattern = key(&[&p, b":pending:*"]);
                 let keys = scan(conn, &pattern, Some(KeyType::Zset), scan_count).await?;
                 let start = prefix.len() + b":pending:".len();
@@ -759,10 +758,5 @@ mod tests {
         // The registry's `(all)` and the shared keys are two units.
         let units = registry_units(&sidekiq, vec![b"(all)".to_vec()]);
         assert_eq!(units, [Unit::Queue(b"(all)".to_vec()), Unit::Shared]);
-    }
-
-    #[test]
-    fn globs_escape_metacharacters() {
-        assert_eq!(glob_escape(b"a*b[c]"), b"a\\*b\\[c\\]".to_vec());
     }
 }

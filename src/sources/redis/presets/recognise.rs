@@ -52,6 +52,9 @@ pub struct ZeroConfig {
     pub plain: Discovered,
     /// One entry per library and prefix, as a `- preset:` entry would be.
     pub entries: Vec<(PresetSpec, Vec<Unit>)>,
+    /// The keys the entries took (for `discover`, whose patterns must not
+    /// reach them).
+    pub consumed: BTreeSet<Vec<u8>>,
 }
 
 /// One zero-config discovery round: the source's typed SCANs (its one
@@ -78,6 +81,7 @@ pub async fn discover(
     Ok(ZeroConfig {
         plain: discovery::track(found, config, limit),
         entries: recognition.entries,
+        consumed: recognition.consumed,
     })
 }
 
@@ -455,8 +459,12 @@ fn consumed(
     taken
 }
 
+/// SCAN passes a zero-config round makes over the keyspace: its plain
+/// keys' three types, `*:meta` hashes and sets.
+pub const PASSES: u64 = 5;
+
 /// The library's name as its users write it, for the log line.
-fn library(kind: PresetKind) -> &'static str {
+pub fn library(kind: PresetKind) -> &'static str {
     match kind {
         PresetKind::Bullmq => "BullMQ",
         PresetKind::Sidekiq => "Sidekiq",

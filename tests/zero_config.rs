@@ -1,0 +1,351 @@
+//! Zero config end to end: one private Redis holds the real RQ, Sidekiq,
+//! Celery (with priorities) and BullMQ (default prefix with a paused queue,
+//! and the custom prefix `myapp:eu`) libraries' keys, written by the fixture
+//! scripts under `tests/fixtures/presets/`, asynq's layout built key by key
+//! as its source defines it (hibiken/asynq v0.26.0 `internal/base/base.go`:
+//! `AllQueues` = `asynq:queues`, `QueueKeyPrefix` = `asynq:{<qname>}:`,
+//! `PendingKey`, `ScheduledKey`, `TaskKey` = `<prefix>t:<id>`, `AllServers`
+//! = `asynq:servers`; its Go client does not run on these machines), plain
+//! lists, zsets and streams, and lookalikes. A source with no `queues:`
+//! must report every library queue exactly as its `- preset:` entry does,
+//! every other list/zset/stream as a plain key, and nothing twice.
+mod scaler_common;
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use scaler_common::*;
+use support::*;
+
+/// One Redis source `main` over `url` with no `queues:` (zero config),
+/// polling every 100 ms and rediscovering every 200 ms, plus `extra` source
+/// fields (flush left).
+fn config(url: &str, extra: &str) -> String {
+    format!(
+        "listen: {{ grpc: 127.0.0.1:0 }}\nsources:\n  - name: main\n    type: redis\n    url: {url}\n    poll_interval: 100ms\n    discovery_interval: 200ms\n{}",
+        indent(extra, 4)
+    )
+}
+
+fn now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+}
+
+/// `queue_depth{queue, preset, state}`.
+fn depth(s: &Scrape, queue: &str, preset: &str, state: &str) -> Option<f64> {
+    s.value(
+        "queue_depth",
+        &[("queue", queue), ("preset", preset), ("state", state)],
+    )
+}
+
+/// Every plain key's `queue_depth` (no `preset` label), by queue.
+fn plain_depths(s: &Scrape) -> BTreeMap<String, f64> {
+    s.samples("queue_depth", &[])
+        .filter(|x| x.labels.get("preset").is_none())
+        .map(|x| {
+            let v = match x.value {
+                prometheus_parse::Value::Gauge(v) | prometheus_parse::Value::Untyped(v) => v,
+                _ => f64::NAN,
+            };
+            (x.labels.get("queue").unwrap_or_default().to_string(), v)
+        })
+        .collect()
+}
+
+/// Runs every library fixture against `url` (each fails the test when its
+/// library is missing, see `support::libraries`). `false`: one was skipped.
+fn write_libraries(url: &str) -> bool {
+    let node_dir = fixture("node");
+    let probe = format!(
+        "require('{node_dir}/node_modules/bullmq'); require('{node_dir}/node_modules/ioredis')"
+    );
+    let runs = [
+        run_fixture(
+            "RQ (pip install rq)",
+            &["python3", "-c", "import rq"],
+            "python3",
+            &[&fixture("rq_fixture.py"), url],
+        ),
+        run_fixture(
+            "Sidekiq (apt-get install ruby-sidekiq)",
+            &["ruby", "-e", "require 'sidekiq'"],
+            "ruby",
+            &[&fixture("sidekiq_fixture.rb"), url],
+        ),
+        run_fixture(
+            "Celery (pip install celery redis packaging)",
+            &["python3", "-c", "import celery, redis, packaging"],
+            "python3",
+            &[&fixture("celery_fixture.py"), url],
+        ),
+        run_fixture(
+            "BullMQ (npm ci in tests/fixtures/presets/node)",
+            &["node", "-e", &probe],
+            "node",
+            &[&fixture("node/bullmq_fixture.js"), url],
+        ),
+        run_fixture(
+            "BullMQ (npm ci in tests/fixtures/presets/node)",
+            &["node", "-e", &probe],
+            "node",
+            &[&fixture("node/bullmq_prefix_fixture.js"), url],
+        ),
+    ];
+    runs.iter().all(Option::is_some)
+}
+
+/// asynq's layout for queue `critical`: 2 pending tasks, 1 scheduled in
+/// 10 minutes, and a server registered in `asynq:servers`.
+fn write_asynq(conn: &mut redis::Connection) {
+    let t = now();
+    rcmd(conn, &["SADD", "asynq:queues", "critical"]);
+    for (id, age) in [("t1", 20.0), ("t2", 10.0)] {
+        rcmd(conn, &["LPUSH", "asynq:{critical}:pending", id]);
+        let ns = format!("{}", ((t - age) * 1e9) as u128);
+        let task = format!("asynq:{{critical}}:t:{id}");
+        rcmd(
+            conn,
+            &["HSET", &task, "state", "pending", "pending_since", &ns],
+        );
+    }
+    let later = format!("{}", (t + 600.0) as u64);
+    rcmd(conn, &["ZADD", "asynq:{critical}:scheduled", &later, "s1"]);
+    rcmd(conn, &["ZADD", "asynq:servers", &later, "host:1:abc"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_libraries_plain_keys_and_lookalikes_in_one_redis() {
+    let redis = RedisServer::start();
+    if !write_libraries(&redis.url) {
+        return;
+    }
+    let mut conn = redis.conn();
+    write_asynq(&mut conn);
+    let t = format!("{}", now());
+    // Plain keys of every queue type.
+    rcmd(&mut conn, &["RPUSH", "jobs:pending:high", "a", "b"]);
+    rcmd(&mut conn, &["RPUSH", "jobs:pending:low", "c"]);
+    rcmd(
+        &mut conn,
+        &["ZADD", "plain:zset", &t, "x", &t, "y", &t, "z"],
+    );
+    rcmd(&mut conn, &["XADD", "plain:events", "*", "f", "1"]);
+    rcmd(&mut conn, &["XADD", "plain:events", "*", "f", "2"]);
+    // Lookalikes: a `meta` hash without BullMQ's marks; a list where kombu
+    // keeps a binding set; a `<ns>:queues` set whose `<ns>:queue:x` is a
+    // zset, not Sidekiq's list; a Sidekiq-looking list no registry names.
+    rcmd(&mut conn, &["HSET", "other:thing:meta", "version", "1.0"]);
+    rcmd(&mut conn, &["RPUSH", "other:thing:wait", "w"]);
+    rcmd(&mut conn, &["RPUSH", "_kombu.binding.fake", "f"]);
+    rcmd(&mut conn, &["SADD", "nope:queues", "x"]);
+    rcmd(&mut conn, &["ZADD", "nope:queue:x", "1", "a"]);
+    rcmd(&mut conn, &["RPUSH", "queue:ghost", "g"]);
+
+    let app = TestApp::start(&config(&redis.url, "")).await;
+    let s = app
+        .scrape_until("every library's queues", Duration::from_secs(20), |s| {
+            depth(s, "stall", "bullmq", "active").is_some()
+                && depth(s, "reports", "bullmq", "waiting").is_some()
+                && depth(s, "slowq", "rq", "active").is_some()
+                && depth(s, "critical", "asynq", "waiting").is_some()
+                && depth(s, "emails", "celery", "waiting").is_some()
+                && depth(s, "(all)", "sidekiq", "retry").is_some()
+        })
+        .await;
+    // Each library's queues, with the states its preset reports.
+    let want = [
+        ("default", "rq", "waiting", 3.0),
+        ("default", "rq", "delayed", 1.0),
+        ("low", "rq", "waiting", 2.0),
+        ("failing", "rq", "failed", 1.0),
+        ("slowq", "rq", "active", 1.0),
+        ("critical", "sidekiq", "waiting", 2.0),
+        ("default", "sidekiq", "waiting", 3.0),
+        ("(all)", "sidekiq", "delayed", 2.0),
+        ("(all)", "sidekiq", "retry", 2.0),
+        // None and 0..9 over `celery` and its three priority lists.
+        ("celery", "celery", "waiting", 11.0),
+        ("emails", "celery", "waiting", 2.0),
+        ("(all)", "celery", "active", 0.0),
+        ("mail", "bullmq", "waiting", 5.0),
+        ("mail", "bullmq", "delayed", 2.0),
+        ("held", "bullmq", "waiting", 2.0),
+        ("flow", "bullmq", "waiting", 1.0),
+        ("flow", "bullmq", "delayed", 1.0),
+        ("stall", "bullmq", "active", 1.0),
+        // 2 waiting + 1 prioritized, under the prefix `myapp:eu`.
+        ("reports", "bullmq", "waiting", 3.0),
+        ("critical", "asynq", "waiting", 2.0),
+        ("critical", "asynq", "delayed", 1.0),
+    ];
+    for (queue, preset, state, n) in want {
+        let labels = [("queue", queue), ("preset", preset), ("state", state)];
+        assert_eq!(
+            s.samples("queue_depth", &labels).count(),
+            1,
+            "{queue} {preset} {state}\n{s}"
+        );
+        assert_eq!(
+            depth(&s, queue, preset, state),
+            Some(n),
+            "{queue} {preset} {state}"
+        );
+    }
+    let paused = |q: &str| s.value("queue_paused", &[("queue", q), ("preset", "bullmq")]);
+    assert_eq!(paused("held"), Some(1.0));
+    assert_eq!(paused("mail"), Some(0.0));
+    assert_eq!(
+        s.value(
+            "queue_stalled_jobs",
+            &[("queue", "stall"), ("preset", "bullmq")]
+        ),
+        Some(1.0)
+    );
+    // Everything else, and nothing a library owns (its events streams,
+    // markers, priority lists, registries, result streams...), is plain.
+    let plain = plain_depths(&s);
+    let expected: BTreeMap<String, f64> = [
+        ("_kombu.binding.fake", 1.0),
+        ("jobs:pending:high", 2.0),
+        ("jobs:pending:low", 1.0),
+        ("nope:queue:x", 1.0),
+        ("other:thing:wait", 1.0),
+        ("plain:events", 2.0),
+        ("plain:zset", 3.0),
+        ("queue:ghost", 1.0),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    assert_eq!(plain, expected, "{s}");
+    assert!(s.has_type("plain:events", "stream"), "{s}");
+    assert!(s.has_type("nope:queue:x", "zset"), "{s}");
+
+    // KEDA hears each as its preset entry's queue.
+    let mut c = client(&app).await;
+    let q = [("queue", "mail"), ("preset", "bullmq")];
+    assert_eq!(metrics(&mut c, &q).await.unwrap().1, 5.0);
+    let q = [
+        ("queue", "default"),
+        ("preset", "rq"),
+        ("state", "waiting,delayed"),
+    ];
+    assert_eq!(metrics(&mut c, &q).await.unwrap().1, 4.0);
+    assert_eq!(
+        metrics(&mut c, &[("queue", "reports")]).await.unwrap().1,
+        3.0
+    );
+    // RQ and Sidekiq both have `default`: the trigger must pick one.
+    let e = metrics(&mut c, &[("queue", "default")]).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument);
+    assert!(e.message().starts_with("scalerMetadata.preset: "), "{e:?}");
+    let e = metrics(&mut c, &[("queue", "mail"), ("preset", "bull")])
+        .await
+        .unwrap_err();
+    assert!(e.message().starts_with("scalerMetadata.preset: "), "{e:?}");
+    assert_eq!(
+        metrics(&mut c, &[("queue", "queue:ghost")])
+            .await
+            .unwrap()
+            .1,
+        1.0
+    );
+    // Only read: BullMQ's overdue job is still in `delayed`.
+    let delayed: u64 = redis::cmd("ZCARD")
+        .arg("bull:mail:delayed")
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(delayed, 2);
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_library_queue_appears_and_disappears_between_rounds() {
+    let redis = RedisServer::start();
+    let mut conn = redis.conn();
+    rcmd(&mut conn, &["RPUSH", "tasks", "a"]);
+    let app = TestApp::start(&config(&redis.url, "")).await;
+    app.scrape_until("the plain list", Duration::from_secs(10), |s| {
+        s.depth("tasks") == Some(1.0)
+    })
+    .await;
+    let node_dir = fixture("node");
+    let probe = format!("require('{node_dir}/node_modules/bullmq')");
+    let bullmq = |how: &str| {
+        let script = fixture("node/bullmq_prefix_fixture.js");
+        run_fixture(
+            "BullMQ (npm ci in tests/fixtures/presets/node)",
+            &["node", "-e", &probe],
+            "node",
+            &[&script, &redis.url, how],
+        )
+    };
+    if bullmq("add").is_none() {
+        return;
+    }
+    let s = app
+        .scrape_until("the new BullMQ queue", Duration::from_secs(10), |s| {
+            depth(s, "reports", "bullmq", "waiting") == Some(3.0)
+        })
+        .await;
+    // Its keys are the queue's, not plain ones.
+    let plain = plain_depths(&s);
+    assert_eq!(plain.keys().collect::<Vec<_>>(), ["tasks"], "{s}");
+    if bullmq("obliterate").is_none() {
+        return;
+    }
+    let s = app
+        .scrape_until("the queue gone", Duration::from_secs(10), |s| {
+            !s.has("queue_depth", &[("queue", "reports")])
+        })
+        .await;
+    assert_eq!(s.depth("tasks"), Some(1.0), "{s}");
+    assert_eq!(plain_depths(&s).len(), 1, "{s}");
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn library_queues_come_first_in_max_keys_and_a_queue_named_all_is_its_own() {
+    let redis = RedisServer::start();
+    let mut conn = redis.conn();
+    // Sidekiq's layout: a queue literally named `(all)`, beside `a`.
+    rcmd(&mut conn, &["SADD", "queues", "(all)", "a"]);
+    rcmd(&mut conn, &["RPUSH", "queue:(all)", "j1", "j2"]);
+    rcmd(&mut conn, &["RPUSH", "queue:a", "j3"]);
+    rcmd(&mut conn, &["ZADD", "retry", "1", "r1"]);
+    for i in 1..=5 {
+        rcmd(&mut conn, &["RPUSH", &format!("p{i}"), "x"]);
+    }
+    // 3 Sidekiq units (two queues and the shared keys) + 2 of the 5 plain lists.
+    let app = TestApp::start(&config(&redis.url, "max_keys: 5\n")).await;
+    let s = app
+        .scrape_until("sidekiq queues", Duration::from_secs(10), |s| {
+            depth(s, "a", "sidekiq", "waiting").is_some()
+        })
+        .await;
+    // Its label is `\x28all)` (prometheus_parse keeps the exposition's
+    // escaped backslash); the shared keys keep `(all)`.
+    assert_eq!(
+        depth(&s, "\\\\x28all)", "sidekiq", "waiting"),
+        Some(2.0),
+        "{s}"
+    );
+    assert_eq!(depth(&s, "(all)", "sidekiq", "retry"), Some(1.0));
+    assert_eq!(depth(&s, "(all)", "sidekiq", "waiting"), None);
+    assert_eq!(depth(&s, "a", "sidekiq", "waiting"), Some(1.0));
+    let plain = plain_depths(&s);
+    assert_eq!(plain.keys().collect::<Vec<_>>(), ["p1", "p2"], "{s}");
+    let stat = |name: &str| s.value(name, &[("source", "main")]);
+    assert_eq!(stat("queue_exporter_dropped_keys"), Some(3.0), "{s}");
+    assert_eq!(stat("queue_exporter_tracked_keys"), Some(5.0), "{s}");
+    // KEDA tells the queue `(all)` from the shared keys too.
+    let mut c = client(&app).await;
+    let q = [("queue", "\\x28all)")];
+    assert_eq!(metrics(&mut c, &q).await.unwrap().1, 2.0);
+    app.stop().await;
+}
