@@ -349,3 +349,129 @@ async fn library_queues_come_first_in_max_keys_and_a_queue_named_all_is_its_own(
     assert_eq!(metrics(&mut c, &q).await.unwrap().1, 2.0);
     app.stop().await;
 }
+
+/// Runs the binary; (success, stdout, stderr).
+fn exporter(args: &[&str]) -> (bool, String, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_queue-exporter"))
+        .args(args)
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `queue_depth` and `queue_paused` of `once`'s output, by (metric, queue,
+/// preset, state), capture labels aside.
+fn series(text: &str) -> BTreeMap<(String, String, String, String), f64> {
+    let s = Scrape::parse(text);
+    let mut out = BTreeMap::new();
+    for name in ["queue_depth", "queue_paused"] {
+        for x in s.samples(name, &[]) {
+            let label = |k: &str| x.labels.get(k).unwrap_or_default().to_string();
+            let v = match x.value {
+                prometheus_parse::Value::Gauge(v) | prometheus_parse::Value::Untyped(v) => v,
+                _ => f64::NAN,
+            };
+            let key = (name.into(), label("queue"), label("preset"), label("state"));
+            assert!(out.insert(key, v).is_none(), "a series twice: {text}");
+        }
+    }
+    out
+}
+
+#[test]
+fn discover_prints_a_config_that_check_accepts_and_once_reads_as_zero_config_does() {
+    let redis = RedisServer::start();
+    let node_dir = fixture("node");
+    let probe = format!("require('{node_dir}/node_modules/bullmq')");
+    let written = [
+        run_fixture(
+            "Celery (pip install celery redis packaging)",
+            &["python3", "-c", "import celery, redis, packaging"],
+            "python3",
+            &[&fixture("celery_fixture.py"), &redis.url],
+        ),
+        run_fixture(
+            "BullMQ (npm ci in tests/fixtures/presets/node)",
+            &["node", "-e", &probe],
+            "node",
+            &[&fixture("node/bullmq_prefix_fixture.js"), &redis.url],
+        ),
+    ];
+    if written.iter().any(Option::is_none) {
+        return;
+    }
+    let mut conn = redis.conn();
+    // Sidekiq's layout, and plain keys: two sharing `jobs:pending:`.
+    rcmd(&mut conn, &["SADD", "queues", "default"]);
+    rcmd(&mut conn, &["RPUSH", "queue:default", "j1", "j2"]);
+    rcmd(&mut conn, &["RPUSH", "jobs:pending:high", "a", "b"]);
+    rcmd(&mut conn, &["ZADD", "jobs:pending:low", "1", "c"]);
+    rcmd(&mut conn, &["XADD", "events", "*", "f", "1"]);
+
+    let (ok, yaml, err) = exporter(&["discover", "--url", &redis.url]);
+    assert!(ok, "{err}");
+    assert!(
+        yaml.contains("- preset: bullmq\n        prefix: \"myapp:eu\"\n"),
+        "{yaml}"
+    );
+    assert!(
+        yaml.contains("- preset: celery\n        queues: [\"celery\", \"emails\"]\n"),
+        "{yaml}"
+    );
+    assert!(yaml.contains("- preset: sidekiq\n"), "{yaml}");
+    assert!(
+        yaml.contains(
+            "- pattern: \"jobs:pending:*\"\n        types: [list, zset]\n        labels: \"^jobs:pending:(?P<part>[^:]+)$\"\n"
+        ),
+        "{yaml}"
+    );
+    assert!(yaml.contains("- key: \"events\"\n"), "{yaml}");
+    let dir = tempfile::tempdir().unwrap();
+    let discovered = write_file(&dir, "discovered.yaml", &yaml);
+    let zero = write_file(
+        &dir,
+        "zero.yaml",
+        &format!(
+            "sources:\n  - name: redis\n    type: redis\n    url: {}\n",
+            redis.url
+        ),
+    );
+    let (ok, out, err) = exporter(&["check", "--config", discovered.to_str().unwrap()]);
+    assert!(ok && out.contains(": ok (1 sources)"), "{out}{err}\n{yaml}");
+
+    let (ok, with_config, err) = exporter(&["once", "--config", discovered.to_str().unwrap()]);
+    assert!(ok, "{err}");
+    let (ok, zero_config, err) = exporter(&["once", "--config", zero.to_str().unwrap()]);
+    assert!(ok, "{err}");
+    let (a, b) = (series(&with_config), series(&zero_config));
+    assert_eq!(
+        a, b,
+        "discovered:\n{with_config}\nzero config:\n{zero_config}"
+    );
+    let key = |q: &str, p: &str, s: &str| ("queue_depth".into(), q.into(), p.into(), s.into());
+    assert_eq!(a.get(&key("reports", "bullmq", "waiting")), Some(&3.0));
+    assert_eq!(a.get(&key("celery", "celery", "waiting")), Some(&11.0));
+    assert_eq!(a.get(&key("default", "sidekiq", "waiting")), Some(&2.0));
+    assert_eq!(a.get(&key("jobs:pending:high", "", "")), Some(&2.0));
+    // The pattern's capture is the one difference.
+    let s = Scrape::parse(&with_config);
+    assert_eq!(
+        s.value(
+            "queue_depth",
+            &[("queue", "jobs:pending:low"), ("part", "low")]
+        ),
+        Some(1.0),
+        "{with_config}"
+    );
+    // Read-only: the keys are as the libraries and this test wrote them.
+    let len: u64 = redis::cmd("LLEN")
+        .arg("queue:default")
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(len, 2);
+}
