@@ -117,15 +117,28 @@ pub async fn scan(
     key_type: Option<KeyType>,
     count: u32,
 ) -> redis::RedisResult<Vec<Vec<u8>>> {
+    scan_where(conn, pattern, key_type, count, &|_| true).await
+}
+
+/// [`scan`], keeping only the keys `keep` accepts as each reply arrives, so
+/// a pass that MATCHes much more than it wants (zero config's one pass
+/// for the names that may mark a library) never holds the whole keyspace.
+pub async fn scan_where(
+    conn: &mut Conn,
+    pattern: &[u8],
+    key_type: Option<KeyType>,
+    count: u32,
+    keep: &(dyn Fn(&[u8]) -> bool + Sync),
+) -> redis::RedisResult<Vec<Vec<u8>>> {
     match conn {
-        Conn::Single(c) => scan_node(c, pattern, key_type, count).await,
-        Conn::Tracking(c) => scan_node(c, pattern, key_type, count).await,
+        Conn::Single(c) => scan_node(c, pattern, key_type, count, keep).await,
+        Conn::Tracking(c) => scan_node(c, pattern, key_type, count, keep).await,
         Conn::Cluster(c) => {
             let result = async {
                 let nodes = c.primaries().await?;
                 let per_node =
                     futures_util::future::try_join_all(nodes.into_iter().map(|mut n| async move {
-                        scan_node(&mut n, pattern, key_type, count).await
+                        scan_node(&mut n, pattern, key_type, count, keep).await
                     }))
                     .await?;
                 // A key in a slot being migrated may be on two nodes for a moment.
@@ -153,6 +166,7 @@ async fn scan_node<C: ConnectionLike + Send>(
     pattern: &[u8],
     key_type: Option<KeyType>,
     count: u32,
+    keep: &(dyn Fn(&[u8]) -> bool + Sync),
 ) -> redis::RedisResult<Vec<Vec<u8>>> {
     let mut cursor: u64 = 0;
     let mut keys = Vec::new();
@@ -168,7 +182,7 @@ async fn scan_node<C: ConnectionLike + Send>(
         }
         let (next, batch): (u64, Vec<Vec<u8>>) = cmd.query_async(conn).await?;
         SCANNED.fetch_add(u64::from(count), std::sync::atomic::Ordering::Relaxed);
-        keys.extend(batch);
+        keys.extend(batch.into_iter().filter(|k| keep(k)));
         if next == 0 {
             break;
         }

@@ -31,7 +31,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use redis::Value;
 
 use super::super::cluster::key_of;
-use super::super::commands::{Conn, pipelined, scan};
+use super::super::commands::{Conn, pipelined, scan_where};
 use super::super::discovery::{self, Candidate, Candidates, Discovered};
 use super::super::tracked::KeyState;
 use super::{Unit, bullmq, fixed_queues, key, plan, registry_units, sidekiq};
@@ -58,8 +58,8 @@ pub struct ZeroConfig {
 }
 
 /// One zero-config discovery round: the source's typed SCANs (its one
-/// `*` entry, through [`discovery::find`]) beside one SCAN for `*:meta`
-/// hashes and one for sets, then one pipeline reading the marks, then the
+/// `*` entry, through [`discovery::find`]) beside one untyped SCAN for the
+/// names that may mark a library, then one pipeline reading the marks, then the
 /// recognition and the plain keys left, within `max_keys` (library units
 /// first: they are what the user came for).
 pub async fn discover(
@@ -85,29 +85,30 @@ pub async fn discover(
     })
 }
 
-/// Keys that may mark a library.
+/// Keys that may mark a library, by name (their type is told by the reply
+/// to the read each gets).
 #[derive(Debug, Default)]
 pub struct Marks {
-    /// `*:meta` hashes (BullMQ queues, if they carry its marks).
+    /// Keys named `*:meta` (BullMQ queues, if hashes with its marks).
     metas: Vec<Vec<u8>>,
-    /// Sets named like a registry or a kombu binding table.
+    /// Keys named like a registry or a kombu binding table (if sets).
     sets: Vec<Vec<u8>>,
 }
 
-/// SCANs (bounded COUNT, typed) for the hashes and sets that may mark a
-/// library, concurrently.
+/// One untyped SCAN pass (bounded COUNT) for the names that may mark a
+/// library, filtered as the replies arrive: one pass rather than a typed
+/// pass for hashes and another for sets, since the read each name gets
+/// (`HMGET`, `SMEMBERS`) tells its type anyway.
 async fn scan_marks(conn: &Conn, count: u32) -> redis::RedisResult<Marks> {
-    let (mut a, mut b) = (conn.clone(), conn.clone());
-    let (metas, sets) = futures_util::future::try_join(
-        scan(&mut a, b"*:meta", Some(KeyType::Hash), count),
-        scan(&mut b, b"*", Some(KeyType::Set), count),
-    )
-    .await?;
-    let sets = sets
-        .into_iter()
-        .filter(|k| registry_prefix(k).is_some() || binding(k).is_some())
-        .collect();
+    let keep = |k: &[u8]| is_meta(k) || registry_prefix(k).is_some() || binding(k).is_some();
+    let names = scan_where(&mut conn.clone(), b"*", None, count, &keep).await?;
+    let (metas, sets) = names.into_iter().partition(|k| is_meta(k));
     Ok(Marks { metas, sets })
+}
+
+/// Whether `k` is named like a BullMQ `meta` hash.
+fn is_meta(k: &[u8]) -> bool {
+    k.ends_with(b":meta")
 }
 
 /// What the marks hold.
@@ -140,7 +141,7 @@ async fn read_marks(conn: &Conn, marks: Marks) -> redis::RedisResult<Seen> {
 }
 
 /// Pairs the marks with their replies (pure). A refused or unreadable
-/// reply marks nothing.
+/// reply, such as `WRONGTYPE` from a key of another type, marks nothing.
 fn seen(marks: Marks, replies: &[Value]) -> Seen {
     let (set_replies, meta_replies) = replies.split_at(marks.sets.len().min(replies.len()));
     let mut out = Seen::default();
@@ -460,8 +461,8 @@ fn consumed(
 }
 
 /// SCAN passes a zero-config round makes over the keyspace: its plain
-/// keys' three types, `*:meta` hashes and sets.
-pub const PASSES: u64 = 5;
+/// keys' three types, and the names that may mark a library.
+pub const PASSES: u64 = 4;
 
 /// The library's name as its users write it, for the log line.
 pub fn library(kind: PresetKind) -> &'static str {
@@ -725,11 +726,17 @@ mod tests {
                 b"b:q:meta".to_vec(),
                 b"c:q:meta".to_vec(),
             ],
-            sets: vec![b"queues".to_vec()],
+            sets: vec![b"queues".to_vec(), b"x:queues".to_vec()],
         };
         let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+        let wrong_type = redis::parse_redis_value(
+            b"-WRONGTYPE Operation against a key holding the wrong kind of value\r\n",
+        )
+        .unwrap();
         let replies = [
             Value::Array(vec![bulk("mail")]),
+            // `x:queues` is a list: not a registry.
+            wrong_type,
             Value::Array(vec![bulk("bullmq:6.7.0"), Value::Nil]),
             Value::Array(vec![Value::Nil, bulk("10000")]),
             Value::Array(vec![bulk("1.0"), Value::Nil]),
@@ -740,6 +747,7 @@ mod tests {
             [b"a:q:meta".to_vec(), b"b:q:meta".to_vec()]
         );
         assert_eq!(s.sets[&b"queues".to_vec()], [b"mail".to_vec()]);
+        assert_eq!(s.sets.len(), 1);
     }
 
     #[test]
