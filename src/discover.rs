@@ -22,9 +22,15 @@ const PART: &str = "part";
 /// a keyspace whose round takes more than a second.
 pub async fn discover(config: RedisSourceConfig) -> Result<String, SourceError> {
     crate::crypto::install_crypto_provider();
-    let name = config.name.clone();
-    let url = config.url.redacted();
-    let password_file = config.password_file.clone();
+    let head = SourceHead {
+        name: config.name.clone(),
+        url: config.url.redacted(),
+        credentials_left_out: config.url.redacted() != config.url.as_str(),
+        password_file: config
+            .password_file
+            .as_ref()
+            .map(|p| p.to_string_lossy().into_owned()),
+    };
     let mut source = RedisSource::new(config);
     let mut progress = |scanned: u64, dbsize: Option<u64>| match dbsize {
         Some(n) if n > 0 => eprintln!(
@@ -35,21 +41,41 @@ pub async fn discover(config: RedisSourceConfig) -> Result<String, SourceError> 
         _ => eprintln!("discover: scanned ~{scanned} keys"),
     };
     let found = source.recognise_once(&mut progress).await?;
-    let mut out = String::new();
-    out.push_str("# Written by `queue-exporter discover` (read-only).\n");
-    out.push_str(&format!("# {}\n", found.picture));
-    out.push_str("sources:\n");
-    out.push_str(&format!("  - name: {}\n", quote(&name)));
-    out.push_str("    type: redis\n");
-    out.push_str(&format!("    url: {}\n", quote(&url)));
-    if let Some(p) = password_file {
-        out.push_str(&format!(
-            "    password_file: {}\n",
-            quote(&p.to_string_lossy())
-        ));
+    Ok(head.render(&found.picture) + &render_queues(&found))
+}
+
+/// The source's own lines of the printed config.
+struct SourceHead {
+    /// The `source` name.
+    name: String,
+    /// The URL as printed: without user or password.
+    url: String,
+    /// The URL carried a user or password, which is not printed.
+    credentials_left_out: bool,
+    /// `password_file`, printed as given.
+    password_file: Option<String>,
+}
+
+impl SourceHead {
+    /// The lines up to `queues:` (pure).
+    fn render(&self, picture: &str) -> String {
+        let mut out = String::new();
+        out.push_str("# Written by `queue-exporter discover` (read-only).\n");
+        out.push_str(&format!("# {picture}\n"));
+        out.push_str("sources:\n");
+        out.push_str(&format!("  - name: {}\n", quote(&self.name)));
+        out.push_str("    type: redis\n");
+        if self.credentials_left_out {
+            out.push_str(
+                "    # The URL's user and password are not printed: put them back, or use password_file.\n",
+            );
+        }
+        out.push_str(&format!("    url: {}\n", quote(&self.url)));
+        if let Some(p) = &self.password_file {
+            out.push_str(&format!("    password_file: {}\n", quote(p)));
+        }
+        out
     }
-    out.push_str(&render_queues(&found));
-    Ok(out)
 }
 
 /// A YAML double-quoted scalar (JSON's string syntax is YAML's).
@@ -209,6 +235,21 @@ mod tests {
         assert!(got.contains("- key: \"a:x\"\n"), "{got}");
         assert!(got.contains("- key: \"a:y\"\n"), "{got}");
         assert!(got.contains("- pattern: \"a:x:*\""), "{got}");
+    }
+
+    #[test]
+    fn credentials_are_never_printed() {
+        let url = crate::config::RedisUrl::parse("redis://app:s3cret@redis:6379/0").unwrap();
+        let head = SourceHead {
+            name: "main".into(),
+            url: url.redacted(),
+            credentials_left_out: url.redacted() != url.as_str(),
+            password_file: None,
+        };
+        let text = head.render("recognised no queue library; no plain key");
+        assert!(!text.contains("s3cret") && !text.contains("app"), "{text}");
+        assert!(text.contains("url: \"redis://***@redis:6379/0\""), "{text}");
+        assert!(text.contains("put them back"), "{text}");
     }
 
     #[test]

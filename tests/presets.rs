@@ -16,7 +16,7 @@ mod scaler_common;
 mod support;
 
 use std::process::Command;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use scaler_common::*;
 use support::*;
@@ -30,21 +30,6 @@ fn config(url: &str, queues: &str) -> String {
     )
 }
 
-fn now() -> f64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_secs_f64()
-}
-
-/// `queue_depth{queue, preset, state}`.
-fn depth(s: &Scrape, queue: &str, preset: &str, state: &str) -> Option<f64> {
-    s.value(
-        "queue_depth",
-        &[("queue", queue), ("preset", preset), ("state", state)],
-    )
-}
-
 fn gauge(s: &Scrape, name: &str, queue: &str, preset: &str) -> Option<f64> {
     s.value(name, &[("queue", queue), ("preset", preset)])
 }
@@ -52,7 +37,7 @@ fn gauge(s: &Scrape, name: &str, queue: &str, preset: &str) -> Option<f64> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rq_queues_registries_latency_and_an_abandoned_job() {
     let redis = RedisServer::start();
-    let before = now();
+    let before = wall();
     let Some(out) = run_fixture(
         "RQ (pip install rq)",
         &["python3", "-c", "import rq"],
@@ -61,7 +46,7 @@ async fn rq_queues_registries_latency_and_an_abandoned_job() {
     ) else {
         return;
     };
-    let after = now();
+    let after = wall();
     let app = TestApp::start(&config(&redis.url, "- preset: rq\n")).await;
     let s = app
         .scrape_until("rq queues", Duration::from_secs(15), |s| {
@@ -80,7 +65,7 @@ async fn rq_queues_registries_latency_and_an_abandoned_job() {
     // RQ has no pause: no gauge rather than a made-up 0.
     assert_eq!(gauge(&s, "queue_paused", "default", "rq"), None);
     let age = gauge(&s, "queue_oldest_message_age_seconds", "default", "rq").unwrap();
-    let (lo, hi) = (now() - after - 1.0, now() - before + 1.0);
+    let (lo, hi) = (wall() - after - 1.0, wall() - before + 1.0);
     assert!((lo..=hi).contains(&age), "age {age} not in {lo}..{hi}");
     assert_eq!(
         gauge(&s, "queue_oldest_message_age_seconds", "low", "rq").map(|a| a <= hi),
@@ -107,7 +92,7 @@ async fn rq_queues_registries_latency_and_an_abandoned_job() {
         .and_then(|r| r.split([',', '}']).next())
         .and_then(|v| v.trim().parse().ok())
         .expect("wip_expiry in fixture output");
-    let wait = (expiry - now()).max(0.0) + 10.0;
+    let wait = (expiry - wall()).max(0.0) + 10.0;
     assert!(wait < 90.0, "wip expiry {expiry} too far out");
     let s = app
         .wait_value(
@@ -129,7 +114,7 @@ async fn rq_queues_registries_latency_and_an_abandoned_job() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sidekiq_queues_global_sets_latency_and_a_dead_process() {
     let redis = RedisServer::start();
-    let before = now();
+    let before = wall();
     let Some(_) = run_fixture(
         "Sidekiq (apt-get install ruby-sidekiq)",
         &["ruby", "-e", "require 'sidekiq'"],
@@ -138,7 +123,7 @@ async fn sidekiq_queues_global_sets_latency_and_a_dead_process() {
     ) else {
         return;
     };
-    let after = now();
+    let after = wall();
     // A process registered in `processes` whose heartbeat hash is gone (a
     // crashed Sidekiq, written by hand: its hash would take 60 s to expire),
     // and a live one with 2 busy threads.
@@ -186,7 +171,7 @@ async fn sidekiq_queues_global_sets_latency_and_a_dead_process() {
         Some(41.0)
     );
     let age = gauge(&s, "queue_oldest_message_age_seconds", "default", "sidekiq").unwrap();
-    let (lo, hi) = (now() - after - 1.0, now() - before + 1.0);
+    let (lo, hi) = (wall() - after - 1.0, wall() - before + 1.0);
     assert!((lo..=hi).contains(&age), "age {age} not in {lo}..{hi}");
 
     let mut c = client(&app).await;
@@ -257,7 +242,7 @@ async fn bullmq_waiting_prioritized_delayed_overdue_flows_paused_and_stalled() {
     let probe = format!(
         "require('{node_dir}/node_modules/bullmq'); require('{node_dir}/node_modules/ioredis')"
     );
-    let before = now();
+    let before = wall();
     let Some(_) = run_fixture(
         "BullMQ (npm ci in tests/fixtures/presets/node)",
         &["node", "-e", &probe],
@@ -301,9 +286,9 @@ async fn bullmq_waiting_prioritized_delayed_overdue_flows_paused_and_stalled() {
     );
     assert_eq!(gauge(&s, "queue_stalled_jobs", "mail", "bullmq"), Some(0.0));
     let age = gauge(&s, "queue_oldest_message_age_seconds", "mail", "bullmq").unwrap();
-    assert!(age >= 0.0 && age <= now() - before + 1.0, "age {age}");
+    assert!(age >= 0.0 && age <= wall() - before + 1.0, "age {age}");
     let age = gauge(&s, "queue_oldest_message_age_seconds", "held", "bullmq").unwrap();
-    assert!(age >= 0.0 && age <= now() - before + 1.0, "held age {age}");
+    assert!(age >= 0.0 && age <= wall() - before + 1.0, "held age {age}");
     // The exporter only read: the overdue job is still in `delayed`.
     let mut conn = redis.conn();
     let delayed: u64 = redis::cmd("ZCARD")
@@ -336,7 +321,7 @@ async fn bullmq_waiting_prioritized_delayed_overdue_flows_paused_and_stalled() {
 async fn asynq_layout_states_latency_orphans_and_pause() {
     let redis = RedisServer::start();
     let mut conn = redis.conn();
-    let t = now();
+    let t = wall();
     rcmd(&mut conn, &["SADD", "asynq:queues", "critical", "default"]);
     // Enqueued t1, t2, t3 with LPUSH: t1 (30 s old) is the tail.
     for (id, age) in [("t1", 30.0), ("t2", 20.0), ("t3", 10.0)] {
@@ -447,7 +432,7 @@ async fn asynq_layout_states_latency_orphans_and_pause() {
         Some(7.0)
     );
     let age = gauge(&s, "queue_oldest_message_age_seconds", "critical", "asynq").unwrap();
-    let expected = now() - (t - 30.0);
+    let expected = wall() - (t - 30.0);
     assert!(
         (age - expected).abs() < 1.5,
         "age {age}, expected {expected}"
@@ -525,7 +510,7 @@ async fn rediswq_waiting_processing_and_expired_leases() {
 async fn priority_zset_due_and_future_items_counters_and_exposition() {
     let redis = RedisServer::start();
     let mut conn = redis.conn();
-    let t = now();
+    let t = wall();
     let at = |d: f64| format!("{}", t + d);
     rcmd(
         &mut conn,
@@ -608,7 +593,7 @@ async fn priority_zset_due_and_future_items_counters_and_exposition() {
             &[("queue", "jobs"), ("priority", "high")],
         )
         .unwrap();
-    let expected = now() - (t - 20.0);
+    let expected = wall() - (t - 20.0);
     assert!(
         (age - expected).abs() < 1.5,
         "age {age}, expected {expected}"
@@ -633,7 +618,7 @@ async fn priority_zset_due_and_future_items_counters_and_exposition() {
     assert_eq!(metrics(&mut c, &delayed).await.unwrap().1, 1.0);
     let age_q = [("queue", "jobs"), ("mode", "Age"), ("operation", "max")];
     let a = metrics(&mut c, &age_q).await.unwrap().1;
-    assert!((a - (now() - (t - 20.0))).abs() < 1.5, "Age {a}");
+    assert!((a - (wall() - (t - 20.0))).abs() < 1.5, "Age {a}");
     assert!(active(&mut c, &[("queue", "jobs")]).await.unwrap());
     // The priority-zset's queue is configured: drained, it reads 0.
     rcmd(&mut conn, &["FLUSHALL"]);

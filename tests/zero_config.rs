@@ -13,7 +13,7 @@ mod scaler_common;
 mod support;
 
 use std::collections::BTreeMap;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use scaler_common::*;
 use support::*;
@@ -25,21 +25,6 @@ fn config(url: &str, extra: &str) -> String {
     format!(
         "listen: {{ grpc: 127.0.0.1:0 }}\nsources:\n  - name: main\n    type: redis\n    url: {url}\n    poll_interval: 100ms\n    discovery_interval: 200ms\n{}",
         indent(extra, 4)
-    )
-}
-
-fn now() -> f64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_secs_f64()
-}
-
-/// `queue_depth{queue, preset, state}`.
-fn depth(s: &Scrape, queue: &str, preset: &str, state: &str) -> Option<f64> {
-    s.value(
-        "queue_depth",
-        &[("queue", queue), ("preset", preset), ("state", state)],
     )
 }
 
@@ -102,7 +87,7 @@ fn write_libraries(url: &str) -> bool {
 /// asynq's layout for queue `critical`: 2 pending tasks, 1 scheduled in
 /// 10 minutes, and a server registered in `asynq:servers`.
 fn write_asynq(conn: &mut redis::Connection) {
-    let t = now();
+    let t = wall();
     rcmd(conn, &["SADD", "asynq:queues", "critical"]);
     for (id, age) in [("t1", 20.0), ("t2", 10.0)] {
         rcmd(conn, &["LPUSH", "asynq:{critical}:pending", id]);
@@ -126,7 +111,7 @@ async fn real_libraries_plain_keys_and_lookalikes_in_one_redis() {
     }
     let mut conn = redis.conn();
     write_asynq(&mut conn);
-    let t = format!("{}", now());
+    let t = format!("{}", wall());
     // Plain keys of every queue type.
     rcmd(&mut conn, &["RPUSH", "jobs:pending:high", "a", "b"]);
     rcmd(&mut conn, &["RPUSH", "jobs:pending:low", "c"]);

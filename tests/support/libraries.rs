@@ -63,6 +63,14 @@ pub fn run_fixture(library: &str, probe: &[&str], program: &str, args: &[&str]) 
     Some(String::from_utf8_lossy(&out.stdout).to_string())
 }
 
+/// `queue_depth{queue, preset, state}` of a preset queue.
+pub fn depth(s: &super::Scrape, queue: &str, preset: &str, state: &str) -> Option<f64> {
+    s.value(
+        "queue_depth",
+        &[("queue", queue), ("preset", preset), ("state", state)],
+    )
+}
+
 /// Runs one Redis command (test setup; panics on error).
 pub fn rcmd(conn: &mut redis::Connection, args: &[&str]) {
     let mut c = redis::cmd(args[0]);
