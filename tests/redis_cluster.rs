@@ -319,10 +319,23 @@ async fn keys_on_every_node_read_exactly_over_metrics_and_grpc_with_either_confi
             .expect("ZADD");
         want.push((key, 3.0));
     }
+    // Sidekiq's layout, for the zero-config source `cl3`.
+    let _: () = redis::cmd("SADD")
+        .arg("queues")
+        .arg("mail")
+        .query(&mut c)
+        .expect("SADD");
+    set_list(&mut c, "queue:mail", 2);
     for i in 0..3 {
         assert!(cluster.dbsize(i) > 0, "node {i} holds no key");
     }
     let pattern_sum: usize = (0..40).map(|i| i % 7 + 1).sum();
+    // Zero config sees every existing list and zset, on every node.
+    let plain: Vec<(String, f64)> = want
+        .iter()
+        .filter(|(k, _)| k != "missing:x")
+        .cloned()
+        .collect();
 
     let yaml = format!(
         r#"
@@ -346,6 +359,10 @@ async fn keys_on_every_node_read_exactly_over_metrics_and_grpc_with_either_confi
             poll_interval: 200ms
             queues:
               - pattern: "{{grp}}:*"
+          - name: cl3
+            type: redis
+            url: {url}
+            poll_interval: 200ms
         "#,
         url = cluster.url(0),
         port = cluster.nodes[1].port,
@@ -356,8 +373,25 @@ async fn keys_on_every_node_read_exactly_over_metrics_and_grpc_with_either_confi
             all_exact(s, "cl", &want)
                 && depth(s, "cl2", "{grp}:a") == Some(3.0)
                 && depth(s, "cl2", "{grp}:b") == Some(4.0)
+                && all_exact(s, "cl3", &plain)
         })
         .await;
+    // Zero config: Sidekiq's queue, once, and the plain keys exactly.
+    let mail = [
+        ("source", "cl3"),
+        ("queue", "mail"),
+        ("preset", "sidekiq"),
+        ("state", "waiting"),
+    ];
+    assert_eq!(s.value("queue_depth", &mail), Some(2.0), "{s}");
+    assert_eq!(depth(&s, "cl3", "queue:mail"), None, "{s}");
+    // Counted in the text: prometheus-parse cuts hash-tagged labels.
+    let plain_series = s
+        .text()
+        .lines()
+        .filter(|l| l.starts_with("queue_depth{source=\"cl3\",") && !l.contains("preset="))
+        .count();
+    assert_eq!(plain_series, plain.len(), "{s}");
     assert_eq!(s.source_up("cl"), Some(1.0));
     assert_eq!(s.source_up("cl2"), Some(1.0));
     assert_eq!(
