@@ -117,15 +117,28 @@ pub async fn scan(
     key_type: Option<KeyType>,
     count: u32,
 ) -> redis::RedisResult<Vec<Vec<u8>>> {
+    scan_where(conn, pattern, key_type, count, &|_| true).await
+}
+
+/// [`scan`], keeping only the keys `keep` accepts as each reply arrives, so
+/// a pass that MATCHes much more than it wants (zero config's one pass
+/// for the names that may mark a library) never holds the whole keyspace.
+pub async fn scan_where(
+    conn: &mut Conn,
+    pattern: &[u8],
+    key_type: Option<KeyType>,
+    count: u32,
+    keep: &(dyn Fn(&[u8]) -> bool + Sync),
+) -> redis::RedisResult<Vec<Vec<u8>>> {
     match conn {
-        Conn::Single(c) => scan_node(c, pattern, key_type, count).await,
-        Conn::Tracking(c) => scan_node(c, pattern, key_type, count).await,
+        Conn::Single(c) => scan_node(c, pattern, key_type, count, keep).await,
+        Conn::Tracking(c) => scan_node(c, pattern, key_type, count, keep).await,
         Conn::Cluster(c) => {
             let result = async {
                 let nodes = c.primaries().await?;
                 let per_node =
                     futures_util::future::try_join_all(nodes.into_iter().map(|mut n| async move {
-                        scan_node(&mut n, pattern, key_type, count).await
+                        scan_node(&mut n, pattern, key_type, count, keep).await
                     }))
                     .await?;
                 // A key in a slot being migrated may be on two nodes for a moment.
@@ -143,72 +156,6 @@ pub async fn scan(
     }
 }
 
-/// One untyped SCAN pass (MATCH, bounded COUNT) whose keys are typed as
-/// each reply arrives, one pipelined `TYPE` per key of the batch, keeping
-/// only those `keep` accepts: the keyspace is walked once whatever types
-/// are wanted, and never held whole. In a cluster the keys of every
-/// primary's scan are typed through the slot routing afterwards (so a key
-/// moving between nodes is still typed where it is).
-pub async fn scan_typed(
-    conn: &mut Conn,
-    pattern: &[u8],
-    count: u32,
-    keep: &(dyn Fn(&[u8], &KeyState) -> bool + Sync),
-) -> redis::RedisResult<Vec<(Vec<u8>, KeyState)>> {
-    match conn {
-        Conn::Single(c) => scan_node_typed(c, pattern, count, keep).await,
-        Conn::Tracking(c) => scan_node_typed(c, pattern, count, keep).await,
-        Conn::Cluster(_) => {
-            let keys = scan(conn, pattern, None, count).await?;
-            let states = type_of(conn, &keys).await?;
-            Ok(keys
-                .into_iter()
-                .zip(states)
-                .filter(|(k, s)| keep(k, s))
-                .collect())
-        }
-    }
-}
-
-/// [`scan_typed`] on one server.
-async fn scan_node_typed<C: ConnectionLike + Send>(
-    conn: &mut C,
-    pattern: &[u8],
-    count: u32,
-    keep: &(dyn Fn(&[u8], &KeyState) -> bool + Sync),
-) -> redis::RedisResult<Vec<(Vec<u8>, KeyState)>> {
-    let mut cursor: u64 = 0;
-    let mut out = Vec::new();
-    loop {
-        let mut scan = redis::cmd("SCAN");
-        scan.arg(cursor)
-            .arg("MATCH")
-            .arg(pattern)
-            .arg("COUNT")
-            .arg(count);
-        let (next, batch): (u64, Vec<Vec<u8>>) = scan.query_async(conn).await?;
-        SCANNED.fetch_add(u64::from(count), std::sync::atomic::Ordering::Relaxed);
-        if !batch.is_empty() {
-            let mut types = redis::Pipeline::with_capacity(batch.len());
-            for k in &batch {
-                types.add_command(cmd("TYPE", k));
-            }
-            let replies: Vec<Value> = types.ignore_errors().query_async(conn).await?;
-            for (k, v) in batch.into_iter().zip(&replies) {
-                let state = key_state(v);
-                if keep(&k, &state) {
-                    out.push((k, state));
-                }
-            }
-        }
-        if next == 0 {
-            break;
-        }
-        cursor = next;
-    }
-    Ok(out)
-}
-
 /// Keys the process's SCAN calls have asked Redis to visit (their COUNT
 /// hints, so an estimate), for `discover`'s progress on a large keyspace.
 pub static SCANNED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -219,6 +166,7 @@ async fn scan_node<C: ConnectionLike + Send>(
     pattern: &[u8],
     key_type: Option<KeyType>,
     count: u32,
+    keep: &(dyn Fn(&[u8]) -> bool + Sync),
 ) -> redis::RedisResult<Vec<Vec<u8>>> {
     let mut cursor: u64 = 0;
     let mut keys = Vec::new();
@@ -234,7 +182,7 @@ async fn scan_node<C: ConnectionLike + Send>(
         }
         let (next, batch): (u64, Vec<Vec<u8>>) = cmd.query_async(conn).await?;
         SCANNED.fetch_add(u64::from(count), std::sync::atomic::Ordering::Relaxed);
-        keys.extend(batch);
+        keys.extend(batch.into_iter().filter(|k| keep(k)));
         if next == 0 {
             break;
         }

@@ -45,34 +45,6 @@ pub struct Candidates {
     refused: Vec<Reason>,
 }
 
-impl Candidates {
-    /// The keys one pattern entry (`spec`) found, typed: a key whose TYPE
-    /// Redis refused stays, unknown, and the refusal is counted (zero
-    /// config, whose one pass types the keys itself).
-    pub fn of_pattern(keys: Vec<(Vec<u8>, KeyState)>, spec: usize) -> Candidates {
-        let mut refused = Vec::new();
-        let keys = keys
-            .into_iter()
-            .map(|(key, state)| {
-                if let KeyState::Unknown(reason) = state {
-                    refused.push(reason);
-                }
-                let c = Candidate {
-                    spec,
-                    exact: false,
-                    state,
-                };
-                (key, c)
-            })
-            .collect();
-        Candidates {
-            keys,
-            exact_order: Vec::new(),
-            refused,
-        }
-    }
-}
-
 /// One key found by a round.
 #[derive(Debug)]
 pub struct Candidate {

@@ -14,7 +14,8 @@
 //! - **BullMQ** at any prefix: a hash `<prefix>:<name>:meta` whose `version`
 //!   starts with `bullmq:` or which has `opts.maxLenEvents` (both written by
 //!   the `Queue` constructor); names cannot contain `:`, so a name parses
-//!   from the right. Bull 3.x writes no `meta` hash and is not recognised.
+//!   from the right. Old Bull (3.x/4.x) writes no `meta` hash with these
+//!   marks, and is not recognised (its keys stay plain).
 //! - **Celery**: `[<global_keyprefix>]_kombu.binding.<exchange>` sets, whose
 //!   members are `routing_key␆␖pattern␆␖queue`; the `*.pidbox` exchanges
 //!   (remote control and its replies) are skipped. Priority lists are those
@@ -31,7 +32,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use redis::Value;
 
 use super::super::cluster::key_of;
-use super::super::commands::{Conn, pipelined, scan_typed, type_of};
+use super::super::commands::{Conn, pipelined, scan_where};
 use super::super::discovery::{self, Candidate, Candidates, Discovered};
 use super::super::tracked::KeyState;
 use super::{Unit, bullmq, fixed_queues, key, plan, registry_units, sidekiq};
@@ -57,43 +58,22 @@ pub struct ZeroConfig {
     pub consumed: BTreeSet<Vec<u8>>,
 }
 
-/// One zero-config discovery round: one untyped SCAN pass over the
-/// keyspace (bounded COUNT) whose keys are typed as each reply arrives
-/// (`commands::scan_typed`), keeping the lists, zsets and streams (the
-/// plain candidates; a key whose TYPE Redis refused stays, unknown) and the
-/// hashes and sets named like a library's marks; then one pipeline reading
-/// the marks, then the recognition and the plain keys left, within
-/// `max_keys` (library units first: they are what the user came for).
-/// `known` are the plain keys tracked so far (see [`discovery::find`]: in a
-/// cluster, one no primary's scan returned is typed again, and kept while it
-/// exists).
+/// One zero-config discovery round: the source's typed SCANs (its one
+/// `*` entry, through [`discovery::find`]) beside one untyped SCAN for the
+/// names that may mark a library, then one pipeline reading the marks, then the
+/// recognition and the plain keys left, within `max_keys` (library units
+/// first: they are what the user came for).
 pub async fn discover(
     conn: &mut Conn,
     config: &RedisSourceConfig,
     known: &[(Vec<u8>, usize)],
 ) -> redis::RedisResult<ZeroConfig> {
-    let mut typed = scan_typed(conn, b"*", config.scan_count, &wanted).await?;
-    if conn.is_cluster() {
-        let seen: BTreeSet<&[u8]> = typed.iter().map(|(k, _)| k.as_slice()).collect();
-        let missed: Vec<Vec<u8>> = known
-            .iter()
-            .map(|(k, _)| k)
-            .filter(|k| !seen.contains(k.as_slice()))
-            .cloned()
-            .collect();
-        let states = type_of(conn, &missed).await?;
-        typed.extend(missed.into_iter().zip(states).filter(|(k, s)| wanted(k, s)));
-    }
-    let mut marks = Marks::default();
-    let mut plain = Vec::new();
-    for (k, state) in typed {
-        match state {
-            KeyState::Typed(KeyType::Hash) => marks.metas.push(k),
-            KeyState::Typed(KeyType::Set) => marks.sets.push(k),
-            state => plain.push((k, state)),
-        }
-    }
-    let mut found = Candidates::of_pattern(plain, 0);
+    let mut plain_conn = conn.clone();
+    let (mut found, marks) = futures_util::future::try_join(
+        discovery::find(&mut plain_conn, config, known),
+        scan_marks(conn, config.scan_count),
+    )
+    .await?;
     let seen = read_marks(conn, marks).await?;
     let recognition = recognise(&seen, &found);
     found.keys.retain(|k, _| !recognition.consumed.contains(k));
@@ -106,27 +86,25 @@ pub async fn discover(
     })
 }
 
-/// The keys of the one pass that zero config keeps: plain candidates
-/// (lists, zsets, streams, and keys whose type Redis would not tell), and
-/// the hashes and sets named like a library's marks.
-fn wanted(k: &[u8], state: &KeyState) -> bool {
-    match state {
-        KeyState::Typed(KeyType::List | KeyType::Zset | KeyType::Stream) | KeyState::Unknown(_) => {
-            true
-        }
-        KeyState::Typed(KeyType::Hash) => is_meta(k),
-        KeyState::Typed(KeyType::Set) => registry_prefix(k).is_some() || binding(k).is_some(),
-        KeyState::Missing | KeyState::Unsupported(_) => false,
-    }
-}
-
-/// Hashes and sets that may mark a library.
+/// Keys that may mark a library, by name (their type is told by the reply
+/// to the read each gets).
 #[derive(Debug, Default)]
 pub struct Marks {
-    /// Hashes named `*:meta` (BullMQ queues, if they carry its marks).
+    /// Keys named `*:meta` (BullMQ queues, if hashes with its marks).
     metas: Vec<Vec<u8>>,
-    /// Sets named like a registry or a kombu binding table.
+    /// Keys named like a registry or a kombu binding table (if sets).
     sets: Vec<Vec<u8>>,
+}
+
+/// One untyped SCAN pass (bounded COUNT) for the names that may mark a
+/// library, filtered as the replies arrive: one pass rather than a typed
+/// pass for hashes and another for sets, since the read each name gets
+/// (`HMGET`, `SMEMBERS`) tells its type anyway.
+async fn scan_marks(conn: &Conn, count: u32) -> redis::RedisResult<Marks> {
+    let keep = |k: &[u8]| is_meta(k) || registry_prefix(k).is_some() || binding(k).is_some();
+    let names = scan_where(&mut conn.clone(), b"*", None, count, &keep).await?;
+    let (metas, sets) = names.into_iter().partition(|k| is_meta(k));
+    Ok(Marks { metas, sets })
 }
 
 /// Whether `k` is named like a BullMQ `meta` hash.
@@ -164,7 +142,7 @@ async fn read_marks(conn: &Conn, marks: Marks) -> redis::RedisResult<Seen> {
 }
 
 /// Pairs the marks with their replies (pure). A refused or unreadable
-/// reply (a key whose type changed since the pass) marks nothing.
+/// reply, such as `WRONGTYPE` from a key of another type, marks nothing.
 fn seen(marks: Marks, replies: &[Value]) -> Seen {
     let (set_replies, meta_replies) = replies.split_at(marks.sets.len().min(replies.len()));
     let mut out = Seen::default();
@@ -483,8 +461,9 @@ fn consumed(
     taken
 }
 
-/// SCAN passes a zero-config round makes over the keyspace: one.
-pub const PASSES: u64 = 1;
+/// SCAN passes a zero-config round makes over the keyspace: its plain
+/// keys' three types, and the names that may mark a library.
+pub const PASSES: u64 = 4;
 
 /// The library's name as its users write it, for the log line.
 pub fn library(kind: PresetKind) -> &'static str {
