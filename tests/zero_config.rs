@@ -433,6 +433,12 @@ fn discover_prints_a_config_that_check_accepts_and_once_reads_as_zero_config_doe
     assert!(ok, "{err}");
     let (ok, zero_config, err) = exporter(&["once", "--config", zero.to_str().unwrap()]);
     assert!(ok, "{err}");
+    // The one line zero config logs of what it sees.
+    let picture = "recognised 1 BullMQ queue (prefix myapp:eu), 1 Sidekiq queue, 2 Celery queues; \
+                   1 plain list, 1 plain zset, 1 plain stream";
+    assert_eq!(err.matches("recognised ").count(), 1, "{err}");
+    assert!(err.contains(picture), "{err}");
+    assert!(yaml.contains(&format!("# {picture}\n")), "{yaml}");
     let (a, b) = (series(&with_config), series(&zero_config));
     assert_eq!(
         a, b,
