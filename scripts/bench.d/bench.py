@@ -48,6 +48,7 @@ FULL = dict(
     mem_queues=10_000, mem_rabbit=5000, mem_sample=0.7,
     growth=[1000, 10_000, 50_000, 200_000], growth_window=20.0,
     rabbit_queues=2000, rabbit_polls=10, curl_runs=5,
+    zero_keys=1_000_000, zero_queues=1000, zero_items=10, zero_polls=10,
 )
 SMOKE = dict(
     lists=20, zsets=20, items=10, other=500,
@@ -57,6 +58,7 @@ SMOKE = dict(
     mem_queues=100, mem_rabbit=50, mem_sample=0.3,
     growth=[100, 400], growth_window=2.0,
     rabbit_queues=20, rabbit_polls=1, curl_runs=1,
+    zero_keys=3000, zero_queues=20, zero_items=2, zero_polls=2,
 )
 
 # gRPC clients, each on its own HTTP/2 connection with one request in
@@ -76,6 +78,7 @@ TARGETS = {
     8: "linear",
     9: "poll ≤ 1.2× the raw endpoint",
     10: "≤ 1/15 (static, 10 %), ≤ 1/10 (100 %)",
+    11: "Redis CPU within 10 % of presets",
 }
 
 CHILDREN = []  # processes to stop on exit
@@ -1251,6 +1254,136 @@ class Bench:
         a.cmd("FLUSHDB")
         a.cmd("SELECT", 0)
 
+    # ---- 11: zero config vs the same queues as presets
+
+    def seed_zero(self, db):
+        """`zero_queues` library queues, a fifth each of RQ, Sidekiq, BullMQ,
+        asynq and Celery, laid out as the libraries write them (registries,
+        lists, the job hash a latency read needs, BullMQ's `meta` and
+        `events`, a Celery priority list), among string keys up to
+        `zero_keys`."""
+        p = self.p
+        n = p["zero_queues"] // 5
+        items = p["zero_items"]
+        now = time.time()
+        iso = time.strftime("%Y-%m-%dT%H:%M:%S.000000Z", time.gmtime(now - 60)).encode()
+        ms = b"%d" % int((now - 60) * 1000)
+        ns = b"%d" % int((now - 60) * 1e9)
+        job = b'{"class":"Worker","enqueued_at":%.3f}' % (now - 60)
+
+        def gen():
+            for i in range(n):
+                ids = [b"%d" % j for j in range(items)]
+                yield resp(b"SADD", b"rq:queues", b"rq:queue:rq%d" % i)
+                yield resp(b"RPUSH", b"rq:queue:rq%d" % i, *[b"rq%d-%s" % (i, j) for j in ids])
+                yield resp(b"HSET", b"rq:job:rq%d-0" % i, b"enqueued_at", iso)
+                yield resp(b"SADD", b"queues", b"sk%d" % i)
+                yield resp(b"LPUSH", b"queue:sk%d" % i, *[job] * items)
+                yield resp(b"HSET", b"bull:b%d:meta" % i, b"opts.maxLenEvents", b"10000",
+                           b"version", b"bullmq:6.7.0")
+                yield resp(b"LPUSH", b"bull:b%d:wait" % i, *ids)
+                yield resp(b"HSET", b"bull:b%d:0" % i, b"timestamp", ms)
+                yield resp(b"XADD", b"bull:b%d:events" % i, b"*", b"event", b"added")
+                yield resp(b"SADD", b"asynq:queues", b"a%d" % i)
+                yield resp(b"LPUSH", b"asynq:{a%d}:pending" % i, *[b"a%d-%s" % (i, j) for j in ids])
+                yield resp(b"HSET", b"asynq:{a%d}:t:a%d-0" % (i, i), b"pending_since", ns)
+                yield resp(b"SADD", b"_kombu.binding.celery", b"c%d\x06\x16\x06\x16c%d" % (i, i))
+                yield resp(b"LPUSH", b"c%d" % i, *[b"m"] * items)
+                yield resp(b"LPUSH", b"c%d\x06\x163" % i, b"m")
+            written = 4 + n * 12
+            for j in range(max(0, p["zero_keys"] - written)):
+                yield resp(b"SET", b"cache:%d" % j, b"v")
+
+        t = time.time()
+        self.redis.seed(db, gen())
+        a = self.redis.admin
+        a.cmd("SELECT", db)
+        keys = a.cmd("DBSIZE")
+        a.cmd("SELECT", 0)
+        log(f"zero config: seeded db {db}: {keys:,} keys, {n * 5} library queues "
+            f"in {time.time() - t:.1f} s")
+        return keys, n
+
+    def run_zero(self):
+        p = self.p
+        a = self.redis.admin
+        db = 3
+        keys, n = self.seed_zero(db)
+        celery = ", ".join(f"c{i}" for i in range(n))
+        head = (
+            "sources:\n  - name: main\n    type: redis\n"
+            f"    url: {self.redis.url(db)}\n    poll_interval: 1s\n"
+            "    discovery_interval: 1h\n    max_keys: 100000\n    timeout: 60s\n"
+            "    client_tracking: false\n"
+        )
+        presets = ("    queues:\n      - preset: rq\n      - preset: sidekiq\n"
+                   "      - preset: bullmq\n      - preset: asynq\n"
+                   f"      - preset: celery\n        queues: [{celery}]\n")
+        configs = [
+            ("zero config (no `queues:`)", head),
+            ("the same queues as presets", head + presets),
+            ("presets + `pattern: \"*\"` (list, zset, stream)",
+             head + presets + "      - pattern: \"*\"\n        types: [list, zset, stream]\n"),
+        ]
+        discovery_cmds = ("scan", "smembers", "hmget", "type")
+        rows, files = [], []
+        for i, (label, body) in enumerate(configs):
+            cfg = os.path.join(self.work, f"zero-{i}.yaml")
+            with open(cfg, "w") as f:
+                f.write("listen: { grpc: null }\n" + body)
+            files.append(cfg)
+            rows.append(dict(config=label, once_ms=[], discovery_ms=[], first_poll_ms=[],
+                             once_cpu_ms=[], discovery_calls=[], poll_redis_ms=[], poll_cpu_ms=[],
+                             poll_calls=[], poll_ms=[]))
+        outputs = [None] * len(configs)
+        # `once` of each config in turn, `runs` times, so the configs share
+        # the machine's load (2 shared cores) alike.
+        for _ in range(p["runs"]):
+            for i, cfg in enumerate(files):
+                row = rows[i]
+                cs0, cpu0 = a.commandstats(), a.cpu()
+                t = time.perf_counter()
+                out = subprocess.run([self.args.bin, "once", "--config", cfg],
+                                     timeout=ONCE_TIMEOUT_S, capture_output=True)
+                row["once_ms"].append((time.perf_counter() - t) * 1000)
+                row["once_cpu_ms"].append((a.cpu() - cpu0) * 1000)
+                delta = stats_delta(cs0, a.commandstats())
+                if out.returncode != 0:
+                    raise RuntimeError(f"once ({row['config']}) failed: "
+                                       f"{out.stderr.decode()[-2000:]}")
+                disc = {k: v for k, v in delta.items() if k.split("|")[0] in discovery_cmds}
+                rest = {k: v for k, v in delta.items() if k not in disc}
+                row["discovery_ms"].append(total(disc)[1] / 1000)
+                row["discovery_calls"].append({k: c for k, (c, _) in disc.items()})
+                row["first_poll_ms"].append(total(rest)[1] / 1000)
+                outputs[i] = sorted(l for l in out.stdout.decode().splitlines()
+                                    if l.startswith(("queue_depth{", "queue_paused{")))
+        # Steady polls: one window per config in turn, `runs` times, so the
+        # configs share the machine's load (2 shared cores) alike.
+        for run in range(p["runs"]):
+            for i, (label, body) in enumerate(configs):
+                row = rows[i]
+                exp = self.start_exporter(f"zero{i}-{run}", body, grpc=False)
+                w = watch_polls(exp, "main", p["zero_polls"], redis=a)
+                calls, usec = total(w["commands"])
+                row["poll_redis_ms"].append(usec / w["polls"] / 1000)
+                row["poll_cpu_ms"].append(w["cpu_s"] / w["polls"] * 1000)
+                row["poll_calls"].append(calls / w["polls"])
+                row["poll_ms"] += w["samples_ms"]
+                row["tracked"] = metric(self_metrics(w["text"]), "queue_exporter_tracked_keys",
+                                        {"source": "main"})
+                exp.stop()
+        for row in rows:
+            log(f"  {row['config']}: discovery Redis {statistics.median(row['discovery_ms']):.0f} ms, "
+                f"steady poll Redis {statistics.median(row['poll_redis_ms']):.2f} ms "
+                f"({statistics.median(row['poll_calls']):.0f} commands)")
+        self.results["zero"] = dict(keys=keys, queues=n * 5, rows=rows,
+                                    same_series=outputs[0] == outputs[1],
+                                    series=len(outputs[0]))
+        a.cmd("SELECT", db)
+        a.cmd("FLUSHDB")
+        a.cmd("SELECT", 0)
+
     # ---- 9: RabbitMQ methods
 
     def run_rabbit(self):
@@ -1340,7 +1473,7 @@ class Bench:
 
     def run(self):
         a = self.args
-        only = set(int(x) for x in a.only.split(",")) if a.only else set(range(1, 11))
+        only = set(int(x) for x in a.only.split(",")) if a.only else set(range(1, 12))
         self.redis = RedisServer(self.work)
         self.redis_version = subprocess.run(["redis-server", "--version"], capture_output=True,
                                             text=True).stdout.strip()
@@ -1358,6 +1491,7 @@ class Bench:
             (7 in only and rabbit, self.run_memory_rabbit, "7 (RabbitMQ)"),
             (8 in only, self.run_growth, "8"),
             (9 in only and rabbit, self.run_rabbit, "9"),
+            (11 in only, self.run_zero, "11"),
         ):
             if not wanted:
                 continue
@@ -1747,6 +1881,20 @@ def report(res, meta):
     if churn:
         L += churn_rows(churn, res.get("churn_floor"))
         details += report_churn(churn, res.get("churn_floor"))
+    zero = res.get("zero")
+    if zero:
+        z, pr = zero["rows"][0], zero["rows"][1]
+        d = statistics.median(z["discovery_ms"]) / statistics.median(pr["discovery_ms"])
+        zq, pq = statistics.median(z["poll_redis_ms"]), statistics.median(pr["poll_redis_ms"])
+        q = zq / pq if pq else None
+        L.append(f"| 11 | zero config vs the same {zero['queues']:,} queues as presets, "
+                 f"{zero['keys']:,} keys: discovery round | {fmt3(spread(z['discovery_ms']))} | "
+                 f"{fmt3(spread(pr['discovery_ms']))} | {d:.2f}× | {TARGETS[11]} | {met(d <= 1.1)} |")
+        L.append(f"| 11 | … steady poll (Redis CPU per poll, commandstats) | "
+                 f"{fmt3(spread(z['poll_redis_ms']))} | {fmt3(spread(pr['poll_redis_ms']))} | "
+                 f"{q:.2f}× | {TARGETS[11]} | "
+                 f"{met(q <= 1.1 if q else None)} |")
+        details += report_zero(zero)
     L += details
     L += ["", "## How each number is measured", ""] + METHOD_NOTES
     return "\n".join(L) + "\n"
@@ -2042,6 +2190,39 @@ def report_growth(growth):
     return out
 
 
+def report_zero(zero):
+    out = ["", "### 11. Zero config against presets", ""]
+    out.append(
+        f"{zero['queues']:,} library queues (a fifth each of RQ, Sidekiq, BullMQ, asynq and "
+        f"Celery, laid out as the libraries write them: registries, lists, the job hash a "
+        f"latency read needs, BullMQ's `meta` hash and `events` stream, a Celery priority "
+        f"list) among string keys, {zero['keys']:,} keys in all, in their own database. "
+        "Each config runs `once` (a discovery round and a first poll; Redis's commandstats "
+        "around it, split into the discovery commands `SCAN`, `SMEMBERS`, `HMGET`, `TYPE` "
+        "and the rest), then `serve` with `discovery_interval: 1h` and "
+        "`client_tracking: false` (every key read every poll) for steady polls, one window "
+        "of polls per config in turn, repeated, so the configs share the machine's load "
+        "alike (`INFO cpu` beside commandstats). "
+        f"Zero config and the presets report the same series: "
+        f"{'yes' if zero['same_series'] else 'NO'} ({zero['series']:,} `queue_depth`/"
+        "`queue_paused` lines of `once` compared).")
+    out.append("")
+    out.append("| config | discovery round: Redis CPU (commandstats) | its commands | first poll: "
+               "Redis CPU | `once`: Redis CPU (`INFO cpu`) | `once` | steady poll: Redis CPU "
+               "(commandstats) | (`INFO cpu`) | commands/poll | tracked |")
+    out.append("|---|---|---|---|---|---|---|---|---|---|")
+    for r in zero["rows"]:
+        calls = r["discovery_calls"][-1]
+        what = ", ".join(f"{k.upper()} {c:,}" for k, c in sorted(calls.items()))
+        out.append(f"| {r['config']} | {fmt3(spread(r['discovery_ms']))} | {what} | "
+                   f"{fmt(statistics.median(r['first_poll_ms']))} | "
+                   f"{fmt3(spread(r.get('once_cpu_ms', [])))} | "
+                   f"{fmt(statistics.median(r['once_ms']))} | {fmt3(spread(r['poll_redis_ms']))} | "
+                   f"{fmt3(spread(r['poll_cpu_ms']))} | "
+                   f"{statistics.median(r['poll_calls']):,.0f} | {r['tracked'] or 0:.0f} |")
+    return out
+
+
 def report_rabbit(rab):
     out = ["", "### 9. RabbitMQ methods", ""]
     out.append(f"{rab['queues']:,} classic queues with one message each, in a throw-away vhost. "
@@ -2106,6 +2287,10 @@ METHOD_NOTES = [
     "the queues at random each second and sends each an add at *now* and a take of the oldest "
     "(see section 10); its own commands are left out of both the exporter's and the peer's "
     "figures. The floor row is `benches/loadgen.rs floor --needed --gap-ms 1000`.",
+    "- **Zero config** (11): the library layouts are written key by key (registries, lists, "
+    "the job hash a latency read needs, BullMQ's `meta` and `events`, a Celery priority list) "
+    "in database 3; `SCAN`, `SMEMBERS`, `HMGET` and `TYPE` of a `once` count as discovery, "
+    "the rest as its first poll; steady polls run with `client_tracking: false`.",
     "- Only the release binary and `benches/loadgen.rs` are used; no internal module of the "
     "crate is called (the gRPC client is generated from the same proto).",
 ]
