@@ -226,7 +226,10 @@ fn discover(
             match config.sources.iter().find(|s| s.name() == name) {
                 Some(SourceConfig::Redis(r)) => r.clone(),
                 Some(_) => {
-                    eprintln!("discover: --source {name}: not a type: redis source");
+                    eprintln!(
+                        "{}: discover: --source {name}: not a type: redis source",
+                        config.origin
+                    );
                     return ExitCode::from(2);
                 }
                 None => {

@@ -466,3 +466,43 @@ fn discover_prints_a_config_that_check_accepts_and_once_reads_as_zero_config_doe
         .unwrap();
     assert_eq!(len, 2);
 }
+
+#[test]
+fn discover_refuses_bad_arguments_with_exit_2_and_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write_file(
+        &dir,
+        "c.yaml",
+        "sources:\n  - name: main\n    type: redis\n  - name: r\n    type: rabbitmq\n",
+    );
+    let cfg = cfg.to_str().unwrap();
+    for (args, want) in [
+        (
+            vec!["discover"],
+            "discover: give --url URL, or --config FILE --source NAME".to_string(),
+        ),
+        (
+            vec!["discover", "--url", "http://redis:6379"],
+            "discover: --url: must start with redis://".to_string(),
+        ),
+        (
+            vec!["discover", "--config", cfg, "--source", "nope"],
+            format!("{cfg}: discover: --source nope: no such source"),
+        ),
+        (
+            vec!["discover", "--config", cfg, "--source", "r"],
+            format!("{cfg}: discover: --source r: not a type: redis source"),
+        ),
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_queue-exporter"))
+            .args(&args)
+            .env("NO_COLOR", "1")
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
+        assert!(err.starts_with(&want), "{args:?}: {err}");
+        assert!(out.stdout.is_empty(), "{args:?}");
+    }
+}
