@@ -306,8 +306,10 @@ async fn library_queues_come_first_in_max_keys_and_a_queue_named_all_is_its_own(
     for i in 1..=5 {
         rcmd(&mut conn, &["RPUSH", &format!("p{i}"), "x"]);
     }
+    // Read-only, as every source runs: the ACL the docs give.
+    let url = redis.acl_user("ro", "pw", READ_ONLY_ACL);
     // 3 Sidekiq units (two queues and the shared keys) + 2 of the 5 plain lists.
-    let app = TestApp::start(&config(&redis.url, "max_keys: 5\n")).await;
+    let app = TestApp::start(&config(&url, "max_keys: 5\n")).await;
     let s = app
         .scrape_until("sidekiq queues", Duration::from_secs(10), |s| {
             depth(s, "a", "sidekiq", "waiting").is_some()
@@ -328,11 +330,19 @@ async fn library_queues_come_first_in_max_keys_and_a_queue_named_all_is_its_own(
     let stat = |name: &str| s.value(name, &[("source", "main")]);
     assert_eq!(stat("queue_exporter_dropped_keys"), Some(3.0), "{s}");
     assert_eq!(stat("queue_exporter_tracked_keys"), Some(5.0), "{s}");
+    for reason in ["auth", "backend"] {
+        assert_eq!(s.errors("main", reason), Some(0.0), "{reason}\n{s}");
+    }
     // KEDA tells the queue `(all)` from the shared keys too.
     let mut c = client(&app).await;
     let q = [("queue", "\\x28all)")];
     assert_eq!(metrics(&mut c, &q).await.unwrap().1, 2.0);
     app.stop().await;
+    // `discover` needs no more than that ACL either.
+    let (ok, yaml, err) = exporter(&["discover", "--url", &url]);
+    assert!(ok, "{err}");
+    assert!(yaml.contains("- preset: sidekiq\n"), "{yaml}");
+    assert!(!yaml.contains(":pw@"), "{yaml}");
 }
 
 /// Runs the binary; (success, stdout, stderr).
