@@ -9,7 +9,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::config::{
-    CELERY_PRIORITY_STEPS, KeyType, Preset, PresetSpec, RedisSourceConfig, default_prefix,
+    CELERY_PRIORITY_STEPS, CELERY_SEP, KeyType, Preset, PresetSpec, RedisSourceConfig,
+    default_prefix,
 };
 use crate::sources::SourceError;
 use crate::sources::redis::{Recognised, RedisSource};
@@ -128,11 +129,15 @@ fn preset_entry(spec: &PresetSpec, names: &[String]) -> String {
     if let Preset::Celery {
         queues,
         priority_steps,
+        sep,
         ..
     } = &spec.preset
     {
         let qs: Vec<String> = queues.iter().map(|q| quote(q)).collect();
         out.push_str(&format!("        queues: [{}]\n", qs.join(", ")));
+        if sep != CELERY_SEP {
+            out.push_str(&format!("        sep: {}\n", quote(sep)));
+        }
         if priority_steps.as_slice() != CELERY_PRIORITY_STEPS {
             let steps: Vec<String> = priority_steps.iter().map(u8::to_string).collect();
             out.push_str(&format!("        priority_steps: [{}]\n", steps.join(", ")));
@@ -250,6 +255,24 @@ mod tests {
         assert!(!text.contains("s3cret") && !text.contains("app"), "{text}");
         assert!(text.contains("url: \"redis://***@redis:6379/0\""), "{text}");
         assert!(text.contains("put them back"), "{text}");
+    }
+
+    #[test]
+    fn a_celery_entry_says_what_differs_from_kombus_defaults() {
+        let spec = PresetSpec {
+            preset: Preset::Celery {
+                queues: vec!["tasks".into()],
+                priority_steps: vec![0, 1, 3, 6, 9],
+                sep: ":".into(),
+                prefix: "app:".into(),
+                visibility_timeout: crate::config::CELERY_VISIBILITY_TIMEOUT,
+            },
+            counters: None,
+        };
+        assert_eq!(
+            preset_entry(&spec, &["tasks".into()]),
+            "      # Celery at prefix \"app:\": tasks\n      - preset: celery\n        prefix: \"app:\"\n        queues: [\"tasks\"]\n        sep: \":\"\n        priority_steps: [0, 1, 3, 6, 9]\n"
+        );
     }
 
     #[test]

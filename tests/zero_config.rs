@@ -516,3 +516,56 @@ fn discover_refuses_bad_arguments_with_exit_2_and_one_line() {
         assert!(out.stdout.is_empty(), "{args:?}");
     }
 }
+
+#[test]
+fn celery_with_the_sep_steps_and_key_prefix_its_docs_suggest() {
+    let redis = RedisServer::start();
+    let Some(_) = run_fixture(
+        "Celery (pip install celery redis packaging)",
+        &["python3", "-c", "import celery, redis, packaging"],
+        "python3",
+        &[&fixture("celery_fixture.py"), &redis.url, "colon"],
+    ) else {
+        return;
+    };
+    let (ok, yaml, err) = exporter(&["discover", "--url", &redis.url]);
+    assert!(ok, "{err}");
+    assert!(
+        yaml.contains(
+            "      - preset: celery\n        prefix: \"app:\"\n        queues: [\"celery\", \"emails\"]\n        sep: \":\"\n        priority_steps: [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]\n"
+        ),
+        "{yaml}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let discovered = write_file(&dir, "discovered.yaml", &yaml);
+    let zero = write_file(
+        &dir,
+        "zero.yaml",
+        &format!(
+            "sources:\n  - name: redis\n    type: redis\n    url: {}\n",
+            redis.url
+        ),
+    );
+    let (ok, with_config, err) = exporter(&["once", "--config", discovered.to_str().unwrap()]);
+    assert!(ok, "{err}");
+    let (ok, zero_config, err) = exporter(&["once", "--config", zero.to_str().unwrap()]);
+    assert!(ok, "{err}");
+    let series = series(&zero_config);
+    assert_eq!(series, self::series(&with_config), "{zero_config}");
+    // None and 0..9, one list per priority: all `waiting` of `celery`.
+    let key = |q: &str| {
+        (
+            "queue_depth".into(),
+            q.into(),
+            "celery".into(),
+            "waiting".into(),
+        )
+    };
+    assert_eq!(series.get(&key("celery")), Some(&11.0), "{zero_config}");
+    assert_eq!(series.get(&key("emails")), Some(&2.0), "{zero_config}");
+    // No plain key: the priority lists are the queue's.
+    assert!(
+        series.keys().all(|(_, _, preset, _)| !preset.is_empty()),
+        "{zero_config}"
+    );
+}

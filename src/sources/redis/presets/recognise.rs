@@ -18,8 +18,10 @@
 //!   marks, and is not recognised (its keys stay plain).
 //! - **Celery**: `[<global_keyprefix>]_kombu.binding.<exchange>` sets, whose
 //!   members are `routing_key␆␖pattern␆␖queue`; the `*.pidbox` exchanges
-//!   (remote control and its replies) are skipped. Priority lists are those
-//!   of kombu's default steps plus any `<queue>␆␖<n>` list found.
+//!   (remote control and its replies) are skipped; a member without `␆␖`
+//!   and of exactly three `:`-separated parts means `sep: ":"`, as Celery's
+//!   docs suggest with priorities. Priority lists are those of kombu's
+//!   default steps plus any `<queue><sep><n>` list found.
 //!
 //! Every key a recognised library's entry reads with the type the library
 //! gives it, and the library's other keys of its queues (BullMQ's `events`,
@@ -216,13 +218,13 @@ fn under<'a>(
 pub fn recognise(seen: &Seen, found: &Candidates) -> Recognition {
     let keys = &found.keys;
     let mut entries: Vec<(PresetSpec, Vec<Unit>)> = Vec::new();
-    let mut celery: BTreeMap<Vec<u8>, BTreeSet<String>> = BTreeMap::new();
+    // (key prefix, sep) → queues.
+    let mut celery: BTreeMap<(Vec<u8>, &str), BTreeSet<String>> = BTreeMap::new();
     for (set, members) in &seen.sets {
         if let Some((prefix, _)) = binding(set) {
-            let queues = celery.entry(prefix.to_vec()).or_default();
             for m in members {
-                if let Some(q) = binding_queue(m) {
-                    queues.insert(q);
+                if let Some((q, sep)) = binding_queue(m) {
+                    celery.entry((prefix.to_vec(), sep)).or_default().insert(q);
                 }
             }
             continue;
@@ -252,14 +254,14 @@ pub fn recognise(seen: &Seen, found: &Candidates) -> Recognition {
             entries.push((spec(preset), units));
         }
     }
-    for (prefix, queues) in celery {
-        let (Ok(prefix), false) = (String::from_utf8(prefix), queues.is_empty()) else {
+    for ((prefix, sep), queues) in celery {
+        let Ok(prefix) = String::from_utf8(prefix) else {
             continue;
         };
         let preset = Preset::Celery {
-            priority_steps: celery_steps(&prefix, &queues, keys),
+            priority_steps: celery_steps(&prefix, sep, &queues, keys),
             queues: queues.into_iter().collect(),
-            sep: CELERY_SEP.to_string(),
+            sep: sep.to_string(),
             prefix,
             visibility_timeout: CELERY_VISIBILITY_TIMEOUT,
         };
@@ -321,30 +323,46 @@ fn registry_library(
     })
 }
 
-/// The queue of a binding member `routing_key␆␖pattern␆␖queue`, if it has
-/// that shape and the name is text.
-fn binding_queue(member: &[u8]) -> Option<String> {
-    let sep = CELERY_SEP.as_bytes();
-    let first = member.windows(sep.len()).position(|w| w == sep)?;
-    let rest = &member[first + sep.len()..];
-    let second = rest.windows(sep.len()).position(|w| w == sep)?;
-    let queue = &rest[second + sep.len()..];
-    if queue.is_empty() || queue.windows(sep.len()).any(|w| w == sep) {
-        return None;
+/// The separator Celery's docs suggest with `priority_steps` of their own
+/// (`broker_transport_options = {"sep": ":", ...}`), beside kombu's default.
+const COLON_SEP: &str = ":";
+
+/// The queue of a binding member `routing_key<sep>pattern<sep>queue`, and the
+/// `sep`: kombu's default `␆␖` when the member holds it, else `:` when the
+/// member has exactly three `:`-separated parts (a routing key or queue
+/// holding a `:` is then ambiguous, and not recognised). `None` for any
+/// other shape, or a name that is not text.
+fn binding_queue(member: &[u8]) -> Option<(String, &'static str)> {
+    let default = CELERY_SEP.as_bytes();
+    let holds_default = member.windows(default.len()).any(|w| w == default);
+    let sep = if holds_default { CELERY_SEP } else { COLON_SEP };
+    let s = sep.as_bytes();
+    let mut parts = Vec::new();
+    let mut rest = member;
+    while let Some(at) = rest.windows(s.len()).position(|w| w == s) {
+        parts.push(&rest[..at]);
+        rest = &rest[at + s.len()..];
     }
-    String::from_utf8(queue.to_vec()).ok()
+    parts.push(rest);
+    match parts.as_slice() {
+        [_, _, queue] if !queue.is_empty() => {
+            String::from_utf8(queue.to_vec()).ok().map(|q| (q, sep))
+        }
+        _ => None,
+    }
 }
 
-/// kombu's default priority steps, plus every `<queue>␆␖<n>` list found
+/// kombu's default priority steps, plus every `<queue><sep><n>` list found
 /// (a `priority_steps` of the application's own, such as `range(10)`).
 fn celery_steps(
     prefix: &str,
+    sep: &str,
     queues: &BTreeSet<String>,
     keys: &BTreeMap<Vec<u8>, Candidate>,
 ) -> Vec<u8> {
     let mut steps: BTreeSet<u8> = CELERY_PRIORITY_STEPS.into_iter().collect();
     for q in queues {
-        let base = key(&[prefix.as_bytes(), q.as_bytes(), CELERY_SEP.as_bytes()]);
+        let base = key(&[prefix.as_bytes(), q.as_bytes(), sep.as_bytes()]);
         for k in under(keys, &base) {
             let step = std::str::from_utf8(&k[base.len()..])
                 .ok()
@@ -716,6 +734,48 @@ mod tests {
                 b"celery\x06\x163",
                 b"unacked_index"
             ]
+        );
+    }
+
+    #[test]
+    fn celery_with_the_colon_sep_its_docs_suggest_is_recognised_too() {
+        let found = keys(&[
+            ("app:tasks", List),
+            ("app:tasks:1", List),
+            ("app:tasks:7", List),
+            ("app:tasks:x", List),
+        ]);
+        let s = seen(
+            &[(
+                "app:_kombu.binding.tasks",
+                &["tasks::tasks", "a:b:c:d", "\x06\x16\x06\x16"],
+            )],
+            &[],
+        );
+        let r = recognise(&s, &found);
+        let [(spec, _)] = &r.entries[..] else {
+            panic!("{:?}", r.entries)
+        };
+        let Preset::Celery {
+            queues,
+            priority_steps,
+            sep,
+            prefix,
+            ..
+        } = &spec.preset
+        else {
+            panic!("{spec:?}")
+        };
+        assert_eq!(
+            (queues.as_slice(), sep.as_str(), prefix.as_str()),
+            (&["tasks".to_string()][..], ":", "app:")
+        );
+        assert_eq!(priority_steps, &[0, 1, 3, 6, 7, 9]);
+        let consumed: Vec<&[u8]> = r.consumed.iter().map(Vec::as_slice).collect();
+        // `app:tasks:x` is no step: it stays plain.
+        assert_eq!(
+            consumed,
+            [&b"app:tasks"[..], b"app:tasks:1", b"app:tasks:7"]
         );
     }
 
