@@ -569,3 +569,95 @@ fn celery_with_the_sep_steps_and_key_prefix_its_docs_suggest() {
         "{zero_config}"
     );
 }
+
+/// The `recognised …` lines a `serve` process logged so far.
+fn pictures(lines: &std::sync::Mutex<Vec<String>>) -> Vec<String> {
+    let lines = lines.lock().unwrap();
+    lines
+        .iter()
+        .filter_map(|l| l.find("recognised ").map(|i| l[i..].to_string()))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_log_line_at_start_and_one_each_time_the_picture_changes() {
+    use std::io::BufRead;
+    let redis = RedisServer::start();
+    let mut conn = redis.conn();
+    rcmd(&mut conn, &["SADD", "queues", "a"]);
+    rcmd(&mut conn, &["RPUSH", "queue:a", "x"]);
+    let port = free_port();
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write_file(
+        &dir,
+        "c.yaml",
+        &format!(
+            "listen: {{ http: 127.0.0.1:{port}, grpc: null }}\nsources:\n  - name: main\n    type: redis\n    url: {}\n    poll_interval: 100ms\n    discovery_interval: 200ms\n",
+            redis.url
+        ),
+    );
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_queue-exporter"))
+        .args(["serve", "--config", cfg.to_str().unwrap()])
+        .env("NO_COLOR", "1")
+        .env_remove("RUST_LOG")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let _child = KillOnDrop(child);
+    let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = lines.clone();
+    std::thread::spawn(move || {
+        for l in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            sink.lock().unwrap().push(l);
+        }
+    });
+    let wait_for = |want: &'static str| {
+        let lines = lines.clone();
+        async move {
+            wait_for(want, Duration::from_secs(20), || {
+                let seen = pictures(&lines);
+                async move { seen.iter().any(|l| l.starts_with(want)).then_some(()) }
+            })
+            .await
+        }
+    };
+    wait_for("recognised 1 Sidekiq queue; no plain key").await;
+    rcmd(&mut conn, &["RPUSH", "plain", "p"]);
+    wait_for("recognised 1 Sidekiq queue; 1 plain list").await;
+    rcmd(&mut conn, &["SADD", "queues", "b"]);
+    wait_for("recognised 2 Sidekiq queues; 1 plain list").await;
+    // Ten more polls (five more discovery rounds) change nothing: no line.
+    let metrics = format!("http://127.0.0.1:{port}/metrics");
+    let polls_now = || async {
+        let (_, body, _) = http_get(&metrics, &[]).await;
+        polls(&Scrape::parse(&body), "main")
+    };
+    let start = polls_now().await;
+    wait_for_polls(&polls_now, start + 10).await;
+    assert_eq!(
+        pictures(&lines),
+        [
+            "recognised 1 Sidekiq queue; no plain key source=main",
+            "recognised 1 Sidekiq queue; 1 plain list source=main",
+            "recognised 2 Sidekiq queues; 1 plain list source=main",
+        ],
+        "{:?}",
+        lines.lock().unwrap()
+    );
+}
+
+/// Waits until `polls` reads at least `n`.
+async fn wait_for_polls<F, Fut>(polls: &F, n: u64)
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = u64>,
+{
+    wait_for("polls", Duration::from_secs(30), || async {
+        (polls().await >= n).then_some(())
+    })
+    .await
+}
