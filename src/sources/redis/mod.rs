@@ -209,13 +209,7 @@ impl RedisSource {
     /// Zero config: logs what the last round recognised, at the first round
     /// and whenever it changes (not every round).
     fn log_picture(&mut self) {
-        let mut plain: std::collections::BTreeMap<crate::config::KeyType, usize> =
-            std::collections::BTreeMap::new();
-        for k in &self.tracked {
-            if let tracked::KeyState::Typed(t) = k.state {
-                *plain.entry(t).or_default() += 1;
-            }
-        }
+        let plain = presets::recognise::plain_counts(self.tracked.iter().map(|k| &k.state));
         let picture = presets::recognise::picture(&self.presets.queue_counts(), &plain);
         if self.discovery.picture.as_deref() != Some(picture.as_str()) {
             tracing::info!(source = %self.config.name, "{picture}");
@@ -380,7 +374,8 @@ impl RedisSource {
                 }
             }
         };
-        let mut plain_types = std::collections::BTreeMap::new();
+        let plain_types =
+            presets::recognise::plain_counts(zero.plain.tracked.iter().map(|k| &k.state));
         let plain: Vec<(Vec<u8>, crate::config::KeyType)> = zero
             .plain
             .tracked
@@ -390,9 +385,6 @@ impl RedisSource {
                 _ => None,
             })
             .collect();
-        for (_, t) in &plain {
-            *plain_types.entry(*t).or_default() += 1;
-        }
         let counts: Vec<(&crate::config::Preset, usize)> = zero
             .entries
             .iter()

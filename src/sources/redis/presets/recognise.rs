@@ -496,6 +496,18 @@ pub fn library(kind: PresetKind) -> &'static str {
     }
 }
 
+/// How many keys of each type `states` holds (the plain keys of the log
+/// line); keys of unknown type are left out.
+pub fn plain_counts<'a>(states: impl Iterator<Item = &'a KeyState>) -> BTreeMap<KeyType, usize> {
+    let mut counts = BTreeMap::new();
+    for state in states {
+        if let KeyState::Typed(t) = state {
+            *counts.entry(*t).or_default() += 1;
+        }
+    }
+    counts
+}
+
 /// `n thing`, `n things`.
 fn plural(n: usize, thing: &str) -> String {
     format!("{n} {thing}{}", if n == 1 { "" } else { "s" })
