@@ -1776,7 +1776,8 @@ def report(res, meta):
         fp = spread([x for x in firsts if x])
         details += [
             "", "### 3. `once` and the first poll", "",
-            f"First poll of `serve` (discovery included), from its histogram: {fmt3(fp)}.", "",
+            *([f"First poll of `serve` (discovery included), from its histogram: {fmt3(fp)}.", ""]
+              if fp else []),
             f"{len(once)} runs of `queue-exporter once --config …` (stdout to a pipe): "
             f"{fmt3(spread([r['ms'] for r in once]))}; output {once[-1]['bytes']:,} bytes; "
             f"Redis CPU per run (commandstats) "
