@@ -933,18 +933,26 @@ class Bench:
         # caches are as cold for each round as for each poll), for the bare
         # minimum and for every read the default values need.
         for key, extra in (("floor_cadence", []), ("floor_needed", ["--needed"])):
-            a0 = a.commandstats()
-            f = loadgen(self.args, "floor", "--redis", self.redis.url(0), "--lists", p["lists"],
-                        "--zsets", p["zsets"], "--runs", p["floor_cadence_runs"],
-                        "--gap-ms", 1000, *extra)
-            delta = stats_delta(a0, a.commandstats())
-            f["redis_ms"] = total(delta)[1] / p["floor_cadence_runs"] / 1000
-            f["commands_delta"] = delta
-            self.results[key] = f
-            log(f"  {key}: Redis {f['redis_ms']:.2f} ms per round")
+            self.results[key] = self.floor_at_cadence(key, *extra)
         self.results["main"] = dict(runs=runs, peer=peer_runs, idle_cpu=idle)
         self.grpc_proof()
         self.variants()
+
+    def floor_at_cadence(self, what, *extra, exclude=("info",)):
+        """`loadgen floor` one round a second, as polls come (so Redis's
+        caches are as cold for each round as for each poll), with its Redis
+        CPU per round and commands (`exclude`d ones left out)."""
+        p = self.p
+        a = self.redis.admin
+        a0 = a.commandstats()
+        f = loadgen(self.args, "floor", "--redis", self.redis.url(0), "--lists", p["lists"],
+                    "--zsets", p["zsets"], "--runs", p["floor_cadence_runs"],
+                    "--gap-ms", 1000, *extra)
+        delta = stats_delta(a0, a.commandstats(), exclude=exclude)
+        f["redis_ms"] = total(delta)[1] / p["floor_cadence_runs"] / 1000
+        f["commands_delta"] = delta
+        log(f"  {what}: Redis {f['redis_ms']:.2f} ms per round")
+        return f
 
     def variants(self):
         """Not targets: the same steady polls with other settings, to show
@@ -1042,21 +1050,14 @@ class Bench:
             # a bare pipelined client at the poll cadence, on the same data,
             # while the writer works every queue as in the 100 % rows (its
             # writes move the zsets in memory, so reads find colder caches).
-            a = self.redis.admin
             writer = Churn(self.redis.port, p["lists"], p["zsets"], 1.0)
             try:
                 time.sleep(p["churn_warmup"])
-                a0 = a.commandstats()
-                f = loadgen(self.args, "floor", "--redis", self.redis.url(0), "--lists",
-                            p["lists"], "--zsets", p["zsets"], "--runs", p["floor_cadence_runs"],
-                            "--gap-ms", 1000, "--needed")
-                delta = stats_delta(a0, a.commandstats(), exclude=("info",) + CHURN_COMMANDS)
+                self.results["churn_floor"] = self.floor_at_cadence(
+                    "floor of the needed reads, under the writes", "--needed",
+                    exclude=("info",) + CHURN_COMMANDS)
             finally:
                 writer.stop()
-            f["redis_ms"] = total(delta)[1] / p["floor_cadence_runs"] / 1000
-            f["commands_delta"] = delta
-            self.results["churn_floor"] = f
-            log(f"  floor of the needed reads: Redis {f['redis_ms']:.2f} ms per round")
         finally:
             if peer:
                 peer["proc"].terminate()
