@@ -20,10 +20,11 @@ use std::time::Duration;
 
 use globset::Glob;
 
+use crate::scaler::wait::WaitParams;
 use crate::snapshot::{CounterHistory, JobState, PresetKind, QueueSample, Snapshot};
 
 /// Every key this scaler reads, as listed in error messages.
-pub const ACCEPTED_KEYS: [&str; 11] = [
+pub const ACCEPTED_KEYS: [&str; 14] = [
     "queue",
     "source",
     "vhost",
@@ -35,6 +36,9 @@ pub const ACCEPTED_KEYS: [&str; 11] = [
     "group",
     "state",
     "preset",
+    "targetWait",
+    "processingTime",
+    "workersPerReplica",
 ];
 
 /// Keys KEDA itself reads from trigger metadata and passes on to us; ignored.
@@ -49,7 +53,7 @@ pub const KEDA_KEYS: [&str; 7] = [
     "tlsCertFile",
 ];
 
-/// Most keys a map may have: ours (11) and KEDA's own (7) with room for
+/// Most keys a map may have: ours (14) and KEDA's own (7) with room for
 /// `*FromEnv` keys.
 pub const MAX_KEYS: usize = 64;
 
@@ -73,6 +77,14 @@ pub const DEFAULT_WINDOW: Duration = Duration::from_secs(60);
 /// Shortest accepted `window`.
 pub const MIN_WINDOW: Duration = Duration::from_secs(1);
 
+/// Accepted `targetWait` and `processingTime`: from 1 ms (the simulation
+/// compresses time) to a day; beyond, a job queue is not what is scaled.
+pub const WAIT_RANGE: std::ops::RangeInclusive<Duration> =
+    Duration::from_millis(1)..=Duration::from_secs(24 * 3600);
+
+/// Largest `workersPerReplica`.
+pub const MAX_WORKERS_PER_REPLICA: u32 = 10_000;
+
 /// What is measured per queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Mode {
@@ -92,11 +104,14 @@ pub enum Mode {
     DeliverRate,
     /// Entries a stream consumer group has not read yet.
     Lag,
+    /// Replicas that start jobs within `targetWait` (the model in
+    /// [`crate::scaler::wait`]).
+    WaitTime,
 }
 
 impl Mode {
     /// Every mode, in documentation order.
-    pub const ALL: [Mode; 8] = [
+    pub const ALL: [Mode; 9] = [
         Mode::QueueLength,
         Mode::Ready,
         Mode::Unacked,
@@ -105,6 +120,7 @@ impl Mode {
         Mode::PublishRate,
         Mode::DeliverRate,
         Mode::Lag,
+        Mode::WaitTime,
     ];
 
     /// The spelling used in metadata and messages.
@@ -118,12 +134,19 @@ impl Mode {
             Mode::PublishRate => "PublishRate",
             Mode::DeliverRate => "DeliverRate",
             Mode::Lag => "Lag",
+            Mode::WaitTime => "WaitTime",
         }
     }
 
     /// True for the modes computed from counter history over `window`.
     pub fn is_rate(self) -> bool {
         matches!(self, Mode::PublishRate | Mode::DeliverRate)
+    }
+
+    /// True for the modes that average a rate over `window`: the rate
+    /// modes, and WaitTime for its arrival rate.
+    pub fn uses_window(self) -> bool {
+        self.is_rate() || self == Mode::WaitTime
     }
 
     /// Parses a mode name, ignoring case.
@@ -341,6 +364,9 @@ pub struct ScalerQuery {
     /// Restricts matching to one library preset's queues (`preset`), for
     /// when two libraries have a queue of the same name.
     pub preset: Option<PresetKind>,
+    /// `targetWait`, `processingTime` and `workersPerReplica`: set exactly
+    /// when the mode is [`Mode::WaitTime`].
+    pub wait: Option<WaitParams>,
     /// The queues this query matched in the latest snapshots, so repeated
     /// requests between polls do not test every queue name again.
     pub memo: MatchMemo,
@@ -575,7 +601,33 @@ pub fn parse(meta: &HashMap<String, String>) -> Result<ScalerQuery, MetadataErro
         })?,
     };
 
+    if mode == Mode::WaitTime {
+        for (key, why) in [
+            (
+                "value",
+                "the target of mode WaitTime is fixed: its value is replicas, against a target of 1",
+            ),
+            (
+                "activationValue",
+                "mode WaitTime is active while jobs wait or arrive",
+            ),
+            (
+                "operation",
+                "mode WaitTime sums backlogs and arrival rates and takes the oldest age over the matched queues",
+            ),
+        ] {
+            if get(key).is_some() {
+                return Err(MetadataError::Invalid {
+                    key,
+                    problem: format!("{why}; remove it"),
+                });
+            }
+        }
+    }
+    let wait = parse_wait(mode, &get)?;
+
     let target = match get("value") {
+        None if mode == Mode::WaitTime => 1.0,
         None => DEFAULT_TARGET,
         Some(v) => match v.parse::<f64>() {
             Ok(t) if t.is_finite() && t > 0.0 => t,
@@ -603,10 +655,12 @@ pub fn parse(meta: &HashMap<String, String>) -> Result<ScalerQuery, MetadataErro
 
     let window = match get("window") {
         None => DEFAULT_WINDOW,
-        Some(_) if !mode.is_rate() => {
+        Some(_) if !mode.uses_window() => {
             return Err(invalid(
                 "window",
-                format!("applies only to modes PublishRate and DeliverRate, not {mode}; remove it"),
+                format!(
+                    "applies only to modes PublishRate, DeliverRate and WaitTime, not {mode}; remove it"
+                ),
             ));
         }
         Some(w) => {
@@ -674,8 +728,68 @@ pub fn parse(meta: &HashMap<String, String>) -> Result<ScalerQuery, MetadataErro
         activation,
         operation,
         window,
+        wait,
         memo: MatchMemo::default(),
     })
+}
+
+/// `targetWait`, `processingTime` and `workersPerReplica`: required (the
+/// first two) with mode WaitTime, refused with any other mode.
+fn parse_wait<'a>(
+    mode: Mode,
+    get: &impl Fn(&str) -> Option<&'a str>,
+) -> Result<Option<WaitParams>, MetadataError> {
+    let keys = ["targetWait", "processingTime", "workersPerReplica"];
+    if mode != Mode::WaitTime {
+        return match keys.into_iter().find(|k| get(k).is_some()) {
+            Some(key) => Err(MetadataError::Invalid {
+                key,
+                problem: format!("applies only to mode WaitTime, not {mode}; remove it"),
+            }),
+            None => Ok(None),
+        };
+    }
+    let duration = |key: &'static str, what: &str| {
+        let invalid = |problem: String| MetadataError::Invalid { key, problem };
+        let v = get(key).ok_or_else(|| invalid(format!("required with mode WaitTime: {what}")))?;
+        match humantime::parse_duration(v) {
+            Ok(d) if WAIT_RANGE.contains(&d) => Ok(d),
+            _ => Err(invalid(format!(
+                "must be a duration from {} to {} such as 30s or 2m, got {v:?}",
+                humantime::format_duration(*WAIT_RANGE.start()),
+                humantime::format_duration(*WAIT_RANGE.end())
+            ))),
+        }
+    };
+    let target_wait = duration(
+        "targetWait",
+        "how soon after it is enqueued a job should start, such as 30s",
+    )?;
+    // The exporter measures no queue's service time yet, so it is required
+    // everywhere; where it can be measured it will become optional.
+    let processing_time = duration(
+        "processingTime",
+        "the average worker time per job, such as 2s (the exporter cannot measure it for this queue)",
+    )?;
+    let workers_per_replica = match get("workersPerReplica") {
+        None => 1,
+        Some(v) => match v.parse::<u32>() {
+            Ok(n) if (1..=MAX_WORKERS_PER_REPLICA).contains(&n) => n,
+            _ => {
+                return Err(MetadataError::Invalid {
+                    key: "workersPerReplica",
+                    problem: format!(
+                        "must be a whole number from 1 to {MAX_WORKERS_PER_REPLICA} (jobs one replica works on at once), got {v:?}"
+                    ),
+                });
+            }
+        },
+    };
+    Ok(Some(WaitParams {
+        target_wait,
+        processing_time,
+        workers_per_replica,
+    }))
 }
 
 /// A `state` comma list: each a normalized job state, no duplicates.
@@ -880,6 +994,101 @@ mod tests {
             assert!(msg.starts_with(&format!("scalerMetadata.{key}: ")), "{msg}");
             assert!(msg.contains(needle), "{msg}");
         }
+    }
+
+    #[test]
+    fn wait_time_takes_its_own_keys_and_refuses_the_fixed_target() {
+        let base = [
+            ("queue", "work"),
+            ("mode", "waittime"),
+            ("targetWait", "30s"),
+            ("processingTime", "1500ms"),
+        ];
+        let q = parse(&meta(&base)).unwrap();
+        assert_eq!(q.mode, Mode::WaitTime);
+        assert_eq!(q.target, 1.0);
+        assert_eq!(q.window, DEFAULT_WINDOW);
+        assert_eq!(
+            q.wait,
+            Some(WaitParams {
+                target_wait: Duration::from_secs(30),
+                processing_time: Duration::from_millis(1500),
+                workers_per_replica: 1,
+            })
+        );
+        let with = |extra: &[(&str, &str)]| {
+            let mut pairs = base.to_vec();
+            pairs.extend_from_slice(extra);
+            parse(&meta(&pairs))
+        };
+        let q = with(&[("workersPerReplica", "10"), ("window", "20s")]).unwrap();
+        assert_eq!(q.wait.map(|w| w.workers_per_replica), Some(10));
+        assert_eq!(q.window, Duration::from_secs(20));
+        for (extra, key, needle) in [
+            (vec![("value", "5")], "value", "fixed"),
+            (
+                vec![("activationValue", "1")],
+                "activationValue",
+                "wait or arrive",
+            ),
+            (vec![("operation", "max")], "operation", "sums backlogs"),
+            (
+                vec![("state", "waiting")],
+                "state",
+                "only to mode QueueLength",
+            ),
+            (
+                vec![("workersPerReplica", "0")],
+                "workersPerReplica",
+                "whole number",
+            ),
+            (
+                vec![("workersPerReplica", "2.5")],
+                "workersPerReplica",
+                "whole number",
+            ),
+            (vec![("targetWait", "soon")], "targetWait", "duration"),
+            (vec![("targetWait", "0s")], "targetWait", "from 1ms"),
+            (vec![("processingTime", "2d")], "processingTime", "to 1day"),
+        ] {
+            let mut pairs: Vec<(&str, &str)> = base
+                .iter()
+                .filter(|(k, _)| !extra.iter().any(|(e, _)| e == k))
+                .copied()
+                .collect();
+            pairs.extend(extra);
+            let e = parse(&meta(&pairs)).unwrap_err().to_string();
+            assert!(e.starts_with(&format!("scalerMetadata.{key}: ")), "{e}");
+            assert!(e.contains(needle), "{e}");
+        }
+        // Required with WaitTime; processingTime says the exporter cannot
+        // measure it.
+        for (key, needle) in [
+            ("targetWait", "required"),
+            ("processingTime", "cannot measure"),
+        ] {
+            let pairs: Vec<(&str, &str)> =
+                base.iter().filter(|(k, _)| *k != key).copied().collect();
+            let e = parse(&meta(&pairs)).unwrap_err().to_string();
+            assert!(
+                e.starts_with(&format!("scalerMetadata.{key}: required")),
+                "{e}"
+            );
+            assert!(e.contains(needle), "{e}");
+        }
+        // Refused with any other mode.
+        for key in ["targetWait", "processingTime", "workersPerReplica"] {
+            let e = parse(&meta(&[("queue", "w"), (key, "1")]))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.starts_with(&format!(
+                    "scalerMetadata.{key}: applies only to mode WaitTime"
+                )),
+                "{e}"
+            );
+        }
+        assert_eq!(parse(&meta(&[("queue", "w")])).unwrap().wait, None);
     }
 
     #[test]

@@ -9,6 +9,8 @@
 //! - [`names`]: the path-safe metric names handed to the HPA.
 //! - [`service`]: the tonic service (unary RPCs and push streams).
 //! - [`tls`]: loading the listener's certificates.
+//! - [`wait`]: the `WaitTime` model (replicas from backlog, age, arrivals, service time).
+//! - [`wait_inputs`]: that model's inputs, read from a snapshot.
 //! - [`ask`]: the `ask` command, a client of a running scaler.
 //! - [`proto`]: code generated from `proto/externalscaler.proto`.
 
@@ -18,6 +20,8 @@ pub mod names;
 pub mod query;
 pub mod service;
 pub mod tls;
+pub mod wait;
+pub mod wait_inputs;
 
 use std::pin::pin;
 use std::sync::Arc;

@@ -30,7 +30,10 @@ pub fn metric_name(q: &ScalerQuery) -> String {
     if q.operation != Operation::Sum {
         parts.push(q.operation.as_str().to_string());
     }
-    if q.mode.is_rate() {
+    if let Some(w) = &q.wait {
+        parts.push(humantime::format_duration(w.target_wait).to_string());
+    }
+    if q.mode.uses_window() {
         parts.push(humantime::format_duration(q.window).to_string());
     }
     shorten(&sanitize(&parts.join("-")), &parts.join("\u{1f}"))

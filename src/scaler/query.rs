@@ -11,6 +11,8 @@ use std::time::{Duration, SystemTime};
 
 use crate::config::ScalerConfig;
 use crate::scaler::metadata::{ListKey, Mode, Operation, ScalerQuery};
+use crate::scaler::wait::{self, WaitDecision, WaitInputs};
+use crate::scaler::wait_inputs;
 use crate::snapshot::{
     JobState, NameQuery, PresetKind, PresetUnit, QueueSample, QueueType, Reach, Snapshot,
     SourceKind,
@@ -27,6 +29,20 @@ pub struct Reading {
     pub matched: usize,
     /// How old the data is.
     pub data_age: Duration,
+    /// Mode WaitTime: the model's inputs and answer (`value` is its
+    /// replicas); `None` for every other mode.
+    pub wait: Option<WaitDecision>,
+}
+
+impl Reading {
+    /// `IsActive`: above `activationValue`, or for mode WaitTime while
+    /// jobs wait or arrive.
+    pub fn is_active(&self, query: &ScalerQuery) -> bool {
+        match &self.wait {
+            Some(d) => d.active,
+            None => self.value > query.activation,
+        }
+    }
 }
 
 /// Why a query has no value. Each maps to one gRPC status code.
@@ -178,6 +194,27 @@ pub fn evaluate_with(
 
     check_presets(query, snapshot, queues)?;
 
+    if let Some(params) = &query.wait {
+        let kept: Vec<&QueueSample> = queues
+            .iter()
+            .copied()
+            .filter(|q| !skip_for_mode(query, q))
+            .collect();
+        if kept.is_empty() {
+            return read_absent(query, &[snapshot], config, now);
+        }
+        let inputs = wait_inputs::gather(params, query.window, snapshot, &kept)
+            .map_err(|e| in_aggregate(query, kept.len(), QueryError::Unavailable(e)))?;
+        let decision = wait::decide(params, inputs);
+        return Ok(Reading {
+            value: decision.replicas,
+            source: snapshot.source.clone(),
+            matched: kept.len(),
+            data_age,
+            wait: Some(decision),
+        });
+    }
+
     let mut values = Vec::with_capacity(queues.len());
     for q in queues {
         if skip_for_mode(query, q) {
@@ -203,6 +240,7 @@ pub fn evaluate_with(
         source: snapshot.source.clone(),
         matched: values.0.len(),
         data_age,
+        wait: None,
     })
 }
 
@@ -212,7 +250,11 @@ fn in_aggregate(query: &ScalerQuery, matched: usize, e: QueryError) -> QueryErro
     match e {
         QueryError::Unavailable(why) if matched > 1 => QueryError::Unavailable(format!(
             "{} over the {matched} queues matching {:?} is unknown because {why}",
-            query.operation.as_str(),
+            if query.mode == Mode::WaitTime {
+                "WaitTime"
+            } else {
+                query.operation.as_str()
+            },
             query.queue.text()
         )),
         other => other,
@@ -275,7 +317,7 @@ fn skip_for_mode(query: &ScalerQuery, q: &QueueSample) -> bool {
         return false;
     };
     match query.mode {
-        Mode::Age => true,
+        Mode::Age | Mode::WaitTime => true,
         Mode::QueueLength => !asked_states(query).iter().any(|s| f.states.contains_key(s)),
         _ => false,
     }
@@ -348,11 +390,26 @@ fn read_absent(
         [] => {}
         [snapshot] => {
             let data_age = fresh_age(snapshot, config, now)?;
+            let value = empty_value(query, snapshot)?;
+            // Nothing waits, and the source's readings span the window
+            // (empty_value checked) with no arrivals at these names.
+            let wait = query.wait.as_ref().map(|p| {
+                wait::decide(
+                    p,
+                    WaitInputs {
+                        backlog: 0.0,
+                        oldest_age: 0.0,
+                        arrival_rate: 0.0,
+                        service_time: p.processing_time.as_secs_f64(),
+                    },
+                )
+            });
             return Ok(Reading {
-                value: empty_value(query, snapshot)?,
+                value,
                 source: snapshot.source.clone(),
                 matched: 0,
                 data_age,
+                wait,
             });
         }
         several => {
@@ -376,9 +433,10 @@ fn read_absent(
 }
 
 /// An empty queue's value: 0 for every count and for Age (nothing waits);
-/// a rate is 0 once the source's readings span the window, unknown before.
+/// a rate, and WaitTime's arrival rate, is 0 once the source's readings
+/// span the window, unknown before.
 fn empty_value(query: &ScalerQuery, s: &Snapshot) -> Result<f64, QueryError> {
-    if query.mode.is_rate() && !s.history.spans(query.window) {
+    if query.mode.uses_window() && !s.history.spans(query.window) {
         return Err(QueryError::Unavailable(format!(
             "{} of {:?} in source {} is unknown until two polls lie within window {}",
             query.mode,
@@ -528,6 +586,10 @@ fn queue_value(query: &ScalerQuery, s: &Snapshot, q: &QueueSample) -> Result<f64
             })
         }
         Mode::Lag => group_lag(query, s, q),
+        // Answered by `wait_inputs` before any single value is asked for.
+        Mode::WaitTime => Err(QueryError::InvalidArgument(
+            "scalerMetadata.mode: WaitTime has no per-queue value".into(),
+        )),
     }
 }
 
@@ -876,6 +938,7 @@ mod tests {
         let empty_point = |at| CounterPoint {
             at,
             counters: HashMap::new(),
+            flows: HashMap::new(),
         };
         spanned.history = Arc::new(
             spanned
@@ -1102,7 +1165,11 @@ mod tests {
                     ..Counters::default()
                 },
             );
-            CounterPoint { at, counters }
+            CounterPoint {
+                at,
+                counters,
+                flows: HashMap::new(),
+            }
         };
         snapshot.history = Arc::new(
             snapshot
@@ -1148,5 +1215,95 @@ mod tests {
         )
         .unwrap_err();
         assert!(matches!(e, QueryError::NotFound(_)), "{e}");
+    }
+
+    #[test]
+    fn wait_time_reads_backlog_age_and_arrivals_and_names_what_is_unknown() {
+        use crate::scaler::wait::Bound;
+        use crate::snapshot::JobFlow;
+        let now = SystemTime::now();
+        let wait = |queue: &'static str| {
+            q(&[
+                ("queue", queue),
+                ("mode", "WaitTime"),
+                ("targetWait", "30s"),
+                ("processingTime", "500ms"),
+            ])
+        };
+        let mut jobs = sample("jobs", 600);
+        jobs.oldest_age_seconds = Some(12.0);
+        let mut no_age = sample("no-age", 3);
+        no_age.oldest_age_seconds = None;
+        let mut idle = sample("idle", 0);
+        idle.oldest_age_seconds = None;
+        let mut uncounted = sample("uncounted", 1);
+        uncounted.oldest_age_seconds = Some(1.0);
+        let mut s = (*snap(
+            "main",
+            vec![jobs, no_age, idle, uncounted],
+            Some(Duration::ZERO),
+            now,
+        ))
+        .clone();
+        // 10 s apart: depth 560 -> 600 and processed 100 -> 140: 8 jobs/s.
+        let flow = |at, depth, processed| {
+            let mut flows = HashMap::new();
+            for name in ["jobs", "no-age", "idle"] {
+                let id = crate::snapshot::QueueId {
+                    vhost: None,
+                    name: name.into(),
+                };
+                flows.insert(id, JobFlow { depth, processed });
+            }
+            CounterPoint {
+                at,
+                counters: HashMap::new(),
+                flows,
+            }
+        };
+        s.history = Arc::new(
+            s.history
+                .with_point(flow(now - Duration::from_secs(10), 560, 100))
+                .with_point(flow(now, 600, 140)),
+        );
+        let s = scoped(Arc::new(s), Reach::All);
+        let eval = |query: &ScalerQuery| evaluate(query, std::slice::from_ref(&s), &cfg(), now);
+
+        // 8 jobs/s of 0.5 s keep 4 workers busy; 600 waiting to start
+        // within 30 s need 600 * 0.5 / 30 = 10 more.
+        let r = eval(&wait("jobs")).unwrap();
+        let d = r.wait.unwrap();
+        assert!((d.inputs.arrival_rate - 8.0).abs() < 1e-9, "{d:?}");
+        assert_eq!((d.inputs.backlog, d.inputs.oldest_age), (600.0, 12.0));
+        assert!((r.value - 14.0).abs() < 1e-9, "{d:?}");
+        assert_eq!(d.bound, Bound::Drain);
+        assert!(r.is_active(&wait("jobs")));
+
+        // Nothing waits: no age is needed; arrivals alone keep it active.
+        let r = eval(&wait("idle")).unwrap();
+        assert_eq!(r.wait.unwrap().bound, Bound::Steady);
+        assert!(r.is_active(&wait("idle")) && r.value > 0.0);
+
+        // Each unknown input is UNAVAILABLE naming the queue and the input.
+        for (queue, needle) in [
+            ("no-age", "its oldest age"),
+            ("uncounted", "its arrival rate"),
+        ] {
+            let e = eval(&wait(queue)).unwrap_err();
+            assert!(
+                matches!(&e, QueryError::Unavailable(m) if m.contains(&format!("{queue:?}")) && m.contains(needle)),
+                "{queue}: {e}"
+            );
+        }
+        let e = eval(&wait("*")).unwrap_err();
+        assert!(
+            matches!(&e, QueryError::Unavailable(m) if m.starts_with("WaitTime over the 4 queues")),
+            "{e}"
+        );
+
+        // A covered name without data: empty, nothing arrives, inactive, 0.
+        let r = eval(&wait("gone")).unwrap();
+        assert_eq!((r.value, r.wait.map(|d| d.active)), (0.0, Some(false)));
+        assert!(!r.is_active(&wait("gone")));
     }
 }

@@ -392,7 +392,11 @@ fn log_decision(
             value = r.value,
             target = query.target,
             activation = query.activation,
-            active = r.value > query.activation,
+            active = r.is_active(query),
+            model = r.wait.map(|d| d.bound.as_str()),
+            backlog = r.wait.map(|d| d.inputs.backlog),
+            oldest_age_seconds = r.wait.map(|d| d.inputs.oldest_age),
+            arrival_rate = r.wait.map(|d| d.inputs.arrival_rate),
             source = %r.source,
             matched = r.matched,
             data_age_seconds = r.data_age.as_secs_f64(),
@@ -424,7 +428,7 @@ impl ExternalScaler for Scaler {
             let reading = self.inner.read(&query);
             log_decision(METHOD, &who(&r), &query, &reading);
             reading.map(|v| IsActiveResponse {
-                result: v.value > query.activation,
+                result: v.is_active(&query),
             })
         });
         self.inner.unary(METHOD, started, result)
@@ -600,7 +604,7 @@ impl ActiveWatch {
             match &reading {
                 Ok(r) => {
                     self.last_error = None;
-                    let active = r.value > self.query.activation;
+                    let active = r.is_active(&self.query);
                     let was = self.last.replace(active);
                     if was != Some(active) {
                         log_decision("StreamIsActive", &self.who, &self.query, &reading);

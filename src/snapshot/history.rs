@@ -30,6 +30,20 @@ pub struct CounterPoint {
     pub at: SystemTime,
     /// Counters per queue (only queues that have any).
     pub counters: HashMap<QueueId, Counters>,
+    /// Queues without counters of their own whose jobs are counted as they
+    /// finish (a list with `counters: processed`): their arrivals are
+    /// Δdepth + Δprocessed ([`CounterHistory::arrival_rate`]).
+    pub flows: HashMap<QueueId, JobFlow>,
+}
+
+/// A queue's jobs held and jobs finished so far, from which its arrivals
+/// follow: what came in is what is held more plus what was taken out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JobFlow {
+    /// Jobs held (the queue's depth).
+    pub depth: u64,
+    /// The lifetime total of jobs processed.
+    pub processed: u64,
 }
 
 /// One kept reading: the counters rates use, by position in `index`.
@@ -37,15 +51,34 @@ pub struct CounterPoint {
 struct StoredPoint {
     /// When the counters were read.
     at: SystemTime,
-    /// Queue → position in `blocks`; shared with neighbouring readings.
-    index: Arc<HashMap<QueueId, usize>>,
-    /// `(published, delivered)` by position, [`VALUE_BLOCK`] queues per
-    /// block; `u64::MAX` where unknown. A block equal to the previous
-    /// reading's (over the same index) is shared with it.
+    /// Queue → its slot in `blocks`; shared with neighbouring readings.
+    index: Arc<HashMap<QueueId, Slot>>,
+    /// Two values by position, [`VALUE_BLOCK`] queues per block:
+    /// `(published, delivered)` or, for a flow, `(depth, processed)`;
+    /// `u64::MAX` where unknown. A block equal to the previous reading's
+    /// (over the same index) is shared with it.
     blocks: Box<[ValueBlock]>,
 }
 
-/// Up to [`VALUE_BLOCK`] queues' `(published, delivered)`.
+/// Where a queue's two values are, and what they mean.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Slot {
+    /// Position in the reading's blocks.
+    pos: usize,
+    /// Whether the values are a [`JobFlow`] rather than counters.
+    flow: bool,
+}
+
+/// One queue's values in a kept reading.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Stored {
+    /// The backend's counters (only the fields rates use).
+    Counters(Counters),
+    /// A list's depth and processed total.
+    Flow(JobFlow),
+}
+
+/// Up to [`VALUE_BLOCK`] queues' two values.
 type ValueBlock = Arc<[(u64, u64)]>;
 
 /// Queues per block of a kept reading. Idle queues' counters do not move,
@@ -56,16 +89,41 @@ type ValueBlock = Arc<[(u64, u64)]>;
 const VALUE_BLOCK: usize = 64;
 
 impl StoredPoint {
-    /// The counters of `queue`, with only the fields rates use.
-    fn get(&self, queue: &QueueId) -> Option<Counters> {
-        let i = *self.index.get(queue)?;
-        let (published, delivered) = *self.blocks.get(i / VALUE_BLOCK)?.get(i % VALUE_BLOCK)?;
+    /// The values of `queue`.
+    fn stored(&self, queue: &QueueId) -> Option<Stored> {
+        let slot = *self.index.get(queue)?;
+        let i = slot.pos;
+        let (a, b) = *self.blocks.get(i / VALUE_BLOCK)?.get(i % VALUE_BLOCK)?;
         let known = |v: u64| (v != u64::MAX).then_some(v);
-        Some(Counters {
-            published: known(published),
-            delivered: known(delivered),
-            ..Counters::default()
+        Some(if slot.flow {
+            Stored::Flow(JobFlow {
+                depth: a,
+                processed: b,
+            })
+        } else {
+            Stored::Counters(Counters {
+                published: known(a),
+                delivered: known(b),
+                ..Counters::default()
+            })
         })
+    }
+
+    /// The counters of `queue`, with only the fields rates use; `None` for
+    /// a flow.
+    fn get(&self, queue: &QueueId) -> Option<Counters> {
+        match self.stored(queue)? {
+            Stored::Counters(c) => Some(c),
+            Stored::Flow(_) => None,
+        }
+    }
+
+    /// The job flow of `queue`; `None` for counters.
+    fn flow(&self, queue: &QueueId) -> Option<JobFlow> {
+        match self.stored(queue)? {
+            Stored::Flow(f) => Some(f),
+            Stored::Counters(_) => None,
+        }
     }
 }
 
@@ -110,9 +168,19 @@ impl CounterHistory {
     /// The stored form of `point`, sharing the newest reading's index when
     /// the queues are the same.
     fn store(&self, point: CounterPoint) -> StoredPoint {
+        // A queue with counters of its own is never also a flow.
+        let flows: Vec<(&QueueId, &JobFlow)> = point
+            .flows
+            .iter()
+            .filter(|(q, _)| !point.counters.contains_key(*q))
+            .collect();
+        let has = |index: &HashMap<QueueId, Slot>, q: &QueueId, flow: bool| {
+            index.get(q).is_some_and(|s| s.flow == flow)
+        };
         let same_queues = self.points.back().filter(|last| {
-            last.index.len() == point.counters.len()
-                && point.counters.keys().all(|q| last.index.contains_key(q))
+            last.index.len() == point.counters.len() + flows.len()
+                && point.counters.keys().all(|q| has(&last.index, q, false))
+                && flows.iter().all(|(q, _)| has(&last.index, q, true))
         });
         let index = match same_queues {
             Some(last) => last.index.clone(),
@@ -120,18 +188,25 @@ impl CounterHistory {
                 point
                     .counters
                     .keys()
+                    .map(|q| (q, false))
+                    .chain(flows.iter().map(|(q, _)| (*q, true)))
                     .enumerate()
-                    .map(|(i, q)| (q.clone(), i))
+                    .map(|(pos, (q, flow))| (q.clone(), Slot { pos, flow }))
                     .collect(),
             ),
         };
         let mut values = vec![(u64::MAX, u64::MAX); index.len()];
         for (q, c) in &point.counters {
-            if let Some(&i) = index.get(q) {
-                values[i] = (
+            if let Some(slot) = index.get(q) {
+                values[slot.pos] = (
                     c.published.unwrap_or(u64::MAX),
                     c.delivered.unwrap_or(u64::MAX),
                 );
+            }
+        }
+        for (q, f) in &flows {
+            if let Some(slot) = index.get(*q) {
+                values[slot.pos] = (f.depth, f.processed);
             }
         }
         // Positions mean the same queues only over the same index.
@@ -212,6 +287,40 @@ impl CounterHistory {
         };
         Some(delta as f64 / seconds)
     }
+
+    /// Jobs arriving per second at `queue` over `window`: the rate of its
+    /// `published` counter (RabbitMQ's publishes, a stream's
+    /// `entries-added`) or, for a [`JobFlow`], (Δdepth + Δprocessed) / Δt
+    /// from the oldest flow reading inside the window to the newest (a
+    /// processed total that went down was reset and counts from zero; a
+    /// negative sum, jobs removed without being processed, is 0). `None`
+    /// when fewer than two readings cover the queue.
+    pub fn arrival_rate(&self, queue: &QueueId, window: Duration) -> Option<f64> {
+        let newest = self.points.back()?;
+        let Some(last) = newest.flow(queue) else {
+            return self.rate(queue, window, |c| c.published);
+        };
+        let start = newest
+            .at
+            .checked_sub(window)
+            .unwrap_or(SystemTime::UNIX_EPOCH);
+        let (at, first) = self
+            .points
+            .iter()
+            .filter(|p| p.at >= start && p.at < newest.at)
+            .find_map(|p| Some((p.at, p.flow(queue)?)))?;
+        let seconds = newest.at.duration_since(at).ok()?.as_secs_f64();
+        if seconds <= 0.0 {
+            return None;
+        }
+        let processed = if last.processed >= first.processed {
+            last.processed - first.processed
+        } else {
+            last.processed
+        };
+        let arrived = last.depth as f64 - first.depth as f64 + processed as f64;
+        Some(arrived.max(0.0) / seconds)
+    }
 }
 
 #[cfg(test)]
@@ -233,6 +342,7 @@ mod tests {
         CounterPoint {
             at: SystemTime::UNIX_EPOCH + Duration::from_secs(at_secs),
             counters,
+            flows: HashMap::new(),
         }
     }
 
@@ -328,13 +438,14 @@ mod tests {
                     (q.clone(), c)
                 })
                 .collect(),
+            flows: HashMap::new(),
         };
         let mut h = CounterHistory::default();
         for t in 0..5 {
             h = h.with_point(reading(1000 + t, t * 10));
         }
         let (a, b) = (&h.points[3], &h.points[4]);
-        let busy_block = *a.index.get(&ids[0]).unwrap() / VALUE_BLOCK;
+        let busy_block = a.index.get(&ids[0]).unwrap().pos / VALUE_BLOCK;
         for (n, (x, y)) in a.blocks.iter().zip(b.blocks.iter()).enumerate() {
             assert_eq!(Arc::ptr_eq(x, y), n != busy_block, "block {n}");
         }
@@ -347,5 +458,59 @@ mod tests {
         );
         assert_eq!(h.points[4].get(&ids[1]).unwrap().delivered, None);
         assert_eq!(h.points[4].get(&ids[2]).unwrap().delivered, Some(3));
+    }
+
+    #[test]
+    fn a_flow_arrives_as_depth_growth_plus_jobs_processed() {
+        let q = QueueId {
+            vhost: None,
+            name: "q".into(),
+        };
+        let reading = |at: u64, depth: u64, processed: u64| CounterPoint {
+            at: SystemTime::UNIX_EPOCH + Duration::from_secs(at),
+            counters: HashMap::new(),
+            flows: [(q.clone(), JobFlow { depth, processed })].into(),
+        };
+        let rate = |points: &[(u64, u64, u64)]| {
+            let mut h = CounterHistory::default();
+            for &(at, depth, processed) in points {
+                h = h.with_point(reading(at, depth, processed));
+            }
+            h.arrival_rate(&q, Duration::from_secs(60))
+        };
+        // 10 s: 30 more held and 50 processed: 8 jobs/s.
+        assert_eq!(rate(&[(100, 10, 0), (110, 40, 50)]), Some(8.0));
+        // Draining with no arrivals: as many processed as the depth fell.
+        assert_eq!(rate(&[(100, 40, 0), (110, 0, 40)]), Some(0.0));
+        // A reset processed total counts from zero.
+        assert_eq!(rate(&[(100, 0, 900), (110, 0, 20)]), Some(2.0));
+        // Jobs removed unprocessed arrive as 0, never negative.
+        assert_eq!(rate(&[(100, 50, 0), (110, 0, 0)]), Some(0.0));
+        // One reading gives no rate; a flow has no counters.
+        assert_eq!(rate(&[(100, 1, 1)]), None);
+        let h = CounterHistory::default()
+            .with_point(reading(100, 1, 1))
+            .with_point(reading(110, 2, 2));
+        assert_eq!(h.rate(&q, Duration::from_secs(60), |c| c.published), None);
+        // A queue that gains counters of its own is read by them.
+        let mut both = reading(120, 3, 3);
+        both.counters.insert(
+            q.clone(),
+            Counters {
+                published: Some(7),
+                ..Counters::default()
+            },
+        );
+        let mut counted = reading(130, 0, 0);
+        counted.counters = both.counters.clone();
+        counted.counters.insert(
+            q.clone(),
+            Counters {
+                published: Some(27),
+                ..Counters::default()
+            },
+        );
+        let h = h.with_point(both).with_point(counted);
+        assert_eq!(h.arrival_rate(&q, Duration::from_secs(15)), Some(2.0));
     }
 }

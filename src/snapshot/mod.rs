@@ -18,7 +18,7 @@ mod poll;
 mod preset;
 mod scope;
 
-pub use history::{CounterHistory, CounterPoint};
+pub use history::{CounterHistory, CounterPoint, JobFlow};
 pub use poll::{POLL_DURATION_BUCKETS, PollRecord};
 pub use preset::{JobState, JobTotals, PresetFacts, PresetKind, PresetUnit};
 pub use scope::{AnyName, NameQuery, QueueScope, Reach};

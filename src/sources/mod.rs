@@ -11,7 +11,9 @@ use std::time::{Duration, Instant, SystemTime};
 
 use crate::hub::SnapshotPublisher;
 use crate::shutdown::Shutdown;
-use crate::snapshot::{CounterPoint, QueueSample, QueueScope, Reason, Snapshot, SourceStats};
+use crate::snapshot::{
+    CounterPoint, JobFlow, QueueSample, QueueScope, Reason, Snapshot, SourceStats,
+};
 
 /// What a successful poll produced.
 #[derive(Debug, Clone, Default)]
@@ -224,13 +226,32 @@ pub async fn poll_once_reporting<S: Source>(
     (next, outcome)
 }
 
+/// The history's reading of one poll: each queue's counters and, for a
+/// plain key with a processed total (`counters: processed`) and no counters
+/// of its own, its depth and that total, from which the scaler's WaitTime
+/// mode tells arrivals.
 fn counter_point(at: SystemTime, queues: &[QueueSample]) -> CounterPoint {
     let counters: HashMap<_, _> = queues
         .iter()
         .filter(|q| !q.counters().is_empty())
         .map(|q| (q.id(), q.counters()))
         .collect();
-    CounterPoint { at, counters }
+    let flows: HashMap<_, _> = queues
+        .iter()
+        .filter(|q| q.preset.is_none() && q.counters().is_empty())
+        .filter_map(|q| {
+            let flow = JobFlow {
+                depth: q.depth?,
+                processed: q.jobs().processed?,
+            };
+            Some((q.id(), flow))
+        })
+        .collect();
+    CounterPoint {
+        at,
+        counters,
+        flows,
+    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,328 @@
+//! The `WaitTime` model: how many replicas start jobs within `targetWait`,
+//! from the backlog, the oldest job's age, the arrival rate and the
+//! service time (docs/keda.md, "How does mode WaitTime compute replicas?").
+//!
+//! Pure arithmetic on numbers the query gathered from one snapshot: no
+//! I/O, no clock, so every exporter replica answers the same and the model
+//! is tested on its own.
+
+use std::time::Duration;
+
+/// Share of jobs the steady-state term wants started within `targetWait`.
+pub const PERCENTILE: f64 = 0.99;
+
+/// Highest utilisation the steady-state term plans for: a margin for the
+/// arrival rate being an average over `window` and for `processingTime`
+/// being an estimate. Erlang C alone would run large pools closer to 1.
+pub const MAX_UTILISATION: f64 = 0.9;
+
+/// Above this offered load (busy workers), the steady-state term is the
+/// utilisation cap alone: there Erlang C's margin (about the square root of
+/// the load) is far below the cap's 11 %, and its search would cost a step
+/// per worker.
+const ERLANG_MAX_LOAD: f64 = 100_000.0;
+
+/// What a `WaitTime` trigger asks for (`targetWait`, `processingTime`,
+/// `workersPerReplica`), checked when the metadata is parsed.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct WaitParams {
+    /// A job should start within this long after it was enqueued (`targetWait`).
+    pub target_wait: Duration,
+    /// Average worker time per job (`processingTime`).
+    pub processing_time: Duration,
+    /// Jobs one replica works on at once (`workersPerReplica`; Sidekiq's
+    /// concurrency, say), so replicas = workers / this.
+    pub workers_per_replica: u32,
+}
+
+/// The model's inputs over the matched queues, each known (the query turns
+/// an unknown one into `UNAVAILABLE` before the model runs).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct WaitInputs {
+    /// Jobs waiting for a worker (ready; `waiting` for presets), summed.
+    pub backlog: f64,
+    /// Seconds the oldest waiting job has waited (the largest over queues).
+    pub oldest_age: f64,
+    /// Jobs arriving per second over `window`, summed.
+    pub arrival_rate: f64,
+    /// Seconds of worker time per job.
+    pub service_time: f64,
+}
+
+/// Which term of the model set the answer, so a page or a log can say why.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bound {
+    /// Nothing waits and nothing arrives: 0 replicas.
+    Idle,
+    /// (a) Enough workers for the arrival rate (Erlang C and the utilisation cap).
+    Steady,
+    /// (b) The arrivals' workers plus those that start the backlog within `targetWait`.
+    Drain,
+    /// (c) Jobs are already older than `targetWait`: each late one gets a
+    /// worker now, as fast as the HPA's scale-up policy allows.
+    CatchUp,
+}
+
+impl Bound {
+    /// The word used in logs, metrics and pages.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Bound::Idle => "idle",
+            Bound::Steady => "steady",
+            Bound::Drain => "drain",
+            Bound::CatchUp => "catch-up",
+        }
+    }
+}
+
+/// The model's answer.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct WaitDecision {
+    /// What the model was given.
+    pub inputs: WaitInputs,
+    /// Workers needed (a float: KEDA's `AverageValue` target of 1 makes the
+    /// HPA set ceil(replicas)).
+    pub workers: f64,
+    /// `workers / workersPerReplica`: the value `GetMetrics` answers.
+    pub replicas: f64,
+    /// The term that set `workers`.
+    pub bound: Bound,
+    /// `IsActive`: jobs wait or arrive.
+    pub active: bool,
+}
+
+/// The replicas that start jobs within `params.target_wait`.
+///
+/// With S the service time, W the target wait, λ the arrival rate, B the
+/// backlog and A the oldest job's age, and a = λS the busy workers the
+/// arrivals alone keep:
+/// - (a) steady state: the fewest workers N > a for which Erlang C puts
+///   P(wait > W) = C(N, a)·e^{−(N−a)W/S} at most 1 − [`PERCENTILE`], and at
+///   least a / [`MAX_UTILISATION`];
+/// - (b) drain: a + B·min(1, S/W), so the backlog starts within W while
+///   the arrivals keep their own workers (ages taken as spread evenly up to
+///   A, the newest job is the last to start, and B·S of work must be done
+///   within its W);
+/// - (c) catch-up, when A > W: the share 1 − W/A of the backlog that is
+///   already late (by the same even spread) gets a worker each, at once;
+///   the rest drains as in (b). Continuous with (b) at A = W, and the HPA's
+///   scale-up policy, not the model, limits how fast it is met.
+///
+/// The answer is max((a), (b) or (c)) workers, over `workersPerReplica`.
+pub fn decide(params: &WaitParams, inputs: WaitInputs) -> WaitDecision {
+    let WaitInputs {
+        backlog,
+        oldest_age,
+        arrival_rate,
+        service_time,
+    } = inputs;
+    let wait = params.target_wait.as_secs_f64();
+    let load = arrival_rate * service_time;
+    let steady = steady_workers(load, wait, service_time);
+    let late = if oldest_age > wait && backlog > 0.0 {
+        backlog * (1.0 - wait / oldest_age)
+    } else {
+        0.0
+    };
+    let per_job = if wait > 0.0 {
+        (service_time / wait).min(1.0)
+    } else {
+        1.0
+    };
+    let drain = load + late + (backlog - late) * per_job;
+    let (workers, bound) = if backlog <= 0.0 && arrival_rate <= 0.0 {
+        (0.0, Bound::Idle)
+    } else if drain > steady {
+        let bound = if late > 0.0 {
+            Bound::CatchUp
+        } else {
+            Bound::Drain
+        };
+        (drain, bound)
+    } else {
+        (steady, Bound::Steady)
+    };
+    let replicas = workers / f64::from(params.workers_per_replica.max(1));
+    WaitDecision {
+        inputs,
+        workers,
+        replicas,
+        bound,
+        active: backlog > 0.0 || arrival_rate > 0.0,
+    }
+}
+
+/// (a): the fewest workers for offered load `load` (busy workers) so that
+/// [`PERCENTILE`] of jobs wait at most `wait` seconds by Erlang C (M/M/N),
+/// and at least `load / MAX_UTILISATION`. 0 for no load.
+pub fn steady_workers(load: f64, wait: f64, service_time: f64) -> f64 {
+    // NaN fails `is_finite`, so every check below compares numbers.
+    if !load.is_finite() || load <= 0.0 {
+        return 0.0;
+    }
+    let capped = load / MAX_UTILISATION;
+    if load > ERLANG_MAX_LOAD || !service_time.is_finite() || service_time <= 0.0 {
+        return capped;
+    }
+    // Erlang B by its stable recursion B(k) = aB(k−1) / (k + aB(k−1)),
+    // carried up to the first N above the load, then on until the wait
+    // percentile holds; C(N) = N·B / (N − a(1 − B)).
+    let mut erlang_b = 1.0;
+    let mut n = 0.0;
+    while n <= load {
+        n += 1.0;
+        erlang_b = load * erlang_b / (n + load * erlang_b);
+    }
+    loop {
+        let erlang_c = n * erlang_b / (n - load * (1.0 - erlang_b));
+        let late = erlang_c * (-(n - load) * wait / service_time).exp();
+        // Erlang C falls towards 0 as N grows, so this ends; the bound
+        // only guards against a wait of 0 making that slow.
+        if late <= 1.0 - PERCENTILE || n > 10.0 * load + 100.0 {
+            return n.max(capped);
+        }
+        n += 1.0;
+        erlang_b = load * erlang_b / (n + load * erlang_b);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params(wait_s: f64, per_replica: u32) -> WaitParams {
+        WaitParams {
+            target_wait: Duration::from_secs_f64(wait_s),
+            processing_time: Duration::from_secs(1),
+            workers_per_replica: per_replica,
+        }
+    }
+
+    fn inputs(backlog: f64, oldest_age: f64, arrival_rate: f64, service_time: f64) -> WaitInputs {
+        WaitInputs {
+            backlog,
+            oldest_age,
+            arrival_rate,
+            service_time,
+        }
+    }
+
+    /// P(wait > t) in M/M/N from Erlang C's closed form, summed directly.
+    fn erlang_late(n: u32, load: f64, wait: f64, service: f64) -> f64 {
+        let mut term = 1.0;
+        let mut sum = 0.0;
+        for k in 0..n {
+            if k > 0 {
+                term *= load / f64::from(k);
+            }
+            sum += term;
+        }
+        let top = term * load / f64::from(n) * f64::from(n) / (f64::from(n) - load);
+        top / (sum + top) * (-(f64::from(n) - load) * wait / service).exp()
+    }
+
+    #[test]
+    fn nothing_waiting_or_arriving_is_idle_and_zero() {
+        let d = decide(&params(30.0, 1), inputs(0.0, 0.0, 0.0, 2.0));
+        assert_eq!((d.replicas, d.bound, d.active), (0.0, Bound::Idle, false));
+    }
+
+    #[test]
+    fn steady_state_is_the_fewest_workers_erlang_c_allows_under_the_cap() {
+        for (rate, service, wait) in [(1.0, 2.0, 30.0), (5.0, 2.0, 4.0), (50.0, 1.0, 2.0)] {
+            let load = rate * service;
+            let n = steady_workers(load, wait, service);
+            let cap = load / MAX_UTILISATION;
+            assert!(n >= cap, "{rate} {service} {wait}: {n}");
+            // Whole workers from Erlang C unless the cap is above them;
+            // Erlang C holds at n, and one fewer worker breaks it or the cap.
+            assert!(n.fract() == 0.0 || n == cap, "{n}");
+            let m = n.ceil() as u32;
+            assert!(erlang_late(m, load, wait, service) <= 1.0 - PERCENTILE);
+            assert!(
+                erlang_late(m - 1, load, wait, service) > 1.0 - PERCENTILE
+                    || f64::from(m - 1) < cap,
+                "{rate} {service} {wait}: {n} is not the fewest"
+            );
+        }
+        // A tight wait against a long job needs Erlang C's margin above the cap:
+        // 2 busy workers, 1 s to start a 10 s job.
+        let n = steady_workers(2.0, 1.0, 10.0);
+        assert!(n > 2.0 / MAX_UTILISATION, "{n}");
+        assert!(erlang_late(n as u32, 2.0, 1.0, 10.0) <= 1.0 - PERCENTILE);
+        // Beyond the search bound the cap answers.
+        assert_eq!(steady_workers(2e5, 1.0, 1.0), 2e5 / MAX_UTILISATION);
+    }
+
+    #[test]
+    fn arrivals_alone_are_active_and_set_by_the_steady_term() {
+        // 2 jobs/s of 1.5 s each: 3 busy workers.
+        let d = decide(&params(10.0, 1), inputs(0.0, 0.0, 2.0, 1.5));
+        assert!(d.active);
+        assert_eq!(d.bound, Bound::Steady);
+        assert_eq!(d.workers, steady_workers(3.0, 10.0, 1.5));
+        assert!(d.workers >= 3.0 / MAX_UTILISATION);
+    }
+
+    #[test]
+    fn a_backlog_starts_within_the_target_wait() {
+        // 600 jobs of 2 s to start within 60 s: 20 workers; none arriving.
+        let d = decide(&params(60.0, 1), inputs(600.0, 10.0, 0.0, 2.0));
+        assert_eq!((d.workers, d.bound, d.active), (20.0, Bound::Drain, true));
+        // Arrivals keep their own workers on top: 2/s of 2 s is 4 more.
+        let d = decide(&params(60.0, 1), inputs(600.0, 10.0, 2.0, 2.0));
+        assert_eq!(d.workers, 24.0);
+        // workersPerReplica divides: 24 workers, 8 per pod, 3 replicas.
+        let d = decide(&params(60.0, 8), inputs(600.0, 10.0, 2.0, 2.0));
+        assert_eq!(d.replicas, 3.0);
+        // A job longer than the wait needs a worker each, never more.
+        let d = decide(&params(1.0, 1), inputs(7.0, 0.5, 0.0, 5.0));
+        assert_eq!(d.workers, 7.0);
+    }
+
+    #[test]
+    fn late_jobs_catch_up_continuously_from_the_drain_term() {
+        let p = params(30.0, 1);
+        let at = |age: f64| decide(&p, inputs(300.0, age, 1.0, 1.0));
+        // At A = W the catch-up term equals the drain term.
+        let drain = at(30.0);
+        assert_eq!(drain.bound, Bound::Drain);
+        assert!((drain.workers - (1.0 + 300.0 / 30.0)).abs() < 1e-9);
+        let just_late = at(30.0 + 1e-6);
+        assert_eq!(just_late.bound, Bound::CatchUp);
+        assert!((just_late.workers - drain.workers).abs() < 1e-3);
+        // Twice the target: half the backlog is late and gets a worker each.
+        let late = at(60.0);
+        assert!((late.workers - (1.0 + 150.0 + 150.0 / 30.0)).abs() < 1e-9);
+        // The older the oldest job, the more workers, up to one per job.
+        assert!(at(600.0).workers > late.workers);
+        assert!(at(1e9).workers <= 1.0 + 300.0 + 1e-6);
+    }
+
+    #[test]
+    fn the_answer_grows_with_every_input() {
+        let p = params(20.0, 1);
+        let base = inputs(40.0, 10.0, 3.0, 1.0);
+        let d = decide(&p, base).workers;
+        for more in [
+            WaitInputs {
+                backlog: 80.0,
+                ..base
+            },
+            WaitInputs {
+                oldest_age: 40.0,
+                ..base
+            },
+            WaitInputs {
+                arrival_rate: 6.0,
+                ..base
+            },
+            WaitInputs {
+                service_time: 2.0,
+                ..base
+            },
+        ] {
+            assert!(decide(&p, more).workers > d, "{more:?}");
+        }
+    }
+}
