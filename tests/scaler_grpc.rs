@@ -456,12 +456,12 @@ async fn bad_metadata_is_invalid_argument_naming_the_key_and_what_is_allowed() {
         (
             &[("queue", "work-queue"), ("mode", "Depth")],
             "mode",
-            "QueueLength, Ready, Unacked, Scheduled, Age, PublishRate, DeliverRate, Lag",
+            "QueueLength, Ready, Unacked, Scheduled, Age, PublishRate, DeliverRate, Lag, WaitTime",
         ),
         (
             &[("queue", "work-queue"), ("activationvalue", "3")],
             "activationvalue",
-            "accepted keys: queue, source, vhost, mode, value, activationValue, operation, window, group, state, preset",
+            "accepted keys: queue, source, vhost, mode, value, activationValue, operation, window, group, state, preset, targetWait, processingTime, workersPerReplica",
         ),
         (
             &[("queue", "work-queue"), ("operation", "median")],

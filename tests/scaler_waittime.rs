@@ -1,0 +1,250 @@
+//! Mode `WaitTime` (issue 27) through a real gRPC client: the replicas that
+//! start jobs within `targetWait`, from a real redis-server's list (its
+//! length, its oldest item's age, and a `counters: processed` key for
+//! arrivals) and a real RabbitMQ queue (ready messages, the head message's
+//! timestamp, the publish counter). The model itself is unit-tested in
+//! `src/scaler/wait.rs`; here every input comes from a poll.
+mod scaler_common;
+mod support;
+
+use std::time::Duration;
+
+use lapin::BasicProperties;
+use scaler_common::*;
+use support::*;
+use tonic::Code;
+
+/// How long a poll may take to show what a test waits for.
+const WAIT: Duration = Duration::from_secs(15);
+
+/// `work` (a list whose items carry `enqueued_at` in seconds, oldest at the
+/// head, jobs done counted in `work:done`), `aged` (the age, no counter) and
+/// `plain` (neither).
+fn config(url: &str) -> String {
+    redis_config(
+        url,
+        "100ms",
+        r#"
+        - key: work
+          age: { end: head, field: enqueued_at, unit: seconds }
+          counters: { processed: "work:done" }
+        - key: aged
+          age: { end: head, field: enqueued_at, unit: seconds }
+        - key: plain
+        "#,
+    )
+}
+
+/// The trigger over `queue`: jobs should start within 10 s, each takes 1 s,
+/// arrivals averaged over 2 s.
+fn trigger(queue: &str) -> Vec<(&str, &str)> {
+    vec![
+        ("queue", queue),
+        ("mode", "WaitTime"),
+        ("targetWait", "10s"),
+        ("processingTime", "1s"),
+        ("window", "2s"),
+    ]
+}
+
+/// Makes `key` hold exactly `n` jobs enqueued `age` seconds ago, at once
+/// (no poll sees it in between, which would read as arrivals).
+fn fill(conn: &mut redis::Connection, key: &str, n: usize, age: f64) {
+    let at = wall() - age;
+    let items: Vec<String> = (0..n)
+        .map(|i| format!(r#"{{"id":{i},"enqueued_at":{at}}}"#))
+        .collect();
+    let mut pipe = redis::pipe();
+    pipe.atomic().cmd("DEL").arg(key).ignore();
+    if n > 0 {
+        pipe.cmd("RPUSH").arg(key).arg(items).ignore();
+    }
+    let _: () = pipe.query(conn).expect("DEL + RPUSH");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_list_scales_to_drain_its_backlog_catch_up_and_follow_arrivals() {
+    let redis = RedisServer::start();
+    let mut conn = redis.conn();
+    let _: () = redis::cmd("SET")
+        .arg("work:done")
+        .arg(0)
+        .query(&mut conn)
+        .unwrap();
+    let app = TestApp::start(&config(&redis.url)).await;
+    let c = client(&app).await;
+    let work = trigger("work");
+
+    // The target is fixed at 1: the value is replicas.
+    let (name, int, float) = spec(&mut c.clone(), &work).await.unwrap();
+    assert_eq!(name, "waittime-work-10s-2s");
+    assert_eq!((int, float), (1, 1.0));
+
+    // Empty, and nothing arrived over the window: 0, inactive.
+    wait_value(&c, &work, 0.0).await;
+    assert!(!active(&mut c.clone(), &work).await.unwrap());
+
+    // 50 jobs just enqueued, nothing arriving once the window has passed
+    // them: 50 jobs of 1 s to start within 10 s need 5 workers.
+    fill(&mut conn, "work", 50, 0.5);
+    wait_value(&c, &work, 5.0).await;
+    assert!(active(&mut c.clone(), &work).await.unwrap());
+
+    // With 4 jobs per replica, 5 workers are 1.25 replicas.
+    let mut per4 = work.clone();
+    per4.push(("workersPerReplica", "4"));
+    wait_value(&c, &per4, 1.25).await;
+
+    // The oldest job has waited twice targetWait and more: about half the
+    // backlog is late and gets a worker each, so the answer jumps past the
+    // drain term, towards one worker per job.
+    fill(&mut conn, "work", 50, 20.0);
+    let (_, late) = wait_for("catch-up above the drain term", WAIT, || {
+        let mut c = c.clone();
+        let work = work.clone();
+        async move { metrics(&mut c, &work).await.ok().filter(|(_, f)| *f > 20.0) }
+    })
+    .await;
+    // B(1 - W/A) + B(W/A)(S/W) with A from 20 s to 30 s: 27.5 to 35.
+    assert!((27.0..=36.0).contains(&late), "{late}");
+
+    // Jobs arriving and done at once (the list stays empty, the processed
+    // total grows): arrivals alone keep it active, with workers for them.
+    let _: () = redis::cmd("DEL").arg("work").query(&mut conn).unwrap();
+    // About 10 jobs a second, until the answer is seen (at most 30 s).
+    let url = redis.url.clone();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stopped = stop.clone();
+    let producer = tokio::task::spawn_blocking(move || {
+        let mut conn = redis::Client::open(url).unwrap().get_connection().unwrap();
+        for _ in 0..300 {
+            if stopped.load(std::sync::atomic::Ordering::Relaxed) {
+                break;
+            }
+            let _: () = redis::cmd("INCR")
+                .arg("work:done")
+                .query(&mut conn)
+                .unwrap();
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    });
+    let (_, busy) = wait_for("workers for the arrivals alone", WAIT, || {
+        let mut c = c.clone();
+        let work = work.clone();
+        async move {
+            metrics(&mut c, &work)
+                .await
+                .ok()
+                .filter(|(_, f)| *f > 5.0 && *f < 20.0)
+        }
+    })
+    .await;
+    assert!(active(&mut c.clone(), &work).await.unwrap(), "{busy}");
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    producer.await.unwrap();
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_inputs_are_unavailable_and_bad_metadata_names_the_key() {
+    let redis = RedisServer::start();
+    let mut conn = redis.conn();
+    fill(&mut conn, "plain", 3, 1.0);
+    let app = TestApp::start(&config(&redis.url)).await;
+    let mut c = client(&app).await;
+    wait_value(&c, &[("queue", "plain")], 3.0).await;
+
+    // A list without `age:` has no oldest age while jobs wait.
+    let e = metrics(&mut c, &trigger("plain")).await.unwrap_err();
+    assert_eq!(e.code(), Code::Unavailable, "{e:?}");
+    assert!(
+        e.message().contains("\"plain\"") && e.message().contains("its oldest age is unknown"),
+        "{}",
+        e.message()
+    );
+    let e = active(&mut c, &trigger("plain")).await.unwrap_err();
+    assert_eq!(e.code(), Code::Unavailable, "{e:?}");
+    // With its age read, a list without a processed counter has no arrival rate.
+    fill(&mut conn, "aged", 3, 1.0);
+    wait_value(&c, &[("queue", "aged")], 3.0).await;
+    let e = metrics(&mut c, &trigger("aged")).await.unwrap_err();
+    assert_eq!(e.code(), Code::Unavailable, "{e:?}");
+    for needle in [
+        "\"aged\"",
+        "its arrival rate is unknown",
+        "counters: processed",
+    ] {
+        assert!(e.message().contains(needle), "{needle}: {}", e.message());
+    }
+
+    // Metadata errors name the key.
+    for (change, key) in [
+        (("processingTime", ""), "processingTime"),
+        (("targetWait", "0s"), "targetWait"),
+        (("value", "5"), "value"),
+        (("workersPerReplica", "-1"), "workersPerReplica"),
+    ] {
+        let mut pairs: Vec<(&str, &str)> = trigger("work")
+            .into_iter()
+            .filter(|(k, _)| *k != change.0)
+            .collect();
+        if !change.1.is_empty() {
+            pairs.push(change);
+        }
+        let e = spec(&mut c, &pairs).await.unwrap_err();
+        assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
+        assert!(
+            e.message().starts_with(&format!("scalerMetadata.{key}: ")),
+            "{}",
+            e.message()
+        );
+    }
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rabbitmq_queue_reads_ready_messages_their_age_and_publishes() {
+    let vh = RabbitVhost::create("waittime").await;
+    let conn = vh.connect().await;
+    let ch = confirm_channel(&conn).await;
+    declare_queue(&ch, "orders", &[]).await;
+    let sent = (wall() - 1.0) as u64;
+    publish(
+        &ch,
+        "orders",
+        20,
+        BasicProperties::default().with_timestamp(sent),
+    )
+    .await;
+    let yaml = format!(
+        r#"
+        listen: {{ grpc: 127.0.0.1:0 }}
+        sources:
+          - name: rabbit
+            type: rabbitmq
+            url: http://127.0.0.1:15672
+            username: guest
+            password: guest
+            vhosts: ["{}"]
+            poll_interval: 500ms
+        "#,
+        vh.name
+    );
+    let app = TestApp::start(&yaml).await;
+    let c = client(&app).await;
+    let orders = [
+        ("queue", "orders"),
+        ("mode", "WaitTime"),
+        ("targetWait", "100s"),
+        ("processingTime", "5s"),
+        ("window", "3s"),
+    ];
+    // 20 ready messages of 5 s each to start within 100 s: 1 worker, once
+    // the publishes are behind the window (the management API refreshes
+    // its stats every 5 s).
+    let want = 20.0 * (5.0 / 100.0);
+    wait_value_for(&c, &orders, want, Duration::from_secs(40)).await;
+    assert!(active(&mut c.clone(), &orders).await.unwrap());
+    app.stop().await;
+    drop(vh);
+}
