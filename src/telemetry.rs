@@ -1,5 +1,8 @@
 //! The exporter's own instrumentation: logging setup, and process-level
-//! metrics that do not come from a snapshot (build info, gRPC traffic).
+//! metrics that do not come from a snapshot (build info, gRPC traffic, the
+//! scaler's last answer per ScaledObject in [`decisions`]).
+
+pub mod decisions;
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -44,6 +47,8 @@ pub struct Telemetry {
     pub grpc_duration: Family<MethodLabels, Histogram, fn() -> Histogram>,
     /// `queue_exporter_scaler_streams{method}`: streams open now.
     pub scaler_streams: Family<MethodLabels, Gauge>,
+    /// The scaler's last answers per ScaledObject, and their gauges.
+    pub decisions: decisions::Decisions,
     /// `queue_exporter_tasks`: tokio tasks alive now, to see leaks under load.
     tasks: Gauge,
     /// `queue_exporter_open_fds`: file descriptors open now (Linux).
@@ -97,6 +102,8 @@ impl Telemetry {
             "KEDA push streams open now, by method",
             scaler_streams.clone(),
         );
+        let decisions = decisions::Decisions::default();
+        decisions.register(&mut registry);
         let tasks = Gauge::default();
         registry.register(
             "queue_exporter_tasks",
@@ -126,6 +133,7 @@ impl Telemetry {
             grpc_requests,
             grpc_duration,
             scaler_streams,
+            decisions,
             tasks,
             open_fds,
             config_reload_success,
@@ -147,8 +155,10 @@ impl Telemetry {
         self.config_reload_success.set(0);
     }
 
-    /// Reads the process gauges; called before each scrape renders them.
+    /// Reads the process gauges, and drops the scaler decisions KEDA
+    /// stopped asking about; called before each scrape renders them.
     pub fn refresh(&self) {
+        self.decisions.sweep(std::time::SystemTime::now());
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             self.tasks
                 .set(i64::try_from(rt.metrics().num_alive_tasks()).unwrap_or(i64::MAX));

@@ -89,6 +89,28 @@ async fn a_list_scales_to_drain_its_backlog_catch_up_and_follow_arrivals() {
     fill(&mut conn, "work", 50, 0.5);
     wait_value(&c, &work, 5.0).await;
     assert!(active(&mut c.clone(), &work).await.unwrap());
+    // The decision and the model's inputs are on /metrics, per ScaledObject.
+    let scrape = app.scrape().await;
+    let so = [
+        ("namespace", "default"),
+        ("scaledobject", "worker"),
+        ("queue", "work"),
+        ("mode", "WaitTime"),
+    ];
+    let gauge = |name: &str| scrape.value(name, &so);
+    assert_eq!(
+        gauge("queue_exporter_scaler_desired_replicas"),
+        Some(5.0),
+        "{}",
+        scrape.text()
+    );
+    assert_eq!(gauge("queue_exporter_scaler_backlog"), Some(50.0));
+    assert_eq!(gauge("queue_exporter_scaler_arrival_rate"), Some(0.0));
+    assert_eq!(
+        gauge("queue_exporter_scaler_service_time_seconds"),
+        Some(1.0)
+    );
+    assert!(gauge("queue_exporter_scaler_oldest_age_seconds").is_some_and(|a| a > 0.0 && a < 10.0));
 
     // With 4 jobs per replica, 5 workers are 1.25 replicas.
     let mut per4 = work.clone();
@@ -164,6 +186,17 @@ async fn unknown_inputs_are_unavailable_and_bad_metadata_names_the_key() {
     );
     let e = active(&mut c, &trigger("plain")).await.unwrap_err();
     assert_eq!(e.code(), Code::Unavailable, "{e:?}");
+    // An unknown answer has no series on /metrics: absent, never 0. The
+    // QueueLength trigger asked above has one: 3 items over a target of 5.
+    let scrape = app.scrape().await;
+    let desired = |mode| {
+        scrape.value(
+            "queue_exporter_scaler_desired_replicas",
+            &[("queue", "plain"), ("mode", mode)],
+        )
+    };
+    assert_eq!(desired("WaitTime"), None, "{}", scrape.text());
+    assert_eq!(desired("QueueLength"), Some(0.6), "{}", scrape.text());
     // With its age read, a list without a processed counter has no arrival rate.
     fill(&mut conn, "aged", 3, 1.0);
     wait_value(&c, &[("queue", "aged")], 3.0).await;

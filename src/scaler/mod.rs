@@ -8,6 +8,7 @@
 //! - [`query`]: selects queues from the snapshots and aggregates one value.
 //! - [`names`]: the path-safe metric names handed to the HPA.
 //! - [`service`]: the tonic service (unary RPCs and push streams).
+//! - [`record`]: each answer handed to the telemetry's decision store.
 //! - [`tls`]: loading the listener's certificates.
 //! - [`wait`]: the `WaitTime` model (replicas from backlog, age, arrivals, service time).
 //! - [`wait_inputs`]: that model's inputs, read from a snapshot.
@@ -18,6 +19,7 @@ pub mod ask;
 pub mod metadata;
 pub mod names;
 pub mod query;
+pub mod record;
 pub mod service;
 pub mod tls;
 pub mod wait;

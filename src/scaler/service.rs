@@ -27,6 +27,7 @@ use crate::scaler::proto::{
     MetricValue, ScaledObjectRef,
 };
 use crate::scaler::query::{self, QueryError, Reading};
+use crate::scaler::record;
 use crate::shutdown::Shutdown;
 use crate::telemetry::{GrpcLabels, MethodLabels, Telemetry};
 
@@ -424,13 +425,20 @@ impl ExternalScaler for Scaler {
         const METHOD: &str = "IsActive";
         let started = Instant::now();
         let r = request.into_inner();
-        let result = self.inner.parse(&r.scaler_metadata).and_then(|query| {
-            let reading = self.inner.read(&query);
-            log_decision(METHOD, &who(&r), &query, &reading);
-            reading.map(|v| IsActiveResponse {
-                result: v.is_active(&query),
-            })
-        });
+        let result = match self.inner.parse(&r.scaler_metadata) {
+            Ok(query) => {
+                let reading = self.inner.read(&query);
+                log_decision(METHOD, &who(&r), &query, &reading);
+                record::record(&self.inner.telemetry, METHOD, &r, &query, &reading);
+                reading.map(|v| IsActiveResponse {
+                    result: v.is_active(&query),
+                })
+            }
+            Err(status) => {
+                record::record_refused(&self.inner.telemetry, METHOD, &r, &status);
+                Err(status)
+            }
+        };
         self.inner.unary(METHOD, started, result)
     }
 
@@ -515,7 +523,9 @@ fn get_metrics(inner: &Inner, req: &GetMetricsRequest) -> Result<GetMetricsRespo
         .scaled_object_ref
         .as_ref()
         .ok_or_else(|| Status::invalid_argument("scaledObjectRef: required"))?;
-    let query = inner.parse(&r.scaler_metadata)?;
+    let query = inner.parse(&r.scaler_metadata).inspect_err(|status| {
+        record::record_refused(&inner.telemetry, METHOD, r, status);
+    })?;
     let name = names::metric_name(&query);
     let asked = names::normalize_requested(&req.metric_name);
     if !asked.is_empty() && asked != name {
@@ -526,6 +536,7 @@ fn get_metrics(inner: &Inner, req: &GetMetricsRequest) -> Result<GetMetricsRespo
     }
     let reading = inner.read(&query);
     log_decision(METHOD, &who(r), &query, &reading);
+    record::record(&inner.telemetry, METHOD, r, &query, &reading);
     let value = reading?.value;
     Ok(GetMetricsResponse {
         metric_values: vec![MetricValue {
