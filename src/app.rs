@@ -311,6 +311,7 @@ impl App {
         let state = HttpState {
             exposition: Arc::new(Exposition::new(hub.clone(), telemetry.clone())),
             hub: hub.clone(),
+            telemetry: telemetry.clone(),
         };
         let shutdown = trigger.subscribe();
         tasks.spawn(async move {

@@ -1,8 +1,10 @@
-//! The HTTP listener: `/metrics`, `/healthz`, `/readyz` and a landing page.
-//! Handlers only read snapshots; none of them reaches a backend. Optionally
-//! HTTPS ([`tls`]) and basic auth ([`auth`]), configured under `web:`.
+//! The HTTP listener: `/metrics`, `/healthz`, `/readyz`, a landing page and
+//! the KEDA scaler's decisions ([`scalers`]). Handlers only read snapshots
+//! and telemetry; none of them reaches a backend. Optionally HTTPS ([`tls`])
+//! and basic auth ([`auth`]), configured under `web:`.
 
 pub mod auth;
+pub mod scalers;
 pub mod tls;
 
 use std::sync::Arc;
@@ -19,6 +21,7 @@ use crate::crypto::PemFileError;
 use crate::exposition::{Exposition, Format, accepts_gzip};
 use crate::hub::Hub;
 use crate::shutdown::Shutdown;
+use crate::telemetry::Telemetry;
 
 /// Shared state of the HTTP handlers.
 #[derive(Debug, Clone)]
@@ -27,6 +30,8 @@ pub struct HttpState {
     pub exposition: Arc<Exposition>,
     /// For readiness and the landing page.
     pub hub: Hub,
+    /// The scaler's recorded decisions, for `/scalers`.
+    pub telemetry: Arc<Telemetry>,
 }
 
 /// What `web:` asks of the listener, loaded once at startup.
@@ -92,7 +97,9 @@ pub fn router(
         .route("/", get(landing))
         .route("/metrics", get(metrics))
         .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz));
+        .route("/readyz", get(readyz))
+        .route("/scalers", get(scalers::page))
+        .route("/api/v1/scalers", get(scalers::api));
     // Around every route and the fallback: an unauthenticated request is
     // refused before any work, and unknown paths answer 401, not 404, as
     // with exporter-toolkit.
@@ -313,14 +320,15 @@ async fn landing(State(state): State<HttpState>) -> Html<String> {
         "<!doctype html><html><head><title>queue-exporter</title></head><body>\
          <h1>queue-exporter {}</h1>\
          <ul><li><a href=\"metrics\">/metrics</a></li><li><a href=\"healthz\">/healthz</a></li>\
-         <li><a href=\"readyz\">/readyz</a></li></ul>\
+         <li><a href=\"readyz\">/readyz</a></li><li><a href=\"scalers\">/scalers</a></li></ul>\
          <table border=\"1\"><tr><th>source</th><th>type</th><th>status</th><th>queues</th></tr>{rows}</table>\
          </body></html>",
         env!("CARGO_PKG_VERSION")
     ))
 }
 
-fn html_escape(s: &str) -> String {
+/// `s` safe inside HTML text and attribute values.
+pub fn html_escape(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
