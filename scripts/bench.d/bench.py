@@ -82,6 +82,11 @@ TARGETS = {
 }
 
 CHILDREN = []  # processes to stop on exit
+
+# The closed-loop section of BENCHMARKS.md (closedloop.py, `scripts/bench
+# --closed-loop`) sits between these marks; a rewrite of the report keeps it.
+CLOSED_LOOP_START = "<!-- closed-loop: written by scripts/bench --closed-loop -->"
+CLOSED_LOOP_END = "<!-- /closed-loop -->"
 CLEANUPS = []  # callables to run on exit
 
 
@@ -2341,6 +2346,11 @@ def main():
     text = text.replace("](docs/bench-", f"]({rel}/{stem}-")
     if not pngs:
         text += "\n(matplotlib not available: no plots.)\n"
+    if os.path.exists(args.out):
+        old = open(args.out).read()
+        if CLOSED_LOOP_START in old and CLOSED_LOOP_END in old:
+            kept = old.split(CLOSED_LOOP_START, 1)[1].split(CLOSED_LOOP_END, 1)[0]
+            text = text.rstrip("\n") + "\n\n" + CLOSED_LOOP_START + kept + CLOSED_LOOP_END + "\n"
     with open(args.out, "w") as f:
         f.write(text)
     log(f"wrote {args.out}" + (f", {', '.join(pngs)}" if pngs else ""))
