@@ -1,0 +1,443 @@
+#!/usr/bin/env python3
+"""The closed-loop simulation of issue 27: does `mode: WaitTime` start jobs
+within `targetWait`, and at what cost against `QueueLength` thresholds?
+
+Run it through `scripts/bench --closed-loop` (or `--closed-loop --smoke`),
+which builds the binary and passes its path here. Everything real that can
+be: a private redis-server holding the job list (items carry `enqueued_at`)
+and a `processed` counter, the queue-exporter binary polling it, workers
+that take jobs with BLPOP and spend `processingTime` on each, and gRPC
+answers through `queue-exporter ask`. Kubernetes is emulated: KEDA (its
+`pollingInterval`, activation from 0 and `cooldownPeriod` back to 0) and the
+HPA's replica calculator for an external `AverageValue` metric
+(pkg/controller/podautoscaler/replica_calculator.go,
+GetExternalPerPodMetricReplicas: usage ratio = value / (target × replicas),
+no change within the 10 % tolerance, else ceil(value / target)), with the
+default behavior (scale-up max(100 %, 4 pods) per 15 s, scale-down
+stabilisation 300 s) and a pod start delay.
+
+Time is compressed: 1 real second stands for SPEEDUP (15) model seconds,
+for the trace, the workers, the emulator and the trigger's durations alike;
+every number reported is in model time. One Poisson trace (steady, ramp, a
+10× burst, drain, idle) is made once, with a fixed seed, and replayed
+against each trigger in the same sitting.
+
+Only the standard library is needed, plus matplotlib for the plot; it
+reuses bench.py's Redis client, redis-server and exporter wrappers.
+"""
+
+import argparse
+import datetime
+import json
+import math
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench import (  # noqa: E402  (the harness's helpers; importing runs nothing)
+    CHILDREN, CLOSED_LOOP_END as END_MARK, CLOSED_LOOP_START as START_MARK,
+    Exporter, Redis, RedisServer, log, pct,
+)
+
+SPEEDUP = 15.0  # model seconds per real second
+
+# The world, in model seconds.
+SERVICE = 6.0  # worker time per job (the truth; processingTime may be mis-set)
+TARGET_WAIT = 120.0
+BASE_RATE = 1.0  # jobs per model second in the steady phase
+POD_START = 30.0  # from the HPA's decision to a worker taking jobs
+HPA_SYNC = 15.0
+KEDA_POLL = 30.0
+COOLDOWN = 300.0
+DOWN_WINDOW = 300.0  # scale-down stabilisation
+MAX_REPLICAS = 100
+TOLERANCE = 0.1
+POLL = 1.5  # the exporter's poll_interval
+WINDOW = 60.0  # WaitTime's arrival-rate window
+
+# The trace's phases: (name, model seconds, rate at start, rate at end).
+PHASES = [
+    ("steady", 480, 1.0, 1.0),
+    ("ramp", 480, 1.0, 3.0),
+    ("burst", 240, 10.0, 10.0),
+    ("drain", 480, 1.0, 1.0),
+    ("idle", 480, 0.0, 0.0),
+]
+SMOKE_SCALE = 0.15  # --smoke: every phase this long, two triggers
+
+LIST = "sim:jobs"
+DONE = "sim:done"
+
+
+def real(model_seconds):
+    return model_seconds / SPEEDUP
+
+
+def dur(model_seconds):
+    """A duration for trigger metadata, in real time, in milliseconds."""
+    return f"{round(real(model_seconds) * 1000)}ms"
+
+
+def trace(scale, seed=27):
+    """Arrival times (model seconds from the start) of one Poisson trace
+    whose rate follows PHASES (thinning a process at the peak rate)."""
+    rng = random.Random(seed)
+    peak = max(max(a, b) for _, _, a, b in PHASES) * BASE_RATE
+    out, start = [], 0.0
+    for _, length, r0, r1 in PHASES:
+        length *= scale
+        t = 0.0
+        while True:
+            t += rng.expovariate(peak)
+            if t >= length:
+                break
+            rate = (r0 + (r1 - r0) * t / length) * BASE_RATE
+            if rng.random() < rate / peak:
+                out.append(start + t)
+        start += length
+    return out, start
+
+
+class Pod:
+    """One replica: a worker that starts POD_START after it is created,
+    then takes jobs one at a time until told to stop (finishing its job)."""
+
+    def __init__(self, sim, created):
+        self.sim, self.created, self.stopped = sim, created, None
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.work, daemon=True)
+        self.thread.start()
+
+    def work(self):
+        ready = self.created + real(POD_START)
+        while not self.stop.is_set() and time.time() < ready:
+            time.sleep(0.02)
+        r = Redis(self.sim.redis.port)
+        try:
+            while not self.stop.is_set():
+                item = r.cmd("BLPOP", LIST, "0.05")
+                if item is None:
+                    continue
+                started = time.time()
+                job = json.loads(item[1])
+                self.sim.started(started - job["enqueued_at"])
+                time.sleep(real(SERVICE))
+                r.cmd("INCR", DONE)
+        finally:
+            r.close()
+            self.stopped = time.time()
+
+
+class Run:
+    """One trigger against the trace: producer, pods and the KEDA/HPA loop."""
+
+    def __init__(self, args, redis, exporter, name, meta, arrivals, length):
+        self.args, self.redis, self.exporter = args, redis, exporter
+        self.name, self.meta = name, meta
+        self.arrivals, self.length = arrivals, length
+        self.lock = threading.Lock()
+        self.waits = []  # model seconds
+        self.pods, self.gone = [], []
+        self.timeline = []  # (model t, replicas, backlog, value)
+        self.errors = 0
+
+    def started(self, real_wait):
+        with self.lock:
+            self.waits.append(max(0.0, real_wait) * SPEEDUP)
+
+    def produce(self, t0):
+        r = Redis(self.redis.port)
+        try:
+            i = 0
+            while i < len(self.arrivals):
+                due = t0 + real(self.arrivals[i])
+                now = time.time()
+                if now < due:
+                    time.sleep(min(due - now, 0.05))
+                    continue
+                batch = []
+                while i < len(self.arrivals) and t0 + real(self.arrivals[i]) <= now:
+                    batch.append(json.dumps({"id": i, "enqueued_at": t0 + real(self.arrivals[i])}))
+                    i += 1
+                r.cmd("RPUSH", LIST, *batch)
+        finally:
+            r.close()
+
+    def set_replicas(self, n, now):
+        while len(self.pods) < n:
+            self.pods.append(Pod(self, now))
+        while len(self.pods) > n:
+            pod = self.pods.pop()  # the newest first
+            pod.stop.set()
+            self.gone.append(pod)
+
+    def ask(self):
+        """(IsActive, GetMetricSpec target, GetMetrics value) as KEDA hears
+        them, or None when a call failed."""
+        cmd = [self.args.bin, "ask", "--grpc", self.exporter.grpc] + [f"{k}={v}" for k, v in self.meta]
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=10)
+        if out.returncode != 0:
+            self.errors += 1
+            if self.errors <= 3:
+                log(f"{self.name}: ask failed: {out.stderr.strip()[:300]}")
+            return None
+        active, target, value = None, None, None
+        for line in out.stdout.splitlines():
+            if line.startswith("IsActive: "):
+                active = line.split(": ", 1)[1].strip() == "true"
+            elif line.startswith("GetMetricSpec: "):
+                target = float(line.rsplit(" target ", 1)[1])
+            elif line.startswith("GetMetrics: "):
+                value = float(line.rsplit(" = ", 1)[1])
+        if None in (active, target, value):
+            return None
+        return active, target, value
+
+    def run(self):
+        admin = self.redis.admin
+        admin.cmd("DEL", LIST)
+        admin.cmd("SET", DONE, 0)
+        # Let the exporter see an empty, quiet queue for a window first.
+        time.sleep(real(WINDOW) + 1.0)
+        t0 = time.time()
+        producer = threading.Thread(target=self.produce, args=(t0,), daemon=True)
+        producer.start()
+        last_active, recs, next_keda = None, [], t0
+        end = t0 + real(self.length)
+        while True:
+            now = time.time()
+            if now >= end and admin.cmd("LLEN", LIST) == 0 and not self.pods:
+                break
+            if now >= end + real(COOLDOWN + DOWN_WINDOW) * 2:
+                log(f"{self.name}: still {len(self.pods)} pods after the trace; stopping")
+                break
+            answer = self.ask()
+            replicas = len(self.pods)
+            value = answer[2] if answer else None
+            if answer and now >= next_keda:
+                next_keda = now + real(KEDA_POLL)
+                if answer[0]:
+                    last_active = now
+                    if replicas == 0:
+                        self.set_replicas(1, now)
+                elif replicas > 0 and (last_active is None or now - last_active >= real(COOLDOWN)):
+                    self.set_replicas(0, now)
+                    recs = []
+            replicas = len(self.pods)
+            if answer and replicas > 0:
+                # GetExternalPerPodMetricReplicas, in milli-units as the HPA
+                # reads a quantity.
+                target = answer[1]
+                desired = replicas
+                if abs(1.0 - value / (target * replicas)) > TOLERANCE:
+                    desired = math.ceil(round(value * 1000) / round(target * 1000))
+                desired = max(1, min(MAX_REPLICAS, desired))
+                recs = [(t, d) for t, d in recs if now - t < real(DOWN_WINDOW)] + [(now, desired)]
+                if desired > replicas:
+                    new = min(desired, max(2 * replicas, replicas + 4))
+                else:
+                    new = min(replicas, max(d for _, d in recs))
+                self.set_replicas(new, now)
+            self.timeline.append(((now - t0) * SPEEDUP, len(self.pods), admin.cmd("LLEN", LIST), value))
+            time.sleep(max(0.0, now + real(HPA_SYNC) - time.time()))
+        producer.join()
+        self.set_replicas(0, time.time())
+        for pod in self.gone:
+            pod.thread.join(timeout=real(SERVICE) + 5)
+        worker_s = sum(((p.stopped or time.time()) - p.created) * SPEEDUP for p in self.gone)
+        left = admin.cmd("LLEN", LIST)
+        waits = sorted(self.waits)
+        jobs = len(self.arrivals)
+        within = sum(1 for w in waits if w <= TARGET_WAIT)
+        return dict(
+            name=self.name, meta=dict(self.meta), jobs=jobs, started=len(waits), left=left,
+            within_pct=100.0 * within / jobs if jobs else None,
+            p99_wait=pct(waits, 99), max_wait=waits[-1] if waits else None,
+            worker_s=worker_s, ask_errors=self.errors, timeline=self.timeline,
+        )
+
+
+def triggers(smoke):
+    base = [("queue", LIST), ("source", "sim")]
+    wait = base + [("mode", "WaitTime"), ("targetWait", dur(TARGET_WAIT)), ("window", dur(WINDOW))]
+    runs = [(f"QueueLength {v}", base + [("mode", "QueueLength"), ("value", str(v))]) for v in (5, 10, 20, 40)]
+    runs.append(("WaitTime", wait + [("processingTime", dur(SERVICE))]))
+    runs.append(("WaitTime, processingTime −30 %", wait + [("processingTime", dur(SERVICE * 0.7))]))
+    runs.append(("WaitTime, processingTime +30 %", wait + [("processingTime", dur(SERVICE * 1.3))]))
+    if smoke:
+        runs = [runs[1], runs[4]]
+    return runs
+
+
+def plot(results, path):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(10, 7), sharex=True)
+    for r in results:
+        t = [p[0] / 60 for p in r["timeline"]]
+        ax1.plot(t, [p[1] for p in r["timeline"]], label=r["name"], lw=1.2)
+        ax2.plot(t, [p[2] for p in r["timeline"]], label=r["name"], lw=1.2)
+    ax1.set_ylabel("replicas")
+    ax2.set_ylabel("backlog (jobs waiting)")
+    ax2.set_xlabel("model minutes (steady, ramp, 10× burst, drain, idle)")
+    ax1.legend(fontsize=8, ncol=2)
+    ax1.set_title("Closed loop: replicas and backlog over the same Poisson trace")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
+
+def verdict(results):
+    """The issue's two targets, as lines of the report."""
+    by = {r["name"]: r for r in results}
+    ql = [r for r in results if r["name"].startswith("QueueLength") and r["within_pct"] >= 99.0]
+    wt = by.get("WaitTime")
+    lines = []
+    if wt:
+        if ql:
+            cheapest = min(ql, key=lambda r: r["worker_s"])
+            ratio = wt["worker_s"] / cheapest["worker_s"]
+            met = wt["within_pct"] >= 99.0 and ratio <= 1.1
+            lines.append(
+                f"- WaitTime: {wt['within_pct']:.2f} % within targetWait at {ratio:.2f}× the worker-seconds of "
+                f"the cheapest QueueLength reaching 99 % ({cheapest['name']}); target ≥ 99 % at ≤ 1.1×: "
+                f"**{'met' if met else 'not met'}**")
+        else:
+            lines.append(f"- WaitTime: {wt['within_pct']:.2f} % within targetWait; no QueueLength value reached 99 %")
+    for name in ("WaitTime, processingTime −30 %", "WaitTime, processingTime +30 %"):
+        if name in by:
+            r = by[name]
+            lines.append(f"- {name}: {r['within_pct']:.2f} % within targetWait; target ≥ 95 %: "
+                         f"**{'met' if r['within_pct'] >= 95.0 else 'not met'}**")
+    return lines
+
+
+def report(results, meta, png_rel):
+    rows = [
+        "| trigger | jobs | started within targetWait | p99 wait | max wait | worker-minutes | left at end | ask errors |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        rows.append(
+            f"| {r['name']} | {r['jobs']:,} | {r['within_pct']:.2f} % | {r['p99_wait'] or 0:.0f} s | "
+            f"{r['max_wait'] or 0:.0f} s | {r['worker_s'] / 60:,.0f} | {r['left']} | {r['ask_errors']} |")
+    phases = ", ".join(f"{n} {l / 60:g} min" for n, l, _, _ in PHASES)
+    text = [
+        START_MARK,
+        "## Closed loop: WaitTime against QueueLength (issue 27)",
+        "",
+        f"Written by `{meta['command']}` on {meta['started']} UTC, in {meta['minutes']:.1f} minutes, "
+        f"commit {meta['rev']}; every run in this sitting.",
+        "",
+        f"A real redis-server list (items carry `enqueued_at`; a `processed` counter), the real exporter "
+        f"(`poll_interval` {POLL:g} s), workers taking jobs with BLPOP and spending {SERVICE:g} s on each, "
+        f"and an emulated KEDA + HPA: `pollingInterval` {KEDA_POLL:g} s, `cooldownPeriod` {COOLDOWN:g} s, "
+        f"the HPA's replica calculator (AverageValue, 10 % tolerance) every {HPA_SYNC:g} s, scale-up "
+        f"max(100 %, 4 pods) per sync, scale-down stabilisation {DOWN_WINDOW:g} s, pods taking jobs "
+        f"{POD_START:g} s after they are asked for, at most {MAX_REPLICAS}. Time is compressed "
+        f"(1 s stands for {SPEEDUP:g} s); every number here is in model time. One Poisson trace "
+        f"(seed 27; {phases}; base rate {BASE_RATE:g} job/s, burst 10×) replayed against each trigger. "
+        f"WaitTime: `targetWait` {TARGET_WAIT:g} s, `processingTime` {SERVICE:g} s (and ±30 %), "
+        f"`window` {WINDOW:g} s. A job counts as started when a worker takes it; jobs never started count "
+        f"as late. Worker-minutes: pods' lifetimes from the decision that asked for them.",
+        "",
+        *rows,
+        "",
+        *verdict(results),
+        "",
+    ]
+    if png_rel:
+        text += [f"![replicas and backlog over time]({png_rel})", ""]
+    text.append(END_MARK)
+    return "\n".join(text) + "\n"
+
+
+def splice(path, section):
+    """Puts `section` into the report at `path`, replacing an earlier one."""
+    old = open(path).read() if os.path.exists(path) else "# Benchmarks\n"
+    if START_MARK in old and END_MARK in old:
+        head, rest = old.split(START_MARK, 1)
+        tail = rest.split(END_MARK, 1)[1].lstrip("\n")
+        new = head + section + ("\n" + tail if tail else "")
+    else:
+        new = old.rstrip("\n") + "\n\n" + section
+    with open(path, "w") as f:
+        f.write(new)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--bin", required=True)
+    ap.add_argument("--out", required=True, help="the report to put the section into")
+    ap.add_argument("--plot-dir", required=True)
+    ap.add_argument("--json", required=True)
+    ap.add_argument("--command", default="scripts/bench --closed-loop")
+    ap.add_argument("--smoke", action="store_true")
+    ap.add_argument("--only", help="comma list of trigger names' first words (QueueLength, WaitTime)")
+    args = ap.parse_args()
+    started = datetime.datetime.now(datetime.timezone.utc)
+    scale = SMOKE_SCALE if args.smoke else 1.0
+    arrivals, length = trace(scale)
+    work = tempfile.mkdtemp(prefix="qe-closed-loop-")
+    results = []
+    try:
+        redis = RedisServer(work)
+        exporter = Exporter(args.bin, work, "sim", f"""sources:
+  - name: sim
+    type: redis
+    url: {redis.url()}
+    poll_interval: {round(real(POLL) * 1000)}ms
+    queues:
+      - key: {LIST}
+        age: {{ end: head, field: enqueued_at, unit: seconds }}
+        counters: {{ processed: "{DONE}" }}
+""")
+        exporter.wait_ready()
+        for name, meta in triggers(args.smoke):
+            if args.only and not any(name.startswith(w) for w in args.only.split(",")):
+                continue
+            log(f"closed loop: {name} ({len(arrivals)} jobs over {length / 60:.0f} model minutes)")
+            r = Run(args, redis, exporter, name, meta, arrivals, length).run()
+            log(f"closed loop: {name}: {r['within_pct']:.2f} % within, p99 {r['p99_wait'] or 0:.0f} s, "
+                f"{r['worker_s'] / 60:.0f} worker-minutes")
+            results.append(r)
+    finally:
+        for proc in CHILDREN:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        shutil.rmtree(work, ignore_errors=True)
+    meta = dict(command=args.command, started=f"{started:%Y-%m-%d %H:%M}",
+                minutes=(time.time() - started.timestamp()) / 60, rev=bench_rev())
+    with open(args.json, "w") as f:
+        json.dump(dict(meta=meta, results=results), f, indent=1)
+    os.makedirs(args.plot_dir, exist_ok=True)
+    png = plot(results, os.path.join(args.plot_dir, "bench-closed-loop.png"))
+    rel = os.path.relpath(png, os.path.dirname(os.path.abspath(args.out))) if png else None
+    splice(args.out, report(results, meta, rel))
+    log(f"closed loop: wrote {args.out}" + (f", {png}" if png else ""))
+    for line in verdict(results):
+        log(line)
+
+
+def bench_rev():
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "?"
+
+
+if __name__ == "__main__":
+    main()
