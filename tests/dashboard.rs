@@ -332,6 +332,19 @@ fn the_dashboard_has_every_panel_the_issue_lists() {
         ],
     );
     needs("Open scaler streams", &["queue_exporter_scaler_streams"]);
+    needs("Overdue jobs", &["queue_overdue_jobs"]);
+    needs(
+        "Desired replicas per ScaledObject",
+        &["queue_exporter_scaler_desired_replicas", "scaledobject"],
+    );
+    needs(
+        "WaitTime inputs",
+        &[
+            "queue_exporter_scaler_backlog",
+            "queue_exporter_scaler_arrival_rate",
+            "queue_exporter_scaler_oldest_age_seconds",
+        ],
+    );
 }
 
 #[test]
@@ -399,7 +412,10 @@ fn cmd(conn: &mut redis::Connection, args: &[&str]) -> redis::Value {
 
 /// Queue data that keeps changing, on a private Redis, until `stop`:
 /// - `work-queue`: a list of JSON jobs with `enqueued_at`, filled in bursts
-///   (20/s for 24 s of every minute) and drained at 10/s;
+///   (20/s for 24 s of every minute) and drained at 10/s, each job taken
+///   counted in `work-queue:done` (its `counters: processed`);
+/// - `mail`: a BullMQ queue with delayed jobs long due and no worker to
+///   promote them (overdue);
 /// - `draining`: a list drained at 20/s (refilled when empty);
 /// - `jobs:pending:{high,normal,low}`: timestamp zsets, some jobs due (up to
 ///   an hour old), some scheduled in the future, due ones taken;
@@ -446,6 +462,21 @@ fn redis_activity(url: String, stop: Arc<AtomicBool>) {
         &["XGROUP", "CREATE", "events", "mailer", "$", "MKSTREAM"],
     );
     cmd(c, &["RPUSH", "jobs:dlq", "{\"id\":\"failed-0\"}"]);
+    cmd(c, &["SET", "work-queue:done", "0"]);
+    cmd(c, &["HSET", "bull:mail:meta", "opts.maxLenEvents", "10000"]);
+    for i in 0..3 {
+        // BullMQ's delayed score: due_ms * 4096 + seq, due a minute ago.
+        let score = ((now - 60.0) * 1e3) as u64 * 4096 + i;
+        cmd(
+            c,
+            &[
+                "ZADD",
+                "bull:mail:delayed",
+                &score.to_string(),
+                &format!("d{i}"),
+            ],
+        );
+    }
     let mut render = Rediswq::start(c);
 
     let start = Instant::now();
@@ -461,7 +492,9 @@ fn redis_activity(url: String, stop: Arc<AtomicBool>) {
                 cmd(c, &["RPUSH", "work-queue", &job]);
             }
         }
-        cmd(c, &["LPOP", "work-queue"]);
+        if !matches!(cmd(c, &["LPOP", "work-queue"]), redis::Value::Nil) {
+            cmd(c, &["INCR", "work-queue:done"]);
+        }
         // draining: out only.
         cmd(c, &["LPOP", "draining", "2"]);
         if tick.is_multiple_of(50) && matches!(cmd(c, &["LLEN", "draining"]), redis::Value::Int(0))
@@ -733,6 +766,18 @@ async fn scaler_activity(addr: std::net::SocketAddr, vhost: String, stop: Arc<At
         )
         .await;
         let _ = active(&mut c, &[("queue", "jobs:pending:*"), ("mode", "Ready")]).await;
+        let _ = metrics(
+            &mut c,
+            &[
+                ("source", "main"),
+                ("queue", "work-queue"),
+                ("mode", "WaitTime"),
+                ("targetWait", "30s"),
+                ("processingTime", "200ms"),
+                ("window", "10s"),
+            ],
+        )
+        .await;
         if tick.is_multiple_of(8) {
             let _ = metrics(&mut c, &[("source", "main"), ("queue", "no-such-queue")]).await;
         }
@@ -782,6 +827,7 @@ sources:
     queues:
       - key: work-queue
         age: {{ end: head, field: enqueued_at, unit: seconds }}
+        counters: {{ processed: "work-queue:done" }}
       - key: draining
       - pattern: "jobs:pending:*"
         labels: "jobs:pending:(?P<priority>[^:]+)"
@@ -790,6 +836,7 @@ sources:
       - key: jobs:dlq
       - preset: rediswq
         name: render
+      - preset: bullmq
   - name: rabbit
     type: rabbitmq
     method: management
