@@ -1270,12 +1270,13 @@ mod tests {
         let eval = |query: &ScalerQuery| evaluate(query, std::slice::from_ref(&s), &cfg(), now);
 
         // 8 jobs/s of 0.5 s keep 4 workers busy; 600 waiting to start
-        // within 30 s need 600 * 0.5 / 30 = 10 more.
+        // within 30 s need 600 * 0.5 / 30 = 10, and a share of the 4 on top.
         let r = eval(&wait("jobs")).unwrap();
         let d = r.wait.unwrap();
         assert!((d.inputs.arrival_rate - 8.0).abs() < 1e-9, "{d:?}");
         assert_eq!((d.inputs.backlog, d.inputs.oldest_age), (600.0, 12.0));
-        assert!((r.value - 14.0).abs() < 1e-9, "{d:?}");
+        let want = 10.0 + crate::scaler::wait::ARRIVAL_SHARE * 4.0;
+        assert!((r.value - want).abs() < 1e-9, "{d:?}");
         assert_eq!(d.bound, Bound::Drain);
         assert!(r.is_active(&wait("jobs")));
 
