@@ -54,27 +54,6 @@ async fn publish(vhost: &str, queue: &str, n: usize) {
     }
 }
 
-/// One management source `rabbit` over `vhosts`.
-fn rabbit_config(vhosts: &[RabbitVhost], poll: &str) -> String {
-    let list = vhosts
-        .iter()
-        .map(|v| format!("\"{}\"", v.name))
-        .collect::<Vec<_>>()
-        .join(", ");
-    format!(
-        r#"
-        sources:
-          - name: rabbit
-            type: rabbitmq
-            url: http://127.0.0.1:15672
-            username: guest
-            password: guest
-            vhosts: [{list}]
-            poll_interval: {poll}
-        "#
-    )
-}
-
 /// The management API refreshes queue stats every 5 s by default.
 const STATS_WAIT: Duration = Duration::from_secs(30);
 

@@ -249,21 +249,7 @@ async fn a_rabbitmq_queue_reads_ready_messages_their_age_and_publishes() {
         BasicProperties::default().with_timestamp(sent),
     )
     .await;
-    let yaml = format!(
-        r#"
-        listen: {{ grpc: 127.0.0.1:0 }}
-        sources:
-          - name: rabbit
-            type: rabbitmq
-            url: http://127.0.0.1:15672
-            username: guest
-            password: guest
-            vhosts: ["{}"]
-            poll_interval: 500ms
-        "#,
-        vh.name
-    );
-    let app = TestApp::start(&yaml).await;
+    let app = TestApp::start(&rabbit_config(std::slice::from_ref(&vh), "500ms")).await;
     let c = client(&app).await;
     let orders = [
         ("queue", "orders"),

@@ -18,8 +18,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use globset::Glob;
-
+pub use crate::scaler::selector::QueueSelector;
 use crate::scaler::wait::WaitParams;
 use crate::snapshot::{CounterHistory, JobState, PresetKind, QueueSample, Snapshot};
 
@@ -76,14 +75,6 @@ pub const DEFAULT_WINDOW: Duration = Duration::from_secs(60);
 
 /// Shortest accepted `window`.
 pub const MIN_WINDOW: Duration = Duration::from_secs(1);
-
-/// Accepted `targetWait` and `processingTime`: from 1 ms (the simulation
-/// compresses time) to a day; beyond, a job queue is not what is scaled.
-pub const WAIT_RANGE: std::ops::RangeInclusive<Duration> =
-    Duration::from_millis(1)..=Duration::from_secs(24 * 3600);
-
-/// Largest `workersPerReplica`.
-pub const MAX_WORKERS_PER_REPLICA: u32 = 10_000;
 
 /// What is measured per queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -192,148 +183,6 @@ impl Operation {
         Operation::ALL
             .into_iter()
             .find(|o| o.as_str().eq_ignore_ascii_case(s))
-    }
-}
-
-/// The `queue` key: an exact name, which may also be a glob.
-///
-/// Matching runs once per trigger map and snapshot over every queue name,
-/// so it is made cheap where it can be (measured: with 500 brace globs over
-/// 4,000 queues, globset's per-name path handling took most of the
-/// scaler's CPU): a glob of literals and `{a,b}` groups only becomes a set
-/// of names; other globs run as one regex, after a literal-prefix check.
-#[derive(Debug, Clone)]
-pub struct QueueSelector {
-    /// The text as given (trimmed).
-    text: String,
-    /// How a name other than `text` itself can match.
-    glob: Option<GlobMatch>,
-}
-
-/// A compiled glob.
-#[derive(Debug, Clone)]
-enum GlobMatch {
-    /// Literals and brace groups only: every name it matches.
-    Names(std::collections::HashSet<String>),
-    /// Wildcards: the glob's regex (as globset builds it).
-    Regex(regex::bytes::Regex),
-}
-
-/// A brace-only glob expands to at most this many names; beyond, it runs
-/// as a regex.
-const MAX_EXPANDED_NAMES: usize = 1024;
-
-/// Every name a glob of literals and non-nested `{a,b}` groups matches, or
-/// `None` for any other glob (wildcards, classes, escapes, nesting).
-fn expand_braces(text: &str) -> Option<Vec<String>> {
-    if text.contains(['*', '?', '[', ']', '\\']) {
-        return None;
-    }
-    let mut names = vec![String::new()];
-    let mut rest = text;
-    while !rest.is_empty() {
-        let (literal, group) = match rest.find('{') {
-            Some(open) => {
-                let close = rest[open..].find('}')? + open;
-                (&rest[..open], Some(&rest[open + 1..close]))
-            }
-            None => (rest, None),
-        };
-        if literal.contains('}') {
-            return None;
-        }
-        for n in &mut names {
-            n.push_str(literal);
-        }
-        let Some(group) = group else { break };
-        if group.contains('{') {
-            return None;
-        }
-        let alternatives: Vec<&str> = group.split(',').collect();
-        // globset reads an empty alternative its own way: leave it to it.
-        if alternatives.contains(&"") || names.len() * alternatives.len() > MAX_EXPANDED_NAMES {
-            return None;
-        }
-        names = names
-            .iter()
-            .flat_map(|n| alternatives.iter().map(move |a| format!("{n}{a}")))
-            .collect();
-        rest = &rest[literal.len() + group.len() + 2..];
-    }
-    Some(names)
-}
-
-impl QueueSelector {
-    /// Builds a selector; text without glob metacharacters is exact only.
-    pub fn new(text: &str) -> QueueSelector {
-        let has_meta = text.contains(['*', '?', '[', '{']);
-        let glob = if has_meta {
-            Glob::new(text)
-                .ok()
-                .and_then(|g| match expand_braces(text) {
-                    Some(names) => Some(GlobMatch::Names(names.into_iter().collect())),
-                    None => regex::bytes::Regex::new(g.regex())
-                        .ok()
-                        .map(GlobMatch::Regex),
-                })
-        } else {
-            None
-        };
-        QueueSelector {
-            text: text.to_string(),
-            glob,
-        }
-    }
-
-    /// The text as given.
-    pub fn text(&self) -> &str {
-        &self.text
-    }
-
-    /// True when the text is used as a glob (it may still match exactly).
-    pub fn is_glob(&self) -> bool {
-        self.glob.is_some()
-    }
-
-    /// Every name the selector matches, when that is a finite set (an
-    /// exact name, or a glob of literals and brace groups).
-    pub fn names(&self) -> Option<Vec<&str>> {
-        match &self.glob {
-            None => Some(vec![self.text.as_str()]),
-            Some(GlobMatch::Names(names)) => Some(
-                std::iter::once(self.text.as_str())
-                    .chain(names.iter().map(String::as_str))
-                    .collect(),
-            ),
-            Some(GlobMatch::Regex(_)) => None,
-        }
-    }
-
-    /// True when `name` equals the text or matches it as a glob.
-    pub fn matches(&self, name: &str) -> bool {
-        if name == self.text {
-            return true;
-        }
-        match &self.glob {
-            None => false,
-            Some(GlobMatch::Names(names)) => names.contains(name),
-            Some(GlobMatch::Regex(re)) => {
-                name.starts_with(self.literal_prefix()) && re.is_match(name.as_bytes())
-            }
-        }
-    }
-
-    /// What every name the selector matches starts with: the text before
-    /// its first glob metacharacter, or the whole text when it is exact.
-    pub fn literal_prefix(&self) -> &str {
-        if !self.is_glob() {
-            return &self.text;
-        }
-        let end = self
-            .text
-            .find(['*', '?', '[', '{', '\\'])
-            .unwrap_or(self.text.len());
-        &self.text[..end]
     }
 }
 
@@ -601,29 +450,6 @@ pub fn parse(meta: &HashMap<String, String>) -> Result<ScalerQuery, MetadataErro
         })?,
     };
 
-    if mode == Mode::WaitTime {
-        for (key, why) in [
-            (
-                "value",
-                "the target of mode WaitTime is fixed: its value is replicas, against a target of 1",
-            ),
-            (
-                "activationValue",
-                "mode WaitTime is active while jobs wait or arrive",
-            ),
-            (
-                "operation",
-                "mode WaitTime sums backlogs and arrival rates and takes the oldest age over the matched queues",
-            ),
-        ] {
-            if get(key).is_some() {
-                return Err(MetadataError::Invalid {
-                    key,
-                    problem: format!("{why}; remove it"),
-                });
-            }
-        }
-    }
     let wait = parse_wait(mode, &get)?;
 
     let target = match get("value") {
@@ -733,63 +559,44 @@ pub fn parse(meta: &HashMap<String, String>) -> Result<ScalerQuery, MetadataErro
     })
 }
 
-/// `targetWait`, `processingTime` and `workersPerReplica`: required (the
-/// first two) with mode WaitTime, refused with any other mode.
+/// `targetWait`, `processingTime` and `workersPerReplica`: read by
+/// [`WaitParams::from_metadata`] with mode WaitTime, refused with any other;
+/// and with WaitTime, `value`, `activationValue` and `operation` refused.
 fn parse_wait<'a>(
     mode: Mode,
     get: &impl Fn(&str) -> Option<&'a str>,
 ) -> Result<Option<WaitParams>, MetadataError> {
-    let keys = ["targetWait", "processingTime", "workersPerReplica"];
-    if mode != Mode::WaitTime {
-        return match keys.into_iter().find(|k| get(k).is_some()) {
-            Some(key) => Err(MetadataError::Invalid {
-                key,
-                problem: format!("applies only to mode WaitTime, not {mode}; remove it"),
-            }),
-            None => Ok(None),
-        };
-    }
-    let duration = |key: &'static str, what: &str| {
-        let invalid = |problem: String| MetadataError::Invalid { key, problem };
-        let v = get(key).ok_or_else(|| invalid(format!("required with mode WaitTime: {what}")))?;
-        match humantime::parse_duration(v) {
-            Ok(d) if WAIT_RANGE.contains(&d) => Ok(d),
-            _ => Err(invalid(format!(
-                "must be a duration from {} to {} such as 30s or 2m, got {v:?}",
-                humantime::format_duration(*WAIT_RANGE.start()),
-                humantime::format_duration(*WAIT_RANGE.end())
-            ))),
-        }
-    };
-    let target_wait = duration(
-        "targetWait",
-        "how soon after it is enqueued a job should start, such as 30s",
-    )?;
-    // The exporter measures no queue's service time yet, so it is required
-    // everywhere; where it can be measured it will become optional.
-    let processing_time = duration(
-        "processingTime",
-        "the average worker time per job, such as 2s (the exporter cannot measure it for this queue)",
-    )?;
-    let workers_per_replica = match get("workersPerReplica") {
-        None => 1,
-        Some(v) => match v.parse::<u32>() {
-            Ok(n) if (1..=MAX_WORKERS_PER_REPLICA).contains(&n) => n,
-            _ => {
-                return Err(MetadataError::Invalid {
-                    key: "workersPerReplica",
-                    problem: format!(
-                        "must be a whole number from 1 to {MAX_WORKERS_PER_REPLICA} (jobs one replica works on at once), got {v:?}"
-                    ),
-                });
+    if mode == Mode::WaitTime {
+        for (key, why) in [
+            (
+                "value",
+                "the target of mode WaitTime is fixed: its value is replicas, against a target of 1",
+            ),
+            (
+                "activationValue",
+                "mode WaitTime is active while jobs wait or arrive",
+            ),
+            (
+                "operation",
+                "mode WaitTime sums backlogs and arrival rates and takes the oldest age over the matched queues",
+            ),
+        ] {
+            if get(key).is_some() {
+                let problem = format!("{why}; remove it");
+                return Err(MetadataError::Invalid { key, problem });
             }
-        },
-    };
-    Ok(Some(WaitParams {
-        target_wait,
-        processing_time,
-        workers_per_replica,
-    }))
+        }
+        return WaitParams::from_metadata(get)
+            .map(Some)
+            .map_err(|(key, problem)| MetadataError::Invalid { key, problem });
+    }
+    match WaitParams::KEYS.into_iter().find(|k| get(k).is_some()) {
+        Some(key) => Err(MetadataError::Invalid {
+            key,
+            problem: format!("applies only to mode WaitTime, not {mode}; remove it"),
+        }),
+        None => Ok(None),
+    }
 }
 
 /// A `state` comma list: each a normalized job state, no duplicates.
@@ -1110,56 +917,5 @@ mod tests {
         assert_eq!(q.activation, 1.0);
         assert_eq!(q.source, None);
         assert!(q.queue.is_glob());
-    }
-
-    #[test]
-    fn fast_glob_matching_agrees_with_globset() {
-        let globs = [
-            "q:{a,b,c}",
-            "{x,y}:{1,2}:tail",
-            "q:{a,}",
-            "jobs:*",
-            "jobs:?:x",
-            "j[ab]:*",
-            "odd\\*name",
-            "ü*{é,e}",
-            "a}b{c,d}",
-            "{a,{b,c}}",
-        ];
-        let names = [
-            "q:a", "q:b", "q:c", "q:d", "q:", "x:1:tail", "y:2:tail", "x:3:tail", "jobs:",
-            "jobs:1", "jobs:1:x", "ja:z", "jc:z", "odd*name", "oddXname", "üé", "üxe", "a}bc", "b",
-            "c", "a",
-        ];
-        for glob in globs {
-            let Ok(reference) = Glob::new(glob).map(|g| g.compile_matcher()) else {
-                continue;
-            };
-            let ours = QueueSelector::new(glob);
-            for name in names {
-                assert_eq!(
-                    ours.matches(name),
-                    name == glob || reference.is_match(name),
-                    "glob {glob:?} name {name:?}"
-                );
-            }
-        }
-        assert!(expand_braces("q:{a,b}{1,2}").is_some_and(|n| n.len() == 4));
-        assert!(expand_braces("q:*{a,b}").is_none());
-    }
-
-    #[test]
-    fn selector_matches_exactly_or_as_glob() {
-        let g = QueueSelector::new("jobs:pending:*");
-        assert!(g.matches("jobs:pending:high"));
-        assert!(!g.matches("jobs:done:x"));
-        let e = QueueSelector::new("work");
-        assert!(e.matches("work") && !e.matches("work2"));
-        // Not a valid glob: exact only.
-        let bad = QueueSelector::new("a[b");
-        assert!(!bad.is_glob() && bad.matches("a[b"));
-        // A literal name with glob characters still matches itself.
-        let lit = QueueSelector::new("odd*name");
-        assert!(lit.matches("odd*name") && lit.matches("oddXname"));
     }
 }

@@ -5,6 +5,7 @@
 //! ScaledObjects and KEDA replicas cost the backends nothing.
 //!
 //! - [`metadata`]: parses and validates a trigger's `scalerMetadata`.
+//! - [`selector`]: the `queue` key, an exact name or a glob.
 //! - [`query`]: selects queues from the snapshots and aggregates one value.
 //! - [`names`]: the path-safe metric names handed to the HPA.
 //! - [`service`]: the tonic service (unary RPCs and push streams).
@@ -20,6 +21,7 @@ pub mod metadata;
 pub mod names;
 pub mod query;
 pub mod record;
+pub mod selector;
 pub mod service;
 pub mod tls;
 pub mod wait;

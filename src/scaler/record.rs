@@ -55,15 +55,7 @@ pub fn record(
                 bound: d.bound.as_str(),
             }),
         },
-        Err(status) => Answer {
-            at: SystemTime::now(),
-            method,
-            value: None,
-            desired: None,
-            active: None,
-            error: Some(format!("{:?}: {}", status.code(), status.message())),
-            model: None,
-        },
+        Err(status) => failed(method, status),
     };
     // The parsed-query cache hands out one Arc per metadata map, so its
     // address tells whether the map changed since the entry was made.
@@ -89,7 +81,16 @@ pub fn record_refused(
         queue: get("queue"),
         mode: get("mode"),
     };
-    let answer = Answer {
+    let answer = failed(method, status);
+    // No parsed query to tell maps apart: the metadata is shown as first seen.
+    telemetry
+        .decisions
+        .record(labels, 0, || redacted(&r.scaler_metadata), answer);
+}
+
+/// An answer that was an error status.
+fn failed(method: &'static str, status: &Status) -> Answer {
+    Answer {
         at: SystemTime::now(),
         method,
         value: None,
@@ -97,11 +98,7 @@ pub fn record_refused(
         active: None,
         error: Some(format!("{:?}: {}", status.code(), status.message())),
         model: None,
-    };
-    // No parsed query to tell maps apart: the metadata is shown as first seen.
-    telemetry
-        .decisions
-        .record(labels, 0, || redacted(&r.scaler_metadata), answer);
+    }
 }
 
 /// `meta` sorted by key, with secret values replaced by [`REDACTED`].

@@ -32,6 +32,14 @@ pub const ARRIVAL_SHARE: f64 = 0.7;
 /// per worker.
 const ERLANG_MAX_LOAD: f64 = 100_000.0;
 
+/// Accepted `targetWait` and `processingTime`: from 1 ms (the simulation
+/// compresses time) to a day; beyond, a job queue is not what is scaled.
+pub const WAIT_RANGE: std::ops::RangeInclusive<Duration> =
+    Duration::from_millis(1)..=Duration::from_secs(24 * 3600);
+
+/// Largest `workersPerReplica`.
+pub const MAX_WORKERS_PER_REPLICA: u32 = 10_000;
+
 /// What a `WaitTime` trigger asks for (`targetWait`, `processingTime`,
 /// `workersPerReplica`), checked when the metadata is parsed.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -43,6 +51,63 @@ pub struct WaitParams {
     /// Jobs one replica works on at once (`workersPerReplica`; Sidekiq's
     /// concurrency, say), so replicas = workers / this.
     pub workers_per_replica: u32,
+}
+
+impl WaitParams {
+    /// The metadata keys these come from.
+    pub const KEYS: [&'static str; 3] = ["targetWait", "processingTime", "workersPerReplica"];
+
+    /// Reads `targetWait` and `processingTime` (required) and
+    /// `workersPerReplica` (default 1) through `get`; a refusal is the key
+    /// and what is wrong.
+    pub fn from_metadata<'a>(
+        get: &impl Fn(&str) -> Option<&'a str>,
+    ) -> Result<WaitParams, (&'static str, String)> {
+        let duration = |key: &'static str, what: &str| {
+            let v =
+                get(key).ok_or_else(|| (key, format!("required with mode WaitTime: {what}")))?;
+            match humantime::parse_duration(v) {
+                Ok(d) if WAIT_RANGE.contains(&d) => Ok(d),
+                _ => Err((
+                    key,
+                    format!(
+                        "must be a duration from {} to {} such as 30s or 2m, got {v:?}",
+                        humantime::format_duration(*WAIT_RANGE.start()),
+                        humantime::format_duration(*WAIT_RANGE.end())
+                    ),
+                )),
+            }
+        };
+        let target_wait = duration(
+            "targetWait",
+            "how soon after it is enqueued a job should start, such as 30s",
+        )?;
+        // The exporter measures no queue's service time yet, so it is
+        // required everywhere; where it can be measured it will become optional.
+        let processing_time = duration(
+            "processingTime",
+            "the average worker time per job, such as 2s (the exporter cannot measure it for this queue)",
+        )?;
+        let workers_per_replica = match get("workersPerReplica") {
+            None => 1,
+            Some(v) => match v.parse::<u32>() {
+                Ok(n) if (1..=MAX_WORKERS_PER_REPLICA).contains(&n) => n,
+                _ => {
+                    return Err((
+                        "workersPerReplica",
+                        format!(
+                            "must be a whole number from 1 to {MAX_WORKERS_PER_REPLICA} (jobs one replica works on at once), got {v:?}"
+                        ),
+                    ));
+                }
+            },
+        };
+        Ok(WaitParams {
+            target_wait,
+            processing_time,
+            workers_per_replica,
+        })
+    }
 }
 
 /// The model's inputs over the matched queues, each known (the query turns

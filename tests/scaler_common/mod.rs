@@ -12,7 +12,7 @@ use queue_exporter::scaler::proto::external_scaler_client::ExternalScalerClient;
 use queue_exporter::scaler::proto::{GetMetricSpecResponse, GetMetricsRequest, ScaledObjectRef};
 use tonic::transport::Channel;
 
-use crate::support::{TestApp, indent, sample};
+use crate::support::{RabbitVhost, TestApp, indent, sample};
 
 /// A client for the app's scaler.
 pub type Client = ExternalScalerClient<Channel>;
@@ -191,6 +191,27 @@ sources:
     queues:
 {queues}"#,
         queues = indent(queues, 6)
+    )
+}
+
+/// One management source `rabbit` over `vhosts`.
+pub fn rabbit_config(vhosts: &[RabbitVhost], poll: &str) -> String {
+    let list = vhosts
+        .iter()
+        .map(|v| format!("\"{}\"", v.name))
+        .collect::<Vec<_>>()
+        .join(", ");
+    format!(
+        r#"
+        sources:
+          - name: rabbit
+            type: rabbitmq
+            url: http://127.0.0.1:15672
+            username: guest
+            password: guest
+            vhosts: [{list}]
+            poll_interval: {poll}
+        "#
     )
 }
 
