@@ -387,6 +387,7 @@ def main():
     ap.add_argument("--only", help="comma list of trigger names' first words (QueueLength, WaitTime)")
     args = ap.parse_args()
     started = datetime.datetime.now(datetime.timezone.utc)
+    rev = bench_rev()  # the code the binary was built from, before a long run
     scale = SMOKE_SCALE if args.smoke else 1.0
     arrivals, length = trace(scale)
     work = tempfile.mkdtemp(prefix="qe-closed-loop-")
@@ -419,7 +420,7 @@ def main():
                 proc.wait()
         shutil.rmtree(work, ignore_errors=True)
     meta = dict(command=args.command, started=f"{started:%Y-%m-%d %H:%M}",
-                minutes=(time.time() - started.timestamp()) / 60, rev=bench_rev())
+                minutes=(time.time() - started.timestamp()) / 60, rev=rev)
     with open(args.json, "w") as f:
         json.dump(dict(meta=meta, results=results), f, indent=1)
     os.makedirs(args.plot_dir, exist_ok=True)
