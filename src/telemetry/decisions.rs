@@ -10,8 +10,8 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
-use std::sync::atomic::AtomicU64;
-use std::time::{Duration, SystemTime};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::family::Family;
@@ -97,6 +97,10 @@ pub struct Entry {
 pub struct Decisions {
     /// Entries by labels.
     entries: Mutex<HashMap<DecisionLabels, Entry>>,
+    /// The unix second of the last sweep for expired entries: a request
+    /// sweeps at most once a second (a sweep visits every entry, and
+    /// `GetMetrics` may come tens of thousands of times a second).
+    swept: AtomicU64,
     /// `queue_exporter_scaler_desired_replicas`.
     desired: Family<DecisionLabels, FloatGauge>,
     /// `queue_exporter_scaler_backlog`.
@@ -166,7 +170,10 @@ impl Decisions {
     ) {
         let now = answer.at;
         let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        self.expire(&mut entries, now);
+        let second = now.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs();
+        if self.swept.swap(second, Ordering::Relaxed) != second {
+            self.expire(&mut entries, now);
+        }
         if !entries.contains_key(&labels) && entries.len() >= Self::MAX_ENTRIES {
             let oldest = entries
                 .values()
