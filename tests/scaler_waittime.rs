@@ -267,3 +267,62 @@ async fn a_rabbitmq_queue_reads_ready_messages_their_age_and_publishes() {
     app.stop().await;
     drop(vh);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bullmq_queue_arrives_by_its_id_counter() {
+    let redis = RedisServer::start();
+    let mut conn = redis.conn();
+    // BullMQ's keys for queue `email` as the library lays them out: 30 jobs
+    // waiting (LPUSHed, the oldest at the tail), added 2 s ago, and its
+    // `id` counter at 30.
+    let ms = ((wall() - 2.0) * 1e3) as u64;
+    let run = |conn: &mut redis::Connection, args: &[&str]| {
+        let mut c = redis::cmd(args[0]);
+        for a in &args[1..] {
+            c.arg(*a);
+        }
+        let _: redis::Value = c.query(conn).unwrap();
+    };
+    run(
+        &mut conn,
+        &["HSET", "bull:email:meta", "opts.maxLenEvents", "10000"],
+    );
+    for id in 1..=30 {
+        let id = id.to_string();
+        run(
+            &mut conn,
+            &[
+                "HSET",
+                &format!("bull:email:{id}"),
+                "timestamp",
+                &ms.to_string(),
+            ],
+        );
+        run(&mut conn, &["LPUSH", "bull:email:wait", &id]);
+    }
+    run(&mut conn, &["SET", "bull:email:id", "30"]);
+    let app = TestApp::start(&redis_config(&redis.url, "100ms", "- preset: bullmq\n")).await;
+    let c = client(&app).await;
+    let email = [
+        ("queue", "email"),
+        ("preset", "bullmq"),
+        ("mode", "WaitTime"),
+        ("targetWait", "30s"),
+        ("processingTime", "2s"),
+        ("window", "1s"),
+    ];
+    // Nothing added over the window: 30 jobs of 2 s to start within 30 s.
+    wait_value(&c, &email, 2.0).await;
+    // The counter is on /metrics as jobs published.
+    let scrape = app.scrape().await;
+    assert_eq!(
+        scrape.value(
+            "queue_messages_published_total",
+            &[("queue", "email"), ("preset", "bullmq")]
+        ),
+        Some(30.0),
+        "{}",
+        scrape.text()
+    );
+    app.stop().await;
+}

@@ -246,7 +246,7 @@ impl SnapshotCollector {
         self.queue_counter(
             enc,
             "queue_messages_published",
-            "Messages published to the queue (RabbitMQ publish, Redis stream entries-added)",
+            "Messages published to the queue (RabbitMQ publish, Redis stream entries-added, BullMQ id counter)",
             |q| q.counters().published,
         )?;
         self.queue_counter(

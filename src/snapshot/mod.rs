@@ -420,7 +420,8 @@ pub struct GroupSample {
 /// Monotonic message counters as reported by the backend.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Counters {
-    /// Messages published into the queue (RabbitMQ `publish`, Redis stream `entries-added`).
+    /// Messages published into the queue (RabbitMQ `publish`, Redis stream
+    /// `entries-added`, BullMQ's `id` counter).
     pub published: Option<u64>,
     /// Messages delivered to consumers (RabbitMQ `deliver_get`).
     pub delivered: Option<u64>,

@@ -9,7 +9,7 @@
 use redis::Value;
 
 use super::{Follow, Stage, count, key, preset_sample, set_state, sum};
-use crate::snapshot::{JobState, PresetKind};
+use crate::snapshot::{Counters, JobState, PresetKind};
 use crate::time::TimeUnit;
 
 /// `<prefix>:<q>:<name>`.
@@ -45,7 +45,7 @@ pub fn due_score_bound(now: f64) -> u64 {
     (now_ms + 1) * DELAYED_SEQ - 1
 }
 
-/// Round 1: thirteen read-only commands.
+/// Round 1: fourteen read-only commands.
 pub fn plan(prefix: &str, q: &[u8], limit: usize, now: f64) -> Vec<redis::Cmd> {
     let c = |name: &str, n: &[u8]| super::cmd(name, &k(prefix, q, n));
     let mut hexists = c("HEXISTS", b"meta");
@@ -72,6 +72,7 @@ pub fn plan(prefix: &str, q: &[u8], limit: usize, now: f64) -> Vec<redis::Cmd> {
         first_prioritized,
         c("ZCARD", b"waiting-children"),
         overdue,
+        c("GET", b"id"),
     ]
 }
 
@@ -94,6 +95,15 @@ pub fn read(prefix: &str, q: &[u8], r: &[Value]) -> Stage {
     f.paused = super::reply::as_u64(at(7)).map(|n| n == 1);
     // Due jobs stay in `delayed` until a worker promotes them.
     f.overdue = count(at(12));
+    // `id` is INCRed for every job added without a custom `jobId`: jobs
+    // published, for arrival rates (mode WaitTime). No key is unknown, not
+    // 0: the queue may name all its jobs itself.
+    if let Some(added) = super::reply::as_u64(at(13)) {
+        s.set_counters(Counters {
+            published: Some(added),
+            ..Counters::default()
+        });
+    }
 
     let ids = |v: &Value| -> Vec<Vec<u8>> {
         super::reply::as_array(v)
@@ -168,6 +178,7 @@ mod tests {
             list(&[]),
             int(7),
             int(2),
+            Value::BulkString(b"41".to_vec()),
         ]
     }
 
@@ -189,6 +200,13 @@ mod tests {
         assert_eq!(f.paused, Some(false));
         assert_eq!(f.stalled, Some(0));
         assert_eq!(f.overdue, Some(2));
+        // The `id` counter: jobs added, for arrival rates.
+        assert_eq!(st.sample.counters().published, Some(41));
+        // No `id` key (every job named by its producer, or none yet): unknown.
+        let mut r = replies(0, &[], &[]);
+        r[13] = Value::Nil;
+        let none = read("bull", b"mail", &r);
+        assert_eq!(none.sample.counters().published, None);
         // One stamp (job 8, the marker skipped) and two lock checks.
         assert_eq!(st.follow.len(), 3);
         assert_eq!(st.follow[0].1, Follow::Stamp(TimeUnit::Milliseconds));
@@ -252,7 +270,7 @@ mod tests {
                 .arg("timestamp")
                 .get_packed_command()
         );
-        assert_eq!(plan("bull", b"q", 100, 0.0).len(), 13);
+        assert_eq!(plan("bull", b"q", 100, 0.0).len(), 14);
     }
 
     #[test]
