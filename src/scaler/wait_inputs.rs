@@ -69,7 +69,7 @@ pub fn gather(
                 return Err(unknown(
                     "arrival rate",
                     &format!(
-                        " (needs a publish counter, as RabbitMQ queues and streams have, or for a list `counters: processed`, read in two polls within \
+                        " (needs a publish counter, as RabbitMQ queues, streams and BullMQ queues have, or for a list `counters: processed`, read in two polls within \
                          window {})",
                         humantime::format_duration(window)
                     ),
