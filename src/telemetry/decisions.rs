@@ -174,25 +174,34 @@ impl Decisions {
         if self.swept.swap(second, Ordering::Relaxed) != second {
             self.expire(&mut entries, now);
         }
-        if !entries.contains_key(&labels) && entries.len() >= Self::MAX_ENTRIES {
-            let oldest = entries
-                .values()
-                .min_by_key(|e| e.last_asked)
-                .map(|e| e.labels.clone());
-            if let Some(oldest) = oldest {
-                entries.remove(&oldest);
-                self.remove_series(&oldest);
+        // A known trigger (nearly every request) is found without cloning
+        // its labels; only a new one pays for the key and, at the bound, an
+        // eviction.
+        if !entries.contains_key(&labels) {
+            if entries.len() >= Self::MAX_ENTRIES {
+                let oldest = entries
+                    .values()
+                    .min_by_key(|e| e.last_asked)
+                    .map(|e| e.labels.clone());
+                if let Some(oldest) = oldest {
+                    entries.remove(&oldest);
+                    self.remove_series(&oldest);
+                }
             }
+            let entry = Entry {
+                labels: labels.clone(),
+                metadata: Vec::new(),
+                metadata_of: 0,
+                last_asked: now,
+                metrics: None,
+                activity: None,
+                history: VecDeque::new(),
+            };
+            entries.insert(labels.clone(), entry);
         }
-        let entry = entries.entry(labels.clone()).or_insert_with(|| Entry {
-            labels: labels.clone(),
-            metadata: Vec::new(),
-            metadata_of: 0,
-            last_asked: now,
-            metrics: None,
-            activity: None,
-            history: VecDeque::new(),
-        });
+        let Some(entry) = entries.get_mut(&labels) else {
+            return;
+        };
         if entry.metadata_of != metadata_of || entry.metadata.is_empty() {
             entry.metadata = metadata();
             entry.metadata_of = metadata_of;
