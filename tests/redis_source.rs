@@ -826,7 +826,7 @@ async fn the_histogram_of_a_queue_fed_at_now_and_drained_from_its_oldest_end_sta
     }
     // Measured on every poll here (interval 0s): never more than a poll old.
     let staleness = app.scrape().await.value(
-        "queue_exporter_age_histogram_staleness_seconds",
+        "queue_exporter_message_age_staleness_seconds",
         &[("source", "main")],
     );
     assert!(staleness.is_some_and(|s| s < 1.0), "{staleness:?}");

@@ -1005,7 +1005,7 @@ class Bench:
                    exporter_cpu_ms=exporter_cpu_s * 1000 / max(1, w["polls"]),
                    writes=writes, cpu_s=w["cpu_s"], seconds=w["seconds"],
                    unchanged=metric(text, "queue_exporter_unchanged_keys", {"source": "bench"}),
-                   histogram_staleness=metric(text, "queue_exporter_age_histogram_staleness_seconds",
+                   histogram_staleness=metric(text, "queue_exporter_message_age_staleness_seconds",
                                               {"source": "bench"}))
         log(f"  {config} ({what}): median poll {statistics.median(w['samples_ms']):.1f} ms, "
             f"Redis {total(ours)[1] / w['polls'] / 1000:.2f} ms/poll")

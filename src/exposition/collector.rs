@@ -400,7 +400,7 @@ impl SnapshotCollector {
         )?;
         gauges(
             enc,
-            "queue_exporter_age_histogram_staleness_seconds",
+            "queue_exporter_message_age_staleness_seconds",
             "Seconds since the oldest age histogram the last poll served was measured",
             MetricType::Gauge,
             src()

@@ -6,7 +6,7 @@
 //! each histogram measurement it plans spends its cost as `bucket_ask`'s
 //! model prices it. A key whose histogram falls due while the allowance is
 //! spent keeps serving its last measurement, and is measured at a later
-//! poll; `queue_exporter_age_histogram_staleness_seconds` shows how old the
+//! poll; `queue_exporter_message_age_staleness_seconds` shows how old the
 //! histograms served are, so staleness beyond `age_histogram_interval` is
 //! never silent. A key's first measurement is never held back nor paid for
 //! (it has nothing to serve, like the depths a poll must read; a fresh
