@@ -17,11 +17,13 @@ mod history;
 mod poll;
 mod preset;
 mod scope;
+mod service;
 
 pub use history::{CounterHistory, CounterPoint, JobFlow};
 pub use poll::{POLL_DURATION_BUCKETS, PollRecord};
 pub use preset::{JobState, JobTotals, PresetFacts, PresetKind, PresetUnit};
 pub use scope::{AnyName, NameQuery, QueueScope, Reach};
+pub use service::{ServiceSource, ServiceTime};
 
 /// Which kind of backend a source talks to; readers use it for labels and
 /// to know which metadata (for example `vhost`) applies.
@@ -250,6 +252,8 @@ pub struct BrokerFacts {
     pub consumers: Option<u64>,
     /// RabbitMQ's consumer utilisation, 0..1.
     pub consumer_utilisation: Option<f64>,
+    /// Worker time per message, measured; `None` until measured.
+    pub service_time: Option<ServiceTime>,
 }
 
 impl QueueSample {
@@ -290,6 +294,7 @@ impl QueueSample {
             unacked: None,
             consumers: None,
             consumer_utilisation: None,
+            service_time: None,
         };
         self.broker.as_deref().unwrap_or(&NONE)
     }
@@ -307,6 +312,15 @@ impl QueueSample {
     /// Sets the job totals; unknown ones take no memory.
     pub fn set_jobs(&mut self, jobs: JobTotals) {
         self.jobs = (jobs != JobTotals::default()).then(|| Box::new(jobs));
+    }
+
+    /// How long workers spend per job, where the source measured it
+    /// (a library preset's finished jobs, a broker's acknowledgement rate).
+    pub fn service_time(&self) -> Option<ServiceTime> {
+        self.preset
+            .as_deref()
+            .and_then(|p| p.service_time)
+            .or_else(|| self.broker.as_deref().and_then(|b| b.service_time))
     }
 
     /// The key that identifies this queue inside its source.

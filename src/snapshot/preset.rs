@@ -151,6 +151,9 @@ pub struct PresetFacts {
     /// `delayed`/`retry`): nothing (worker, poller, forwarder) has moved
     /// them. `None` where the library has no such set.
     pub overdue: Option<u64>,
+    /// Worker time per job from recently finished jobs; `None` where the
+    /// library keeps no such record or none finished lately.
+    pub service_time: Option<super::ServiceTime>,
 }
 
 /// What a preset sample stands for.

@@ -360,6 +360,7 @@ impl ApiQueue {
                 unacked: self.messages_unacknowledged,
                 consumers: self.consumers,
                 consumer_utilisation: self.consumer_utilisation.filter(|u| u.is_finite()),
+                service_time: None,
             })),
             name: self.name,
             ..QueueSample::default()
