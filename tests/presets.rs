@@ -1,4 +1,4 @@
-//! Library presets end to end: real libraries (RQ, Sidekiq, Celery, BullMQ) write
+//! Library presets end to end: real libraries (RQ, Sidekiq, Celery, BullMQ, Bull) write
 //! real keys into a private Redis through the fixture scripts under
 //! `tests/fixtures/presets/`; asynq, rediswq and the priority-zset layout
 //! are built here key by key from their documented layouts (asynq's Go
@@ -314,6 +314,88 @@ async fn bullmq_waiting_prioritized_delayed_overdue_flows_paused_and_stalled() {
     );
     wait_value(&c, &[("queue", "held")], 0.0).await;
     assert!(!active(&mut c, &[("queue", "held")]).await.unwrap());
+    app.stop().await;
+}
+
+/// A BullMQ queue `modern` with one job at BullMQ's default prefix, which
+/// is Bull's too.
+fn write_bullmq_beside_bull(url: &str) {
+    let node_dir = fixture("node");
+    let script = format!(
+        "const {{ Queue }} = require('{node_dir}/node_modules/bullmq'); \
+         const IORedis = require('{node_dir}/node_modules/ioredis'); \
+         (async () => {{ const q = new Queue('modern', {{ connection: new IORedis('{url}', {{ maxRetriesPerRequest: null }}) }}); \
+         await q.add('x', {{}}); await q.close(); process.exit(0); }})().catch((e) => {{ console.error(e); process.exit(1); }});"
+    );
+    let out = Command::new("node").args(["-e", &script]).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bull_waiting_priority_delayed_overdue_paused_finished_stalled_and_a_prefix() {
+    let redis = RedisServer::start();
+    let node_dir = fixture("node");
+    let before = wall();
+    let Some(_) = run_fixture(
+        "Bull (npm ci in tests/fixtures/presets/node)",
+        &[
+            "node",
+            "-e",
+            &format!("require('{node_dir}/node_modules/bull')"),
+        ],
+        "node",
+        &[&fixture("node/bull_fixture.js"), &redis.url],
+    ) else {
+        return;
+    };
+    write_bullmq_beside_bull(&redis.url);
+    let app = TestApp::start(&config(
+        &redis.url,
+        "- preset: bull\n- preset: bull\n  prefix: legacy:app\n",
+    ))
+    .await;
+    let s = app
+        .scrape_until("bull queues", Duration::from_secs(15), |s| {
+            ["mail", "held", "done", "stall", "reports"]
+                .iter()
+                .all(|q| depth(s, q, "bull", "waiting").is_some())
+        })
+        .await;
+    // 3 FIFO jobs + 1 prioritised: in `wait` (and `priority`), counted once.
+    assert_eq!(depth(&s, "mail", "bull", "waiting"), Some(4.0), "{s}");
+    assert_eq!(depth(&s, "mail", "bull", "delayed"), Some(2.0));
+    assert_eq!(gauge(&s, "queue_overdue_jobs", "mail", "bull"), Some(1.0));
+    assert_eq!(gauge(&s, "queue_paused", "mail", "bull"), Some(0.0));
+    // Paused: the jobs moved to `paused`; still the backlog.
+    assert_eq!(gauge(&s, "queue_paused", "held", "bull"), Some(1.0));
+    assert_eq!(depth(&s, "held", "bull", "waiting"), Some(2.0));
+    assert_eq!(depth(&s, "done", "bull", "completed"), Some(1.0));
+    assert_eq!(depth(&s, "done", "bull", "failed"), Some(1.0));
+    assert_eq!(depth(&s, "done", "bull", "waiting"), Some(0.0));
+    assert_eq!(depth(&s, "stall", "bull", "active"), Some(1.0));
+    assert_eq!(gauge(&s, "queue_stalled_jobs", "stall", "bull"), Some(1.0));
+    assert_eq!(gauge(&s, "queue_stalled_jobs", "mail", "bull"), Some(0.0));
+    assert_eq!(depth(&s, "reports", "bull", "waiting"), Some(1.0));
+    for q in ["mail", "held", "reports"] {
+        let age = gauge(&s, "queue_oldest_message_age_seconds", q, "bull").unwrap();
+        assert!(age >= 0.0 && age <= wall() - before + 1.0, "{q} age {age}");
+    }
+    assert_eq!(
+        gauge(&s, "queue_oldest_message_age_seconds", "done", "bull"),
+        Some(0.0)
+    );
+    // The BullMQ queue at the same prefix is not Bull's.
+    assert_eq!(depth(&s, "modern", "bull", "waiting"), None, "{s}");
+
+    let mut c = client(&app).await;
+    assert_eq!(metrics(&mut c, &[("queue", "mail")]).await.unwrap().1, 4.0);
+    assert_eq!(metrics(&mut c, &[("queue", "held")]).await.unwrap().1, 2.0);
+    assert!(active(&mut c, &[("queue", "reports")]).await.unwrap());
+    assert!(!active(&mut c, &[("queue", "done")]).await.unwrap());
     app.stop().await;
 }
 

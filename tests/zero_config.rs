@@ -80,6 +80,18 @@ fn write_libraries(url: &str) -> bool {
             "node",
             &[&fixture("node/bullmq_prefix_fixture.js"), url],
         ),
+        // Old Bull beside BullMQ: its queues at prefix `old` (and
+        // `legacy:app`), named like BullMQ's.
+        run_fixture(
+            "Bull (npm ci in tests/fixtures/presets/node)",
+            &[
+                "node",
+                "-e",
+                &format!("require('{node_dir}/node_modules/bull')"),
+            ],
+            "node",
+            &[&fixture("node/bull_fixture.js"), url, "old"],
+        ),
     ];
     runs.iter().all(Option::is_some)
 }
@@ -136,6 +148,8 @@ async fn real_libraries_plain_keys_and_lookalikes_in_one_redis() {
         .scrape_until("every library's queues", Duration::from_secs(20), |s| {
             depth(s, "stall", "bullmq", "active").is_some()
                 && depth(s, "reports", "bullmq", "waiting").is_some()
+                && depth(s, "stall", "bull", "active").is_some()
+                && depth(s, "reports", "bull", "waiting").is_some()
                 && depth(s, "slowq", "rq", "active").is_some()
                 && depth(s, "critical", "asynq", "waiting").is_some()
                 && depth(s, "emails", "celery", "waiting").is_some()
@@ -167,6 +181,15 @@ async fn real_libraries_plain_keys_and_lookalikes_in_one_redis() {
         ("reports", "bullmq", "waiting", 3.0),
         ("critical", "asynq", "waiting", 2.0),
         ("critical", "asynq", "delayed", 1.0),
+        // Bull: a prioritised job counted once (it is in `wait` and
+        // `priority`); a paused queue's jobs in `paused` still waiting.
+        ("mail", "bull", "waiting", 4.0),
+        ("mail", "bull", "delayed", 2.0),
+        ("held", "bull", "waiting", 2.0),
+        ("done", "bull", "completed", 1.0),
+        ("done", "bull", "failed", 1.0),
+        ("stall", "bull", "active", 1.0),
+        ("reports", "bull", "waiting", 1.0),
     ];
     for (queue, preset, state, n) in want {
         let labels = [("queue", queue), ("preset", preset), ("state", state)];
@@ -184,6 +207,18 @@ async fn real_libraries_plain_keys_and_lookalikes_in_one_redis() {
     let paused = |q: &str| s.value("queue_paused", &[("queue", q), ("preset", "bullmq")]);
     assert_eq!(paused("held"), Some(1.0));
     assert_eq!(paused("mail"), Some(0.0));
+    let paused = |q: &str| s.value("queue_paused", &[("queue", q), ("preset", "bull")]);
+    assert_eq!(paused("held"), Some(1.0));
+    assert_eq!(paused("mail"), Some(0.0));
+    assert_eq!(
+        s.value(
+            "queue_stalled_jobs",
+            &[("queue", "stall"), ("preset", "bull")]
+        ),
+        Some(1.0)
+    );
+    // BullMQ's queues (they have an `id` counter too) are not also Bull's.
+    assert_eq!(depth(&s, "flow", "bull", "waiting"), None);
     assert_eq!(
         s.value(
             "queue_stalled_jobs",
@@ -221,15 +256,15 @@ async fn real_libraries_plain_keys_and_lookalikes_in_one_redis() {
         ("state", "waiting,delayed"),
     ];
     assert_eq!(metrics(&mut c, &q).await.unwrap().1, 4.0);
-    assert_eq!(
-        metrics(&mut c, &[("queue", "reports")]).await.unwrap().1,
-        3.0
-    );
+    let q = [("queue", "reports"), ("preset", "bullmq")];
+    assert_eq!(metrics(&mut c, &q).await.unwrap().1, 3.0);
+    let q = [("queue", "mail"), ("preset", "bull")];
+    assert_eq!(metrics(&mut c, &q).await.unwrap().1, 4.0);
     // RQ and Sidekiq both have `default`: the trigger must pick one.
     let e = metrics(&mut c, &[("queue", "default")]).await.unwrap_err();
     assert_eq!(e.code(), tonic::Code::InvalidArgument);
     assert!(e.message().starts_with("scalerMetadata.preset: "), "{e:?}");
-    let e = metrics(&mut c, &[("queue", "mail"), ("preset", "bull")])
+    let e = metrics(&mut c, &[("queue", "mail"), ("preset", "bullmq2")])
         .await
         .unwrap_err();
     assert!(e.message().starts_with("scalerMetadata.preset: "), "{e:?}");

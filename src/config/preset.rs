@@ -41,6 +41,13 @@ pub enum Preset {
         /// Active jobs whose lock is checked per poll, at most.
         stalled_check_limit: usize,
     },
+    /// Bull 3.x/4.x: queues discovered by SCAN for `<prefix>:*:id`.
+    Bull {
+        /// Key prefix (`bull`).
+        prefix: String,
+        /// Active jobs whose lock is checked per poll, at most.
+        stalled_check_limit: usize,
+    },
     /// Sidekiq 6–8: queues from the `queues` set.
     Sidekiq {
         /// A redis-namespace prefix (`ns` → `ns:queue:<q>`), as Sidekiq 6
@@ -91,6 +98,7 @@ impl Preset {
     pub fn kind(&self) -> PresetKind {
         match self {
             Preset::Bullmq { .. } => PresetKind::Bullmq,
+            Preset::Bull { .. } => PresetKind::Bull,
             Preset::Sidekiq { .. } => PresetKind::Sidekiq,
             Preset::Celery { .. } => PresetKind::Celery,
             Preset::Rq { .. } => PresetKind::Rq,
@@ -104,6 +112,7 @@ impl Preset {
     pub fn prefix(&self) -> Option<&str> {
         match self {
             Preset::Bullmq { prefix, .. }
+            | Preset::Bull { prefix, .. }
             | Preset::Sidekiq { prefix, .. }
             | Preset::Celery { prefix, .. }
             | Preset::Rq { prefix }
@@ -126,7 +135,10 @@ impl Preset {
             Preset::Sidekiq { .. } => vec![ALL_QUEUES.to_string()],
             Preset::Rediswq { name, .. } => vec![name.clone()],
             Preset::PriorityZset { prefix } => vec![prefix.clone()],
-            Preset::Bullmq { .. } | Preset::Rq { .. } | Preset::Asynq { .. } => Vec::new(),
+            Preset::Bullmq { .. }
+            | Preset::Bull { .. }
+            | Preset::Rq { .. }
+            | Preset::Asynq { .. } => Vec::new(),
         }
     }
 }
@@ -173,7 +185,7 @@ pub(super) struct RawPresetSpec {
 /// The library's own key prefix: what `prefix:` defaults to.
 pub fn default_prefix(kind: PresetKind) -> &'static str {
     match kind {
-        PresetKind::Bullmq => "bull",
+        PresetKind::Bullmq | PresetKind::Bull => "bull",
         PresetKind::Rq => "rq",
         PresetKind::Asynq => "asynq",
         PresetKind::PriorityZset => "jobs",
@@ -210,7 +222,9 @@ impl TryFrom<RawPresetSpec> for PresetSpec {
             ));
         };
         let allowed: &[&str] = match kind {
-            PresetKind::Bullmq | PresetKind::Sidekiq => &["prefix", "stalled_check_limit"],
+            PresetKind::Bullmq | PresetKind::Bull | PresetKind::Sidekiq => {
+                &["prefix", "stalled_check_limit"]
+            }
             PresetKind::Celery => &[
                 "queues",
                 "priority_steps",
@@ -245,6 +259,10 @@ impl TryFrom<RawPresetSpec> for PresetSpec {
         };
         let preset = match kind {
             PresetKind::Bullmq => Preset::Bullmq {
+                prefix: prefix()?,
+                stalled_check_limit: limit,
+            },
+            PresetKind::Bull => Preset::Bull {
                 prefix: prefix()?,
                 stalled_check_limit: limit,
             },

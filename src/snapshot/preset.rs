@@ -75,6 +75,8 @@ pub enum PresetKind {
     /// BullMQ 5.x/6.x.
     #[default]
     Bullmq,
+    /// Bull 3.x/4.x, BullMQ's predecessor (the `bull` package).
+    Bull,
     /// Sidekiq 6–8.
     Sidekiq,
     /// Celery on kombu's Redis transport.
@@ -91,8 +93,9 @@ pub enum PresetKind {
 
 impl PresetKind {
     /// Every preset, in the order messages list them.
-    pub const ALL: [PresetKind; 7] = [
+    pub const ALL: [PresetKind; 8] = [
         PresetKind::Bullmq,
+        PresetKind::Bull,
         PresetKind::Sidekiq,
         PresetKind::Celery,
         PresetKind::Rq,
@@ -105,6 +108,7 @@ impl PresetKind {
     pub fn as_str(self) -> &'static str {
         match self {
             PresetKind::Bullmq => "bullmq",
+            PresetKind::Bull => "bull",
             PresetKind::Sidekiq => "sidekiq",
             PresetKind::Celery => "celery",
             PresetKind::Rq => "rq",

@@ -55,6 +55,7 @@ impl RedisScope {
                         | Preset::Sidekiq { .. }
                         | Preset::Asynq { .. }
                         | Preset::Bullmq { .. }
+                        | Preset::Bull { .. }
                 )
             }),
         }

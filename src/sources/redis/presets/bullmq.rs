@@ -27,6 +27,24 @@ pub fn queue_of_meta(meta: &[u8]) -> Option<(&[u8], &[u8])> {
     (!prefix.is_empty() && !name.is_empty()).then_some((prefix, name))
 }
 
+/// `HMGET <meta> version opts.maxLenEvents`: what tells a BullMQ queue's
+/// `meta` hash (the `Queue` constructor writes both) from another's.
+pub fn marks_cmd(meta: &[u8]) -> redis::Cmd {
+    let mut c = super::cmd("HMGET", meta);
+    c.arg("version").arg("opts.maxLenEvents");
+    c
+}
+
+/// Whether a reply to [`marks_cmd`] shows BullMQ's marks: a `version`
+/// starting `bullmq:`, or an `opts.maxLenEvents`. A refused or unreadable
+/// reply (`WRONGTYPE`) shows none.
+pub fn has_marks(reply: &Value) -> bool {
+    let fields = super::reply::as_array(reply).unwrap_or(&[]);
+    let version = fields.first().and_then(super::reply::as_bytes);
+    let max_len = fields.get(1).and_then(super::reply::as_bytes);
+    version.is_some_and(|v| v.starts_with(b"bullmq:")) || max_len.is_some()
+}
+
 /// Entries at the tail of `wait` read for the oldest job: legacy `0:<n>`
 /// markers (5.x) are skipped, and there are never two in a row.
 const TAIL: i64 = 3;

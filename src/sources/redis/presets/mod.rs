@@ -11,6 +11,7 @@
 //! `discovery_interval`.
 
 mod asynq;
+mod bull;
 mod bullmq;
 mod celery;
 mod priority_zset;
@@ -260,6 +261,10 @@ pub(super) fn plan(preset: &Preset, unit: &Unit, now: f64) -> Vec<redis::Cmd> {
             prefix,
             stalled_check_limit,
         } => bullmq::plan(prefix, queue, *stalled_check_limit, now),
+        Preset::Bull {
+            prefix,
+            stalled_check_limit,
+        } => bull::plan(prefix, queue, *stalled_check_limit, now),
         Preset::Celery {
             sep,
             priority_steps,
@@ -289,6 +294,7 @@ fn read(preset: &Preset, unit: &Unit, r: &[Value], now: f64) -> Stage {
         } => sidekiq::read(prefix, unit, r, now, *stalled_check_limit),
         Preset::Asynq { prefix } => asynq::read(prefix, queue, r),
         Preset::Bullmq { prefix, .. } => bullmq::read(prefix, queue, r),
+        Preset::Bull { prefix, .. } => bull::read(prefix, queue, r),
         Preset::Celery { .. } => celery::read(unit, r),
         Preset::Rediswq { .. } => rediswq::read(queue, r),
         Preset::PriorityZset { prefix } => priority_zset::read(prefix, unit, r, now),
@@ -437,6 +443,33 @@ pub async fn registries(
                     .filter(|(pre, _)| *pre == prefix.as_bytes())
                     .map(|(_, name)| name.to_vec());
                 sorted(names.map(Unit::Queue).collect())
+            }
+            Preset::Bull { prefix, .. } => {
+                let p = super::glob::escape(prefix.as_bytes());
+                let pattern = key(&[&p, b":*:id"]);
+                let keys = scan(conn, &pattern, None, scan_count).await?;
+                let names: Vec<Vec<u8>> = keys
+                    .iter()
+                    .filter_map(|k| bull::queue_of_id(prefix.as_bytes(), k))
+                    .map(<[u8]>::to_vec)
+                    .collect();
+                // BullMQ keeps an `id` too: a queue whose `meta` carries
+                // BullMQ's marks is BullMQ's, even at Bull's prefix.
+                let metas: Vec<redis::Cmd> = names
+                    .iter()
+                    .map(|q| bullmq::marks_cmd(&key(&[prefix.as_bytes(), b":", q, b":meta"])))
+                    .collect();
+                let replies = if metas.is_empty() {
+                    Vec::new()
+                } else {
+                    pipelined(conn, metas).await?
+                };
+                let bull = names
+                    .into_iter()
+                    .zip(replies)
+                    .filter(|(_, meta)| !bullmq::has_marks(meta))
+                    .map(|(q, _)| Unit::Queue(q));
+                sorted(bull.collect())
             }
             Preset::PriorityZset { prefix } => {
                 let p = super::glob::escape(prefix.as_bytes());
@@ -603,7 +636,9 @@ pub(super) fn fixed_queues(preset: &Preset) -> Vec<Unit> {
         }
         Preset::Rediswq { name, .. } => vec![Unit::Queue(name.as_bytes().to_vec())],
         Preset::PriorityZset { .. } | Preset::Sidekiq { .. } => vec![Unit::Shared],
-        Preset::Rq { .. } | Preset::Asynq { .. } | Preset::Bullmq { .. } => Vec::new(),
+        Preset::Rq { .. } | Preset::Asynq { .. } | Preset::Bullmq { .. } | Preset::Bull { .. } => {
+            Vec::new()
+        }
     }
 }
 

@@ -15,7 +15,11 @@
 //!   starts with `bullmq:` or which has `opts.maxLenEvents` (both written by
 //!   the `Queue` constructor); names cannot contain `:`, so a name parses
 //!   from the right. Old Bull (3.x/4.x) writes no `meta` hash with these
-//!   marks, and is not recognised (its keys stay plain).
+//!   marks: its `meta`, if any, holds only `paused`). See Bull below.
+//! - **Bull** (3.x/4.x) at any prefix: a list or zset `<prefix>:<name>:<part>`
+//!   of Bull's (`wait`, `paused`, `active`, `delayed`, `priority`,
+//!   `completed`, `failed`) beside an integer string `<prefix>:<name>:id`
+//!   (INCRed for every job added), with no BullMQ `meta` hash there.
 //! - **Celery**: `[<global_keyprefix>]_kombu.binding.<exchange>` sets, whose
 //!   members are `routing_key␆␖pattern␆␖queue`; the `*.pidbox` exchanges
 //!   (remote control and its replies) are skipped; a member without `␆␖`
@@ -37,7 +41,7 @@ use super::super::cluster::key_of;
 use super::super::commands::{Conn, pipelined, scan_where};
 use super::super::discovery::{self, Candidate, Candidates, Discovered};
 use super::super::tracked::KeyState;
-use super::{Unit, bullmq, fixed_queues, key, plan, registry_units, sidekiq};
+use super::{Unit, bull, bullmq, fixed_queues, key, plan, registry_units, sidekiq};
 use crate::config::{
     CELERY_PRIORITY_STEPS, CELERY_SEP, CELERY_VISIBILITY_TIMEOUT, DEFAULT_STALLED_CHECK_LIMIT,
     KeyType, Preset, PresetSpec, RedisSourceConfig, default_prefix,
@@ -71,11 +75,12 @@ pub async fn discover(
     known: &[(Vec<u8>, usize)],
 ) -> redis::RedisResult<ZeroConfig> {
     let mut plain_conn = conn.clone();
-    let (mut found, marks) = futures_util::future::try_join(
+    let (mut found, mut marks) = futures_util::future::try_join(
         discovery::find(&mut plain_conn, config, known),
         scan_marks(conn, config.scan_count),
     )
     .await?;
+    marks.bull_ids = bull_candidates(&found.keys, config.max_keys);
     let seen = read_marks(conn, marks).await?;
     let recognition = recognise(&seen, &found);
     found.keys.retain(|k, _| !recognition.consumed.contains(k));
@@ -96,6 +101,29 @@ pub struct Marks {
     metas: Vec<Vec<u8>>,
     /// Keys named like a registry or a kombu binding table (if sets).
     sets: Vec<Vec<u8>>,
+    /// `<prefix>:<name>:id` beside a list or zset named like Bull's (a Bull
+    /// queue, if an integer string).
+    bull_ids: Vec<Vec<u8>>,
+}
+
+/// The `<prefix>:<name>:id` keys to probe for Bull queues: one per
+/// `<prefix>:<name>` that has a list or zset named like one of Bull's keys,
+/// at most `limit` (the source's `max_keys`), so a keyspace of such names
+/// costs a bounded number of `GET`s.
+fn bull_candidates(keys: &BTreeMap<Vec<u8>, Candidate>, limit: usize) -> Vec<Vec<u8>> {
+    let mut ids = BTreeSet::new();
+    for (k, c) in keys {
+        if !matches!(c.state, KeyState::Typed(KeyType::List | KeyType::Zset)) {
+            continue;
+        }
+        if let Some((prefix, name)) = bull::queue_of_part(k) {
+            ids.insert(key(&[prefix, b":", name, b":id"]));
+            if ids.len() >= limit {
+                break;
+            }
+        }
+    }
+    ids.into_iter().collect()
 }
 
 /// One untyped SCAN pass (bounded COUNT) for the names that may mark a
@@ -106,7 +134,11 @@ async fn scan_marks(conn: &Conn, count: u32) -> redis::RedisResult<Marks> {
     let keep = |k: &[u8]| is_meta(k) || registry_prefix(k).is_some() || binding(k).is_some();
     let names = scan_where(&mut conn.clone(), b"*", None, count, &keep).await?;
     let (metas, sets) = names.into_iter().partition(|k| is_meta(k));
-    Ok(Marks { metas, sets })
+    Ok(Marks {
+        metas,
+        sets,
+        bull_ids: Vec::new(),
+    })
 }
 
 /// Whether `k` is named like a BullMQ `meta` hash.
@@ -121,6 +153,8 @@ pub struct Seen {
     sets: BTreeMap<Vec<u8>, Vec<Vec<u8>>>,
     /// `meta` hashes that carry BullMQ's marks.
     bullmq: BTreeSet<Vec<u8>>,
+    /// `id` keys that hold an integer (Bull's job counter).
+    bull_ids: BTreeSet<Vec<u8>>,
 }
 
 /// Reads every mark in one pipeline: `SMEMBERS` of each set, `HMGET
@@ -131,11 +165,8 @@ async fn read_marks(conn: &Conn, marks: Marks) -> redis::RedisResult<Seen> {
         .iter()
         .map(|s| super::cmd("SMEMBERS", s))
         .collect();
-    for m in &marks.metas {
-        let mut c = super::cmd("HMGET", m);
-        c.arg("version").arg("opts.maxLenEvents");
-        cmds.push(c);
-    }
+    cmds.extend(marks.metas.iter().map(|m| bullmq::marks_cmd(m)));
+    cmds.extend(marks.bull_ids.iter().map(|id| super::cmd("GET", id)));
     if cmds.is_empty() {
         return Ok(Seen::default());
     }
@@ -146,7 +177,8 @@ async fn read_marks(conn: &Conn, marks: Marks) -> redis::RedisResult<Seen> {
 /// Pairs the marks with their replies (pure). A refused or unreadable
 /// reply, such as `WRONGTYPE` from a key of another type, marks nothing.
 fn seen(marks: Marks, replies: &[Value]) -> Seen {
-    let (set_replies, meta_replies) = replies.split_at(marks.sets.len().min(replies.len()));
+    let (set_replies, rest) = replies.split_at(marks.sets.len().min(replies.len()));
+    let (meta_replies, id_replies) = rest.split_at(marks.metas.len().min(rest.len()));
     let mut out = Seen::default();
     for (name, v) in marks.sets.into_iter().zip(set_replies) {
         if let Some(items) = super::reply::as_array(v) {
@@ -159,11 +191,13 @@ fn seen(marks: Marks, replies: &[Value]) -> Seen {
         }
     }
     for (meta, v) in marks.metas.into_iter().zip(meta_replies) {
-        let fields = super::reply::as_array(v).unwrap_or(&[]);
-        let version = fields.first().and_then(super::reply::as_bytes);
-        let max_len = fields.get(1).and_then(super::reply::as_bytes);
-        if version.is_some_and(|v| v.starts_with(b"bullmq:")) || max_len.is_some() {
+        if bullmq::has_marks(v) {
             out.bullmq.insert(meta);
+        }
+    }
+    for (id, v) in marks.bull_ids.into_iter().zip(id_replies) {
+        if super::reply::as_u64(v).is_some() {
+            out.bull_ids.insert(id);
         }
     }
     out
@@ -248,6 +282,31 @@ pub fn recognise(seen: &Seen, found: &Candidates) -> Recognition {
     for (prefix, units) in bull {
         if let Ok(prefix) = std::str::from_utf8(prefix) {
             let preset = Preset::Bullmq {
+                prefix: prefix.to_string(),
+                stalled_check_limit: DEFAULT_STALLED_CHECK_LIMIT,
+            };
+            entries.push((spec(preset), units));
+        }
+    }
+    // Bull: an integer `id` where no BullMQ `meta` says the queue is BullMQ's.
+    let mut old_bull: BTreeMap<&[u8], Vec<Unit>> = BTreeMap::new();
+    for id in &seen.bull_ids {
+        let Some(base) = id.strip_suffix(b":id") else {
+            continue;
+        };
+        if seen.bullmq.contains(&key(&[base, b":meta"])) {
+            continue;
+        }
+        if let Some((prefix, name)) = bull::queue_of_part(id) {
+            old_bull
+                .entry(prefix)
+                .or_default()
+                .push(Unit::Queue(name.to_vec()));
+        }
+    }
+    for (prefix, units) in old_bull {
+        if let Ok(prefix) = std::str::from_utf8(prefix) {
+            let preset = Preset::Bull {
                 prefix: prefix.to_string(),
                 stalled_check_limit: DEFAULT_STALLED_CHECK_LIMIT,
             };
@@ -410,7 +469,8 @@ fn owned(preset: &Preset, units: &[Unit]) -> Vec<Owned> {
     match preset {
         // `<prefix>:<q>:` holds every key of the queue: events, marker,
         // pc, stalled, job hashes and their logs.
-        Preset::Bullmq { prefix, .. } => names
+        // Bull's too (its `priority` zset, `stalled-check`, job hashes).
+        Preset::Bullmq { prefix, .. } | Preset::Bull { prefix, .. } => names
             .map(|q| Owned::Under(key(&[prefix.as_bytes(), b":", q, b":"])))
             .collect(),
         Preset::Rq { prefix } => {
@@ -487,6 +547,7 @@ pub const PASSES: u64 = 4;
 pub fn library(kind: PresetKind) -> &'static str {
     match kind {
         PresetKind::Bullmq => "BullMQ",
+        PresetKind::Bull => "Bull",
         PresetKind::Sidekiq => "Sidekiq",
         PresetKind::Celery => "Celery",
         PresetKind::Rq => "RQ",
@@ -584,6 +645,7 @@ mod tests {
                 })
                 .collect(),
             bullmq: bullmq.iter().map(|s| s.as_bytes().to_vec()).collect(),
+            bull_ids: BTreeSet::new(),
         }
     }
 
@@ -696,6 +758,58 @@ mod tests {
     }
 
     #[test]
+    fn bull_is_an_integer_id_beside_its_keys_where_no_bullmq_meta_is() {
+        let found = keys(&[
+            ("bull:old:wait", List),
+            ("bull:old:priority", Zset),
+            ("bull:old:completed", Zset),
+            ("bull:old:1", List),
+            ("bull:new:wait", List),
+            ("my:app:paused:paused", List),
+            ("plain:thing:wait", List),
+        ]);
+        // Probed: one `id` per `<prefix>:<name>` with a Bull-like key.
+        assert_eq!(
+            bull_candidates(&found.keys, 100),
+            [
+                b"bull:new:id".to_vec(),
+                b"bull:old:id".to_vec(),
+                b"my:app:paused:id".to_vec(),
+                b"plain:thing:id".to_vec(),
+            ]
+        );
+        assert_eq!(bull_candidates(&found.keys, 2).len(), 2);
+        let mut s = seen(&[], &["bull:new:meta"]);
+        // `bull:new` has an `id` too, but its BullMQ `meta` says BullMQ;
+        // `plain:thing:id` held no integer, so it was never seen.
+        s.bull_ids = ["bull:old:id", "bull:new:id", "my:app:paused:id"]
+            .iter()
+            .map(|k| k.as_bytes().to_vec())
+            .collect();
+        let r = recognise(&s, &found);
+        assert_eq!(
+            names(&r),
+            [
+                (PresetKind::Bullmq, "bull".into(), vec![q("new")]),
+                (PresetKind::Bull, "bull".into(), vec![q("old")]),
+                (PresetKind::Bull, "my:app".into(), vec![q("paused")]),
+            ]
+        );
+        let consumed: Vec<&[u8]> = r.consumed.iter().map(Vec::as_slice).collect();
+        assert_eq!(
+            consumed,
+            [
+                &b"bull:new:wait"[..],
+                b"bull:old:1",
+                b"bull:old:completed",
+                b"bull:old:priority",
+                b"bull:old:wait",
+                b"my:app:paused:paused",
+            ]
+        );
+    }
+
+    #[test]
     fn celery_bindings_give_queues_and_their_priority_lists() {
         let found = keys(&[
             ("celery", List),
@@ -800,6 +914,7 @@ mod tests {
                 b"c:q:meta".to_vec(),
             ],
             sets: vec![b"queues".to_vec(), b"x:queues".to_vec()],
+            bull_ids: vec![b"old:q:id".to_vec(), b"app:x:id".to_vec()],
         };
         let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
         let wrong_type = redis::parse_redis_value(
@@ -813,8 +928,15 @@ mod tests {
             Value::Array(vec![bulk("bullmq:6.7.0"), Value::Nil]),
             Value::Array(vec![Value::Nil, bulk("10000")]),
             Value::Array(vec![bulk("1.0"), Value::Nil]),
+            // Bull's job counter; somebody's own `id` text.
+            bulk("41"),
+            bulk("a3f9"),
         ];
         let s = super::seen(marks, &replies);
+        assert_eq!(
+            s.bull_ids.iter().cloned().collect::<Vec<_>>(),
+            [b"old:q:id".to_vec()]
+        );
         assert_eq!(
             s.bullmq.into_iter().collect::<Vec<_>>(),
             [b"a:q:meta".to_vec(), b"b:q:meta".to_vec()]
