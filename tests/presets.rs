@@ -713,8 +713,8 @@ fn a_bad_preset_entry_is_one_line_naming_the_field() {
     let dir = tempfile::tempdir().unwrap();
     for (entry, want) in [
         (
-            "- key: a\n- preset: bull\n",
-            "sources[0].queues[1]: preset: unknown preset \"bull\"",
+            "- key: a\n- preset: bull3\n",
+            "sources[0].queues[1]: preset: unknown preset \"bull3\"",
         ),
         (
             "- preset: rq\n  sep: \":\"\n",

@@ -387,7 +387,7 @@ mod tests {
     fn bad_entries_name_the_field() {
         let cases = [
             (
-                serde_json::json!({"preset": "bull"}),
+                serde_json::json!({"preset": "bull3"}),
                 "preset: unknown preset",
             ),
             (
@@ -402,6 +402,10 @@ mod tests {
             (
                 serde_json::json!({"preset": "celery", "visibility_timeout": "soon"}),
                 "visibility_timeout: ",
+            ),
+            (
+                serde_json::json!({"preset": "bull", "queues": ["a"]}),
+                "queues: not an option of preset bull (its options: prefix, stalled_check_limit)",
             ),
             (
                 serde_json::json!({"preset": "bullmq", "stalled_check_limit": 0}),
