@@ -153,6 +153,21 @@ impl SnapshotCollector {
              poller or forwarder has moved to the queue yet (a subset of state delayed/retry)",
             |q| q.preset.as_ref()?.overdue,
         )?;
+        gauges(
+            enc,
+            "queue_service_time_seconds",
+            "Mean worker seconds per job, measured by the exporter (from: finished_jobs, the \
+             newest finished jobs' start and end times); absent where not measured",
+            MetricType::Gauge,
+            self.queues().filter_map(|(s, q)| {
+                let t = q.service_time()?;
+                let labels = QueueLabels {
+                    from: Some(t.from.as_str()),
+                    ..QueueLabels::of(s, q)
+                };
+                Some((labels, t.mean_seconds))
+            }),
+        )?;
         self.queue_gauge(
             enc,
             "queue_messages_ready",

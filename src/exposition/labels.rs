@@ -45,6 +45,8 @@ pub struct QueueLabels<'a> {
     pub le: Option<&'a str>,
     /// A preset queue's job state, for `queue_depth{state}`.
     pub job_state: Option<JobState>,
+    /// How a measured value was measured, for `queue_service_time_seconds{from}`.
+    pub from: Option<&'a str>,
 }
 
 impl<'a> QueueLabels<'a> {
@@ -57,6 +59,7 @@ impl<'a> QueueLabels<'a> {
             info: None,
             le: None,
             job_state: None,
+            from: None,
         }
     }
 }
@@ -86,6 +89,9 @@ impl EncodeLabelSet for QueueLabels<'_> {
         }
         if let Some(state) = self.job_state {
             ("state", state.as_str()).encode(encoder.encode_label())?;
+        }
+        if let Some(from) = self.from {
+            ("from", from).encode(encoder.encode_label())?;
         }
         if let Some(le) = self.le {
             ("le", le).encode(encoder.encode_label())?;

@@ -15,7 +15,7 @@ use axum::response::Html;
 use serde_json::{Value, json};
 
 use crate::http::{HttpState, html_escape};
-use crate::telemetry::decisions::{Answer, Decisions, Entry};
+use crate::telemetry::decisions::{Answer, Decisions, Entry, ModelView};
 
 /// Unix seconds of `t`, for JSON.
 fn unix(t: SystemTime) -> f64 {
@@ -38,6 +38,7 @@ fn answer_json(a: &Answer) -> Value {
             "oldest_age_seconds": m.oldest_age,
             "arrival_rate": m.arrival_rate,
             "service_time_seconds": m.service_time,
+            "service_time_from": m.service_from,
             "workers": m.workers,
             "bound": m.bound,
         })),
@@ -135,6 +136,15 @@ fn sparkline(e: &Entry, now: SystemTime) -> String {
     svg
 }
 
+/// The service time the model used and where it comes from, for people.
+fn service_text(m: &ModelView) -> String {
+    match (m.service_time, m.service_from) {
+        (Some(t), "processingTime") => format!("{} s (processingTime)", num(t)),
+        (Some(t), from) => format!("{} s (measured: {from})", num(t)),
+        (None, _) => "unknown, not needed (nothing waits or arrives)".into(),
+    }
+}
+
 /// One answer as table cells: value and replicas, active, error, when.
 fn answer_cells(a: Option<&Answer>, now: SystemTime) -> String {
     let Some(a) = a else {
@@ -183,11 +193,11 @@ pub async fn page(State(state): State<HttpState>) -> Html<String> {
             let _ = write!(
                 body,
                 "<tr><th>model</th><td colspan=\"2\">backlog {} jobs, oldest {} s, arrivals {}/s, \
-                 service time {} s → {} workers (set by: {})</td></tr>",
+                 service time {} → {} workers (set by: {})</td></tr>",
                 num(m.backlog),
                 num(m.oldest_age),
                 num(m.arrival_rate),
-                num(m.service_time),
+                service_text(&m),
                 num(m.workers),
                 m.bound
             );

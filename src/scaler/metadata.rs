@@ -819,7 +819,7 @@ mod tests {
             q.wait,
             Some(WaitParams {
                 target_wait: Duration::from_secs(30),
-                processing_time: Duration::from_millis(1500),
+                processing_time: Some(Duration::from_millis(1500)),
                 workers_per_replica: 1,
             })
         );
@@ -868,21 +868,23 @@ mod tests {
             assert!(e.starts_with(&format!("scalerMetadata.{key}: ")), "{e}");
             assert!(e.contains(needle), "{e}");
         }
-        // Required with WaitTime; processingTime says the exporter cannot
-        // measure it.
-        for (key, needle) in [
-            ("targetWait", "required"),
-            ("processingTime", "cannot measure"),
-        ] {
-            let pairs: Vec<(&str, &str)> =
-                base.iter().filter(|(k, _)| *k != key).copied().collect();
-            let e = parse(&meta(&pairs)).unwrap_err().to_string();
-            assert!(
-                e.starts_with(&format!("scalerMetadata.{key}: required")),
-                "{e}"
-            );
-            assert!(e.contains(needle), "{e}");
-        }
+        // targetWait is required with WaitTime.
+        let pairs: Vec<(&str, &str)> = base
+            .iter()
+            .filter(|(k, _)| *k != "targetWait")
+            .copied()
+            .collect();
+        let e = parse(&meta(&pairs)).unwrap_err().to_string();
+        assert!(e.starts_with("scalerMetadata.targetWait: required"), "{e}");
+        // processingTime is optional here: whether the queue's service time
+        // is measured is known only against the data (query.rs).
+        let pairs: Vec<(&str, &str)> = base
+            .iter()
+            .filter(|(k, _)| *k != "processingTime")
+            .copied()
+            .collect();
+        let q = parse(&meta(&pairs)).unwrap();
+        assert_eq!(q.wait.map(|w| w.processing_time), Some(None));
         // Refused with any other mode.
         for key in ["targetWait", "processingTime", "workersPerReplica"] {
             let e = parse(&meta(&[("queue", "w"), (key, "1")]))

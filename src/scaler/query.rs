@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime};
 
 use crate::config::ScalerConfig;
 use crate::scaler::metadata::{ListKey, Mode, Operation, ScalerQuery};
-use crate::scaler::wait::{self, WaitDecision, WaitInputs};
+use crate::scaler::wait::{self, ServiceFrom, WaitDecision, WaitInputs};
 use crate::scaler::wait_inputs;
 use crate::snapshot::{
     JobState, NameQuery, PresetKind, PresetUnit, QueueSample, QueueType, Reach, Snapshot,
@@ -203,6 +203,14 @@ pub fn evaluate_with(
         if kept.is_empty() {
             return read_absent(query, &[snapshot], config, now);
         }
+        if params.processing_time.is_none() {
+            for q in &kept {
+                let preset = q.preset.as_deref().map(|f| f.preset);
+                if let Some(why) = wait_inputs::unmeasured_kind(snapshot.kind, preset) {
+                    return Err(processing_time_required(&q.name, snapshot, why));
+                }
+            }
+        }
         let inputs = wait_inputs::gather(params, query.window, snapshot, &kept)
             .map_err(|e| in_aggregate(query, kept.len(), QueryError::Unavailable(e)))?;
         let decision = wait::decide(params, inputs);
@@ -242,6 +250,17 @@ pub fn evaluate_with(
         data_age,
         wait: None,
     })
+}
+
+/// `processingTime` missing for a queue whose service time the exporter
+/// does not measure: a metadata error, named, saying why.
+fn processing_time_required(queue: &str, s: &Snapshot, why: &str) -> QueryError {
+    QueryError::InvalidArgument(format!(
+        "scalerMetadata.processingTime: required for queue {queue:?} in source {}: the exporter \
+         cannot measure its service time, as {why}; set processingTime to the average worker \
+         time per job, such as 2s",
+        s.source
+    ))
 }
 
 /// An unknown queue's error, said as the aggregate's when the query
@@ -389,18 +408,31 @@ fn read_absent(
     match covering.as_slice() {
         [] => {}
         [snapshot] => {
+            // A covered name with no sample is a plain key or a queue of a
+            // library with fixed names: no measured service time.
+            if let Some(p) = &query.wait
+                && p.processing_time.is_none()
+                && let Some(why) = wait_inputs::unmeasured_kind(snapshot.kind, None)
+            {
+                return Err(processing_time_required(query.queue.text(), snapshot, why));
+            }
             let data_age = fresh_age(snapshot, config, now)?;
             let value = empty_value(query, snapshot)?;
             // Nothing waits, and the source's readings span the window
             // (empty_value checked) with no arrivals at these names.
             let wait = query.wait.as_ref().map(|p| {
+                let (service_time, service_from) = match p.processing_time {
+                    Some(t) => (t.as_secs_f64(), ServiceFrom::Set),
+                    None => (0.0, ServiceFrom::Unneeded),
+                };
                 wait::decide(
                     p,
                     WaitInputs {
                         backlog: 0.0,
                         oldest_age: 0.0,
                         arrival_rate: 0.0,
-                        service_time: p.processing_time.as_secs_f64(),
+                        service_time,
+                        service_from,
                     },
                 )
             });

@@ -13,6 +13,7 @@ use tonic::Status;
 use crate::scaler::metadata::ScalerQuery;
 use crate::scaler::proto::ScaledObjectRef;
 use crate::scaler::query::Reading;
+use crate::scaler::wait::ServiceFrom;
 use crate::telemetry::Telemetry;
 use crate::telemetry::decisions::{Answer, DecisionLabels, ModelView};
 
@@ -50,7 +51,9 @@ pub fn record(
                 backlog: d.inputs.backlog,
                 oldest_age: d.inputs.oldest_age,
                 arrival_rate: d.inputs.arrival_rate,
-                service_time: d.inputs.service_time,
+                service_time: (d.inputs.service_from != ServiceFrom::Unneeded)
+                    .then_some(d.inputs.service_time),
+                service_from: d.inputs.service_from.as_str(),
                 workers: d.workers,
                 bound: d.bound.as_str(),
             }),

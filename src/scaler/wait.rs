@@ -8,6 +8,8 @@
 
 use std::time::Duration;
 
+use crate::snapshot::ServiceSource;
+
 /// Share of jobs the steady-state term wants started within `targetWait`.
 pub const PERCENTILE: f64 = 0.99;
 
@@ -46,8 +48,9 @@ pub const MAX_WORKERS_PER_REPLICA: u32 = 10_000;
 pub struct WaitParams {
     /// A job should start within this long after it was enqueued (`targetWait`).
     pub target_wait: Duration,
-    /// Average worker time per job (`processingTime`).
-    pub processing_time: Duration,
+    /// Average worker time per job (`processingTime`); `None`: the
+    /// exporter's measurement of each queue (refused where it has none).
+    pub processing_time: Option<Duration>,
     /// Jobs one replica works on at once (`workersPerReplica`; Sidekiq's
     /// concurrency, say), so replicas = workers / this.
     pub workers_per_replica: u32,
@@ -57,37 +60,33 @@ impl WaitParams {
     /// The metadata keys these come from.
     pub const KEYS: [&'static str; 3] = ["targetWait", "processingTime", "workersPerReplica"];
 
-    /// Reads `targetWait` and `processingTime` (required) and
-    /// `workersPerReplica` (default 1) through `get`; a refusal is the key
-    /// and what is wrong.
+    /// Reads `targetWait` (required), `processingTime` (optional: where it
+    /// is missing, the query needs queues whose service time the exporter
+    /// measures) and `workersPerReplica` (default 1) through `get`; a
+    /// refusal is the key and what is wrong.
     pub fn from_metadata<'a>(
         get: &impl Fn(&str) -> Option<&'a str>,
     ) -> Result<WaitParams, (&'static str, String)> {
-        let duration = |key: &'static str, what: &str| {
-            let v =
-                get(key).ok_or_else(|| (key, format!("required with mode WaitTime: {what}")))?;
-            match humantime::parse_duration(v) {
-                Ok(d) if WAIT_RANGE.contains(&d) => Ok(d),
-                _ => Err((
-                    key,
-                    format!(
-                        "must be a duration from {} to {} such as 30s or 2m, got {v:?}",
-                        humantime::format_duration(*WAIT_RANGE.start()),
-                        humantime::format_duration(*WAIT_RANGE.end())
-                    ),
-                )),
-            }
+        let duration = |key: &'static str, v: &str| match humantime::parse_duration(v) {
+            Ok(d) if WAIT_RANGE.contains(&d) => Ok(d),
+            _ => Err((
+                key,
+                format!(
+                    "must be a duration from {} to {} such as 30s or 2m, got {v:?}",
+                    humantime::format_duration(*WAIT_RANGE.start()),
+                    humantime::format_duration(*WAIT_RANGE.end())
+                ),
+            )),
         };
-        let target_wait = duration(
+        let target_wait = get("targetWait").ok_or((
             "targetWait",
-            "how soon after it is enqueued a job should start, such as 30s",
-        )?;
-        // The exporter measures no queue's service time yet, so it is
-        // required everywhere; where it can be measured it will become optional.
-        let processing_time = duration(
-            "processingTime",
-            "the average worker time per job, such as 2s (the exporter cannot measure it for this queue)",
-        )?;
+            "required with mode WaitTime: how soon after it is enqueued a job should start, such as 30s"
+                .to_string(),
+        ))?;
+        let target_wait = duration("targetWait", target_wait)?;
+        let processing_time = get("processingTime")
+            .map(|v| duration("processingTime", v))
+            .transpose()?;
         let workers_per_replica = match get("workersPerReplica") {
             None => 1,
             Some(v) => match v.parse::<u32>() {
@@ -122,6 +121,34 @@ pub struct WaitInputs {
     pub arrival_rate: f64,
     /// Seconds of worker time per job.
     pub service_time: f64,
+    /// Where `service_time` comes from.
+    pub service_from: ServiceFrom,
+}
+
+/// Where the service time a WaitTime answer used comes from, so pages and
+/// logs can say whether it was measured or set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ServiceFrom {
+    /// The trigger's `processingTime`.
+    Set,
+    /// Measured by the source, this way.
+    Measured(ServiceSource),
+    /// Not known and not needed: nothing waits or arrives at a queue whose
+    /// service time is unknown, so the answer does not depend on it
+    /// (`service_time` is then 0 and shown as absent).
+    Unneeded,
+}
+
+impl ServiceFrom {
+    /// The word used in logs, JSON and pages (`processingTime`,
+    /// `finished_jobs`, `ack_rate`, `unneeded`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ServiceFrom::Set => "processingTime",
+            ServiceFrom::Measured(s) => s.as_str(),
+            ServiceFrom::Unneeded => "unneeded",
+        }
+    }
 }
 
 /// Which term of the model set the answer, so a page or a log can say why.
@@ -191,6 +218,7 @@ pub fn decide(params: &WaitParams, inputs: WaitInputs) -> WaitDecision {
         oldest_age,
         arrival_rate,
         service_time,
+        ..
     } = inputs;
     let wait = params.target_wait.as_secs_f64();
     let load = arrival_rate * service_time;
@@ -269,7 +297,7 @@ mod tests {
     fn params(wait_s: f64, per_replica: u32) -> WaitParams {
         WaitParams {
             target_wait: Duration::from_secs_f64(wait_s),
-            processing_time: Duration::from_secs(1),
+            processing_time: Some(Duration::from_secs(1)),
             workers_per_replica: per_replica,
         }
     }
@@ -280,6 +308,7 @@ mod tests {
             oldest_age,
             arrival_rate,
             service_time,
+            service_from: ServiceFrom::Set,
         }
     }
 

@@ -1,17 +1,56 @@
 //! The inputs of the `WaitTime` model ([`crate::scaler::wait`]) read from
-//! one snapshot: each matched queue's backlog, oldest age and arrival rate.
+//! one snapshot: each matched queue's backlog, oldest age, arrival rate and,
+//! without `processingTime`, its measured service time.
 //! Apart from the model so the model stays arithmetic on numbers, and apart
 //! from `query` (which calls it) so that file keeps to selecting queues.
 
 use std::time::Duration;
 
-use crate::scaler::wait::{WaitInputs, WaitParams};
-use crate::snapshot::{JobState, QueueSample, QueueType, Snapshot};
+use crate::scaler::wait::{ServiceFrom, WaitInputs, WaitParams};
+use crate::snapshot::{
+    JobState, PresetKind, QueueSample, QueueType, ServiceTime, Snapshot, SourceKind,
+};
+
+/// Why the exporter cannot measure the service time of a queue of a
+/// `kind` source that is a `preset` queue (`None`: a plain Redis key, or a
+/// RabbitMQ queue), or `None` when it measures it. The one place that says
+/// which queues `processingTime` may be left out for.
+pub fn unmeasured_kind(kind: SourceKind, preset: Option<PresetKind>) -> Option<&'static str> {
+    match (kind, preset) {
+        (_, Some(PresetKind::Bullmq | PresetKind::Rq)) => None,
+        (_, Some(_)) => Some(
+            "that library keeps no finished jobs with their start and end times              (the exporter measures BullMQ and RQ queues)",
+        ),
+        (SourceKind::Redis, None) => Some(
+            "a plain Redis key holds no record of how long its jobs took              (the exporter measures BullMQ and RQ queues)",
+        ),
+        (SourceKind::RabbitMq, None) => Some(
+            "the exporter does not measure RabbitMQ queues' service time yet              (it measures BullMQ and RQ queues)",
+        ),
+    }
+}
+
+/// What a queue whose service time is measured but unknown lacks, for its
+/// `UNAVAILABLE` message.
+fn unmeasured_why(q: &QueueSample) -> &'static str {
+    match q.preset.as_deref().map(|f| f.preset) {
+        Some(PresetKind::Bullmq) => {
+            "no finished job with processedOn and finishedOn is kept (none finished yet,              or the jobs are added with removeOnComplete/removeOnFail)"
+        }
+        Some(PresetKind::Rq) => {
+            "no finished job with started_at and ended_at is kept (none finished yet,              or the jobs are enqueued with result_ttl=0)"
+        }
+        _ => "the source has not measured it yet",
+    }
+}
 
 /// The WaitTime model's inputs over `queues`: backlogs and arrival rates
-/// summed, the oldest age the largest, the service time `processingTime`.
-/// Any unknown one is an error naming the queue and the input (the query
-/// answers it as `UNAVAILABLE`).
+/// summed, the oldest age the largest, the service time `processingTime`
+/// or, without it, the queues' measured service times weighted by the jobs
+/// each asks workers to start per second (its arrival rate plus its backlog
+/// over `targetWait`), so the busiest queue's jobs count most. Any unknown
+/// input the answer depends on is an error naming the queue and the input
+/// (the query answers it as `UNAVAILABLE`).
 pub fn gather(
     params: &WaitParams,
     window: Duration,
@@ -22,8 +61,12 @@ pub fn gather(
         backlog: 0.0,
         oldest_age: 0.0,
         arrival_rate: 0.0,
-        service_time: params.processing_time.as_secs_f64(),
+        service_time: params.processing_time.map_or(0.0, |p| p.as_secs_f64()),
+        service_from: ServiceFrom::Set,
     };
+    let wait = params.target_wait.as_secs_f64();
+    // Measured service times with their weights (jobs to start per second).
+    let mut measured: Vec<(ServiceTime, f64)> = Vec::new();
     for q in queues {
         let unknown = |what: &str, hint: &str| {
             format!(
@@ -76,9 +119,94 @@ pub fn gather(
                 ));
             }
         };
+        if params.processing_time.is_none() {
+            let starts = arrivals + backlog as f64 / wait;
+            match q.service_time() {
+                Some(t) => measured.push((t, starts)),
+                // A queue with no work asks nothing of its service time.
+                None if starts <= 0.0 => {}
+                None => {
+                    return Err(unknown(
+                        "service time",
+                        &format!(
+                            ": {}; set processingTime to the average worker time per job",
+                            unmeasured_why(q)
+                        ),
+                    ));
+                }
+            }
+        }
         inputs.backlog += backlog as f64;
         inputs.oldest_age = inputs.oldest_age.max(age);
         inputs.arrival_rate += arrivals;
     }
+    if params.processing_time.is_none() {
+        (inputs.service_time, inputs.service_from) = combine(&measured);
+    }
     Ok(inputs)
+}
+
+/// Several queues' measured service times as one: weighted by each
+/// queue's jobs to start per second, or when none has any (all idle), by
+/// the jobs each mean is over. [`ServiceFrom::Unneeded`] when none is known.
+pub fn combine(measured: &[(ServiceTime, f64)]) -> (f64, ServiceFrom) {
+    let Some((first, _)) = measured.first() else {
+        return (0.0, ServiceFrom::Unneeded);
+    };
+    let busy: f64 = measured.iter().map(|(_, w)| w).sum();
+    let weight = |t: &ServiceTime, w: f64| if busy > 0.0 { w } else { t.jobs as f64 };
+    let total: f64 = measured.iter().map(|(t, w)| weight(t, *w)).sum();
+    let sum: f64 = measured
+        .iter()
+        .map(|(t, w)| weight(t, *w) * t.mean_seconds)
+        .sum();
+    let mean = if total > 0.0 {
+        sum / total
+    } else {
+        first.mean_seconds
+    };
+    (mean, ServiceFrom::Measured(first.from))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::snapshot::ServiceSource;
+
+    fn t(mean_seconds: f64, jobs: u64) -> ServiceTime {
+        ServiceTime {
+            mean_seconds,
+            jobs,
+            from: ServiceSource::FinishedJobs,
+        }
+    }
+
+    #[test]
+    fn several_queues_weigh_by_the_jobs_they_ask_to_start() {
+        // 3 jobs/s of 1 s and 1 job/s of 5 s: 8 busy workers over 4 jobs/s.
+        let (mean, from) = combine(&[(t(1.0, 100), 3.0), (t(5.0, 10), 1.0)]);
+        assert!((mean - 2.0).abs() < 1e-9, "{mean}");
+        assert_eq!(from, ServiceFrom::Measured(ServiceSource::FinishedJobs));
+        // All idle: by the jobs measured.
+        let (mean, _) = combine(&[(t(1.0, 30), 0.0), (t(4.0, 10), 0.0)]);
+        assert!((mean - 1.75).abs() < 1e-9, "{mean}");
+        // None known (every queue idle and unmeasured): not needed.
+        assert_eq!(combine(&[]), (0.0, ServiceFrom::Unneeded));
+    }
+
+    #[test]
+    fn only_bullmq_and_rq_queues_are_measured() {
+        use PresetKind::*;
+        for p in [Bullmq, Rq] {
+            assert_eq!(unmeasured_kind(SourceKind::Redis, Some(p)), None);
+        }
+        for p in [Sidekiq, Celery, Asynq, Rediswq, PriorityZset] {
+            assert!(
+                unmeasured_kind(SourceKind::Redis, Some(p)).is_some(),
+                "{p:?}"
+            );
+        }
+        assert!(unmeasured_kind(SourceKind::Redis, None).is_some());
+        assert!(unmeasured_kind(SourceKind::RabbitMq, None).is_some());
+    }
 }

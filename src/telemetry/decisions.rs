@@ -43,8 +43,12 @@ pub struct ModelView {
     pub oldest_age: f64,
     /// Jobs arriving per second.
     pub arrival_rate: f64,
-    /// Seconds of worker time per job.
-    pub service_time: f64,
+    /// Seconds of worker time per job; `None` when unknown and not needed
+    /// (nothing waits or arrives at a queue not measured yet).
+    pub service_time: Option<f64>,
+    /// Where the service time comes from: `processingTime` (set by the
+    /// trigger), `finished_jobs` or `ack_rate` (measured), `unneeded`.
+    pub service_from: &'static str,
     /// Workers needed (before `workersPerReplica`).
     pub workers: f64,
     /// The term that set the answer (`steady`, `drain`, `catch-up`, `idle`).
@@ -148,7 +152,7 @@ impl Decisions {
             ),
             (
                 "queue_exporter_scaler_service_time_seconds",
-                "Mode WaitTime: worker seconds per job the last answer used (processingTime)",
+                "Mode WaitTime: worker seconds per job the last answer used (the trigger's processingTime, or measured by the source: queue_service_time_seconds)",
                 &self.service_time,
             ),
         ] {
@@ -219,7 +223,14 @@ impl Decisions {
                         self.backlog.get_or_create(&labels).set(m.backlog);
                         self.oldest_age.get_or_create(&labels).set(m.oldest_age);
                         self.arrival_rate.get_or_create(&labels).set(m.arrival_rate);
-                        self.service_time.get_or_create(&labels).set(m.service_time);
+                        match m.service_time {
+                            Some(t) => {
+                                self.service_time.get_or_create(&labels).set(t);
+                            }
+                            None => {
+                                self.service_time.remove(&labels);
+                            }
+                        }
                     }
                     None => self.remove_inputs(&labels),
                 }
@@ -320,7 +331,8 @@ mod tests {
                 backlog: 3.0,
                 oldest_age: 1.0,
                 arrival_rate: 0.5,
-                service_time: 2.0,
+                service_time: Some(2.0),
+                service_from: "processingTime",
                 workers: 4.0,
                 bound: "drain",
             }),

@@ -63,6 +63,18 @@ pub fn due_score_bound(now: f64) -> u64 {
     (now_ms + 1) * DELAYED_SEQ - 1
 }
 
+/// Where queue `q` keeps finished jobs: `completed` and `failed`, scored by
+/// `finishedOn` (ms); the job hash has `processedOn` (when a worker took it,
+/// this attempt) and `finishedOn`. Empty with `removeOnComplete`/`removeOnFail`.
+pub fn finished(prefix: &str, q: &[u8]) -> super::service::FinishedLayout {
+    super::service::FinishedLayout {
+        sets: [k(prefix, q, b"completed"), k(prefix, q, b"failed")],
+        job_prefix: k(prefix, q, b""),
+        fields: ["processedOn", "finishedOn"],
+        unit: TimeUnit::Milliseconds,
+    }
+}
+
 /// Round 1: fourteen read-only commands.
 pub fn plan(prefix: &str, q: &[u8], limit: usize, now: f64) -> Vec<redis::Cmd> {
     let c = |name: &str, n: &[u8]| super::cmd(name, &k(prefix, q, n));

@@ -7,8 +7,9 @@
 //! trips for all presets together: round 1 reads every queue's sizes (and
 //! the ids a follow-up needs), round 2 the follow-ups: one `HGET` per queue
 //! for the oldest job's enqueue time, and a bounded number of `EXISTS` for
-//! stalled checks. Discovery reads each library's registry every
-//! `discovery_interval`.
+//! stalled checks, and `HMGET` of jobs that finished since the last poll
+//! for the service time (`service.rs`). Discovery reads each library's
+//! registry every `discovery_interval`.
 
 mod asynq;
 mod bull;
@@ -18,8 +19,10 @@ mod priority_zset;
 pub mod recognise;
 mod rediswq;
 mod rq;
+mod service;
 mod sidekiq;
 
+use std::collections::HashMap;
 use std::time::SystemTime;
 
 use redis::Value;
@@ -33,6 +36,7 @@ use crate::snapshot::{
     JobState, JobTotals, PresetFacts, PresetKind, PresetUnit, QueueSample, Reason,
 };
 use crate::time::{TimeUnit, unix_seconds};
+use service::{FinishedLayout, ServiceWindow};
 
 /// What a preset source keeps between polls: the logical queues each entry's
 /// registry named at the last discovery.
@@ -52,6 +56,27 @@ struct Entry {
     spec: PresetSpec,
     /// Logical queues (and the shared keys) the registry named, sorted.
     queues: Vec<Unit>,
+    /// Per queue (raw name) whose library keeps finished jobs, the service
+    /// time measured so far: kept across polls, dropped with the queue.
+    service: HashMap<Vec<u8>, ServiceWindow>,
+}
+
+impl Entry {
+    /// A new entry's state, before any discovery.
+    fn new(spec: PresetSpec) -> Entry {
+        Entry {
+            queues: fixed_queues(&spec.preset),
+            spec,
+            service: HashMap::new(),
+        }
+    }
+
+    /// Drops the service windows of queues no longer tracked.
+    fn prune_service(&mut self) {
+        let queues = &self.queues;
+        self.service
+            .retain(|name, _| queues.binary_search(&Unit::Queue(name.clone())).is_ok());
+    }
 }
 
 /// What one sample of a preset entry stands for. Typed, so that a queue a
@@ -90,6 +115,9 @@ pub(super) enum Follow {
     StalledIfMissing,
     /// A count of busy jobs to add to `active` (Sidekiq's `busy`).
     AddActive,
+    /// A finished job's start and end stamps (`HMGET`), for the queue's
+    /// service time in this unit.
+    Finished(TimeUnit),
 }
 
 /// One logical queue after round 1: its sample, and the follow-ups it needs.
@@ -244,6 +272,22 @@ pub(super) fn apply(s: &mut QueueSample, follow: Follow, v: &Value, now: f64) {
             let active = f.states.entry(JobState::Active).or_insert(Some(0));
             *active = active.zip(count(v)).map(|(a, n)| a + n);
         }
+        // Recorded into the queue's window by the poll, which owns it.
+        Follow::Finished(_) => {}
+    }
+}
+
+/// Where the library of `preset` keeps `unit`'s finished jobs with their
+/// start and end times, if it does (BullMQ, RQ): the queues whose service
+/// time the exporter measures.
+fn finished_layout(preset: &Preset, unit: &Unit) -> Option<FinishedLayout> {
+    let Unit::Queue(queue) = unit else {
+        return None;
+    };
+    match preset {
+        Preset::Bullmq { prefix, .. } => Some(bullmq::finished(prefix, queue)),
+        Preset::Rq { prefix } => Some(rq::finished(prefix, queue)),
+        _ => None,
     }
 }
 
@@ -329,8 +373,13 @@ fn reply_error(v: &Value) -> Option<Reason> {
 
 /// What to read in round 1: whose replies go where.
 enum Slot {
-    /// A logical queue of entry `entry`.
-    Queue { entry: usize, queue: usize },
+    /// A logical queue of entry `entry`; its first `sizes` replies are the
+    /// library's [`plan`], the rest its finished sets' ([`ServiceWindow::plan`]).
+    Queue {
+        entry: usize,
+        queue: usize,
+        sizes: usize,
+    },
     /// The `counters:` keys of preset entry `entry`.
     PresetCounters { entry: usize },
     /// The `counters:` keys of plain entry `spec`.
@@ -341,13 +390,7 @@ impl PresetState {
     /// The state for a source's preset entries, before any discovery.
     pub fn new(specs: &[PresetSpec]) -> Self {
         PresetState {
-            entries: specs
-                .iter()
-                .map(|spec| Entry {
-                    spec: spec.clone(),
-                    queues: fixed_queues(&spec.preset),
-                })
-                .collect(),
+            entries: specs.iter().cloned().map(Entry::new).collect(),
             dropped: 0,
         }
     }
@@ -361,10 +404,7 @@ impl PresetState {
             .into_iter()
             .map(|spec| match old.iter().position(|e| e.spec == spec) {
                 Some(i) => old.swap_remove(i),
-                None => Entry {
-                    queues: fixed_queues(&spec.preset),
-                    spec,
-                },
+                None => Entry::new(spec),
             })
             .collect();
     }
@@ -405,6 +445,7 @@ impl PresetState {
             names.truncate(keep);
             left -= keep;
             entry.queues = names;
+            entry.prune_service();
         }
         if dropped > 0 && dropped != self.dropped {
             tracing::warn!(
@@ -532,9 +573,9 @@ fn sorted(mut units: Vec<Unit>) -> Vec<Unit> {
 
 impl PresetState {
     /// Polls every logical queue and every `counters:` block: at most two
-    /// pipelined round trips, read-only.
+    /// pipelined round trips, read-only. Moves the service-time windows on.
     pub async fn poll(
-        &self,
+        &mut self,
         conn: &Conn,
         plain: &[QueueSpec],
         now: SystemTime,
@@ -543,10 +584,24 @@ impl PresetState {
         let mut cmds = Vec::new();
         let mut slots: Vec<(Slot, std::ops::Range<usize>)> = Vec::new();
         for (e, entry) in self.entries.iter().enumerate() {
-            for (q, name) in entry.queues.iter().enumerate() {
+            for (q, unit) in entry.queues.iter().enumerate() {
                 let start = cmds.len();
-                cmds.extend(plan(&entry.spec.preset, name, now));
-                slots.push((Slot::Queue { entry: e, queue: q }, start..cmds.len()));
+                cmds.extend(plan(&entry.spec.preset, unit, now));
+                let sizes = cmds.len() - start;
+                if let (Some(layout), Unit::Queue(name)) =
+                    (finished_layout(&entry.spec.preset, unit), unit)
+                {
+                    match entry.service.get(name) {
+                        Some(w) => cmds.extend(w.plan(&layout)),
+                        None => cmds.extend(ServiceWindow::default().plan(&layout)),
+                    }
+                }
+                let slot = Slot::Queue {
+                    entry: e,
+                    queue: q,
+                    sizes,
+                };
+                slots.push((slot, start..cmds.len()));
             }
             if let Some(c) = &entry.spec.counters {
                 let start = cmds.len();
@@ -570,13 +625,32 @@ impl PresetState {
             ..PresetPoll::default()
         };
         let mut stages: Vec<(usize, Stage)> = Vec::new();
+        // Per stage that measures its service time: its entry and queue name.
+        let mut measured: Vec<Option<(usize, Vec<u8>)>> = Vec::new();
         let mut entry_totals: Vec<(usize, JobTotals)> = Vec::new();
         for (slot, range) in slots {
             let r = replies.get(range).unwrap_or(&[]);
             match slot {
-                Slot::Queue { entry, queue } => {
-                    let e = &self.entries[entry];
-                    stages.push((entry, read(&e.spec.preset, &e.queues[queue], r, now)));
+                Slot::Queue {
+                    entry,
+                    queue,
+                    sizes,
+                } => {
+                    let e = &mut self.entries[entry];
+                    let unit = &e.queues[queue];
+                    let (sizes_r, finished_r) = r.split_at(sizes.min(r.len()));
+                    let mut stage = read(&e.spec.preset, unit, sizes_r, now);
+                    let layout = finished_layout(&e.spec.preset, unit);
+                    let mut m = None;
+                    if let (Some(layout), Unit::Queue(name)) = (layout, unit) {
+                        let window = e.service.entry(name.clone()).or_default();
+                        let jobs = window.read(&layout, finished_r);
+                        let unit = Follow::Finished(layout.unit);
+                        stage.follow.extend(jobs.into_iter().map(|c| (c, unit)));
+                        m = Some((entry, name.clone()));
+                    }
+                    stages.push((entry, stage));
+                    measured.push(m);
                 }
                 Slot::PresetCounters { entry } => {
                     if let Some(c) = &self.entries[entry].spec.counters {
@@ -605,7 +679,23 @@ impl PresetState {
             out.key_errors
                 .extend(replies.iter().filter_map(reply_error));
             for ((i, f), v) in follow_meta.into_iter().zip(&replies) {
-                apply(&mut stages[i].1.sample, f, v, now);
+                match (f, measured.get(i).and_then(Option::as_ref)) {
+                    (Follow::Finished(unit), Some((entry, name))) => {
+                        if let Some(w) = self.entries[*entry].service.get_mut(name) {
+                            w.record(unit, v);
+                        }
+                    }
+                    _ => apply(&mut stages[i].1.sample, f, v, now),
+                }
+            }
+        }
+        for ((_, stage), m) in stages.iter_mut().zip(&measured) {
+            if let Some((entry, name)) = m {
+                let mean = self.entries[*entry]
+                    .service
+                    .get(name)
+                    .and_then(|w| w.mean());
+                facts(&mut stage.sample).service_time = mean;
             }
         }
         for (entry, totals) in entry_totals {

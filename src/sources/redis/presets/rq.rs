@@ -12,6 +12,19 @@ fn k(prefix: &str, kind: &str, q: &[u8]) -> Vec<u8> {
     key(&[prefix.as_bytes(), b":", kind.as_bytes(), b":", q])
 }
 
+/// Where queue `q` keeps finished jobs: the `finished` and `failed`
+/// registries (scored by expiry: end time plus `result_ttl`/`failure_ttl`),
+/// and each job's hash `<prefix>:job:<id>` with `started_at` and `ended_at`
+/// (RQ's `%Y-%m-%dT%H:%M:%S.%fZ`). Empty with `result_ttl=0`.
+pub fn finished(prefix: &str, q: &[u8]) -> super::service::FinishedLayout {
+    super::service::FinishedLayout {
+        sets: [k(prefix, "finished", q), k(prefix, "failed", q)],
+        job_prefix: key(&[prefix.as_bytes(), b":job:"]),
+        fields: ["started_at", "ended_at"],
+        unit: TimeUnit::Rfc3339,
+    }
+}
+
 /// Round 1: ten read-only commands.
 pub fn plan(prefix: &str, q: &[u8], now: f64) -> Vec<redis::Cmd> {
     let list = k(prefix, "queue", q);
