@@ -210,9 +210,32 @@ async fn unknown_inputs_are_unavailable_and_bad_metadata_names_the_key() {
         assert!(e.message().contains(needle), "{needle}: {}", e.message());
     }
 
+    // A plain list keeps no record of how long its jobs took: without
+    // processingTime the trigger is refused, naming the key and why, while
+    // jobs wait and while the list is gone (Redis deletes an empty list).
+    let unset: Vec<(&str, &str)> = trigger("work")
+        .into_iter()
+        .filter(|(k, _)| *k != "processingTime")
+        .collect();
+    fill(&mut conn, "work", 2, 1.0);
+    wait_value(&c, &[("queue", "work")], 2.0).await;
+    for round in ["2 waiting", "gone"] {
+        let e = metrics(&mut c, &unset).await.unwrap_err();
+        assert_eq!(e.code(), Code::InvalidArgument, "{round}: {e:?}");
+        for needle in [
+            "scalerMetadata.processingTime: required for queue \"work\"",
+            "a plain Redis key",
+        ] {
+            assert!(e.message().contains(needle), "{round}: {}", e.message());
+        }
+        let e = active(&mut c, &unset).await.unwrap_err();
+        assert_eq!(e.code(), Code::InvalidArgument, "{round}: {e:?}");
+        fill(&mut conn, "work", 0, 0.0);
+        wait_value(&c, &[("queue", "work")], 0.0).await;
+    }
+
     // Metadata errors name the key.
     for (change, key) in [
-        (("processingTime", ""), "processingTime"),
         (("targetWait", "0s"), "targetWait"),
         (("value", "5"), "value"),
         (("workersPerReplica", "-1"), "workersPerReplica"),

@@ -1339,4 +1339,135 @@ mod tests {
         assert_eq!((r.value, r.wait.map(|d| d.active)), (0.0, Some(false)));
         assert!(!r.is_active(&wait("gone")));
     }
+
+    #[test]
+    fn without_processing_time_the_measured_service_time_is_used_or_its_absence_said() {
+        use crate::scaler::wait::ServiceFrom;
+        use crate::snapshot::{ServiceSource, ServiceTime};
+        let now = SystemTime::now();
+        let wait = |queue: &'static str| {
+            q(&[
+                ("queue", queue),
+                ("mode", "WaitTime"),
+                ("targetWait", "10s"),
+            ])
+        };
+        let measured = |name: &str, lib: &str, waiting: u64, mean: Option<f64>| {
+            let mut s = preset(name, lib, &[(JobState::Waiting, waiting)]);
+            s.oldest_age_seconds = Some(1.0);
+            if let Some(f) = s.preset.as_deref_mut() {
+                f.service_time = mean.map(|mean_seconds| ServiceTime {
+                    mean_seconds,
+                    jobs: 20,
+                    from: ServiceSource::FinishedJobs,
+                });
+            }
+            s
+        };
+        let queues = vec![
+            measured("mail", "bullmq", 100, Some(0.5)),
+            measured("fast", "bullmq", 100, Some(1.5)),
+            measured("kept-none", "bullmq", 4, None),
+            measured("idle-none", "rq", 0, None),
+            measured("kiq", "sidekiq", 4, None),
+            sample("plain", 4),
+        ];
+        let mut s = (*snap("main", queues, Some(Duration::ZERO), now)).clone();
+        // Two readings 10 s apart, no job published: no arrivals anywhere.
+        let point = |at| {
+            let counters = ["mail", "fast", "kept-none", "idle-none", "kiq"]
+                .into_iter()
+                .map(|name| {
+                    let id = crate::snapshot::QueueId {
+                        vhost: None,
+                        name: name.into(),
+                    };
+                    let c = Counters {
+                        published: Some(5),
+                        ..Counters::default()
+                    };
+                    (id, c)
+                })
+                .collect();
+            let flows = [(
+                crate::snapshot::QueueId {
+                    vhost: None,
+                    name: "plain".into(),
+                },
+                crate::snapshot::JobFlow {
+                    depth: 4,
+                    processed: 0,
+                },
+            )]
+            .into_iter()
+            .collect();
+            CounterPoint {
+                at,
+                counters,
+                flows,
+            }
+        };
+        s.history = Arc::new(
+            s.history
+                .with_point(point(now - Duration::from_secs(10)))
+                .with_point(point(now)),
+        );
+        let s = scoped(Arc::new(s), Reach::All);
+        let eval = |query: &ScalerQuery| evaluate(query, std::slice::from_ref(&s), &cfg(), now);
+
+        // 100 jobs of 0.5 s (measured) to start within 10 s: 5 workers.
+        let d = eval(&wait("mail")).unwrap().wait.unwrap();
+        assert_eq!(d.inputs.service_time, 0.5);
+        assert_eq!(
+            d.inputs.service_from,
+            ServiceFrom::Measured(ServiceSource::FinishedJobs)
+        );
+        assert!((d.workers - 5.0).abs() < 1e-9, "{d:?}");
+        // Two queues with equal backlogs: the mean of their service times.
+        let d = eval(&wait("{mail,fast}")).unwrap().wait.unwrap();
+        assert!((d.inputs.service_time - 1.0).abs() < 1e-9, "{d:?}");
+        // Measured but nothing kept while jobs wait: UNAVAILABLE saying why
+        // and that processingTime can be set.
+        let e = eval(&wait("kept-none")).unwrap_err();
+        assert!(
+            matches!(&e, QueryError::Unavailable(m) if m.contains("\"kept-none\"")
+                && m.contains("its service time is unknown")
+                && m.contains("removeOnComplete")
+                && m.contains("set processingTime")),
+            "{e}"
+        );
+        // Nothing waits or arrives: the answer is 0 whatever the service time.
+        let d = eval(&wait("idle-none")).unwrap().wait.unwrap();
+        assert_eq!(
+            (d.workers, d.inputs.service_from),
+            (0.0, ServiceFrom::Unneeded)
+        );
+        // Kinds the exporter cannot measure: INVALID_ARGUMENT naming
+        // processingTime, the queue and why; also for a covered absent key.
+        for (queue, why) in [
+            ("kiq", "that library keeps no finished jobs"),
+            ("plain", "a plain Redis key"),
+            ("gone", "a plain Redis key"),
+            ("*", "that library keeps no finished jobs"),
+        ] {
+            let e = eval(&wait(queue)).unwrap_err();
+            assert!(
+                matches!(&e, QueryError::InvalidArgument(m)
+                    if m.starts_with("scalerMetadata.processingTime: required for queue")
+                    && m.contains(why)),
+                "{queue}: {e}"
+            );
+        }
+        // With processingTime set, it is used as it is.
+        let mut set = wait("kept-none");
+        set.wait = set.wait.map(|mut p| {
+            p.processing_time = Some(Duration::from_secs(2));
+            p
+        });
+        let d = eval(&set).unwrap().wait.unwrap();
+        assert_eq!(
+            (d.inputs.service_time, d.inputs.service_from),
+            (2.0, ServiceFrom::Set)
+        );
+    }
 }

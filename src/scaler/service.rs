@@ -398,6 +398,8 @@ fn log_decision(
             backlog = r.wait.map(|d| d.inputs.backlog),
             oldest_age_seconds = r.wait.map(|d| d.inputs.oldest_age),
             arrival_rate = r.wait.map(|d| d.inputs.arrival_rate),
+            service_time_seconds = r.wait.map(|d| d.inputs.service_time),
+            service_time_from = r.wait.map(|d| d.inputs.service_from.as_str()),
             source = %r.source,
             matched = r.matched,
             data_age_seconds = r.data_age.as_secs_f64(),

@@ -541,6 +541,8 @@ mod tests {
             "LINDEX",
             "ZCARD",
             "ZRANGE",
+            "ZREVRANGEBYSCORE",
+            "HMGET",
             "ZCOUNT",
             "HLEN",
             "SCARD",

@@ -1,0 +1,202 @@
+//! Measured service time (issue 27): real BullMQ and RQ workers run jobs
+//! that take 200 ms against a private redis-server while the exporter
+//! polls; `queue_service_time_seconds` reads about 0.2, a `WaitTime`
+//! trigger without `processingTime` (real gRPC client) answers replicas
+//! computed from it, and a queue that keeps no finished job (BullMQ
+//! `removeOnComplete`, RQ `result_ttl=0`) has no service time: absent on
+//! /metrics and `UNAVAILABLE` for KEDA, never a 0.
+mod scaler_common;
+mod support;
+
+use std::time::Duration;
+
+use scaler_common::*;
+use support::*;
+use tonic::Code;
+
+/// How long a poll may take to show what a test waits for.
+const WAIT: Duration = Duration::from_secs(15);
+
+/// What each fixture job takes in its worker.
+const JOB: f64 = 0.2;
+
+/// Measured over a real worker: the job's own 200 ms plus the library's
+/// bookkeeping between its start and end stamps, on a shared machine.
+const TOLERANCE: std::ops::RangeInclusive<f64> = JOB..=JOB + 0.15;
+
+/// One Redis source over `url` with `presets` (a YAML list, flush left),
+/// polling every 100 ms and rediscovering every 200 ms.
+fn config(url: &str, presets: &str) -> String {
+    format!(
+        "listen: {{ grpc: 127.0.0.1:0 }}\nsources:\n  - name: main\n    type: redis\n    url: {url}\n    poll_interval: 100ms\n    discovery_interval: 200ms\n    queues:\n{}",
+        indent(presets, 6)
+    )
+}
+
+/// `queue_service_time_seconds` of a preset queue, measured from finished jobs.
+fn service_time(s: &Scrape, queue: &str, preset: &str) -> Option<f64> {
+    s.value(
+        "queue_service_time_seconds",
+        &[
+            ("queue", queue),
+            ("preset", preset),
+            ("from", "finished_jobs"),
+        ],
+    )
+}
+
+/// A WaitTime trigger on `queue` of `preset` without `processingTime`:
+/// jobs should start within 10 s, arrivals averaged over 1 s.
+fn trigger<'a>(queue: &'a str, preset: &'a str) -> Vec<(&'a str, &'a str)> {
+    vec![
+        ("queue", queue),
+        ("preset", preset),
+        ("mode", "WaitTime"),
+        ("targetWait", "10s"),
+        ("window", "1s"),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bullmq_jobs_of_200ms_measure_0_2s_and_size_a_trigger_without_processing_time() {
+    let redis = RedisServer::start();
+    let app = TestApp::start(&config(&redis.url, "- preset: bullmq\n")).await;
+    // The worker runs while the exporter polls: jobs are read as they finish.
+    let node_dir = fixture("node");
+    let probe = format!(
+        "require('{node_dir}/node_modules/bullmq'); require('{node_dir}/node_modules/ioredis')"
+    );
+    let url = redis.url.clone();
+    let ran = tokio::task::spawn_blocking(move || {
+        run_fixture(
+            "BullMQ (npm ci in tests/fixtures/presets/node)",
+            &["node", "-e", &probe],
+            "node",
+            &[&fixture("node/bullmq_service_fixture.js"), &url],
+        )
+    })
+    .await
+    .unwrap();
+    let Some(_) = ran else {
+        return;
+    };
+    let s = app
+        .scrape_until("timed measured and its backlog read", WAIT, |s| {
+            service_time(s, "timed", "bullmq").is_some()
+                && depth(s, "timed", "bullmq", "waiting") == Some(40.0)
+                && depth(s, "unkept", "bullmq", "waiting") == Some(3.0)
+        })
+        .await;
+    let measured = service_time(&s, "timed", "bullmq").unwrap();
+    assert!(TOLERANCE.contains(&measured), "{measured}\n{s}");
+    // removeOnComplete keeps no finished job: unknown, absent, never 0.
+    assert_eq!(
+        s.value("queue_service_time_seconds", &[("queue", "unkept")]),
+        None,
+        "{s}"
+    );
+
+    // 40 jobs of the measured time to start within 10 s, nothing added
+    // over the last second: 40 · S / 10 workers.
+    let c = client(&app).await;
+    let timed = trigger("timed", "bullmq");
+    let want = 40.0 * measured / 10.0;
+    wait_value(&c, &timed, want).await;
+    assert!(active(&mut c.clone(), &timed).await.unwrap());
+    // The decision shows the service time it used, and that it was measured.
+    let scrape = app.scrape().await;
+    assert_eq!(
+        scrape.value(
+            "queue_exporter_scaler_service_time_seconds",
+            &[("queue", "timed"), ("mode", "WaitTime")]
+        ),
+        Some(measured),
+        "{}",
+        scrape.text()
+    );
+    let (status, body, _) = http_get(&format!("{}/api/v1/scalers", app.base), &[]).await;
+    assert_eq!(status, 200);
+    let json: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let model = &json["scalers"][0]["get_metrics"]["model"];
+    assert_eq!(model["service_time_from"], "finished_jobs", "{body}");
+    assert_eq!(model["service_time_seconds"], measured, "{body}");
+    let (_, page, _) = http_get(&format!("{}/scalers", app.base), &[]).await;
+    assert!(page.contains("s (measured: finished_jobs)"), "{page}");
+
+    // Jobs wait on a queue that keeps none finished: UNAVAILABLE, saying
+    // which queue, why, and that processingTime can be set.
+    // (Waited for: its arrival rate needs two polls within the 1 s window
+    // first, which a loaded machine may delay.)
+    let e = wait_for("unkept's service time refused", WAIT, || {
+        let mut c = c.clone();
+        async move {
+            match metrics(&mut c, &trigger("unkept", "bullmq")).await {
+                Err(e) if e.message().contains("service time") => Some(e),
+                _ => None,
+            }
+        }
+    })
+    .await;
+    assert_eq!(e.code(), Code::Unavailable, "{e:?}");
+    for needle in [
+        "\"unkept\"",
+        "its service time is unknown",
+        "removeOnComplete",
+        "set processingTime",
+    ] {
+        assert!(e.message().contains(needle), "{needle}: {}", e.message());
+    }
+    // With processingTime set, that queue is sized from it: 3 jobs of 2 s.
+    let mut set = trigger("unkept", "bullmq");
+    set.push(("processingTime", "2s"));
+    wait_value(&c, &set, 3.0 * 2.0 / 10.0).await;
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rq_jobs_of_200ms_measure_0_2s_and_unkept_results_leave_it_unknown() {
+    let redis = RedisServer::start();
+    let app = TestApp::start(&config(&redis.url, "- preset: rq\n")).await;
+    let url = redis.url.clone();
+    let ran = tokio::task::spawn_blocking(move || {
+        run_fixture(
+            "RQ (pip install rq)",
+            &["python3", "-c", "import rq"],
+            "python3",
+            &[&fixture("rq_service_fixture.py"), &url],
+        )
+    })
+    .await
+    .unwrap();
+    let Some(_) = ran else {
+        return;
+    };
+    let s = app
+        .scrape_until("timed measured and its backlog read", WAIT, |s| {
+            service_time(s, "timed", "rq").is_some()
+                && depth(s, "timed", "rq", "waiting") == Some(20.0)
+                && depth(s, "unkept", "rq", "waiting") == Some(2.0)
+        })
+        .await;
+    let measured = service_time(&s, "timed", "rq").unwrap();
+    assert!(TOLERANCE.contains(&measured), "{measured}\n{s}");
+    assert_eq!(
+        s.value("queue_service_time_seconds", &[("queue", "unkept")]),
+        None,
+        "{s}"
+    );
+    // RQ keeps no count of jobs enqueued, so a WaitTime trigger on it is
+    // refused for its arrival rate, not for processingTime: the service
+    // time is measured.
+    let c = client(&app).await;
+    let e = metrics(&mut c.clone(), &trigger("timed", "rq"))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::Unavailable, "{e:?}");
+    assert!(
+        e.message().contains("its arrival rate is unknown"),
+        "{}",
+        e.message()
+    );
+    app.stop().await;
+}
