@@ -29,7 +29,7 @@ use queue_exporter::hub::HubBuilder;
 use queue_exporter::scaler::metadata::{ACCEPTED_KEYS, KEDA_KEYS, Mode, Operation};
 use queue_exporter::snapshot::{
     AgeHistogram, AnyName, Counters, GroupSample, JobState, JobTotals, PresetFacts, QueueSample,
-    QueueType, Snapshot, SourceKind,
+    QueueType, ServiceSource, ServiceTime, Snapshot, SourceKind,
 };
 use queue_exporter::telemetry::{GrpcLabels, MethodLabels, Telemetry};
 use regex::Regex;
@@ -529,6 +529,11 @@ fn full_sample(name: &str) -> QueueSample {
     preset.paused = Some(false);
     preset.stalled = Some(0);
     preset.overdue = Some(0);
+    preset.service_time = Some(ServiceTime {
+        mean_seconds: 0.2,
+        jobs: 1,
+        from: ServiceSource::FinishedJobs,
+    });
     q.preset = Some(Box::new(preset));
     q.set_jobs(JobTotals {
         processed: Some(1),

@@ -7,9 +7,9 @@
 //! trips for all presets together: round 1 reads every queue's sizes (and
 //! the ids a follow-up needs), round 2 the follow-ups: one `HGET` per queue
 //! for the oldest job's enqueue time, and a bounded number of `EXISTS` for
-//! stalled checks, and `HMGET` of jobs that finished since the last poll
-//! for the service time (`service.rs`). Discovery reads each library's
-//! registry every `discovery_interval`.
+//! stalled checks, and (every few seconds) `HMGET` of the jobs that
+//! finished since the last read, for the service time (`service.rs`).
+//! Discovery reads each library's registry every `discovery_interval`.
 
 mod asynq;
 mod bull;
@@ -592,7 +592,8 @@ impl PresetState {
                     (finished_layout(&entry.spec.preset, unit), unit)
                 {
                     match entry.service.get(name) {
-                        Some(w) => cmds.extend(w.plan(&layout)),
+                        Some(w) if w.due(now) => cmds.extend(w.plan(&layout)),
+                        Some(_) => {}
                         None => cmds.extend(ServiceWindow::default().plan(&layout)),
                     }
                 }
@@ -644,7 +645,12 @@ impl PresetState {
                     let mut m = None;
                     if let (Some(layout), Unit::Queue(name)) = (layout, unit) {
                         let window = e.service.entry(name.clone()).or_default();
-                        let jobs = window.read(&layout, finished_r);
+                        // Read only when its sets were asked (due) this poll.
+                        let jobs = if finished_r.is_empty() {
+                            Vec::new()
+                        } else {
+                            window.read(now, &layout, finished_r)
+                        };
                         let unit = Follow::Finished(layout.unit);
                         stage.follow.extend(jobs.into_iter().map(|c| (c, unit)));
                         m = Some((entry, name.clone()));
