@@ -1,4 +1,4 @@
-//! Measured service time (issue 27): real BullMQ and RQ workers run jobs
+//! Measured service time (issue 27): real BullMQ, Bull and RQ workers run jobs
 //! that take 200 ms against a private redis-server while the exporter
 //! polls; `queue_service_time_seconds` reads about 0.2, a `WaitTime`
 //! trigger without `processingTime` (real gRPC client) answers replicas
@@ -151,6 +151,40 @@ async fn bullmq_jobs_of_200ms_measure_0_2s_and_size_a_trigger_without_processing
     let mut set = trigger("unkept", "bullmq");
     set.push(("processingTime", "2s"));
     wait_value(&c, &set, 3.0 * 2.0 / 10.0).await;
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bull_jobs_of_200ms_measure_0_2s_and_size_a_trigger_without_processing_time() {
+    let redis = RedisServer::start();
+    let app = TestApp::start(&config(&redis.url, "- preset: bull\n")).await;
+    let node_dir = fixture("node");
+    let probe = format!("require('{node_dir}/node_modules/bull')");
+    let url = redis.url.clone();
+    let ran = tokio::task::spawn_blocking(move || {
+        run_fixture(
+            "Bull (npm ci in tests/fixtures/presets/node)",
+            &["node", "-e", &probe],
+            "node",
+            &[&fixture("node/bull_service_fixture.js"), &url],
+        )
+    })
+    .await
+    .unwrap();
+    let Some(_) = ran else {
+        return;
+    };
+    let s = app
+        .scrape_until("timed measured and its backlog read", WAIT, |s| {
+            service_time(s, "timed", "bull").is_some()
+                && depth(s, "timed", "bull", "waiting") == Some(40.0)
+        })
+        .await;
+    let measured = service_time(&s, "timed", "bull").unwrap();
+    eprintln!("measured service time: {measured} s (jobs of {JOB} s)");
+    assert!(TOLERANCE.contains(&measured), "{measured}\n{s}");
+    let c = client(&app).await;
+    wait_value(&c, &trigger("timed", "bull"), 40.0 * measured / 10.0).await;
     app.stop().await;
 }
 

@@ -17,15 +17,18 @@ use crate::snapshot::{
 /// which queues `processingTime` may be left out for.
 pub fn unmeasured_kind(kind: SourceKind, preset: Option<PresetKind>) -> Option<&'static str> {
     match (kind, preset) {
-        (_, Some(PresetKind::Bullmq | PresetKind::Rq)) => None,
+        (_, Some(PresetKind::Bullmq | PresetKind::Bull | PresetKind::Rq)) => None,
         (_, Some(_)) => Some(
-            "that library keeps no finished jobs with their start and end times              (the exporter measures BullMQ and RQ queues)",
+            "that library keeps no finished jobs with their start and end times \
+             (the exporter measures BullMQ, Bull and RQ queues)",
         ),
         (SourceKind::Redis, None) => Some(
-            "a plain Redis key holds no record of how long its jobs took              (the exporter measures BullMQ and RQ queues)",
+            "a plain Redis key holds no record of how long its jobs took \
+             (the exporter measures BullMQ, Bull and RQ queues)",
         ),
         (SourceKind::RabbitMq, None) => Some(
-            "the exporter does not measure RabbitMQ queues' service time yet              (it measures BullMQ and RQ queues)",
+            "the exporter does not measure RabbitMQ queues' service time yet \
+             (it measures BullMQ, Bull and RQ queues)",
         ),
     }
 }
@@ -34,11 +37,13 @@ pub fn unmeasured_kind(kind: SourceKind, preset: Option<PresetKind>) -> Option<&
 /// `UNAVAILABLE` message.
 fn unmeasured_why(q: &QueueSample) -> &'static str {
     match q.preset.as_deref().map(|f| f.preset) {
-        Some(PresetKind::Bullmq) => {
-            "no finished job with processedOn and finishedOn is kept (none finished yet,              or the jobs are added with removeOnComplete/removeOnFail)"
+        Some(PresetKind::Bullmq | PresetKind::Bull) => {
+            "no finished job with processedOn and finishedOn is kept (none finished yet, \
+             or the jobs are added with removeOnComplete/removeOnFail)"
         }
         Some(PresetKind::Rq) => {
-            "no finished job with started_at and ended_at is kept (none finished yet,              or the jobs are enqueued with result_ttl=0)"
+            "no finished job with started_at and ended_at is kept (none finished yet, \
+             or the jobs are enqueued with result_ttl=0)"
         }
         _ => "the source has not measured it yet",
     }
@@ -197,7 +202,7 @@ mod tests {
     #[test]
     fn only_bullmq_and_rq_queues_are_measured() {
         use PresetKind::*;
-        for p in [Bullmq, Rq] {
+        for p in [Bullmq, Bull, Rq] {
             assert_eq!(unmeasured_kind(SourceKind::Redis, Some(p)), None);
         }
         for p in [Sidekiq, Celery, Asynq, Rediswq, PriorityZset] {

@@ -21,6 +21,13 @@ fn k(prefix: &str, q: &[u8], name: &[u8]) -> Vec<u8> {
     key(&[prefix.as_bytes(), b":", q, b":", name])
 }
 
+/// Where queue `q` keeps finished jobs: as BullMQ, `completed` and
+/// `failed` scored by `finishedOn` (ms), the job hash with `processedOn` and
+/// `finishedOn` (`moveToFinished-9.lua`, `moveToActive-8.lua`).
+pub fn finished(prefix: &str, q: &[u8]) -> super::service::FinishedLayout {
+    super::bullmq::finished(prefix, q)
+}
+
 /// The keys of a Bull queue that zero config may find by type (lists and
 /// zsets), by their last name part; any of them beside an integer `id`
 /// string marks a queue.

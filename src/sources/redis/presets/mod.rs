@@ -278,7 +278,7 @@ pub(super) fn apply(s: &mut QueueSample, follow: Follow, v: &Value, now: f64) {
 }
 
 /// Where the library of `preset` keeps `unit`'s finished jobs with their
-/// start and end times, if it does (BullMQ, RQ): the queues whose service
+/// start and end times, if it does (BullMQ, Bull, RQ): the queues whose service
 /// time the exporter measures.
 fn finished_layout(preset: &Preset, unit: &Unit) -> Option<FinishedLayout> {
     let Unit::Queue(queue) = unit else {
@@ -286,6 +286,7 @@ fn finished_layout(preset: &Preset, unit: &Unit) -> Option<FinishedLayout> {
     };
     match preset {
         Preset::Bullmq { prefix, .. } => Some(bullmq::finished(prefix, queue)),
+        Preset::Bull { prefix, .. } => Some(bull::finished(prefix, queue)),
         Preset::Rq { prefix } => Some(rq::finished(prefix, queue)),
         _ => None,
     }
