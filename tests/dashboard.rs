@@ -333,6 +333,7 @@ fn the_dashboard_has_every_panel_the_issue_lists() {
     );
     needs("Open scaler streams", &["queue_exporter_scaler_streams"]);
     needs("Overdue jobs", &["queue_overdue_jobs"]);
+    needs("Service time (measured)", &["queue_service_time_seconds"]);
     needs(
         "Desired replicas per ScaledObject",
         &["queue_exporter_scaler_desired_replicas", "scaledobject"],
@@ -343,6 +344,7 @@ fn the_dashboard_has_every_panel_the_issue_lists() {
             "queue_exporter_scaler_backlog",
             "queue_exporter_scaler_arrival_rate",
             "queue_exporter_scaler_oldest_age_seconds",
+            "queue_exporter_scaler_service_time_seconds",
         ],
     );
 }
@@ -415,7 +417,8 @@ fn cmd(conn: &mut redis::Connection, args: &[&str]) -> redis::Value {
 ///   (20/s for 24 s of every minute) and drained at 10/s, each job taken
 ///   counted in `work-queue:done` (its `counters: processed`);
 /// - `mail`: a BullMQ queue with delayed jobs long due and no worker to
-///   promote them (overdue);
+///   promote them (overdue), and five jobs finished in 150 ms each (its
+///   measured service time);
 /// - `draining`: a list drained at 20/s (refilled when empty);
 /// - `jobs:pending:{high,normal,low}`: timestamp zsets, some jobs due (up to
 ///   an hour old), some scheduled in the future, due ones taken;
@@ -476,6 +479,14 @@ fn redis_activity(url: String, stop: Arc<AtomicBool>) {
                 &format!("d{i}"),
             ],
         );
+    }
+    for i in 0..5 {
+        // Finished a minute ago, 150 ms after a worker took each.
+        let finished = ((now - 60.0) * 1e3) as u64 + i * 1000;
+        let (job, at) = (format!("bull:mail:f{i}"), finished.to_string());
+        let took = (finished - 150).to_string();
+        cmd(c, &["HSET", &job, "processedOn", &took, "finishedOn", &at]);
+        cmd(c, &["ZADD", "bull:mail:completed", &at, &format!("f{i}")]);
     }
     let mut render = Rediswq::start(c);
 
