@@ -200,7 +200,7 @@ mod tests {
     }
 
     #[test]
-    fn only_bullmq_and_rq_queues_are_measured() {
+    fn only_bullmq_bull_and_rq_queues_are_measured() {
         use PresetKind::*;
         for p in [Bullmq, Bull, Rq] {
             assert_eq!(unmeasured_kind(SourceKind::Redis, Some(p)), None);
