@@ -116,6 +116,11 @@ async fn a_list_scales_to_drain_its_backlog_catch_up_and_follow_arrivals() {
     let mut per4 = work.clone();
     per4.push(("workersPerReplica", "4"));
     wait_value(&c, &per4, 1.25).await;
+    // A percentile shapes the steady-state term only: the backlog is
+    // still drained within targetWait.
+    let mut p90 = work.clone();
+    p90.push(("targetWaitPercentile", "90"));
+    wait_value(&c, &p90, 5.0).await;
 
     // The oldest job has waited twice targetWait and more: about half the
     // backlog is late and gets a worker each, so the answer jumps past the
@@ -239,6 +244,7 @@ async fn unknown_inputs_are_unavailable_and_bad_metadata_names_the_key() {
         (("targetWait", "0s"), "targetWait"),
         (("value", "5"), "value"),
         (("workersPerReplica", "-1"), "workersPerReplica"),
+        (("targetWaitPercentile", "0.99"), "targetWaitPercentile"),
     ] {
         let mut pairs: Vec<(&str, &str)> = trigger("work")
             .into_iter()

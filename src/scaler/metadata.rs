@@ -23,7 +23,7 @@ use crate::scaler::wait::WaitParams;
 use crate::snapshot::{CounterHistory, JobState, PresetKind, QueueSample, Snapshot};
 
 /// Every key this scaler reads, as listed in error messages.
-pub const ACCEPTED_KEYS: [&str; 14] = [
+pub const ACCEPTED_KEYS: [&str; 15] = [
     "queue",
     "source",
     "vhost",
@@ -38,6 +38,7 @@ pub const ACCEPTED_KEYS: [&str; 14] = [
     "targetWait",
     "processingTime",
     "workersPerReplica",
+    "targetWaitPercentile",
 ];
 
 /// Keys KEDA itself reads from trigger metadata and passes on to us; ignored.
@@ -52,7 +53,7 @@ pub const KEDA_KEYS: [&str; 7] = [
     "tlsCertFile",
 ];
 
-/// Most keys a map may have: ours (14) and KEDA's own (7) with room for
+/// Most keys a map may have: ours (15) and KEDA's own (7) with room for
 /// `*FromEnv` keys.
 pub const MAX_KEYS: usize = 64;
 
@@ -821,6 +822,7 @@ mod tests {
                 target_wait: Duration::from_secs(30),
                 processing_time: Some(Duration::from_millis(1500)),
                 workers_per_replica: 1,
+                percentile: crate::scaler::wait::PERCENTILE,
             })
         );
         let with = |extra: &[(&str, &str)]| {
@@ -830,6 +832,11 @@ mod tests {
         };
         let q = with(&[("workersPerReplica", "10"), ("window", "20s")]).unwrap();
         assert_eq!(q.wait.map(|w| w.workers_per_replica), Some(10));
+        for (given, share) in [("95", 0.95), ("99.9%", 0.999), (" 50 ", 0.5)] {
+            let q = with(&[("targetWaitPercentile", given)]).unwrap();
+            let got = q.wait.map(|w| w.percentile).unwrap();
+            assert!((got - share).abs() < 1e-12, "{given}: {got}");
+        }
         assert_eq!(q.window, Duration::from_secs(20));
         for (extra, key, needle) in [
             (vec![("value", "5")], "value", "fixed"),
@@ -857,6 +864,21 @@ mod tests {
             (vec![("targetWait", "soon")], "targetWait", "duration"),
             (vec![("targetWait", "0s")], "targetWait", "from 1ms"),
             (vec![("processingTime", "2d")], "processingTime", "to 1day"),
+            (
+                vec![("targetWaitPercentile", "0.99")],
+                "targetWaitPercentile",
+                "percentage from 50 to 99.99",
+            ),
+            (
+                vec![("targetWaitPercentile", "100")],
+                "targetWaitPercentile",
+                "percentage",
+            ),
+            (
+                vec![("targetWaitPercentile", "NaN")],
+                "targetWaitPercentile",
+                "percentage",
+            ),
         ] {
             let mut pairs: Vec<(&str, &str)> = base
                 .iter()
@@ -886,7 +908,7 @@ mod tests {
         let q = parse(&meta(&pairs)).unwrap();
         assert_eq!(q.wait.map(|w| w.processing_time), Some(None));
         // Refused with any other mode.
-        for key in ["targetWait", "processingTime", "workersPerReplica"] {
+        for key in WaitParams::KEYS {
             let e = parse(&meta(&[("queue", "w"), (key, "1")]))
                 .unwrap_err()
                 .to_string();

@@ -10,8 +10,14 @@ use std::time::Duration;
 
 use crate::snapshot::ServiceSource;
 
-/// Share of jobs the steady-state term wants started within `targetWait`.
+/// Share of jobs the steady-state term wants started within `targetWait`
+/// unless `targetWaitPercentile` says otherwise.
 pub const PERCENTILE: f64 = 0.99;
+
+/// Accepted `targetWaitPercentile`, in percent: below 50 the objective is
+/// no longer "jobs start on time"; 99.99 already asks Erlang C for a
+/// margin a `window` average cannot promise.
+pub const PERCENTILE_RANGE: std::ops::RangeInclusive<f64> = 50.0..=99.99;
 
 /// Highest utilisation the steady-state term plans for: a margin for the
 /// arrival rate being an average over `window`. Erlang C alone would run
@@ -54,11 +60,19 @@ pub struct WaitParams {
     /// Jobs one replica works on at once (`workersPerReplica`; Sidekiq's
     /// concurrency, say), so replicas = workers / this.
     pub workers_per_replica: u32,
+    /// Share of arriving jobs the steady-state term starts within
+    /// `targetWait` (`targetWaitPercentile` / 100; default [`PERCENTILE`]).
+    pub percentile: f64,
 }
 
 impl WaitParams {
     /// The metadata keys these come from.
-    pub const KEYS: [&'static str; 3] = ["targetWait", "processingTime", "workersPerReplica"];
+    pub const KEYS: [&'static str; 4] = [
+        "targetWait",
+        "processingTime",
+        "workersPerReplica",
+        "targetWaitPercentile",
+    ];
 
     /// Reads `targetWait` (required), `processingTime` (optional: where it
     /// is missing, the query needs queues whose service time the exporter
@@ -101,10 +115,27 @@ impl WaitParams {
                 }
             },
         };
+        let percentile = match get("targetWaitPercentile") {
+            None => PERCENTILE,
+            Some(v) => match v.trim().trim_end_matches('%').trim().parse::<f64>() {
+                Ok(p) if PERCENTILE_RANGE.contains(&p) => p / 100.0,
+                _ => {
+                    return Err((
+                        "targetWaitPercentile",
+                        format!(
+                            "must be a percentage from {} to {} (the share of jobs to start within targetWait, such as 95 or 99.9), got {v:?}",
+                            PERCENTILE_RANGE.start(),
+                            PERCENTILE_RANGE.end()
+                        ),
+                    ));
+                }
+            },
+        };
         Ok(WaitParams {
             target_wait,
             processing_time,
             workers_per_replica,
+            percentile,
         })
     }
 }
@@ -199,8 +230,9 @@ pub struct WaitDecision {
 /// backlog and A the oldest job's age, and a = λS the busy workers the
 /// arrivals alone keep:
 /// - (a) steady state: the fewest workers N > a for which Erlang C puts
-///   P(wait > W) = C(N, a)·e^{−(N−a)W/S} at most 1 − [`PERCENTILE`], and at
-///   least a / [`MAX_UTILISATION`];
+///   P(wait > W) = C(N, a)·e^{−(N−a)W/S} at most 1 − p (p the percentile,
+///   [`PERCENTILE`] unless `targetWaitPercentile` is set), and at least
+///   a / [`MAX_UTILISATION`];
 /// - (b) drain: B·min(1, S/W) + γa ([`ARRIVAL_SHARE`]), so the backlog
 ///   starts within W (served first, FIFO; ages taken as spread evenly up to
 ///   A, the newest job is the last to start, and B·S of work must be done
@@ -222,7 +254,7 @@ pub fn decide(params: &WaitParams, inputs: WaitInputs) -> WaitDecision {
     } = inputs;
     let wait = params.target_wait.as_secs_f64();
     let load = arrival_rate * service_time;
-    let steady = steady_workers(load, wait, service_time);
+    let steady = steady_workers(load, wait, service_time, params.percentile);
     let late = if oldest_age > wait && backlog > 0.0 {
         backlog * (1.0 - wait / oldest_age)
     } else {
@@ -257,9 +289,9 @@ pub fn decide(params: &WaitParams, inputs: WaitInputs) -> WaitDecision {
 }
 
 /// (a): the fewest workers for offered load `load` (busy workers) so that
-/// [`PERCENTILE`] of jobs wait at most `wait` seconds by Erlang C (M/M/N),
-/// and at least `load / MAX_UTILISATION`. 0 for no load.
-pub fn steady_workers(load: f64, wait: f64, service_time: f64) -> f64 {
+/// the share `percentile` of jobs wait at most `wait` seconds by Erlang C
+/// (M/M/N), and at least `load / MAX_UTILISATION`. 0 for no load.
+pub fn steady_workers(load: f64, wait: f64, service_time: f64, percentile: f64) -> f64 {
     // NaN fails `is_finite`, so every check below compares numbers.
     if !load.is_finite() || load <= 0.0 {
         return 0.0;
@@ -282,7 +314,7 @@ pub fn steady_workers(load: f64, wait: f64, service_time: f64) -> f64 {
         let late = erlang_c * (-(n - load) * wait / service_time).exp();
         // Erlang C falls towards 0 as N grows, so this ends; the bound
         // only guards against a wait of 0 making that slow.
-        if late <= 1.0 - PERCENTILE || n > 10.0 * load + 100.0 {
+        if late <= 1.0 - percentile || n > 10.0 * load + 100.0 {
             return n.max(capped);
         }
         n += 1.0;
@@ -298,6 +330,7 @@ mod tests {
         WaitParams {
             target_wait: Duration::from_secs_f64(wait_s),
             processing_time: Some(Duration::from_secs(1)),
+            percentile: PERCENTILE,
             workers_per_replica: per_replica,
         }
     }
@@ -336,7 +369,7 @@ mod tests {
     fn steady_state_is_the_fewest_workers_erlang_c_allows_under_the_cap() {
         for (rate, service, wait) in [(1.0, 2.0, 30.0), (5.0, 2.0, 4.0), (50.0, 1.0, 2.0)] {
             let load = rate * service;
-            let n = steady_workers(load, wait, service);
+            let n = steady_workers(load, wait, service, PERCENTILE);
             let cap = load / MAX_UTILISATION;
             assert!(n >= cap, "{rate} {service} {wait}: {n}");
             // Whole workers from Erlang C unless the cap is above them;
@@ -352,11 +385,38 @@ mod tests {
         }
         // A tight wait against a long job needs Erlang C's margin above the cap:
         // 2 busy workers, 1 s to start a 10 s job.
-        let n = steady_workers(2.0, 1.0, 10.0);
+        let n = steady_workers(2.0, 1.0, 10.0, PERCENTILE);
         assert!(n > 2.0 / MAX_UTILISATION, "{n}");
         assert!(erlang_late(n as u32, 2.0, 1.0, 10.0) <= 1.0 - PERCENTILE);
         // Beyond the search bound the cap answers.
-        assert_eq!(steady_workers(2e5, 1.0, 1.0), 2e5 / MAX_UTILISATION);
+        assert_eq!(
+            steady_workers(2e5, 1.0, 1.0, PERCENTILE),
+            2e5 / MAX_UTILISATION
+        );
+    }
+
+    #[test]
+    fn a_lower_percentile_asks_fewer_workers_and_holds_at_its_own_share() {
+        // 40 jobs/s of 1 s: 40 busy workers, 2 s to start.
+        let (load, wait, service) = (40.0, 2.0, 1.0);
+        let strict = steady_workers(load, wait, service, 0.999);
+        let default = steady_workers(load, wait, service, PERCENTILE);
+        let loose = steady_workers(load, wait, service, 0.90);
+        assert!(
+            strict > default && default >= loose,
+            "{strict} {default} {loose}"
+        );
+        let m = loose.ceil() as u32;
+        assert!(erlang_late(m, load, wait, service) <= 0.10);
+        assert!(
+            erlang_late(m - 1, load, wait, service) > 0.10
+                || f64::from(m - 1) < load / MAX_UTILISATION
+        );
+        // The drain term is not a percentile: a backlog still starts within W.
+        let mut p = params(10.0, 1);
+        p.percentile = 0.5;
+        let d = decide(&p, inputs(100.0, 5.0, 0.0, 1.0));
+        assert_eq!(d.workers, 10.0);
     }
 
     #[test]
@@ -365,7 +425,7 @@ mod tests {
         let d = decide(&params(10.0, 1), inputs(0.0, 0.0, 2.0, 1.5));
         assert!(d.active);
         assert_eq!(d.bound, Bound::Steady);
-        assert_eq!(d.workers, steady_workers(3.0, 10.0, 1.5));
+        assert_eq!(d.workers, steady_workers(3.0, 10.0, 1.5, PERCENTILE));
         assert!(d.workers >= 3.0 / MAX_UTILISATION);
     }
 
