@@ -512,6 +512,141 @@ fn discover_prints_a_config_that_check_accepts_and_once_reads_as_zero_config_doe
     assert_eq!(len, 2);
 }
 
+/// SCAN calls one full untyped pass over `redis`'s keyspace makes with
+/// `COUNT count` (the count a pass makes whatever it filters).
+fn scan_calls_of_one_pass(conn: &mut redis::Connection, count: u32) -> u64 {
+    let (mut cursor, mut calls) = (0u64, 0);
+    loop {
+        let (next, _): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("COUNT")
+            .arg(count)
+            .query(conn)
+            .unwrap();
+        calls += 1;
+        if next == 0 {
+            return calls;
+        }
+        cursor = next;
+    }
+}
+
+/// What `once` reports of a zero-config source over `redis` with
+/// `scan_count: 100`, then of the same with `plain_keys: false`: each one's
+/// `queue_depth`/`queue_paused` series, SCAN calls and log.
+type Once = (BTreeMap<(String, String, String, String), f64>, u64, String);
+fn once_both_ways(redis: &RedisServer) -> (Once, Once) {
+    let dir = tempfile::tempdir().unwrap();
+    let source = |extra: &str| {
+        format!(
+            "sources:\n  - name: redis\n    type: redis\n    url: {}\n    scan_count: 100\n{extra}",
+            redis.url
+        )
+    };
+    let every = write_file(&dir, "zero.yaml", &source(""));
+    let libraries = write_file(&dir, "libs.yaml", &source("    plain_keys: false\n"));
+    let once = |cfg: &std::path::Path| {
+        redis::cmd("CONFIG")
+            .arg("RESETSTAT")
+            .query::<()>(&mut redis.conn())
+            .unwrap();
+        let (ok, out, err) = exporter(&["once", "--config", cfg.to_str().unwrap()]);
+        assert!(ok, "{err}");
+        let scans = redis.commandstats().get("scan").map_or(0, |s| s.0);
+        (series(&out), scans, err)
+    };
+    (once(&every), once(&libraries))
+}
+
+/// 3,000 strings, so that a pass over the keyspace takes many SCAN calls.
+fn write_strings(conn: &mut redis::Connection) {
+    let mut strings = redis::pipe();
+    for i in 0..3000 {
+        strings
+            .cmd("SET")
+            .arg(format!("cache:{i}"))
+            .arg("v")
+            .ignore();
+    }
+    strings.query::<()>(conn).unwrap();
+}
+
+/// The series with a `preset` label, and those without.
+type Series = BTreeMap<(String, String, String, String), f64>;
+fn split_plain(all: Series) -> (Series, Series) {
+    all.into_iter()
+        .partition(|((_, _, preset, _), _)| !preset.is_empty())
+}
+
+#[test]
+fn plain_keys_false_recognises_the_same_library_queues_in_one_scan_pass() {
+    let redis = RedisServer::start();
+    if !write_libraries(&redis.url) {
+        return;
+    }
+    let mut conn = redis.conn();
+    write_asynq(&mut conn);
+    // asynq at a prefix of its own: only its `work:{q}:pending` list tells
+    // it from a Sidekiq namespace.
+    rcmd(&mut conn, &["SADD", "work:queues", "q"]);
+    rcmd(&mut conn, &["LPUSH", "work:{q}:pending", "t1", "t2"]);
+    rcmd(&mut conn, &["RPUSH", "jobs:pending:high", "a", "b"]);
+    rcmd(&mut conn, &["ZADD", "plain:zset", "1", "x"]);
+    rcmd(&mut conn, &["XADD", "plain:events", "*", "f", "1"]);
+    write_strings(&mut conn);
+    let ((all, all_scans, _), (libs, libs_scans, log)) = once_both_ways(&redis);
+
+    // The same library series, and no plain one.
+    let (from_libraries, plain) = split_plain(all);
+    assert_eq!(libs, from_libraries);
+    assert_eq!(plain.len(), 3, "{plain:?}");
+    let key = |q: &str, p: &str, s: &str| ("queue_depth".into(), q.into(), p.into(), s.into());
+    assert_eq!(libs.get(&key("q", "asynq", "waiting")), Some(&2.0));
+    assert_eq!(libs.get(&key("critical", "asynq", "waiting")), Some(&2.0));
+    assert_eq!(libs.get(&key("celery", "celery", "waiting")), Some(&11.0));
+    assert_eq!(libs.get(&key("reports", "bullmq", "waiting")), Some(&3.0));
+    // Old Bull beside BullMQ's same-named queue: told by its `id`.
+    assert_eq!(libs.get(&key("mail", "bull", "waiting")), Some(&4.0));
+    assert!(log.contains("; no plain key"), "{log}");
+    // One pass over the keyspace, where plain keys cost four.
+    let pass = scan_calls_of_one_pass(&mut conn, 100);
+    assert!(pass >= 20, "{pass}");
+    assert_eq!(libs_scans, pass);
+    assert!(
+        all_scans >= 3 * pass,
+        "{all_scans} SCAN calls against {pass} a pass"
+    );
+}
+
+#[test]
+fn plain_keys_false_tells_a_sidekiq_namespace_and_celery_steps_by_the_keys_beside_them() {
+    // A Sidekiq 6 namespace (its `ns:queue:x` list) and a Celery queue
+    // with `sep: ":"` and `priority_steps: range(10)` (the layout
+    // `celery_fixture.py colon` writes, for a queue named `tasks`): their
+    // registries alone do not say which library, nor which steps.
+    let redis = RedisServer::start();
+    let mut conn = redis.conn();
+    rcmd(&mut conn, &["SADD", "ns:queues", "x"]);
+    rcmd(&mut conn, &["RPUSH", "ns:queue:x", "j1"]);
+    rcmd(&mut conn, &["ZADD", "ns:retry", "1", "r1"]);
+    rcmd(
+        &mut conn,
+        &["SADD", "app:_kombu.binding.tasks", "tasks::tasks"],
+    );
+    rcmd(&mut conn, &["RPUSH", "app:tasks", "m"]);
+    rcmd(&mut conn, &["RPUSH", "app:tasks:7", "m", "m"]);
+    write_strings(&mut conn);
+    let ((all, _, _), (libs, libs_scans, _)) = once_both_ways(&redis);
+    let (from_libraries, plain) = split_plain(all);
+    assert_eq!(libs, from_libraries);
+    assert!(plain.is_empty(), "{plain:?}");
+    let key = |q: &str, p: &str, s: &str| ("queue_depth".into(), q.into(), p.into(), s.into());
+    assert_eq!(libs.get(&key("x", "sidekiq", "waiting")), Some(&1.0));
+    assert_eq!(libs.get(&key("(all)", "sidekiq", "retry")), Some(&1.0));
+    assert_eq!(libs.get(&key("tasks", "celery", "waiting")), Some(&3.0));
+    assert_eq!(libs_scans, scan_calls_of_one_pass(&mut conn, 100));
+}
+
 #[test]
 fn discover_refuses_bad_arguments_with_exit_2_and_one_line() {
     let dir = tempfile::tempdir().unwrap();

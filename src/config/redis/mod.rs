@@ -84,6 +84,14 @@ pub struct RedisSourceConfig {
     /// polled without it. `false`: read every key on every poll.
     #[serde(default = "default_client_tracking")]
     pub client_tracking: bool,
+    /// Zero config only: whether the lists, zsets and streams that belong
+    /// to no recognised library are reported too (`true`, the default).
+    /// `false` recognises the libraries alone in one SCAN pass instead of
+    /// four: plain keys of three types need three typed passes, and a pass
+    /// costs Redis the same whatever it filters (docs/presets.md, "What zero
+    /// config costs"). Refused on a source that lists `queues:`.
+    #[serde(default = "default_plain_keys")]
+    pub plain_keys: bool,
     /// Which keys to watch.
     #[serde(default)]
     pub queues: Vec<QueueSpec>,
@@ -119,6 +127,7 @@ impl RedisSourceConfig {
             age_buckets: default_age_buckets(),
             age_histogram_interval: default_age_histogram_interval(),
             client_tracking: default_client_tracking(),
+            plain_keys: default_plain_keys(),
             queues: Vec::new(),
             presets: Vec::new(),
             recognise: false,
@@ -127,9 +136,13 @@ impl RedisSourceConfig {
 
     /// Makes this source a zero-config one (see `recognise`): its plain
     /// keys are the lists, zsets and streams of the whole keyspace, found
-    /// by the pattern entry `*` with those types.
+    /// by the pattern entry `*` with those types; none with `plain_keys:
+    /// false` (the libraries alone).
     pub fn zero_config(&mut self) {
-        self.queues = vec![QueueSpec::every_queue_key()];
+        self.queues = match self.plain_keys {
+            true => vec![QueueSpec::every_queue_key()],
+            false => Vec::new(),
+        };
         self.presets = Vec::new();
         self.recognise = true;
     }
@@ -150,6 +163,13 @@ impl RedisSourceConfig {
 
     /// Checks what serde cannot check field by field.
     pub(super) fn validate(&self, at: &dyn Fn(&str) -> String) -> Result<(), (String, String)> {
+        if !self.plain_keys && !self.recognise {
+            return Err((
+                at("plain_keys"),
+                "only applies to zero config (a source without queues:); this source lists its queues"
+                    .into(),
+            ));
+        }
         let tls_url = matches!(self.url.info().addr(), ConnectionAddr::TcpTls { .. });
         if let ConnectionAddr::TcpTls { insecure: true, .. } = self.url.info().addr() {
             return Err((
@@ -253,6 +273,9 @@ fn default_max_keys() -> usize {
 fn default_client_tracking() -> bool {
     true
 }
+fn default_plain_keys() -> bool {
+    true
+}
 
 fn default_scan_count() -> u32 {
     1000
@@ -287,6 +310,34 @@ pub struct RedisTlsConfig {
 mod tests {
     use crate::config::SourceConfig;
     use crate::config::load::tests::load_yaml;
+
+    #[test]
+    fn plain_keys_false_is_for_zero_config_alone() {
+        let redis = |extra: &str| format!("sources:\n  - name: r\n    type: redis\n{extra}");
+        let c = load_yaml(&redis("    plain_keys: false\n")).unwrap();
+        let SourceConfig::Redis(r) = &c.sources[0] else {
+            panic!("redis")
+        };
+        assert!(r.recognise && !r.plain_keys && r.queues.is_empty());
+        let c = load_yaml(&redis("")).unwrap();
+        let SourceConfig::Redis(r) = &c.sources[0] else {
+            panic!("redis")
+        };
+        assert!(r.recognise && r.plain_keys && r.queues.len() == 1);
+        let e = load_yaml(&redis(
+            "    plain_keys: false\n    queues:\n      - key: a\n",
+        ))
+        .unwrap_err()
+        .to_string();
+        assert_eq!(
+            e,
+            "config.yaml: sources[0].plain_keys: only applies to zero config (a source without queues:); this source lists its queues"
+        );
+        let e = load_yaml(&redis("    plain_keys: some\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("config.yaml: sources[0].plain_keys: "), "{e}");
+    }
 
     #[test]
     fn cluster_and_sentinel_settings_are_checked_with_one_line_errors() {

@@ -361,6 +361,7 @@ impl RedisSource {
         let mut round_conn = conn.clone();
         round_conn.begin_discovery();
         let start = commands::SCANNED.load(std::sync::atomic::Ordering::Relaxed);
+        let passes = presets::recognise::passes(&config);
         let round = presets::recognise::discover(&mut round_conn, &config, &[]);
         tokio::pin!(round);
         let mut tick = tokio::time::interval(Duration::from_secs(1));
@@ -370,7 +371,7 @@ impl RedisSource {
                 r = &mut round => break r.map_err(|e| self.map_error(e))?,
                 _ = tick.tick() => {
                     let now = commands::SCANNED.load(std::sync::atomic::Ordering::Relaxed);
-                    progress(now.saturating_sub(start) / presets::recognise::PASSES, dbsize);
+                    progress(now.saturating_sub(start) / passes, dbsize);
                 }
             }
         };

@@ -25,7 +25,8 @@ pub struct RedisScope {
     /// (Celery's `queues`, rediswq's `name`, `(all)`, ...): a drained one reads 0.
     preset_names: Vec<String>,
     /// Whether a preset discovers queues from a registry (RQ, Sidekiq,
-    /// asynq, BullMQ): any name might be one of them.
+    /// asynq, BullMQ), or zero config may recognise one: any name might be
+    /// one of them.
     registry_presets: bool,
 }
 
@@ -48,16 +49,19 @@ impl RedisScope {
                 .iter()
                 .flat_map(|p| p.preset.fixed_names())
                 .collect(),
-            registry_presets: config.presets.iter().any(|p| {
-                matches!(
-                    p.preset,
-                    Preset::Rq { .. }
-                        | Preset::Sidekiq { .. }
-                        | Preset::Asynq { .. }
-                        | Preset::Bullmq { .. }
-                        | Preset::Bull { .. }
-                )
-            }),
+            // Zero config without plain keys (`plain_keys: false`) has
+            // no pattern, but any library it recognises may name any queue.
+            registry_presets: config.recognise
+                || config.presets.iter().any(|p| {
+                    matches!(
+                        p.preset,
+                        Preset::Rq { .. }
+                            | Preset::Sidekiq { .. }
+                            | Preset::Asynq { .. }
+                            | Preset::Bullmq { .. }
+                            | Preset::Bull { .. }
+                    )
+                }),
         }
     }
 }

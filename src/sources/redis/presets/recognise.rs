@@ -38,7 +38,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use redis::Value;
 
 use super::super::cluster::key_of;
-use super::super::commands::{Conn, pipelined, scan_where};
+use super::super::commands::{Conn, pipelined, scan_where, type_of};
 use super::super::discovery::{self, Candidate, Candidates, Discovered};
 use super::super::tracked::KeyState;
 use super::{Unit, bull, bullmq, fixed_queues, key, plan, registry_units, sidekiq};
@@ -74,10 +74,13 @@ pub async fn discover(
     config: &RedisSourceConfig,
     known: &[(Vec<u8>, usize)],
 ) -> redis::RedisResult<ZeroConfig> {
+    if !config.plain_keys {
+        return libraries_only(conn, config).await;
+    }
     let mut plain_conn = conn.clone();
     let (mut found, mut marks) = futures_util::future::try_join(
         discovery::find(&mut plain_conn, config, known),
-        scan_marks(conn, config.scan_count),
+        scan_marks(conn, config.scan_count, false),
     )
     .await?;
     marks.bull_ids = bull_candidates(&found.keys, config.max_keys);
@@ -93,6 +96,157 @@ pub async fn discover(
     })
 }
 
+/// Zero config with `plain_keys: false`: the libraries alone, in ONE SCAN
+/// pass (the marks pass, also keeping the few names recognition asks the
+/// type of, [`is_evidence`]), then the marks' reads, then `TYPE` of just
+/// the keys [`recognise`] looks at for the registries and bindings found
+/// ([`evidence`]), then `GET` of the `id` beside a Bull-named list or zset
+/// found; the same recognition as with plain keys, no plain key.
+async fn libraries_only(conn: &Conn, config: &RedisSourceConfig) -> redis::RedisResult<ZeroConfig> {
+    let mut marks = scan_marks(conn, config.scan_count, true).await?;
+    let names = std::mem::take(&mut marks.evidence);
+    let mut seen = read_marks(conn, marks).await?;
+    let wanted = evidence(&seen, names);
+    let states = discovery_types(conn, &wanted).await?;
+    let mut found = Candidates::default();
+    let mut refused = Vec::new();
+    for (k, state) in wanted.into_iter().zip(states) {
+        match state {
+            KeyState::Typed(KeyType::List | KeyType::Zset | KeyType::Stream) => {}
+            KeyState::Unknown(reason) => {
+                refused.push(reason);
+                continue;
+            }
+            _ => continue,
+        }
+        let c = Candidate {
+            spec: 0,
+            exact: false,
+            state,
+        };
+        found.keys.insert(k, c);
+    }
+    // Bull: the `id` beside a Bull-named list or zset, as with plain keys.
+    let bull_ids = bull_candidates(&found.keys, config.max_keys);
+    if !bull_ids.is_empty() {
+        let ids = Marks {
+            bull_ids,
+            ..Marks::default()
+        };
+        seen.bull_ids = read_marks(conn, ids).await?.bull_ids;
+    }
+    let recognition = recognise(&seen, &found);
+    let plain = Discovered {
+        tracked: Vec::new(),
+        dropped: 0,
+        collisions: 0,
+        refused,
+    };
+    Ok(ZeroConfig {
+        plain,
+        entries: recognition.entries,
+        consumed: recognition.consumed,
+    })
+}
+
+/// `TYPE` of `keys` (none sent when there are none).
+async fn discovery_types(conn: &Conn, keys: &[Vec<u8>]) -> redis::RedisResult<Vec<KeyState>> {
+    match keys.is_empty() {
+        true => Ok(Vec::new()),
+        false => type_of(conn, keys).await,
+    }
+}
+
+/// The keys whose type [`recognise`] looks at, given the marks read and
+/// the `names` the pass kept by shape (pure): for a `<p>:queues` registry
+/// that neither its members (RQ) nor its prefix (asynq) already tell, the
+/// Sidekiq namespace's `<p>:queue:<m>` lists and `<p>:schedule`/`retry`/
+/// `dead` zsets and the kept keys under asynq's `<p>:{<m>}:`; for a Celery
+/// queue, the kept `<queue><sep><n>` lists of a step kombu's defaults lack;
+/// the kept Bull-named keys where no BullMQ `meta` is beside them.
+fn evidence(seen: &Seen, names: Vec<Vec<u8>>) -> Vec<Vec<u8>> {
+    let mut wanted: BTreeSet<Vec<u8>> = BTreeSet::new();
+    let mut under_asynq: Vec<Vec<u8>> = Vec::new();
+    let mut celery_bases: BTreeSet<Vec<u8>> = BTreeSet::new();
+    for (set, members) in &seen.sets {
+        if let Some((prefix, _)) = binding(set) {
+            for (q, sep) in members.iter().filter_map(|m| binding_queue(m)) {
+                celery_bases.insert(key(&[prefix, q.as_bytes(), sep.as_bytes()]));
+            }
+            continue;
+        }
+        let Some(prefix) = registry_prefix(set).filter(|p| !p.is_empty()) else {
+            continue;
+        };
+        let rq = key(&[prefix, b":queue:"]);
+        let told = members.iter().all(|m| m.starts_with(&rq))
+            || prefix == default_prefix(PresetKind::Asynq).as_bytes();
+        if told {
+            continue;
+        }
+        for m in members {
+            wanted.insert(key(&[prefix, b":queue:", m]));
+            under_asynq.push(key(&[prefix, b":{", m, b"}:"]));
+        }
+        for n in [&b"schedule"[..], b"retry", b"dead"] {
+            wanted.insert(key(&[prefix, b":", n]));
+        }
+    }
+    for k in names {
+        let bull = !k.ends_with(b":id")
+            && bull::queue_of_part(&k).is_some_and(|(prefix, name)| {
+                !seen.bullmq.contains(&key(&[prefix, b":", name, b":meta"]))
+            });
+        let asynq = under_asynq.iter().any(|p| k.starts_with(p));
+        let step = celery_step(&k).is_some_and(|(base, n)| {
+            celery_bases.contains(base) && !CELERY_PRIORITY_STEPS.contains(&n)
+        });
+        if bull || asynq || step {
+            wanted.insert(k);
+        }
+    }
+    wanted.into_iter().collect()
+}
+
+/// Whether the libraries-only pass keeps `k` for [`evidence`]: a key under
+/// an asynq-shaped `<p>:{<q>}:` (but not its task hashes `t:` nor its daily
+/// `processed:`/`failed:` strings, the bulk of its keys and never a list,
+/// zset or stream), a name ending in a separator and a number up to 255
+/// (a Celery priority list, `<queue>\x06\x16<n>` or `<queue>:<n>`), or
+/// one named like a Bull list or zset (`<prefix>:<q>:wait`...).
+fn is_evidence(k: &[u8]) -> bool {
+    let bull = !k.ends_with(b":id") && bull::queue_of_part(k).is_some();
+    let asynq = k
+        .windows(2)
+        .position(|w| w == b":{")
+        .and_then(|at| {
+            k[at..]
+                .windows(2)
+                .position(|w| w == b"}:")
+                .map(|e| at + e + 2)
+        })
+        .is_some_and(|rest| {
+            let rest = &k[rest..];
+            ![&b"t:"[..], b"processed:", b"failed:"]
+                .iter()
+                .any(|p| rest.starts_with(p))
+        });
+    bull || asynq || celery_step(k).is_some()
+}
+
+/// `(base, n)` of a name `<base><n>` whose base ends in kombu's default
+/// separator or `:` and whose `n` (1-3 digits) is a priority step.
+fn celery_step(k: &[u8]) -> Option<(&[u8], u8)> {
+    let digits = k.iter().rev().take_while(|b| b.is_ascii_digit()).count();
+    if !(1..=3).contains(&digits) {
+        return None;
+    }
+    let (base, n) = k.split_at(k.len() - digits);
+    let sep_ok = base.ends_with(CELERY_SEP.as_bytes()) || base.ends_with(COLON_SEP.as_bytes());
+    let n = std::str::from_utf8(n).ok()?.parse::<u8>().ok()?;
+    sep_ok.then_some((base, n))
+}
+
 /// Keys that may mark a library, by name (their type is told by the reply
 /// to the read each gets).
 #[derive(Debug, Default)]
@@ -104,6 +258,9 @@ pub struct Marks {
     /// `<prefix>:<name>:id` beside a list or zset named like Bull's (a Bull
     /// queue, if an integer string).
     bull_ids: Vec<Vec<u8>>,
+    /// Libraries only: the names [`is_evidence`] keeps, whose type
+    /// recognition may ask.
+    evidence: Vec<Vec<u8>>,
 }
 
 /// The `<prefix>:<name>:id` keys to probe for Bull queues: one per
@@ -129,15 +286,19 @@ fn bull_candidates(keys: &BTreeMap<Vec<u8>, Candidate>, limit: usize) -> Vec<Vec
 /// One untyped SCAN pass (bounded COUNT) for the names that may mark a
 /// library, filtered as the replies arrive: one pass rather than a typed
 /// pass for hashes and another for sets, since the read each name gets
-/// (`HMGET`, `SMEMBERS`) tells its type anyway.
-async fn scan_marks(conn: &Conn, count: u32) -> redis::RedisResult<Marks> {
-    let keep = |k: &[u8]| is_meta(k) || registry_prefix(k).is_some() || binding(k).is_some();
+/// (`HMGET`, `SMEMBERS`) tells its type anyway. `evidence`: also keep the
+/// names [`is_evidence`] accepts (libraries only, with no typed passes).
+async fn scan_marks(conn: &Conn, count: u32, evidence: bool) -> redis::RedisResult<Marks> {
+    let mark = |k: &[u8]| is_meta(k) || registry_prefix(k).is_some() || binding(k).is_some();
+    let keep = |k: &[u8]| mark(k) || (evidence && is_evidence(k));
     let names = scan_where(&mut conn.clone(), b"*", None, count, &keep).await?;
-    let (metas, sets) = names.into_iter().partition(|k| is_meta(k));
+    let (marks, evidence): (Vec<_>, Vec<_>) = names.into_iter().partition(|k| mark(k));
+    let (metas, sets) = marks.into_iter().partition(|k| is_meta(k));
     Ok(Marks {
         metas,
         sets,
         bull_ids: Vec::new(),
+        evidence,
     })
 }
 
@@ -540,8 +701,11 @@ fn consumed(
 }
 
 /// SCAN passes a zero-config round makes over the keyspace: its plain
-/// keys' three types, and the names that may mark a library.
-pub const PASSES: u64 = 4;
+/// keys' three types, and the names that may mark a library; with
+/// `plain_keys: false`, the last alone.
+pub fn passes(config: &RedisSourceConfig) -> u64 {
+    if config.plain_keys { 4 } else { 1 }
+}
 
 /// The library's name as its users write it, for the log line.
 pub fn library(kind: PresetKind) -> &'static str {
@@ -915,6 +1079,7 @@ mod tests {
             ],
             sets: vec![b"queues".to_vec(), b"x:queues".to_vec()],
             bull_ids: vec![b"old:q:id".to_vec(), b"app:x:id".to_vec()],
+            evidence: Vec::new(),
         };
         let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
         let wrong_type = redis::parse_redis_value(
@@ -943,6 +1108,83 @@ mod tests {
         );
         assert_eq!(s.sets[&b"queues".to_vec()], [b"mail".to_vec()]);
         assert_eq!(s.sets.len(), 1);
+    }
+
+    #[test]
+    fn libraries_only_asks_the_type_of_just_what_recognition_looks_at() {
+        let s = seen(
+            &[
+                ("rq:queues", &["rq:queue:default"]),
+                ("asynq:queues", &["critical"]),
+                ("queues", &["mail"]),
+                ("ns:queues", &["x"]),
+                ("work:queues", &["q"]),
+                ("_kombu.binding.celery", &["celery\x06\x16\x06\x16celery"]),
+            ],
+            &["bull:mail:meta"],
+        );
+        let names = [
+            "bull:mail:wait",
+            "old:q:wait",
+            "old:q:priority",
+            "old:q:id",
+            "work:{q}:pending",
+            "work:{q}:t:5f1c",
+            "work:{q}:processed:2026-11-26",
+            "asynq:{critical}:pending",
+            "celery\x06\x163",
+            "celery\x06\x167",
+            "celery\x06\x16300",
+            "cache:7",
+            "other\x06\x162",
+            "plain",
+        ];
+        let kept: Vec<Vec<u8>> = names
+            .iter()
+            .map(|n| n.as_bytes().to_vec())
+            .filter(|n| is_evidence(n))
+            .collect();
+        let kept_names: Vec<&str> = kept
+            .iter()
+            .map(|k| std::str::from_utf8(k).unwrap())
+            .collect();
+        assert_eq!(
+            kept_names,
+            [
+                "bull:mail:wait",
+                "old:q:wait",
+                "old:q:priority",
+                "work:{q}:pending",
+                "asynq:{critical}:pending",
+                "celery\x06\x163",
+                "celery\x06\x167",
+                "cache:7",
+                "other\x06\x162"
+            ]
+        );
+        // RQ's and asynq's registries tell themselves; kombu's default
+        // steps need no look; nor does a queue BullMQ's `meta` marks.
+        let wanted: Vec<String> = evidence(&s, kept)
+            .into_iter()
+            .map(|k| String::from_utf8(k).unwrap())
+            .collect();
+        assert_eq!(
+            wanted,
+            [
+                "celery\x06\x167",
+                "ns:dead",
+                "ns:queue:x",
+                "ns:retry",
+                "ns:schedule",
+                "old:q:priority",
+                "old:q:wait",
+                "work:dead",
+                "work:queue:q",
+                "work:retry",
+                "work:schedule",
+                "work:{q}:pending"
+            ]
+        );
     }
 
     #[test]
