@@ -210,7 +210,9 @@ async fn unknown_inputs_are_unavailable_and_bad_metadata_names_the_key() {
     for needle in [
         "\"aged\"",
         "its arrival rate is unknown",
+        "counters: enqueued",
         "counters: processed",
+        "asynq",
     ] {
         assert!(e.message().contains(needle), "{needle}: {}", e.message());
     }
@@ -353,5 +355,197 @@ async fn a_bullmq_queue_arrives_by_its_id_counter() {
         "{}",
         scrape.text()
     );
+    app.stop().await;
+}
+
+/// Runs `step(conn, i)` for i = 0, 1, 2... every 50 ms on a connection of
+/// its own, until the returned flag is set; join the handle after.
+fn traffic(
+    url: &str,
+    mut step: impl FnMut(&mut redis::Connection, u64) + Send + 'static,
+) -> (
+    std::sync::Arc<std::sync::atomic::AtomicBool>,
+    tokio::task::JoinHandle<()>,
+) {
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stopped = stop.clone();
+    let url = url.to_string();
+    let handle = tokio::task::spawn_blocking(move || {
+        let mut conn = redis::Client::open(url).unwrap().get_connection().unwrap();
+        // At most a minute, whatever the test does.
+        for i in 0..1200 {
+            if stopped.load(std::sync::atomic::Ordering::Relaxed) {
+                break;
+            }
+            step(&mut conn, i);
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    });
+    (stop, handle)
+}
+
+/// Waits until `trigger` answers between `low` and `high` replicas while
+/// the scaler's arrival-rate gauge for it reads between `rate.0` and
+/// `rate.1` jobs a second; returns (replicas, rate).
+async fn wait_for_arrivals(
+    app: &TestApp,
+    c: &Client,
+    trigger: &[(&str, &str)],
+    queue: &str,
+    (low, high): (f64, f64),
+    rate: (f64, f64),
+) -> (f64, f64) {
+    let so = [
+        ("namespace", "default"),
+        ("scaledobject", "worker"),
+        ("queue", queue),
+        ("mode", "WaitTime"),
+    ];
+    wait_for("replicas for the arrivals", WAIT, || {
+        let mut c = c.clone();
+        let trigger: Vec<(String, String)> = trigger
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        async move {
+            let pairs: Vec<(&str, &str)> = trigger.iter().map(|(k, v)| (&**k, &**v)).collect();
+            let (_, f) = metrics(&mut c, &pairs).await.ok()?;
+            let r = app
+                .scrape()
+                .await
+                .value("queue_exporter_scaler_arrival_rate", &so)?;
+            (f > low && f < high && r > rate.0 && r < rate.1).then_some((f, r))
+        }
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_list_with_an_enqueued_counter_arrives_by_it() {
+    let redis = RedisServer::start();
+    let config = redis_config(
+        &redis.url,
+        "100ms",
+        r#"
+        - key: fed
+          age: { end: head, field: enqueued_at, unit: seconds }
+          counters: { enqueued: "fed:added" }
+        "#,
+    );
+    let app = TestApp::start(&config).await;
+    let c = client(&app).await;
+    // A producer INCRs `fed:added` as it pushes each job; a worker pops
+    // them as they come: about 10 jobs a second, the list about empty.
+    let (stop, producer) = traffic(&redis.url, |conn, i| {
+        let mut pipe = redis::pipe();
+        if i % 2 == 0 {
+            let job = format!(r#"{{"id":{i},"enqueued_at":{}}}"#, wall());
+            pipe.atomic()
+                .cmd("INCR")
+                .arg("fed:added")
+                .ignore()
+                .cmd("RPUSH")
+                .arg("fed")
+                .arg(job)
+                .ignore();
+        } else {
+            pipe.cmd("LPOP").arg("fed").ignore();
+        }
+        let _: () = pipe.query(conn).unwrap();
+    });
+    // 10 jobs/s of 1 s each, to start within 10 s: about 10 workers.
+    let (replicas, rate) =
+        wait_for_arrivals(&app, &c, &trigger("fed"), "fed", (5.0, 20.0), (7.0, 13.0)).await;
+    assert!(active(&mut c.clone(), &trigger("fed")).await.unwrap());
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    producer.await.unwrap();
+    // The counter is the queue's published total on /metrics.
+    let added: f64 = redis::cmd("GET")
+        .arg("fed:added")
+        .query(&mut redis.conn())
+        .unwrap();
+    let scrape = app.scrape().await;
+    let published = scrape.value("queue_messages_published_total", &[("queue", "fed")]);
+    assert!(
+        published.is_some_and(|n| n > 0.0 && n <= added),
+        "{replicas} {rate} {added} {}",
+        scrape.text()
+    );
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_asynq_queue_arrives_by_its_waiting_and_active_jobs_and_processed_total() {
+    let redis = RedisServer::start();
+    let mut conn = redis.conn();
+    // asynq's layout (hibiken/asynq v0.26.0 `internal/base/base.go` and
+    // `internal/rdb/rdb.go`): `asynq:queues`; enqueue = HSET the task hash
+    // (`pending_since` in ns) + LPUSH `pending`; a finished task leaves
+    // `active` and INCRs `processed`, the queue's lifetime total. 100 tasks
+    // scheduled for later sit in `scheduled`: not arrivals until due.
+    rcmd(&mut conn, &["SADD", "asynq:queues", "critical"]);
+    let later = format!("{}", (wall() + 3600.0) as u64);
+    for i in 0..100 {
+        let id = format!("s{i}");
+        rcmd(
+            &mut conn,
+            &["ZADD", "asynq:{critical}:scheduled", &later, &id],
+        );
+    }
+    let app = TestApp::start(&redis_config(&redis.url, "100ms", "- preset: asynq\n")).await;
+    let c = client(&app).await;
+    let (stop, producer) = traffic(&redis.url, |conn, i| {
+        if i % 2 == 0 {
+            let id = format!("t{i}");
+            let ns = format!("{}", (wall() * 1e9) as u128);
+            let _: () = redis::pipe()
+                .atomic()
+                .cmd("HSET")
+                .arg(format!("asynq:{{critical}}:t:{id}"))
+                .arg("pending_since")
+                .arg(ns)
+                .ignore()
+                .cmd("LPUSH")
+                .arg("asynq:{critical}:pending")
+                .arg(&id)
+                .ignore()
+                .query(conn)
+                .unwrap();
+        } else {
+            // A worker: dequeue to `active`, then done.
+            let id: Option<String> = redis::cmd("RPOPLPUSH")
+                .arg("asynq:{critical}:pending")
+                .arg("asynq:{critical}:active")
+                .query(conn)
+                .unwrap();
+            if let Some(id) = id {
+                let _: () = redis::pipe()
+                    .atomic()
+                    .cmd("LREM")
+                    .arg("asynq:{critical}:active")
+                    .arg(0)
+                    .arg(&id)
+                    .ignore()
+                    .cmd("DEL")
+                    .arg(format!("asynq:{{critical}}:t:{id}"))
+                    .ignore()
+                    .cmd("INCR")
+                    .arg("asynq:{critical}:processed")
+                    .ignore()
+                    .query(conn)
+                    .unwrap();
+            }
+        }
+    });
+    let mut critical = trigger("critical");
+    critical.push(("preset", "asynq"));
+    let (replicas, _) =
+        wait_for_arrivals(&app, &c, &critical, "critical", (5.0, 20.0), (7.0, 13.0)).await;
+    assert!(
+        active(&mut c.clone(), &critical).await.unwrap(),
+        "{replicas}"
+    );
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    producer.await.unwrap();
     app.stop().await;
 }

@@ -147,8 +147,8 @@ impl Preset {
 /// `retry`, `dead`; Celery's `unacked`), which belong to no single queue.
 pub const ALL_QUEUES: &str = "(all)";
 
-/// `counters: { processed: key, failed: key }`.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+/// `counters: { processed: key, failed: key, enqueued: key }`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CounterKeys {
     /// Key of the processed-jobs total.
@@ -157,6 +157,11 @@ pub struct CounterKeys {
     /// Key of the failed-jobs total.
     #[serde(default)]
     pub failed: Option<String>,
+    /// Key of a total the producers `INCR` per job they enqueue: the
+    /// queue's `published` counter, from which WaitTime reads its arrival
+    /// rate (a list alone cannot tell jobs in from jobs out).
+    #[serde(default)]
+    pub enqueued: Option<String>,
 }
 
 /// The options a preset entry may carry, as written.
@@ -331,10 +336,10 @@ impl TryFrom<RawPresetSpec> for PresetSpec {
 
 /// Checks a `counters:` block: at least one key, none empty.
 pub(super) fn check_counters(c: &CounterKeys) -> Result<(), String> {
-    if c.processed.is_none() && c.failed.is_none() {
-        return Err("counters: name processed and/or failed keys".into());
+    if c.processed.is_none() && c.failed.is_none() && c.enqueued.is_none() {
+        return Err("counters: name processed, failed and/or enqueued keys".into());
     }
-    if [&c.processed, &c.failed]
+    if [&c.processed, &c.failed, &c.enqueued]
         .into_iter()
         .flatten()
         .any(String::is_empty)
@@ -417,7 +422,7 @@ mod tests {
             ),
             (
                 serde_json::json!({"preset": "rediswq", "name": "q", "counters": {}}),
-                "counters: name processed",
+                "counters: name processed, failed and/or enqueued keys",
             ),
         ];
         for (yaml, want) in cases {
@@ -437,8 +442,22 @@ mod tests {
             p.counters,
             Some(CounterKeys {
                 processed: Some("stats:processed".into()),
-                failed: Some("stats:failed".into())
+                failed: Some("stats:failed".into()),
+                enqueued: None,
             })
         );
+        let p = parse(serde_json::json!({
+            "preset": "rediswq", "name": "q", "counters": {"enqueued": "q:added"}
+        }))
+        .unwrap();
+        assert_eq!(
+            p.counters.and_then(|c| c.enqueued).as_deref(),
+            Some("q:added")
+        );
+        let e = parse(serde_json::json!({
+            "preset": "rediswq", "name": "q", "counters": {"enqueued": ""}
+        }))
+        .unwrap_err();
+        assert_eq!(e, "counters: keys must not be empty");
     }
 }

@@ -117,8 +117,9 @@ pub fn gather(
                 return Err(unknown(
                     "arrival rate",
                     &format!(
-                        " (needs a publish counter, as RabbitMQ queues, streams and BullMQ queues have, or for a list `counters: processed`, read in two polls within \
-                         window {})",
+                        " (needs a publish counter, as RabbitMQ queues, streams, BullMQ queues and \
+                         `counters: enqueued` have, or a processed total beside the depth, as asynq \
+                         queues and `counters: processed` have; read in two polls within window {})",
                         humantime::format_duration(window)
                     ),
                 ));

@@ -7,7 +7,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use super::{Counters, QueueId};
+use super::{Counters, JobState, PresetUnit, QueueId, QueueSample};
 
 /// Counter readings over time, for rates computed by readers.
 ///
@@ -31,8 +31,9 @@ pub struct CounterPoint {
     /// Counters per queue (only queues that have any).
     pub counters: HashMap<QueueId, Counters>,
     /// Queues without counters of their own whose jobs are counted as they
-    /// finish (a list with `counters: processed`): their arrivals are
-    /// Δdepth + Δprocessed ([`CounterHistory::arrival_rate`]).
+    /// finish (a plain key with `counters: processed`, asynq's queues, a
+    /// single-queue preset entry with `counters: processed`): their
+    /// arrivals are Δdepth + Δprocessed ([`CounterHistory::arrival_rate`]).
     pub flows: HashMap<QueueId, JobFlow>,
 }
 
@@ -40,10 +41,36 @@ pub struct CounterPoint {
 /// follow: what came in is what is held more plus what was taken out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct JobFlow {
-    /// Jobs held (the queue's depth).
+    /// Jobs held: a plain key's depth; a preset queue's jobs ready or
+    /// running (see [`JobFlow::of`]).
     pub depth: u64,
     /// The lifetime total of jobs processed.
     pub processed: u64,
+}
+
+impl JobFlow {
+    /// The flow of `q`, where it has a lifetime processed total and no
+    /// counters of its own (those give arrivals directly). A preset queue
+    /// holds its `waiting` + `active` jobs: a scheduled job, or one waiting
+    /// for a retry, arrives when it becomes ready (moved to `waiting`),
+    /// which is when it asks for a worker. Keys a library's queues share
+    /// (`(all)`) have no flow; an unread state leaves it unknown.
+    pub fn of(q: &QueueSample) -> Option<JobFlow> {
+        if !q.counters().is_empty() {
+            return None;
+        }
+        let depth = match q.preset.as_deref() {
+            None => q.depth?,
+            Some(f) if f.unit == PresetUnit::Queue => {
+                f.depth_of(&[JobState::Waiting, JobState::Active])?
+            }
+            Some(_) => return None,
+        };
+        Some(JobFlow {
+            depth,
+            processed: q.jobs().processed?,
+        })
+    }
 }
 
 /// One kept reading: the counters rates use, by position in `index`.
@@ -512,5 +539,67 @@ mod tests {
         );
         let h = h.with_point(both).with_point(counted);
         assert_eq!(h.arrival_rate(&q, Duration::from_secs(15)), Some(2.0));
+    }
+
+    #[test]
+    fn a_flow_is_a_plain_keys_depth_or_a_preset_queues_waiting_and_active_jobs() {
+        use crate::snapshot::{JobTotals, PresetFacts};
+        let totals = JobTotals {
+            processed: Some(10),
+            failed: None,
+        };
+        let mut plain = QueueSample::named("list");
+        plain.depth = Some(4);
+        plain.set_jobs(totals);
+        assert_eq!(
+            JobFlow::of(&plain),
+            Some(JobFlow {
+                depth: 4,
+                processed: 10
+            })
+        );
+        // asynq: pending and active are held; scheduled and retry jobs
+        // arrive when they are moved to pending.
+        let states = |active: Option<u64>| {
+            [
+                (JobState::Waiting, Some(3)),
+                (JobState::Active, active),
+                (JobState::Delayed, Some(5)),
+                (JobState::Retry, Some(7)),
+                (JobState::Failed, Some(1)),
+            ]
+            .into_iter()
+            .collect()
+        };
+        let mut queue = QueueSample::named("critical");
+        queue.preset = Some(Box::new(PresetFacts {
+            states: states(Some(2)),
+            ..PresetFacts::default()
+        }));
+        queue.set_jobs(totals);
+        assert_eq!(
+            JobFlow::of(&queue),
+            Some(JobFlow {
+                depth: 5,
+                processed: 10
+            })
+        );
+        let mut unread = queue.clone();
+        unread.preset = Some(Box::new(PresetFacts {
+            states: states(None),
+            ..PresetFacts::default()
+        }));
+        assert_eq!(JobFlow::of(&unread), None, "an unread state is unknown");
+        let mut shared = queue.clone();
+        if let Some(f) = shared.preset.as_mut() {
+            f.unit = PresetUnit::Shared;
+        }
+        assert_eq!(JobFlow::of(&shared), None, "(all) has no flow");
+        let mut counted = queue.clone();
+        counted.counters_mut().published = Some(1);
+        assert_eq!(JobFlow::of(&counted), None, "counters of its own");
+        let mut no_total = queue;
+        no_total.set_jobs(JobTotals::default());
+        assert_eq!(JobFlow::of(&no_total), None);
     }
 }

@@ -227,9 +227,9 @@ pub async fn poll_once_reporting<S: Source>(
 }
 
 /// The history's reading of one poll: each queue's counters and, for a
-/// plain key with a processed total (`counters: processed`) and no counters
-/// of its own, its depth and that total, from which the scaler's WaitTime
-/// mode tells arrivals.
+/// queue with a processed total and no counters of its own (a plain key
+/// with `counters: processed`, asynq's queues...), its [`JobFlow`], from
+/// which the scaler's WaitTime mode tells arrivals.
 fn counter_point(at: SystemTime, queues: &[QueueSample]) -> CounterPoint {
     let counters: HashMap<_, _> = queues
         .iter()
@@ -238,14 +238,7 @@ fn counter_point(at: SystemTime, queues: &[QueueSample]) -> CounterPoint {
         .collect();
     let flows: HashMap<_, _> = queues
         .iter()
-        .filter(|q| q.preset.is_none() && q.counters().is_empty())
-        .filter_map(|q| {
-            let flow = JobFlow {
-                depth: q.depth?,
-                processed: q.jobs().processed?,
-            };
-            Some((q.id(), flow))
-        })
+        .filter_map(|q| Some((q.id(), JobFlow::of(q)?)))
         .collect();
     CounterPoint {
         at,

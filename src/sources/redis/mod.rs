@@ -587,9 +587,9 @@ impl Source for RedisSource {
             .poll(&conn, &self.config.queues, now)
             .await
             .map_err(|e| self.map_error(e))?;
-        for (name, totals) in preset.plain_totals {
+        for (name, reading) in preset.plain_totals {
             for q in out.queues.iter_mut().filter(|q| q.name == name) {
-                q.set_jobs(totals);
+                reading.apply(q);
             }
         }
         out.queues.extend(preset.samples);

@@ -98,8 +98,8 @@ pub enum Unit {
 pub struct PresetPoll {
     /// One sample per logical queue (and per source-wide group of keys).
     pub samples: Vec<QueueSample>,
-    /// Job totals of plain `key:` entries with `counters:`, by queue label.
-    pub plain_totals: Vec<(String, JobTotals)>,
+    /// What the `counters:` of plain `key:` entries read, by queue label.
+    pub plain_totals: Vec<(String, CounterReading)>,
     /// One reason per reply Redis refused (wrong type, no permission).
     pub key_errors: Vec<Reason>,
 }
@@ -346,21 +346,50 @@ fn read(preset: &Preset, unit: &Unit, r: &[Value], now: f64) -> Stage {
     }
 }
 
-/// `GET` commands for a `counters:` block, in processed, failed order.
+/// `GET` commands for a `counters:` block, in processed, failed, enqueued
+/// order.
 fn counter_cmds(c: &CounterKeys) -> Vec<redis::Cmd> {
-    [&c.processed, &c.failed]
+    [&c.processed, &c.failed, &c.enqueued]
         .into_iter()
         .flatten()
         .map(|k| cmd("GET", k.as_bytes()))
         .collect()
 }
 
+/// What a `counters:` block read: the job totals, and the enqueued total
+/// (the queue's `published` counter). A key not written yet counts 0; a
+/// refused or unreadable reply is unknown.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct CounterReading {
+    /// `processed` and `failed`.
+    pub totals: JobTotals,
+    /// `enqueued`.
+    pub enqueued: Option<u64>,
+}
+
+impl CounterReading {
+    /// Puts the reading on `sample`: its job totals, and `enqueued` as its
+    /// `published` counter (replacing a stream's `entries-added`, if the
+    /// key is a stream: the configured counter is the one asked for).
+    pub fn apply(self, sample: &mut QueueSample) {
+        sample.set_jobs(self.totals);
+        if let Some(n) = self.enqueued {
+            sample.counters_mut().published = Some(n);
+        }
+    }
+}
+
 /// Reads the replies of [`counter_cmds`] (pure).
-fn read_counters(c: &CounterKeys, r: &[Value]) -> JobTotals {
+fn read_counters(c: &CounterKeys, r: &[Value]) -> CounterReading {
     let mut it = r.iter();
-    let processed = c.processed.as_ref().and_then(|_| it.next()).and_then(count);
-    let failed = c.failed.as_ref().and_then(|_| it.next()).and_then(count);
-    JobTotals { processed, failed }
+    let mut next = |asked: &Option<String>| asked.as_ref().and_then(|_| it.next()).and_then(count);
+    let processed = next(&c.processed);
+    let failed = next(&c.failed);
+    let enqueued = next(&c.enqueued);
+    CounterReading {
+        totals: JobTotals { processed, failed },
+        enqueued,
+    }
 }
 
 /// The reason label of an error reply, if this is one.
@@ -629,7 +658,7 @@ impl PresetState {
         let mut stages: Vec<(usize, Stage)> = Vec::new();
         // Per stage that measures its service time: its entry and queue name.
         let mut measured: Vec<Option<(usize, Vec<u8>)>> = Vec::new();
-        let mut entry_totals: Vec<(usize, JobTotals)> = Vec::new();
+        let mut entry_totals: Vec<(usize, CounterReading)> = Vec::new();
         for (slot, range) in slots {
             let r = replies.get(range).unwrap_or(&[]);
             match slot {
@@ -712,7 +741,7 @@ impl PresetState {
                 .iter_mut()
                 .find(|(e, s)| *e == entry && s.sample.labels.is_empty())
             {
-                stage.sample.set_jobs(totals);
+                totals.apply(&mut stage.sample);
             }
         }
         out.samples = stages.into_iter().map(|(_, s)| s.sample).collect();
@@ -847,25 +876,40 @@ mod tests {
         let c = CounterKeys {
             processed: Some("p".into()),
             failed: Some("f".into()),
+            enqueued: Some("e".into()),
         };
         assert_eq!(
-            read_counters(&c, &[bulk("41"), Value::Nil]),
-            JobTotals {
-                processed: Some(41),
-                failed: Some(0)
+            read_counters(&c, &[bulk("41"), Value::Nil, bulk("50")]),
+            CounterReading {
+                totals: JobTotals {
+                    processed: Some(41),
+                    failed: Some(0)
+                },
+                enqueued: Some(50),
             }
         );
         let only_failed = CounterKeys {
-            processed: None,
             failed: Some("f".into()),
+            ..CounterKeys::default()
         };
         assert_eq!(
-            read_counters(&only_failed, &[bulk("7")]),
+            read_counters(&only_failed, &[bulk("7")]).totals,
             JobTotals {
                 processed: None,
                 failed: Some(7)
             }
         );
+        // An enqueued total Redis refused to read is unknown, never 0.
+        let only_enqueued = CounterKeys {
+            enqueued: Some("e".into()),
+            ..CounterKeys::default()
+        };
+        let refused = redis::parse_redis_value(b"-NOPERM no\r\n").unwrap();
+        let r = read_counters(&only_enqueued, &[refused]);
+        assert_eq!(r, CounterReading::default());
+        let mut q = QueueSample::named("q");
+        read_counters(&only_enqueued, &[bulk("9")]).apply(&mut q);
+        assert_eq!(q.counters().published, Some(9));
     }
 
     #[test]
