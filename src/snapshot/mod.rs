@@ -435,7 +435,7 @@ pub struct GroupSample {
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Counters {
     /// Messages published into the queue (RabbitMQ `publish`, Redis stream
-    /// `entries-added`, BullMQ's `id` counter).
+    /// `entries-added`, BullMQ's `id` counter, a `counters: enqueued` key).
     pub published: Option<u64>,
     /// Messages delivered to consumers (RabbitMQ `deliver_get`).
     pub delivered: Option<u64>,
