@@ -1339,6 +1339,10 @@ class Bench:
             ("the same queues as presets", head + presets),
             ("presets + `pattern: \"*\"` (list, zset, stream)",
              head + presets + "      - pattern: \"*\"\n        types: [list, zset, stream]\n"),
+            # Zero config recognising the libraries alone: one SCAN pass,
+            # as the presets make (docs/presets.md, "What zero config costs").
+            ("zero config, libraries only (`plain_keys: false`)",
+             head + "    plain_keys: false\n"),
         ]
         discovery_cmds = ("scan", "smembers", "hmget", "type")
         rows, files = [], []
@@ -1388,12 +1392,33 @@ class Bench:
                 row["tracked"] = metric(self_metrics(w["text"]), "queue_exporter_tracked_keys",
                                         {"source": "main"})
                 exp.stop()
+        # The lower bound: one full SCAN pass by itself, by filter (Redis
+        # visits every key whatever the filter; it only drops names from
+        # the reply), through the harness's own client, interleaved.
+        passes = {"untyped": (), "MATCH *:meta": ("MATCH", "*:meta"),
+                  "TYPE list": ("TYPE", "list"), "TYPE zset": ("TYPE", "zset")}
+        pass_ms = {k: [] for k in passes}
+        a.cmd("SELECT", db)
+        for _ in range(p["runs"]):
+            for label, extra in passes.items():
+                cs0 = a.commandstats()
+                cursor = b"0"
+                while True:
+                    cursor, _names = a.cmd("SCAN", cursor, "COUNT", 1000, *extra)
+                    if cursor in (b"0", "0", 0):
+                        break
+                pass_ms[label].append(total(stats_delta(cs0, a.commandstats()))[1] / 1000)
+        a.cmd("SELECT", 0)
+        for label, ms in pass_ms.items():
+            log(f"  one SCAN pass, {label}: {statistics.median(ms):.0f} ms of Redis CPU")
         for row in rows:
             log(f"  {row['config']}: discovery Redis {statistics.median(row['discovery_ms']):.0f} ms, "
                 f"steady poll Redis {statistics.median(row['poll_redis_ms']):.2f} ms "
                 f"({statistics.median(row['poll_calls']):.0f} commands)")
         self.results["zero"] = dict(keys=keys, queues=n * 5, rows=rows,
                                     same_series=outputs[0] == outputs[1],
+                                    same_series_libraries=outputs[3] == outputs[1],
+                                    pass_ms=pass_ms,
                                     series=len(outputs[0]))
         a.cmd("SELECT", db)
         a.cmd("FLUSHDB")
@@ -1910,6 +1935,18 @@ def report(res, meta):
                  f"{fmt3(spread(z['poll_redis_ms']))} | {fmt3(spread(pr['poll_redis_ms']))} | "
                  f"{q:.2f}× | {TARGETS[11]} | "
                  f"{met(q <= 1.1 if q else None)} |")
+        if len(zero["rows"]) > 3:
+            lo = zero["rows"][3]
+            d = statistics.median(lo["discovery_ms"]) / statistics.median(pr["discovery_ms"])
+            lq = statistics.median(lo["poll_redis_ms"])
+            q = lq / pq if pq else None
+            L.append(f"| 11 | zero config, libraries only (`plain_keys: false`) vs the same "
+                     f"presets: discovery round | {fmt3(spread(lo['discovery_ms']))} | "
+                     f"{fmt3(spread(pr['discovery_ms']))} | {d:.2f}× | {TARGETS[11]} | "
+                     f"{met(d <= 1.1)} |")
+            L.append(f"| 11 | … steady poll (Redis CPU per poll, commandstats) | "
+                     f"{fmt3(spread(lo['poll_redis_ms']))} | {fmt3(spread(pr['poll_redis_ms']))} | "
+                     f"{q:.2f}× | {TARGETS[11]} | {met(q <= 1.1 if q else None)} |")
         details += report_zero(zero)
     L += details
     L += ["", "## How each number is measured", ""] + METHOD_NOTES
@@ -2222,7 +2259,19 @@ def report_zero(zero):
         "alike (`INFO cpu` beside commandstats). "
         f"Zero config and the presets report the same series: "
         f"{'yes' if zero['same_series'] else 'NO'} ({zero['series']:,} `queue_depth`/"
-        "`queue_paused` lines of `once` compared).")
+        "`queue_paused` lines of `once` compared)"
+        + ("" if "same_series_libraries" not in zero else
+           f"; zero config with `plain_keys: false` and the presets: "
+           f"{'yes' if zero['same_series_libraries'] else 'NO'}") + ".")
+    if zero.get("pass_ms"):
+        out.append("")
+        out.append("One full SCAN pass by itself (`COUNT 1000`, the harness's own client, "
+                   "commandstats), by filter — the cost of a pass whatever it filters, since "
+                   "Redis visits every key and a filter only drops names from the reply: "
+                   + "; ".join(f"{k} {fmt3(spread(v))}" for k, v in zero["pass_ms"].items())
+                   + ". A round reporting plain keys of three types makes three typed passes "
+                   "and the marks pass; the presets make one (`MATCH *:meta`); `plain_keys: "
+                   "false` makes one (untyped).")
     out.append("")
     out.append("| config | discovery round: Redis CPU (commandstats) | its commands | first poll: "
                "Redis CPU | `once`: Redis CPU (`INFO cpu`) | `once` | steady poll: Redis CPU "
