@@ -122,6 +122,25 @@ fn bad_configs_exit_nonzero_with_one_line_naming_file_field_and_problem() {
 log: { format: xml }",
             "log.format: unknown variant `xml`",
         ),
+        (
+            // Zero config's alone: this source lists its queues.
+            "poll_interval: 1s",
+            "poll_interval: 1s
+    plain_keys: false",
+            "sources[0].plain_keys: only applies to zero config (a source without queues:)",
+        ),
+        (
+            "poll_interval: 1s",
+            "poll_interval: 1s
+    plain_keys: sometimes",
+            "sources[0].plain_keys: ",
+        ),
+        (
+            "- key: work-queue",
+            "- key: work-queue
+        counters: { enqueued: \"\" }",
+            "sources[0].queues[0]: counters: keys must not be empty",
+        ),
     ];
     for (from, to, want) in cases {
         let (_dir, path) = write_config(&good("redis://127.0.0.1:1").replace(from, to));
