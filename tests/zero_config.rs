@@ -380,6 +380,53 @@ async fn library_queues_come_first_in_max_keys_and_a_queue_named_all_is_its_own(
     assert!(!yaml.contains(":pw@"), "{yaml}");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_name_two_entries_of_one_library_share_is_told_apart_by_prefix() {
+    let redis = RedisServer::start();
+    let mut conn = redis.conn();
+    // Sidekiq at the bare keys and in the redis-namespace `ns`, both with
+    // a queue `default` (and each its shared keys); BullMQ at `bull` and
+    // at `eu`, both with a queue `mail`.
+    rcmd(&mut conn, &["SADD", "queues", "default"]);
+    rcmd(&mut conn, &["RPUSH", "queue:default", "j1"]);
+    rcmd(&mut conn, &["SADD", "ns:queues", "default"]);
+    rcmd(&mut conn, &["RPUSH", "ns:queue:default", "j2", "j3"]);
+    for (prefix, jobs) in [("bull", 1), ("eu", 4)] {
+        let meta = format!("{prefix}:mail:meta");
+        rcmd(&mut conn, &["HSET", &meta, "version", "bullmq:6.7.0"]);
+        for j in 0..jobs {
+            rcmd(
+                &mut conn,
+                &["LPUSH", &format!("{prefix}:mail:wait"), &j.to_string()],
+            );
+        }
+    }
+    let app = TestApp::start(&config(&redis.url, "")).await;
+    let s = app
+        .scrape_until("both libraries twice", Duration::from_secs(10), |s| {
+            depth(s, "eu:mail", "bullmq", "waiting").is_some()
+                && depth(s, "ns:default", "sidekiq", "waiting").is_some()
+        })
+        .await;
+    // Every series once: a duplicate would make the whole exposition invalid.
+    let mut seen = std::collections::BTreeSet::new();
+    for line in s.text().lines().filter(|l| !l.starts_with('#')) {
+        let series = line.rsplit_once(' ').map_or(line, |(k, _)| k);
+        assert!(seen.insert(series.to_string()), "twice: {series}\n{s}");
+    }
+    // The library's default prefix keeps the bare name.
+    assert_eq!(depth(&s, "mail", "bullmq", "waiting"), Some(1.0), "{s}");
+    assert_eq!(depth(&s, "eu:mail", "bullmq", "waiting"), Some(4.0));
+    assert_eq!(depth(&s, "default", "sidekiq", "waiting"), Some(1.0));
+    assert_eq!(depth(&s, "ns:default", "sidekiq", "waiting"), Some(2.0));
+    assert!(depth(&s, "(all)", "sidekiq", "retry").is_some());
+    assert!(depth(&s, "ns:(all)", "sidekiq", "retry").is_some());
+    let mut c = client(&app).await;
+    let q = [("queue", "eu:mail"), ("preset", "bullmq")];
+    assert_eq!(metrics(&mut c, &q).await.unwrap().1, 4.0);
+    app.stop().await;
+}
+
 /// Runs the binary; (success, stdout, stderr).
 fn exporter(args: &[&str]) -> (bool, String, String) {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_queue-exporter"))

@@ -15,6 +15,7 @@ mod asynq;
 mod bull;
 mod bullmq;
 mod celery;
+mod collide;
 mod priority_zset;
 pub mod recognise;
 mod rediswq;
@@ -744,7 +745,21 @@ impl PresetState {
                 totals.apply(&mut stage.sample);
             }
         }
-        out.samples = stages.into_iter().map(|(_, s)| s.sample).collect();
+        let names = collide::labels(
+            &stages
+                .iter()
+                .map(|(e, s)| (*e, &self.entries[*e].spec.preset, s.sample.name.as_str()))
+                .collect::<Vec<_>>(),
+        );
+        out.samples = stages
+            .into_iter()
+            .zip(names)
+            .filter_map(|((_, s), name)| {
+                let mut sample = s.sample;
+                sample.name = name?;
+                Some(sample)
+            })
+            .collect();
         Ok(out)
     }
 }

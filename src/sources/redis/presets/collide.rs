@@ -1,0 +1,120 @@
+//! Two preset entries of one library in one source (zero config finds a
+//! Sidekiq at the bare keys and another in a redis-namespace; BullMQ at two
+//! prefixes) can name a queue alike: both samples would carry the same
+//! `queue` and `preset` labels, a duplicate series that makes the whole
+//! exposition invalid. Such names are told apart by the entry's prefix.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::config::{Preset, default_prefix};
+use crate::snapshot::PresetKind;
+
+/// The `queue` label of a sample of an entry at a non-default `prefix`
+/// whose name another entry of its library also has: `<prefix>:<label>`.
+pub fn qualified(prefix: &str, label: &str) -> String {
+    format!("{prefix}:{label}")
+}
+
+/// For each sample (entry index, its preset, its `queue` label), the label
+/// it is published under: unchanged unless another entry of the same
+/// library in the source has that label too; then every entry whose prefix
+/// is not the library's default is [`qualified`] by its prefix. A label
+/// still taken after that (a queue literally named like a qualified one)
+/// is `None`: the later sample is left out rather than duplicated.
+pub fn labels(samples: &[(usize, &Preset, &str)]) -> Vec<Option<String>> {
+    let mut owners: BTreeMap<(PresetKind, &str), BTreeSet<usize>> = BTreeMap::new();
+    for (entry, preset, label) in samples {
+        owners
+            .entry((preset.kind(), label))
+            .or_default()
+            .insert(*entry);
+    }
+    let mut taken: BTreeSet<(PresetKind, String)> = BTreeSet::new();
+    samples
+        .iter()
+        .map(|(_, preset, label)| {
+            let kind = preset.kind();
+            let shared = owners.get(&(kind, *label)).is_some_and(|e| e.len() > 1);
+            let prefix = preset.prefix().unwrap_or_default();
+            let name = if shared && prefix != default_prefix(kind) {
+                qualified(prefix, label)
+            } else {
+                (*label).to_string()
+            };
+            taken.insert((kind, name.clone())).then_some(name)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::DEFAULT_STALLED_CHECK_LIMIT;
+
+    fn bullmq(prefix: &str) -> Preset {
+        Preset::Bullmq {
+            prefix: prefix.into(),
+            stalled_check_limit: DEFAULT_STALLED_CHECK_LIMIT,
+        }
+    }
+
+    fn sidekiq(prefix: &str) -> Preset {
+        Preset::Sidekiq {
+            prefix: prefix.into(),
+            stalled_check_limit: DEFAULT_STALLED_CHECK_LIMIT,
+        }
+    }
+
+    #[test]
+    fn a_name_two_entries_share_is_qualified_by_the_non_default_prefix() {
+        let (bull, eu) = (bullmq("bull"), bullmq("myapp:eu"));
+        let (bare, ns) = (sidekiq(""), sidekiq("ns"));
+        let got = labels(&[
+            (0, &bull, "mail"),
+            (0, &bull, "only-here"),
+            (1, &eu, "mail"),
+            (1, &eu, "reports"),
+            (2, &bare, "(all)"),
+            (2, &bare, "default"),
+            (3, &ns, "(all)"),
+            (3, &ns, "default"),
+        ]);
+        let want = [
+            "mail",
+            "only-here",
+            "myapp:eu:mail",
+            "reports",
+            "(all)",
+            "default",
+            "ns:(all)",
+            "ns:default",
+        ];
+        assert_eq!(got, want.map(|s| Some(s.to_string())));
+    }
+
+    #[test]
+    fn two_non_default_prefixes_are_both_qualified_and_libraries_stay_apart() {
+        let (a, b) = (bullmq("a"), bullmq("b"));
+        let rq = Preset::Rq {
+            prefix: "rq".into(),
+        };
+        let got = labels(&[(0, &a, "mail"), (1, &b, "mail"), (2, &rq, "mail")]);
+        assert_eq!(
+            got,
+            [
+                Some("a:mail".into()),
+                Some("b:mail".into()),
+                Some("mail".into())
+            ]
+        );
+    }
+
+    #[test]
+    fn a_label_still_taken_is_left_out_not_duplicated() {
+        let (bull, x) = (bullmq("bull"), bullmq("x"));
+        // Entry 0 has a queue literally named `x:mail` (not BullMQ's
+        // rule, but a registry can hold anything).
+        let got = labels(&[(0, &bull, "mail"), (0, &bull, "x:mail"), (1, &x, "mail")]);
+        assert_eq!(got, [Some("mail".into()), Some("x:mail".into()), None]);
+    }
+}
