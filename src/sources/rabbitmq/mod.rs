@@ -16,9 +16,10 @@ mod filter;
 mod management;
 mod prometheus;
 mod sample;
+mod service;
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::config::{RabbitMethod, RabbitSourceConfig, Redacted};
 use crate::snapshot::QueueScope;
@@ -35,6 +36,9 @@ pub struct RabbitSource {
     filter: Arc<QueueFilter>,
     /// The method's own state (HTTP client, AMQP connection).
     method: Method,
+    /// Acknowledgement readings across polls, for the measured service
+    /// time (the AMQP method reads no acknowledgements: never measured).
+    acks: service::AckMeter,
 }
 
 /// Per-method state kept between polls.
@@ -72,6 +76,7 @@ impl RabbitSource {
             filter: Arc::new(QueueFilter::new(&config)),
             config,
             method,
+            acks: service::AckMeter::default(),
         }
     }
 }
@@ -96,11 +101,13 @@ pub async fn probe_default(config: &RabbitSourceConfig) -> bool {
 
 impl Source for RabbitSource {
     async fn poll(&mut self) -> Result<PollOutput, SourceError> {
-        match &mut self.method {
+        let mut out = match &mut self.method {
             Method::Management(m) => m.poll(&self.config, &self.filter).await,
             Method::Prometheus(p) => p.poll(&self.config, &self.filter).await,
             Method::Amqp(a) => a.poll(&self.config, &self.filter).await,
-        }
+        }?;
+        self.acks.record(&mut out.queues, Instant::now());
+        Ok(out)
     }
 
     fn scope(&self) -> Arc<dyn QueueScope> {

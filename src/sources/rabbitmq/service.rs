@@ -1,0 +1,343 @@
+//! A RabbitMQ queue's service time, measured from its acknowledgements
+//! ([`AckMeter`]): while a backlog keeps every consumer busy, the worker
+//! time per message is consumer-seconds over messages acknowledged.
+//! Without a backlog the acknowledgements follow the arrivals, not the
+//! workers' capacity, so nothing is measured then: the last figure is kept
+//! for [`HOLD`] and then dropped (unknown, never a guess).
+//!
+//! The assumption (docs/rabbitmq.md): one consumer is one worker taking one
+//! message at a time. A consumer that works on several messages at once
+//! (a Celery worker process with `concurrency: 8`) is measured as the time
+//! per message per consumer, which is what `workersPerReplica` (consumers
+//! per replica) then divides correctly.
+
+use std::collections::{HashMap, VecDeque};
+use std::time::{Duration, Instant};
+
+use crate::snapshot::{QueueId, QueueSample, ServiceSource, ServiceTime};
+
+/// How long a measurement is kept once the backlog that allowed it is gone.
+pub const HOLD: Duration = Duration::from_secs(600);
+/// The span a measurement covers at most: the service time may change, so
+/// an old busy stretch should not outweigh a recent one.
+const SPAN: Duration = Duration::from_secs(120);
+/// Readings of one busy stretch kept at most (a bound whatever the poll
+/// interval; 128 readings of a 100 ms poll still span ~40 stats emissions).
+const MAX_READINGS: usize = 128;
+
+/// Per-queue acknowledgement readings between polls, turned into
+/// [`ServiceTime`]s. Its size is bounded: one entry per queue of the last
+/// poll, each with at most [`MAX_READINGS`] readings.
+#[derive(Debug, Default)]
+pub struct AckMeter {
+    /// Each queue's state, by (vhost, name).
+    queues: HashMap<QueueId, QueueMeter>,
+}
+
+/// One queue's busy stretch and its last measurement.
+#[derive(Debug, Default)]
+struct QueueMeter {
+    /// Readings of the current busy stretch (a backlog and consumers at
+    /// each), oldest first; emptied when the stretch ends.
+    busy: VecDeque<Reading>,
+    /// The last measurement and when it was made.
+    kept: Option<(ServiceTime, Instant)>,
+}
+
+/// What one poll saw of a busy queue.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Reading {
+    /// When the poll finished.
+    at: Instant,
+    /// The queue's lifetime acknowledgements.
+    acks: u64,
+    /// Consumers attached.
+    consumers: u64,
+    /// Whether `acks` differs from the previous reading's: RabbitMQ updates
+    /// its counters once per `collect_statistics_interval`, so a reading
+    /// that saw a new value is within one poll of that update, and spans
+    /// measured between two such readings are not skewed by the interval.
+    fresh: bool,
+}
+
+impl AckMeter {
+    /// Reads one poll's queues (with `now`, when the poll finished) and
+    /// fills each one's `BrokerFacts::service_time`; forgets queues the poll
+    /// did not list.
+    pub fn record(&mut self, queues: &mut [QueueSample], now: Instant) {
+        let mut next = HashMap::with_capacity(queues.len());
+        for q in queues.iter_mut() {
+            let id = q.id();
+            let mut meter = self.queues.remove(&id).unwrap_or_default();
+            let measured = meter.read(
+                q.counters().acknowledged,
+                q.ready,
+                q.broker().consumers,
+                now,
+            );
+            // A measurement needs consumers, so a sample that has one has
+            // broker facts already.
+            if let Some(b) = q.broker.as_deref_mut() {
+                b.service_time = measured;
+            }
+            next.insert(id, meter);
+        }
+        self.queues = next;
+    }
+}
+
+impl QueueMeter {
+    /// Adds one poll's reading; returns the service time to report.
+    fn read(
+        &mut self,
+        acks: Option<u64>,
+        ready: Option<u64>,
+        consumers: Option<u64>,
+        now: Instant,
+    ) -> Option<ServiceTime> {
+        match (acks, ready, consumers) {
+            (Some(acks), Some(ready), Some(consumers)) if ready > 0 && consumers > 0 => {
+                let last = self.busy.back().copied();
+                if last.is_some_and(|l| acks < l.acks) {
+                    // A reset counter (queue re-declared, broker restarted).
+                    self.busy.clear();
+                }
+                let fresh = self.busy.back().is_some_and(|l| acks != l.acks);
+                self.busy.push_back(Reading {
+                    at: now,
+                    acks,
+                    consumers,
+                    fresh,
+                });
+                while self.busy.len() > MAX_READINGS
+                    || self
+                        .busy
+                        .front()
+                        .is_some_and(|f| now.saturating_duration_since(f.at) > SPAN)
+                {
+                    self.busy.pop_front();
+                }
+                if let Some(m) = measure(&self.busy) {
+                    self.kept = Some((m, now));
+                }
+            }
+            // Not busy, or not known to be: whatever the acknowledgements
+            // do now, they do not measure the workers.
+            _ => self.busy.clear(),
+        }
+        self.kept
+            .filter(|(_, at)| now.saturating_duration_since(*at) <= HOLD)
+            .map(|(m, _)| m)
+    }
+}
+
+/// Consumer-seconds over acknowledgements between the first and the last
+/// fresh reading of a busy stretch; `None` before two fresh readings.
+fn measure(busy: &VecDeque<Reading>) -> Option<ServiceTime> {
+    let first = busy.iter().position(|r| r.fresh)?;
+    let last = busy.iter().rposition(|r| r.fresh)?;
+    if last <= first {
+        return None;
+    }
+    let span = busy.range(first..=last);
+    let consumer_seconds: f64 = span
+        .clone()
+        .zip(span.skip(1))
+        .map(|(a, b)| {
+            // The consumers between two readings: their mean.
+            let between = (a.consumers + b.consumers) as f64 / 2.0;
+            between * b.at.saturating_duration_since(a.at).as_secs_f64()
+        })
+        .sum();
+    let acks = busy[last].acks - busy[first].acks;
+    let mean = consumer_seconds / acks as f64;
+    (acks > 0 && mean.is_finite() && mean > 0.0).then_some(ServiceTime {
+        mean_seconds: mean,
+        jobs: acks,
+        from: ServiceSource::AckRate,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A meter fed one reading per second from `start`.
+    struct Feed {
+        meter: QueueMeter,
+        start: Instant,
+        t: u64,
+    }
+
+    impl Feed {
+        fn new() -> Self {
+            Feed {
+                meter: QueueMeter::default(),
+                start: Instant::now(),
+                t: 0,
+            }
+        }
+
+        /// The reading at the next second.
+        fn poll(&mut self, acks: Option<u64>, ready: u64, consumers: u64) -> Option<f64> {
+            self.t += 1;
+            let now = self.start + Duration::from_secs(self.t);
+            self.meter
+                .read(acks, Some(ready), Some(consumers), now)
+                .map(|m| m.mean_seconds)
+        }
+
+        /// Skips `secs` seconds without a reading.
+        fn wait(&mut self, secs: u64) {
+            self.t += secs;
+        }
+    }
+
+    #[test]
+    fn busy_consumers_over_the_ack_rate_is_the_service_time() {
+        // 4 consumers, 2 acks a second: 2 s per message.
+        let mut f = Feed::new();
+        assert_eq!(f.poll(Some(0), 50, 4), None);
+        assert_eq!(
+            f.poll(Some(2), 50, 4),
+            None,
+            "one fresh reading spans nothing"
+        );
+        let m = f.poll(Some(4), 50, 4).unwrap();
+        assert!((m - 2.0).abs() < 1e-9, "{m}");
+    }
+
+    #[test]
+    fn counters_updated_every_few_polls_measure_between_their_updates() {
+        // RabbitMQ emits stats every 5 s; polls each second see steps of 10.
+        let mut f = Feed::new();
+        let mut last = None;
+        for s in 0..21u64 {
+            last = f.poll(Some(s / 5 * 10), 100, 4);
+        }
+        let m = last.unwrap();
+        assert!((m - 2.0).abs() < 1e-9, "{m}");
+    }
+
+    #[test]
+    fn consumers_changing_mid_stretch_count_as_their_mean() {
+        let mut f = Feed::new();
+        f.poll(Some(0), 9, 2);
+        f.poll(Some(1), 9, 2);
+        f.poll(Some(2), 9, 2); // 2 consumer-seconds for 1 ack so far
+        let m = f.poll(Some(4), 9, 4).unwrap(); // + 3 consumer-seconds, 2 acks
+        assert!((m - 5.0 / 3.0).abs() < 1e-9, "{m}");
+    }
+
+    #[test]
+    fn without_a_backlog_nothing_is_measured() {
+        // Acks follow arrivals when nothing waits: 4 consumers, 1 ack/s.
+        let mut f = Feed::new();
+        for s in 0..10 {
+            assert_eq!(f.poll(Some(s), 0, 4), None);
+        }
+    }
+
+    #[test]
+    fn without_consumers_or_counters_nothing_is_measured() {
+        let mut f = Feed::new();
+        for s in 0..10 {
+            assert_eq!(f.poll(Some(s), 10, 0), None);
+        }
+        for _ in 0..10 {
+            assert_eq!(f.poll(None, 10, 4), None);
+        }
+        let mut meter = QueueMeter::default();
+        let now = Instant::now();
+        assert_eq!(meter.read(Some(1), None, Some(4), now), None);
+    }
+
+    #[test]
+    fn a_measurement_is_kept_for_the_hold_time_then_dropped() {
+        let mut f = Feed::new();
+        for s in 0..5 {
+            f.poll(Some(s * 2), 10, 4);
+        }
+        assert_eq!(
+            f.poll(Some(10), 0, 4),
+            Some(2.0),
+            "kept: the backlog is gone"
+        );
+        f.wait(HOLD.as_secs() - 3);
+        assert_eq!(
+            f.poll(Some(10), 0, 4),
+            Some(2.0),
+            "kept: within the hold time"
+        );
+        f.wait(2);
+        assert_eq!(f.poll(Some(10), 0, 4), None, "dropped after the hold time");
+    }
+
+    #[test]
+    fn a_stretch_broken_by_an_empty_queue_starts_over() {
+        let mut f = Feed::new();
+        f.poll(Some(0), 10, 1);
+        f.poll(Some(1), 10, 1);
+        f.poll(Some(2), 10, 1);
+        assert_eq!(f.poll(Some(2), 10, 1), Some(1.0));
+        // Idle for 100 s: the 100 s must not count as busy time.
+        f.poll(Some(5), 0, 1);
+        f.wait(100);
+        f.poll(Some(5), 10, 1);
+        f.poll(Some(9), 10, 1);
+        assert_eq!(f.poll(Some(13), 10, 1), Some(0.25));
+    }
+
+    #[test]
+    fn a_counter_reset_starts_over() {
+        let mut f = Feed::new();
+        for s in 0..4 {
+            f.poll(Some(100 + s), 10, 1);
+        }
+        assert_eq!(f.poll(Some(0), 10, 1), Some(1.0), "the old figure is kept");
+        f.poll(Some(3), 10, 1);
+        assert_eq!(f.poll(Some(6), 10, 3), Some(2.0 / 3.0));
+    }
+
+    #[test]
+    fn the_span_is_bounded() {
+        let mut f = Feed::new();
+        // 200 s at 1 s per message, then 2 s per message for 120 s.
+        for s in 0..200 {
+            f.poll(Some(s), 10, 1);
+        }
+        let mut last = None;
+        for s in 0..121 {
+            last = f.poll(Some(200 + s / 2), 10, 1);
+        }
+        let m = last.unwrap();
+        assert!((m - 2.0).abs() < 0.05, "only the last two minutes: {m}");
+        assert!(f.meter.busy.len() <= MAX_READINGS);
+    }
+
+    #[test]
+    fn the_meter_fills_samples_and_forgets_unlisted_queues() {
+        let mut meter = AckMeter::default();
+        let start = Instant::now();
+        let sample = |acks: u64| {
+            let mut q = QueueSample::named("q");
+            q.broker_mut().vhost = "/".into();
+            q.broker_mut().consumers = Some(2);
+            q.ready = Some(5);
+            q.counters_mut().acknowledged = Some(acks);
+            q
+        };
+        for s in 0..4u64 {
+            let mut qs = vec![sample(s * 4)];
+            meter.record(&mut qs, start + Duration::from_secs(s));
+            if s == 3 {
+                let m = qs[0].service_time().unwrap();
+                assert_eq!(m.from, ServiceSource::AckRate);
+                assert_eq!(m.jobs, 8);
+                assert!((m.mean_seconds - 0.5).abs() < 1e-9);
+            }
+        }
+        meter.record(&mut [], start + Duration::from_secs(5));
+        assert!(meter.queues.is_empty());
+    }
+}
