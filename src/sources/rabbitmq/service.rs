@@ -21,13 +21,15 @@ pub const HOLD: Duration = Duration::from_secs(600);
 /// The span a measurement covers at most: the service time may change, so
 /// an old busy stretch should not outweigh a recent one.
 const SPAN: Duration = Duration::from_secs(120);
-/// Readings of one busy stretch kept at most (a bound whatever the poll
-/// interval; 128 readings of a 100 ms poll still span ~40 stats emissions).
-const MAX_READINGS: usize = 128;
+/// Counter changes of one busy stretch kept at most: a minute of RabbitMQ's
+/// default 5 s statistics, and a bound (400 bytes a busy queue) whatever
+/// the poll interval.
+const MAX_CHANGES: usize = 12;
 
 /// Per-queue acknowledgement readings between polls, turned into
-/// [`ServiceTime`]s. Its size is bounded: one entry per queue of the last
-/// poll, each with at most [`MAX_READINGS`] readings.
+/// [`ServiceTime`]s. Its size is bounded: an entry only for a queue of the
+/// last poll that is busy or has a measurement kept, each with at most
+/// [`MAX_CHANGES`] marks.
 #[derive(Debug, Default)]
 pub struct AckMeter {
     /// Each queue's state, by (vhost, name).
@@ -37,9 +39,15 @@ pub struct AckMeter {
 /// One queue's busy stretch and its last measurement.
 #[derive(Debug, Default)]
 struct QueueMeter {
-    /// Readings of the current busy stretch (a backlog and consumers at
-    /// each), oldest first; emptied when the stretch ends.
-    busy: VecDeque<Reading>,
+    /// The last reading of the current busy stretch (a backlog and
+    /// consumers at each of its polls); `None` once the stretch ended.
+    last: Option<Reading>,
+    /// The stretch's readings that saw the ack counter change, oldest
+    /// first, within [`SPAN`]. RabbitMQ updates its counters once per
+    /// `collect_statistics_interval`, so such a reading is within one poll
+    /// of the update, and a span between two of them is not skewed by the
+    /// interval.
+    changes: VecDeque<Mark>,
     /// The last measurement and when it was made.
     kept: Option<(ServiceTime, Instant)>,
 }
@@ -53,11 +61,20 @@ struct Reading {
     acks: u64,
     /// Consumers attached.
     consumers: u64,
-    /// Whether `acks` differs from the previous reading's: RabbitMQ updates
-    /// its counters once per `collect_statistics_interval`, so a reading
-    /// that saw a new value is within one poll of that update, and spans
-    /// measured between two such readings are not skewed by the interval.
-    fresh: bool,
+    /// Consumer-seconds since the stretch began (consumers between two
+    /// readings taken as their mean).
+    busy_seconds: f64,
+}
+
+/// A reading that saw the ack counter change: the part a measurement uses.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Mark {
+    /// When the poll finished.
+    at: Instant,
+    /// The queue's lifetime acknowledgements.
+    acks: u64,
+    /// Consumer-seconds since the stretch began.
+    busy_seconds: f64,
 }
 
 impl AckMeter {
@@ -65,7 +82,7 @@ impl AckMeter {
     /// fills each one's `BrokerFacts::service_time`; forgets queues the poll
     /// did not list.
     pub fn record(&mut self, queues: &mut [QueueSample], now: Instant) {
-        let mut next = HashMap::with_capacity(queues.len());
+        let mut next = HashMap::new();
         for q in queues.iter_mut() {
             let id = q.id();
             let mut meter = self.queues.remove(&id).unwrap_or_default();
@@ -80,7 +97,9 @@ impl AckMeter {
             if let Some(b) = q.broker.as_deref_mut() {
                 b.service_time = measured;
             }
-            next.insert(id, meter);
+            if meter.last.is_some() || meter.kept.is_some() {
+                next.insert(id, meter);
+            }
         }
         self.queues = next;
     }
@@ -97,60 +116,74 @@ impl QueueMeter {
     ) -> Option<ServiceTime> {
         match (acks, ready, consumers) {
             (Some(acks), Some(ready), Some(consumers)) if ready > 0 && consumers > 0 => {
-                let last = self.busy.back().copied();
-                if last.is_some_and(|l| acks < l.acks) {
+                if self.last.is_some_and(|l| acks < l.acks) {
                     // A reset counter (queue re-declared, broker restarted).
-                    self.busy.clear();
+                    self.end_stretch();
                 }
-                let fresh = self.busy.back().is_some_and(|l| acks != l.acks);
-                self.busy.push_back(Reading {
-                    at: now,
-                    acks,
-                    consumers,
-                    fresh,
-                });
-                while self.busy.len() > MAX_READINGS
+                let reading = match self.last {
+                    None => Reading {
+                        at: now,
+                        acks,
+                        consumers,
+                        busy_seconds: 0.0,
+                    },
+                    Some(l) => {
+                        let between = (l.consumers + consumers) as f64 / 2.0;
+                        let dt = now.saturating_duration_since(l.at).as_secs_f64();
+                        Reading {
+                            at: now,
+                            acks,
+                            consumers,
+                            busy_seconds: l.busy_seconds + between * dt,
+                        }
+                    }
+                };
+                if self.last.is_some_and(|l| l.acks != acks) {
+                    self.changes.push_back(Mark {
+                        at: now,
+                        acks,
+                        busy_seconds: reading.busy_seconds,
+                    });
+                }
+                self.last = Some(reading);
+                while self.changes.len() > MAX_CHANGES
                     || self
-                        .busy
+                        .changes
                         .front()
                         .is_some_and(|f| now.saturating_duration_since(f.at) > SPAN)
                 {
-                    self.busy.pop_front();
+                    self.changes.pop_front();
                 }
-                if let Some(m) = measure(&self.busy) {
+                if let Some(m) = measure(&self.changes) {
                     self.kept = Some((m, now));
                 }
             }
             // Not busy, or not known to be: whatever the acknowledgements
             // do now, they do not measure the workers.
-            _ => self.busy.clear(),
+            _ => self.end_stretch(),
         }
-        self.kept
-            .filter(|(_, at)| now.saturating_duration_since(*at) <= HOLD)
-            .map(|(m, _)| m)
+        if self
+            .kept
+            .is_some_and(|(_, at)| now.saturating_duration_since(at) > HOLD)
+        {
+            self.kept = None;
+        }
+        self.kept.map(|(m, _)| m)
+    }
+
+    /// Forgets the busy stretch (the measurement made from it is kept).
+    fn end_stretch(&mut self) {
+        self.last = None;
+        self.changes.clear();
     }
 }
 
 /// Consumer-seconds over acknowledgements between the first and the last
-/// fresh reading of a busy stretch; `None` before two fresh readings.
-fn measure(busy: &VecDeque<Reading>) -> Option<ServiceTime> {
-    let first = busy.iter().position(|r| r.fresh)?;
-    let last = busy.iter().rposition(|r| r.fresh)?;
-    if last <= first {
-        return None;
-    }
-    let span = busy.range(first..=last);
-    let consumer_seconds: f64 = span
-        .clone()
-        .zip(span.skip(1))
-        .map(|(a, b)| {
-            // The consumers between two readings: their mean.
-            let between = (a.consumers + b.consumers) as f64 / 2.0;
-            between * b.at.saturating_duration_since(a.at).as_secs_f64()
-        })
-        .sum();
-    let acks = busy[last].acks - busy[first].acks;
-    let mean = consumer_seconds / acks as f64;
+/// counter change of a busy stretch; `None` before two changes.
+fn measure(changes: &VecDeque<Mark>) -> Option<ServiceTime> {
+    let (first, last) = (changes.front()?, changes.back()?);
+    let acks = last.acks.checked_sub(first.acks)?;
+    let mean = (last.busy_seconds - first.busy_seconds) / acks as f64;
     (acks > 0 && mean.is_finite() && mean > 0.0).then_some(ServiceTime {
         mean_seconds: mean,
         jobs: acks,
@@ -311,8 +344,8 @@ mod tests {
             last = f.poll(Some(200 + s / 2), 10, 1);
         }
         let m = last.unwrap();
-        assert!((m - 2.0).abs() < 0.05, "only the last two minutes: {m}");
-        assert!(f.meter.busy.len() <= MAX_READINGS);
+        assert!((m - 2.0).abs() < 0.05, "only the latest changes: {m}");
+        assert!(f.meter.changes.len() <= MAX_CHANGES);
     }
 
     #[test]
@@ -338,6 +371,10 @@ mod tests {
             }
         }
         meter.record(&mut [], start + Duration::from_secs(5));
+        assert!(meter.queues.is_empty());
+        // A queue never busy takes no entry.
+        let mut idle = vec![QueueSample::named("idle")];
+        meter.record(&mut idle, start + Duration::from_secs(6));
         assert!(meter.queues.is_empty());
     }
 }
