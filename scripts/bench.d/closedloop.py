@@ -560,7 +560,10 @@ def report(results, meta, png_rel, smoke=False):
         f"`window` {WINDOW:g} s. A job counts as started when a worker takes it; jobs never started count "
         f"as late. Worker-minutes: pods' lifetimes from the decision that asked for them. AMQP's `timestamp` "
         f"is in whole seconds, 15 model seconds here: the publisher rounds it, so RabbitMQ's oldest age is "
-        f"off by up to ±7.5 model seconds (at 1:1 time, under a second).",
+        f"off by up to ±7.5 model seconds (at 1:1 time, under a second). RabbitMQ's ask errors: each run's "
+        f"queue is new, and a new queue has no `publish` counter until the management stats first show a "
+        f"message, so for the first seconds of the trace WaitTime's arrival rate is unknown and the answer "
+        f"`UNAVAILABLE` (KEDA keeps the replicas).",
         "",
         *rows,
         "",
@@ -588,7 +591,7 @@ def splice(path, section):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--bin", required=True)
+    ap.add_argument("--bin", help="the queue-exporter binary (required unless --report-only)")
     ap.add_argument("--out", required=True, help="the report to put the section into")
     ap.add_argument("--plot-dir", required=True)
     ap.add_argument("--json", required=True)
@@ -596,9 +599,18 @@ def main():
     ap.add_argument("--smoke", action="store_true")
     ap.add_argument("--only", help="comma list of trigger names' first words (QueueLength, WaitTime)")
     ap.add_argument("--queues", default="redis,rabbitmq", help="comma list: redis, rabbitmq")
+    ap.add_argument("--report-only", action="store_true",
+                    help="the section and plot again from --json, with no run")
     ap.add_argument("--sequential", action="store_true",
                     help="one run at a time (by default a trigger's Redis and RabbitMQ runs go together)")
     args = ap.parse_args()
+    if not args.report_only and not args.bin:
+        ap.error("--bin is required")
+    if args.report_only:
+        with open(args.json) as f:
+            saved = json.load(f)
+        write_report(args, saved["results"], saved["meta"])
+        return
     started = datetime.datetime.now(datetime.timezone.utc)
     rev = bench_rev()  # the code the binary was built from, before a long run
     scale = SMOKE_SCALE if args.smoke else 1.0
@@ -677,6 +689,11 @@ def main():
                 concurrent=not args.sequential and len(kinds) > 1)
     with open(args.json, "w") as f:
         json.dump(dict(meta=meta, results=results), f, indent=1)
+    write_report(args, results, meta)
+
+
+def write_report(args, results, meta):
+    """The section into --out, the plot into --plot-dir, the verdict logged."""
     os.makedirs(args.plot_dir, exist_ok=True)
     png = plot(results, os.path.join(args.plot_dir, "bench-closed-loop.png"))
     rel = os.path.relpath(png, os.path.dirname(os.path.abspath(args.out))) if png else None
