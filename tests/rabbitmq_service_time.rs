@@ -6,7 +6,9 @@
 //! spend a known time on each message. RabbitMQ updates its counters once
 //! per `collect_statistics_interval` (5 s), so each test runs for a few of
 //! those. The hold time (10 minutes) and its expiry are unit-tested in
-//! `src/sources/rabbitmq/service.rs`.
+//! `src/sources/rabbitmq/service.rs`. Mode `WaitTime` without
+//! `processingTime` is asked through a real gRPC client.
+mod scaler_common;
 mod support;
 
 use std::sync::Arc;
@@ -18,6 +20,7 @@ use lapin::BasicProperties;
 use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicGetOptions, BasicQosOptions};
 use lapin::types::FieldTable;
 use queue_exporter::snapshot::{QueueSample, ServiceSource};
+use scaler_common::{client, metrics};
 use support::*;
 
 /// A management, a prometheus and an AMQP source over one vhost.
@@ -229,4 +232,89 @@ async fn a_backlog_without_consumers_is_not_measured() {
         }
     }
     assert!(checked > 0, "the broker reported acknowledgements");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wait_time_without_processing_time_uses_the_measured_time_once_there_is_one() {
+    let vh = RabbitVhost::create("svc-keda").await;
+    let conn = vh.connect().await;
+    let ch = confirm_channel(&conn).await;
+    declare_queue(&ch, "work", &[]).await;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs();
+    publish(
+        &ch,
+        "work",
+        1200,
+        BasicProperties::default().with_timestamp(now),
+    )
+    .await;
+    let app = TestApp::start(&sources(&vh)).await;
+    let c = client(&app).await;
+    let trigger = [
+        ("queue", "work"),
+        ("source", "mgmt"),
+        ("mode", "WaitTime"),
+        ("targetWait", "10s"),
+        ("window", "3s"),
+    ];
+    // A backlog and no consumer yet: nothing measured, so UNAVAILABLE,
+    // naming the service time and how it is measured (waited for: the
+    // backlog and the publish counter show with the first stats emission).
+    let e = wait_for("the service time refused", Duration::from_secs(40), || {
+        let mut c = c.clone();
+        async move {
+            match metrics(&mut c, &trigger).await {
+                Err(e) if e.message().contains("service time") => Some(e),
+                _ => None,
+            }
+        }
+    })
+    .await;
+    assert_eq!(e.code(), tonic::Code::Unavailable, "{e:?}");
+    assert!(e.message().contains("ack counter"), "{}", e.message());
+
+    // Busy workers: measured, and the answer uses it.
+    let stop = Arc::new(AtomicBool::new(false));
+    let workers = consumers(&conn, "work", 4, Duration::from_millis(100), stop.clone()).await;
+    wait_for("measured", Duration::from_secs(40), || async {
+        let m = sample(&app, "mgmt", "work")?.service_time()?;
+        (m.jobs >= 300).then_some(())
+    })
+    .await;
+    let (_, value) = wait_for("GetMetrics answers", Duration::from_secs(10), || {
+        let mut c = c.clone();
+        async move { metrics(&mut c, &trigger).await.ok() }
+    })
+    .await;
+    assert!(value > 0.0, "a backlog needs workers: {value}");
+    let scrape = app.scrape().await;
+    let used = scrape
+        .value(
+            "queue_exporter_scaler_service_time_seconds",
+            &[("queue", "work"), ("mode", "WaitTime")],
+        )
+        .expect("the decision's service time");
+    assert!((0.09..=0.125).contains(&used), "{used}\n{}", scrape.text());
+    let shown = scrape
+        .value(
+            "queue_service_time_seconds",
+            &[("queue", "work"), ("source", "mgmt"), ("from", "ack_rate")],
+        )
+        .expect("queue_service_time_seconds{from=ack_rate}");
+    assert!((0.09..=0.125).contains(&shown), "{shown}");
+    let (status, body, _) = http_get(&format!("{}/api/v1/scalers", app.base), &[]).await;
+    assert_eq!(status, 200);
+    let json: serde_json::Value = serde_json::from_str(&body).expect("json");
+    assert_eq!(
+        json["scalers"][0]["get_metrics"]["model"]["service_time_from"], "ack_rate",
+        "{body}"
+    );
+
+    stop.store(true, Ordering::Relaxed);
+    for w in workers {
+        w.await.expect("worker");
+    }
 }

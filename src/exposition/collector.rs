@@ -157,7 +157,8 @@ impl SnapshotCollector {
             enc,
             "queue_service_time_seconds",
             "Mean worker seconds per job, measured by the exporter (from: finished_jobs, the \
-             newest finished jobs' start and end times); absent where not measured",
+             newest finished jobs' start and end times; ack_rate, busy RabbitMQ consumers over \
+             their ack rate); absent where not measured",
             MetricType::Gauge,
             self.queues().filter_map(|(s, q)| {
                 let t = q.service_time()?;

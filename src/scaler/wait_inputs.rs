@@ -20,16 +20,15 @@ pub fn unmeasured_kind(kind: SourceKind, preset: Option<PresetKind>) -> Option<&
         (_, Some(PresetKind::Bullmq | PresetKind::Bull | PresetKind::Rq)) => None,
         (_, Some(_)) => Some(
             "that library keeps no finished jobs with their start and end times \
-             (the exporter measures BullMQ, Bull and RQ queues)",
+             (the exporter measures BullMQ, Bull, RQ and RabbitMQ queues)",
         ),
         (SourceKind::Redis, None) => Some(
             "a plain Redis key holds no record of how long its jobs took \
-             (the exporter measures BullMQ, Bull and RQ queues)",
+             (the exporter measures BullMQ, Bull, RQ and RabbitMQ queues)",
         ),
-        (SourceKind::RabbitMq, None) => Some(
-            "the exporter does not measure RabbitMQ queues' service time yet \
-             (it measures BullMQ, Bull and RQ queues)",
-        ),
+        // Measured from the ack counter (sources/rabbitmq/service.rs); a
+        // method without one leaves it unknown, said by `unmeasured_why`.
+        (SourceKind::RabbitMq, None) => None,
     }
 }
 
@@ -44,6 +43,11 @@ fn unmeasured_why(q: &QueueSample) -> &'static str {
         Some(PresetKind::Rq) => {
             "no finished job with started_at and ended_at is kept (none finished yet, \
              or the jobs are enqueued with result_ttl=0)"
+        }
+        None if q.vhost().is_some() => {
+            "it is measured from the ack counter while a backlog keeps every consumer \
+             busy, which has not happened in the last 10 minutes (or the method reads no \
+             ack counter: amqp, stats: totals, prometheus on RabbitMQ 3.10)"
         }
         _ => "the source has not measured it yet",
     }
@@ -201,7 +205,7 @@ mod tests {
     }
 
     #[test]
-    fn only_bullmq_bull_and_rq_queues_are_measured() {
+    fn bullmq_bull_rq_and_rabbitmq_queues_are_measured() {
         use PresetKind::*;
         for p in [Bullmq, Bull, Rq] {
             assert_eq!(unmeasured_kind(SourceKind::Redis, Some(p)), None);
@@ -213,6 +217,6 @@ mod tests {
             );
         }
         assert!(unmeasured_kind(SourceKind::Redis, None).is_some());
-        assert!(unmeasured_kind(SourceKind::RabbitMq, None).is_some());
+        assert_eq!(unmeasured_kind(SourceKind::RabbitMq, None), None);
     }
 }
