@@ -24,7 +24,9 @@ Time is compressed: 1 real second stands for SPEEDUP (15) model seconds,
 for the trace, the workers, the emulator and the trigger's durations alike;
 every number reported is in model time. One Poisson trace (steady, ramp, a
 10× burst, drain, idle) is made once, with a fixed seed, and replayed
-against each trigger in the same sitting.
+against each trigger in the same sitting; a trigger's Redis run and its
+RabbitMQ run go side by side (separate queues, pods and emulators, one
+exporter), which halves the sitting; `--sequential` runs them one by one.
 
 Only the standard library is needed, plus py-amqp (`amqp`, Celery's AMQP
 client) for RabbitMQ and matplotlib for the plot; it reuses bench.py's
