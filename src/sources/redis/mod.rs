@@ -38,7 +38,7 @@ use crate::sources::{PollOutput, Source, SourceError};
 use commands::Conn;
 
 pub use commands::PIPELINE_CHUNK;
-pub use presets::recognise::library as library_name;
+pub use presets::picture::library as library_name;
 pub use scope::RedisScope;
 pub use tracked::TrackedKey;
 
@@ -209,8 +209,8 @@ impl RedisSource {
     /// Zero config: logs what the last round recognised, at the first round
     /// and whenever it changes (not every round).
     fn log_picture(&mut self) {
-        let plain = presets::recognise::plain_counts(self.tracked.iter().map(|k| &k.state));
-        let picture = presets::recognise::picture(&self.presets.queue_counts(), &plain);
+        let plain = presets::picture::plain_counts(self.tracked.iter().map(|k| &k.state));
+        let picture = presets::picture::picture(&self.presets.queue_counts(), &plain);
         if self.discovery.picture.as_deref() != Some(picture.as_str()) {
             tracing::info!(source = %self.config.name, "{picture}");
             self.discovery.picture = Some(picture);
@@ -376,7 +376,7 @@ impl RedisSource {
             }
         };
         let plain_types =
-            presets::recognise::plain_counts(zero.plain.tracked.iter().map(|k| &k.state));
+            presets::picture::plain_counts(zero.plain.tracked.iter().map(|k| &k.state));
         let plain: Vec<(Vec<u8>, crate::config::KeyType)> = zero
             .plain
             .tracked
@@ -391,7 +391,7 @@ impl RedisSource {
             .iter()
             .map(|(s, u)| (&s.preset, presets::queue_names(u).len()))
             .collect();
-        let picture = presets::recognise::picture(&counts, &plain_types);
+        let picture = presets::picture::picture(&counts, &plain_types);
         let entries = zero
             .entries
             .into_iter()

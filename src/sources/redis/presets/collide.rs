@@ -15,24 +15,31 @@ pub fn qualified(prefix: &str, label: &str) -> String {
     format!("{prefix}:{label}")
 }
 
-/// For each sample (entry index, its preset, its `queue` label), the label
-/// it is published under: unchanged unless another entry of the same
-/// library in the source has that label too; then every entry whose prefix
-/// is not the library's default is [`qualified`] by its prefix. A label
-/// still taken after that (a queue literally named like a qualified one)
-/// is `None`: the later sample is left out rather than duplicated.
-pub fn labels(samples: &[(usize, &Preset, &str)]) -> Vec<Option<String>> {
+/// One sample as [`labels`] sees it: its entry's index, the entry's
+/// preset, its `queue` label and its other labels (priority-zset's
+/// `priority`: one entry's samples may share a `queue` label).
+pub type Seen<'a> = (usize, &'a Preset, &'a str, &'a [(String, String)]);
+
+/// For each sample, the `queue` label it is published under: unchanged
+/// unless another entry of the same library in the source has that label
+/// too; then every entry whose prefix is not the library's default is
+/// [`qualified`] by its prefix. A series still taken after that (a queue
+/// literally named like a qualified one) is `None`: the later sample is
+/// left out rather than duplicated.
+pub fn labels(samples: &[Seen<'_>]) -> Vec<Option<String>> {
     let mut owners: BTreeMap<(PresetKind, &str), BTreeSet<usize>> = BTreeMap::new();
-    for (entry, preset, label) in samples {
+    for (entry, preset, label, _) in samples {
         owners
             .entry((preset.kind(), label))
             .or_default()
             .insert(*entry);
     }
-    let mut taken: BTreeSet<(PresetKind, String)> = BTreeSet::new();
+    // A series: library, `queue` label, other labels.
+    type Series<'a> = (PresetKind, String, &'a [(String, String)]);
+    let mut taken: BTreeSet<Series<'_>> = BTreeSet::new();
     samples
         .iter()
-        .map(|(_, preset, label)| {
+        .map(|(_, preset, label, extra)| {
             let kind = preset.kind();
             let shared = owners.get(&(kind, *label)).is_some_and(|e| e.len() > 1);
             let prefix = preset.prefix().unwrap_or_default();
@@ -41,7 +48,7 @@ pub fn labels(samples: &[(usize, &Preset, &str)]) -> Vec<Option<String>> {
             } else {
                 (*label).to_string()
             };
-            taken.insert((kind, name.clone())).then_some(name)
+            taken.insert((kind, name.clone(), extra)).then_some(name)
         })
         .collect()
 }
@@ -70,14 +77,14 @@ mod tests {
         let (bull, eu) = (bullmq("bull"), bullmq("myapp:eu"));
         let (bare, ns) = (sidekiq(""), sidekiq("ns"));
         let got = labels(&[
-            (0, &bull, "mail"),
-            (0, &bull, "only-here"),
-            (1, &eu, "mail"),
-            (1, &eu, "reports"),
-            (2, &bare, "(all)"),
-            (2, &bare, "default"),
-            (3, &ns, "(all)"),
-            (3, &ns, "default"),
+            (0, &bull, "mail", &[]),
+            (0, &bull, "only-here", &[]),
+            (1, &eu, "mail", &[]),
+            (1, &eu, "reports", &[]),
+            (2, &bare, "(all)", &[]),
+            (2, &bare, "default", &[]),
+            (3, &ns, "(all)", &[]),
+            (3, &ns, "default", &[]),
         ]);
         let want = [
             "mail",
@@ -98,7 +105,11 @@ mod tests {
         let rq = Preset::Rq {
             prefix: "rq".into(),
         };
-        let got = labels(&[(0, &a, "mail"), (1, &b, "mail"), (2, &rq, "mail")]);
+        let got = labels(&[
+            (0, &a, "mail", &[]),
+            (1, &b, "mail", &[]),
+            (2, &rq, "mail", &[]),
+        ]);
         assert_eq!(
             got,
             [
@@ -110,11 +121,26 @@ mod tests {
     }
 
     #[test]
+    fn one_entrys_samples_told_apart_by_other_labels_all_stay() {
+        let pz = Preset::PriorityZset {
+            prefix: "jobs".into(),
+        };
+        let high = [("priority".to_string(), "high".to_string())];
+        let low = [("priority".to_string(), "low".to_string())];
+        let got = labels(&[(0, &pz, "jobs", &high), (0, &pz, "jobs", &low)]);
+        assert_eq!(got, [Some("jobs".into()), Some("jobs".into())]);
+    }
+
+    #[test]
     fn a_label_still_taken_is_left_out_not_duplicated() {
         let (bull, x) = (bullmq("bull"), bullmq("x"));
         // Entry 0 has a queue literally named `x:mail` (not BullMQ's
         // rule, but a registry can hold anything).
-        let got = labels(&[(0, &bull, "mail"), (0, &bull, "x:mail"), (1, &x, "mail")]);
+        let got = labels(&[
+            (0, &bull, "mail", &[]),
+            (0, &bull, "x:mail", &[]),
+            (1, &x, "mail", &[]),
+        ]);
         assert_eq!(got, [Some("mail".into()), Some("x:mail".into()), None]);
     }
 }

@@ -16,9 +16,11 @@ mod bull;
 mod bullmq;
 mod celery;
 mod collide;
+pub mod picture;
 mod priority_zset;
 pub mod recognise;
 mod rediswq;
+mod registry;
 mod rq;
 mod service;
 mod sidekiq;
@@ -29,14 +31,16 @@ use std::time::SystemTime;
 use redis::Value;
 
 use super::cmd::cmd;
-use super::commands::{Conn, pipelined, query, scan};
+use super::commands::{Conn, pipelined};
 use super::keyname::display_key;
 use super::reply;
-use crate::config::{ALL_QUEUES, CounterKeys, KeyType, Preset, PresetSpec, QueueSpec};
+use crate::config::{ALL_QUEUES, CounterKeys, Preset, PresetSpec, QueueSpec};
 use crate::snapshot::{
     JobState, JobTotals, PresetFacts, PresetKind, PresetUnit, QueueSample, Reason,
 };
 use crate::time::{TimeUnit, unix_seconds};
+pub use registry::registries;
+use registry::{registry_units, sorted};
 use service::{FinishedLayout, ServiceWindow};
 
 /// What a preset source keeps between polls: the logical queues each entry's
@@ -491,117 +495,6 @@ impl PresetState {
     }
 }
 
-/// Reads every preset entry's registry (SMEMBERS, or SCAN with bounded
-/// COUNT): per entry in config order, its logical queues, sorted.
-pub async fn registries(
-    specs: &[PresetSpec],
-    conn: &mut Conn,
-    scan_count: u32,
-) -> redis::RedisResult<Vec<Vec<Unit>>> {
-    let mut found = Vec::with_capacity(specs.len());
-    for spec in specs {
-        let units = match &spec.preset {
-            Preset::Rq { prefix } | Preset::Sidekiq { prefix, .. } | Preset::Asynq { prefix } => {
-                let members = smembers(conn, &registry_key(&spec.preset, prefix)).await?;
-                registry_units(&spec.preset, members)
-            }
-            Preset::Bullmq { prefix, .. } => {
-                let p = super::glob::escape(prefix.as_bytes());
-                let pattern = key(&[&p, b":*:meta"]);
-                let keys = scan(conn, &pattern, Some(KeyType::Hash), scan_count).await?;
-                let names = keys
-                    .iter()
-                    .filter_map(|k| bullmq::queue_of_meta(k))
-                    .filter(|(pre, _)| *pre == prefix.as_bytes())
-                    .map(|(_, name)| name.to_vec());
-                sorted(names.map(Unit::Queue).collect())
-            }
-            Preset::Bull { prefix, .. } => {
-                let p = super::glob::escape(prefix.as_bytes());
-                let pattern = key(&[&p, b":*:id"]);
-                let keys = scan(conn, &pattern, None, scan_count).await?;
-                let names: Vec<Vec<u8>> = keys
-                    .iter()
-                    .filter_map(|k| bull::queue_of_id(prefix.as_bytes(), k))
-                    .map(<[u8]>::to_vec)
-                    .collect();
-                // BullMQ keeps an `id` too: a queue whose `meta` carries
-                // BullMQ's marks is BullMQ's, even at Bull's prefix.
-                let metas: Vec<redis::Cmd> = names
-                    .iter()
-                    .map(|q| bullmq::marks_cmd(&key(&[prefix.as_bytes(), b":", q, b":meta"])))
-                    .collect();
-                let replies = if metas.is_empty() {
-                    Vec::new()
-                } else {
-                    pipelined(conn, metas).await?
-                };
-                let bull = names
-                    .into_iter()
-                    .zip(replies)
-                    .filter(|(_, meta)| !bullmq::has_marks(meta))
-                    .map(|(q, _)| Unit::Queue(q));
-                sorted(bull.collect())
-            }
-            Preset::PriorityZset { prefix } => {
-                let p = super::glob::escape(prefix.as_bytes());
-                let pattern = key(&[&p, b":pending:*"]);
-                let keys = scan(conn, &pattern, Some(KeyType::Zset), scan_count).await?;
-                let start = prefix.len() + b":pending:".len();
-                // Each priority is a "queue" of the entry, beside the keys
-                // shared by all priorities.
-                let mut units: Vec<Unit> = keys
-                    .into_iter()
-                    .filter_map(|k| k.get(start..).map(<[u8]>::to_vec))
-                    .filter(|p| !p.is_empty())
-                    .map(Unit::Queue)
-                    .collect();
-                units.push(Unit::Shared);
-                sorted(units)
-            }
-            Preset::Celery { .. } | Preset::Rediswq { .. } => fixed_queues(&spec.preset),
-        };
-        found.push(units);
-    }
-    Ok(found)
-}
-
-/// The registry set of a registry preset (RQ, Sidekiq, asynq) at `prefix`.
-pub(super) fn registry_key(preset: &Preset, prefix: &str) -> Vec<u8> {
-    match preset {
-        Preset::Sidekiq { .. } => sidekiq::k(prefix, b"queues"),
-        _ => key(&[prefix.as_bytes(), b":queues"]),
-    }
-}
-
-/// A registry's members as the entry's units, sorted: RQ's full keys
-/// `<prefix>:queue:<name>` give their names (others are skipped), Sidekiq
-/// and asynq hold bare names; Sidekiq's entry also has its shared keys.
-pub(super) fn registry_units(preset: &Preset, members: Vec<Vec<u8>>) -> Vec<Unit> {
-    let mut units: Vec<Unit> = match preset {
-        Preset::Rq { prefix } => {
-            let full = key(&[prefix.as_bytes(), b":queue:"]);
-            members
-                .into_iter()
-                .filter_map(|m| m.strip_prefix(full.as_slice()).map(<[u8]>::to_vec))
-                .map(Unit::Queue)
-                .collect()
-        }
-        _ => members.into_iter().map(Unit::Queue).collect(),
-    };
-    if matches!(preset, Preset::Sidekiq { .. }) {
-        units.push(Unit::Shared);
-    }
-    sorted(units)
-}
-
-/// `units` sorted, without repeats.
-fn sorted(mut units: Vec<Unit>) -> Vec<Unit> {
-    units.sort();
-    units.dedup();
-    units
-}
-
 impl PresetState {
     /// Polls every logical queue and every `counters:` block: at most two
     /// pipelined round trips, read-only. Moves the service-time windows on.
@@ -748,7 +641,11 @@ impl PresetState {
         let names = collide::labels(
             &stages
                 .iter()
-                .map(|(e, s)| (*e, &self.entries[*e].spec.preset, s.sample.name.as_str()))
+                .map(|(e, s)| {
+                    let sample = &s.sample;
+                    let preset = &self.entries[*e].spec.preset;
+                    (*e, preset, sample.name.as_str(), sample.labels.as_slice())
+                })
                 .collect::<Vec<_>>(),
         );
         out.samples = stages
@@ -781,11 +678,6 @@ pub(super) fn fixed_queues(preset: &Preset) -> Vec<Unit> {
             Vec::new()
         }
     }
-}
-
-/// `SMEMBERS key` as raw members.
-async fn smembers(conn: &mut Conn, k: &[u8]) -> redis::RedisResult<Vec<Vec<u8>>> {
-    query(conn, cmd("SMEMBERS", k)).await
 }
 
 #[cfg(test)]

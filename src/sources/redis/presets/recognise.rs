@@ -707,79 +707,6 @@ pub fn passes(config: &RedisSourceConfig) -> u64 {
     if config.plain_keys { 4 } else { 1 }
 }
 
-/// The library's name as its users write it, for the log line.
-pub fn library(kind: PresetKind) -> &'static str {
-    match kind {
-        PresetKind::Bullmq => "BullMQ",
-        PresetKind::Bull => "Bull",
-        PresetKind::Sidekiq => "Sidekiq",
-        PresetKind::Celery => "Celery",
-        PresetKind::Rq => "RQ",
-        PresetKind::Asynq => "asynq",
-        PresetKind::Rediswq => "rediswq",
-        PresetKind::PriorityZset => "priority-zset",
-    }
-}
-
-/// How many keys of each type `states` holds (the plain keys of the log
-/// line); keys of unknown type are left out.
-pub fn plain_counts<'a>(states: impl Iterator<Item = &'a KeyState>) -> BTreeMap<KeyType, usize> {
-    let mut counts = BTreeMap::new();
-    for state in states {
-        if let KeyState::Typed(t) = state {
-            *counts.entry(*t).or_default() += 1;
-        }
-    }
-    counts
-}
-
-/// `n thing`, `n things`.
-fn plural(n: usize, thing: &str) -> String {
-    format!("{n} {thing}{}", if n == 1 { "" } else { "s" })
-}
-
-/// The log line of what zero config sees: "recognised 3 BullMQ queues
-/// (prefixes bull, myapp), 2 RQ queues; 1 plain list" (pure). `plain` counts
-/// the plain keys by type.
-pub fn picture(entries: &[(&Preset, usize)], plain: &BTreeMap<KeyType, usize>) -> String {
-    let mut by_kind: BTreeMap<PresetKind, (usize, Vec<&str>)> = BTreeMap::new();
-    for (preset, queues) in entries {
-        let e = by_kind.entry(preset.kind()).or_default();
-        e.0 += queues;
-        e.1.extend(preset.prefix());
-    }
-    let libs: Vec<String> = by_kind
-        .into_iter()
-        .map(|(kind, (n, prefixes))| {
-            let mut s = plural(n, &format!("{} queue", library(kind)));
-            if prefixes.len() > 1 || prefixes.iter().any(|p| *p != default_prefix(kind)) {
-                let word = if prefixes.len() > 1 {
-                    "prefixes"
-                } else {
-                    "prefix"
-                };
-                s.push_str(&format!(" ({word} {})", prefixes.join(", ")));
-            }
-            s
-        })
-        .collect();
-    let keys: Vec<String> = plain
-        .iter()
-        .map(|(t, n)| plural(*n, &format!("plain {}", t.as_str())))
-        .collect();
-    let libs = if libs.is_empty() {
-        "no queue library".to_string()
-    } else {
-        libs.join(", ")
-    };
-    let keys = if keys.is_empty() {
-        "no plain key".to_string()
-    } else {
-        keys.join(", ")
-    };
-    format!("recognised {libs}; {keys}")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1184,30 +1111,6 @@ mod tests {
                 "work:schedule",
                 "work:{q}:pending"
             ]
-        );
-    }
-
-    #[test]
-    fn the_picture_names_libraries_prefixes_and_plain_keys() {
-        let bull = |p: &str| Preset::Bullmq {
-            prefix: p.into(),
-            stalled_check_limit: 1,
-        };
-        let (a, b, rq) = (
-            bull("bull"),
-            bull("myapp"),
-            Preset::Rq {
-                prefix: "rq".into(),
-            },
-        );
-        let plain = BTreeMap::from([(KeyType::List, 1)]);
-        assert_eq!(
-            picture(&[(&a, 2), (&b, 1), (&rq, 2)], &plain),
-            "recognised 3 BullMQ queues (prefixes bull, myapp), 2 RQ queues; 1 plain list"
-        );
-        assert_eq!(
-            picture(&[], &BTreeMap::new()),
-            "recognised no queue library; no plain key"
         );
     }
 }
