@@ -99,6 +99,11 @@ async fn consumers(
     tasks
 }
 
+/// What a worker of these tests spends per message: 100 ms of work plus
+/// the ack and the next delivery's round trip, which grows when the machine
+/// is loaded (CI runs the suite in parallel on 2 cores: 0.128 s seen).
+const PER_MESSAGE: std::ops::RangeInclusive<f64> = 0.09..=0.16;
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn busy_consumers_over_the_ack_rate_measure_the_time_per_message() {
     let vh = RabbitVhost::create("svc-busy").await;
@@ -127,7 +132,7 @@ async fn busy_consumers_over_the_ack_rate_measure_the_time_per_message() {
     assert_eq!(m.from, ServiceSource::AckRate);
     // 100 ms of work plus the ack and the next delivery's round trip.
     assert!(
-        (0.09..=0.125).contains(&m.mean_seconds),
+        PER_MESSAGE.contains(&m.mean_seconds),
         "{} s per message, expected about 0.1",
         m.mean_seconds
     );
@@ -144,7 +149,7 @@ async fn busy_consumers_over_the_ack_rate_measure_the_time_per_message() {
             || async { sample(&app, "prom", "work")?.service_time() },
         )
         .await;
-        assert!((0.09..=0.125).contains(&m.mean_seconds), "prom: {m:?}");
+        assert!(PER_MESSAGE.contains(&m.mean_seconds), "prom: {m:?}");
     }
     // The AMQP method sees no acknowledgements: never measured.
     let amqp = sample(&app, "amqp", "work").expect("amqp source lists work");
@@ -158,7 +163,7 @@ async fn busy_consumers_over_the_ack_rate_measure_the_time_per_message() {
     .await;
     let kept = sample(&app, "mgmt", "work").and_then(|q| q.service_time());
     let kept = kept.expect("kept after the backlog drained");
-    assert!((0.09..=0.125).contains(&kept.mean_seconds), "{kept:?}");
+    assert!(PER_MESSAGE.contains(&kept.mean_seconds), "{kept:?}");
 
     stop.store(true, Ordering::Relaxed);
     for w in workers {
@@ -297,14 +302,14 @@ async fn wait_time_without_processing_time_uses_the_measured_time_once_there_is_
             &[("queue", "work"), ("mode", "WaitTime")],
         )
         .expect("the decision's service time");
-    assert!((0.09..=0.125).contains(&used), "{used}\n{}", scrape.text());
+    assert!(PER_MESSAGE.contains(&used), "{used}\n{}", scrape.text());
     let shown = scrape
         .value(
             "queue_service_time_seconds",
             &[("queue", "work"), ("source", "mgmt"), ("from", "ack_rate")],
         )
         .expect("queue_service_time_seconds{from=ack_rate}");
-    assert!((0.09..=0.125).contains(&shown), "{shown}");
+    assert!(PER_MESSAGE.contains(&shown), "{shown}");
     let (status, body, _) = http_get(&format!("{}/api/v1/scalers", app.base), &[]).await;
     assert_eq!(status, 200);
     let json: serde_json::Value = serde_json::from_str(&body).expect("json");
