@@ -569,6 +569,7 @@ fn every_metric_family_is_in_the_table_of_metrics_md() {
     snap.queues = Arc::new(vec![full_sample("q")]);
     snap.stats.tracked_keys = 1;
     snap.stats.age_histogram_staleness_seconds = Some(12.5);
+    snap.stats.discovery_rounds = Some(Default::default());
     snap.stats.queues_per_vhost.insert("/".into(), 1);
     let mut polls = (*snap.polls).clone();
     polls.observe(0.01);

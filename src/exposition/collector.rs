@@ -9,7 +9,7 @@ use prometheus_client::encoding::{
 use prometheus_client::metrics::MetricType;
 
 use super::Format;
-use super::labels::{QueueLabels, ReasonLabels, SourceLabels, VhostLabels};
+use super::labels::{QueueLabels, ReasonLabels, RoundLabels, SourceLabels, VhostLabels};
 use crate::snapshot::{POLL_DURATION_BUCKETS, QueueSample, Reason, Snapshot};
 use crate::time::unix_seconds;
 
@@ -446,6 +446,22 @@ impl SnapshotCollector {
                         },
                         n,
                     )
+                })
+            }),
+        )?;
+        counters(
+            enc,
+            "queue_exporter_discovery_rounds",
+            "Discovery rounds finished (Redis), by kind: full, or remembered (zero config's one-pass rounds)",
+            self.snapshots.iter().flat_map(|s| {
+                let rounds = s.stats.discovery_rounds;
+                let source = s.source.to_string();
+                rounds.into_iter().flat_map(move |r| {
+                    [("full", r.full), ("remembered", r.remembered)].map(|(round, n)| {
+                        let source = source.clone();
+                        let round = round.to_string();
+                        (RoundLabels { source, round }, n)
+                    })
                 })
             }),
         )?;

@@ -21,6 +21,15 @@ pub struct ReasonLabels {
     pub reason: String,
 }
 
+/// `{source, round}`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RoundLabels {
+    /// The source name.
+    pub source: String,
+    /// Which kind of discovery round: `full` or `remembered`.
+    pub round: String,
+}
+
 /// `{source, vhost}`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct VhostLabels {

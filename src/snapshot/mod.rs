@@ -155,6 +155,22 @@ pub struct SourceStats {
     /// exact (Redis): histograms are measured within a Redis-CPU budget,
     /// so this says how stale one may be. `None`: no histogram served.
     pub age_histogram_staleness_seconds: Option<f64>,
+    /// Discovery rounds finished so far (Redis), by kind; `None` for
+    /// sources without discovery rounds (RabbitMQ).
+    pub discovery_rounds: Option<DiscoveryRounds>,
+}
+
+/// Discovery rounds a Redis source has finished, cumulative: what its
+/// discovery costs Redis depends on which kind ran (docs/presets.md,
+/// "What zero config costs").
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DiscoveryRounds {
+    /// Rounds that scanned for every entry afresh (every round, except
+    /// zero config's remembered ones).
+    pub full: u64,
+    /// Zero-config rounds that made one untyped SCAN pass and asked `TYPE`
+    /// only of the names the last rounds had not seen as no queue.
+    pub remembered: u64,
 }
 
 /// The type of a queue as the backend reports it; the `type` label of `queue_info`.

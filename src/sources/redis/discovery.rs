@@ -45,6 +45,17 @@ pub struct Candidates {
     refused: Vec<Reason>,
 }
 
+impl Candidates {
+    /// Pattern keys whose types are known (zero config's steady round,
+    /// which found them without [`find`]).
+    pub fn of_pattern_keys(keys: BTreeMap<Vec<u8>, Candidate>) -> Self {
+        Candidates {
+            keys,
+            ..Candidates::default()
+        }
+    }
+}
+
 /// One key found by a round.
 #[derive(Debug)]
 pub struct Candidate {

@@ -147,6 +147,7 @@ impl RedisSource {
                 // outlives any borrow of the source.
                 Arc::new(self.config.clone()),
                 discovery::known_pattern_keys(&self.tracked),
+                self.discovery.remembered.take(),
                 self.discovery_deadline(),
             ));
             wait = self.config.poll_interval.min(self.poll_timeout()) / 2;
@@ -188,6 +189,11 @@ impl RedisSource {
         };
         if let Some(specs) = found.recognised {
             self.presets.set_specs(specs);
+        }
+        self.discovery.remembered = found.remembered;
+        match found.from_memory {
+            true => self.discovery.finished.remembered += 1,
+            false => self.discovery.finished.full += 1,
         }
         let refused = discovery::adopt(
             found.plain,
@@ -362,7 +368,7 @@ impl RedisSource {
         round_conn.begin_discovery();
         let start = commands::SCANNED.load(std::sync::atomic::Ordering::Relaxed);
         let passes = presets::recognise::passes(&config);
-        let round = presets::recognise::discover(&mut round_conn, &config, &[]);
+        let round = presets::recognise::discover(&mut round_conn, &config, &[], None);
         tokio::pin!(round);
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         tick.tick().await;
@@ -461,6 +467,12 @@ struct Rounds {
     forced: bool,
     /// Zero config: the last logged line of what discovery recognised.
     picture: Option<String>,
+    /// Zero config: what the last round learnt of the names of no queue
+    /// type, lent to the next round (lost with a round that fails, so the
+    /// next is a full one).
+    remembered: Option<presets::remembered::Remembered>,
+    /// Rounds finished so far, by kind (`queue_exporter_discovery_rounds`).
+    finished: crate::snapshot::DiscoveryRounds,
 }
 
 impl Rounds {
@@ -483,22 +495,27 @@ struct DiscoveryTask {
 impl DiscoveryTask {
     /// Starts a round (plain keys, then preset registries) on `conn`,
     /// given up after `deadline`. `known` are the pattern keys tracked so
-    /// far (see [`discovery::discover`]).
+    /// far (see [`discovery::discover`]); `remembered`, what the last zero-
+    /// config round learnt (see [`presets::remembered`]).
     fn spawn(
         mut conn: Conn,
         config: Arc<RedisSourceConfig>,
         known: Vec<(Vec<u8>, usize)>,
+        remembered: Option<presets::remembered::Remembered>,
         deadline: Duration,
     ) -> DiscoveryTask {
         let round = async move {
             conn.begin_discovery();
             if config.recognise {
-                let zero = presets::recognise::discover(&mut conn, &config, &known).await?;
+                let zero =
+                    presets::recognise::discover(&mut conn, &config, &known, remembered).await?;
                 let (specs, presets) = zero.entries.into_iter().unzip();
                 return Ok(Found {
                     plain: zero.plain,
                     presets,
                     recognised: Some(specs),
+                    remembered: zero.remembered,
+                    from_memory: zero.from_memory,
                 });
             }
             let plain = discovery::discover(&mut conn, &config, &known).await?;
@@ -508,6 +525,8 @@ impl DiscoveryTask {
                 plain,
                 presets,
                 recognised: None,
+                remembered: None,
+                from_memory: false,
             })
         };
         let handle = tokio::spawn(async move {
@@ -537,6 +556,10 @@ struct Found {
     presets: Vec<Vec<presets::Unit>>,
     /// Zero config: the preset entries recognised, one per `presets` item.
     recognised: Option<Vec<crate::config::PresetSpec>>,
+    /// Zero config: what the round learnt, for the next.
+    remembered: Option<presets::remembered::Remembered>,
+    /// Zero config: the round relied on what earlier rounds learnt.
+    from_memory: bool,
 }
 
 /// Why a discovery round ended without an outcome.
@@ -595,6 +618,7 @@ impl Source for RedisSource {
         out.queues.extend(preset.samples);
         out.stats.tracked_keys = (self.tracked.len() + self.presets.tracked()) as u64;
         out.stats.dropped_keys = self.dropped + self.presets.dropped();
+        out.stats.discovery_rounds = Some(self.discovery.finished);
         out.stats.age_parse_failures = result.age_parse_failures;
         out.stats.unchanged_keys = result.unchanged_keys;
         out.stats.age_histogram_staleness_seconds = result.histogram_staleness;

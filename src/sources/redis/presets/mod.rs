@@ -21,6 +21,7 @@ mod priority_zset;
 pub mod recognise;
 mod rediswq;
 mod registry;
+pub mod remembered;
 mod rq;
 mod service;
 mod sidekiq;

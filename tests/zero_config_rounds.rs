@@ -1,0 +1,274 @@
+//! Zero config's later discovery rounds (issue 26, "Cost"), against a
+//! private redis-server per test: after a full round (three typed SCAN
+//! passes and the marks pass), a round makes the untyped pass alone and
+//! asks `TYPE` only of the names it has not seen and of the queue keys;
+//! what it finds is what a full round finds, as keys come, go and change
+//! type; and where Redis refuses `TYPE`, every round is a full one that
+//! needs no `TYPE`.
+mod support;
+
+use std::collections::BTreeSet;
+
+use queue_exporter::config::SourceConfig;
+use queue_exporter::sources::Source;
+use queue_exporter::sources::redis::RedisSource;
+use support::*;
+
+/// A zero-config source over `url` that scans 100 keys per call.
+fn zero_config_source(url: &str) -> RedisSource {
+    let (config, _dir) = load_config(&format!(
+        "sources:\n  - name: main\n    type: redis\n    url: {url}\n    scan_count: 100\n    client_tracking: false\n"
+    ));
+    let Some(SourceConfig::Redis(config)) = config.sources.into_iter().next() else {
+        panic!("one redis source");
+    };
+    RedisSource::new(config)
+}
+
+/// The keyspace: 3,000 strings and a hash (no queue), three plain queue
+/// keys, and a Sidekiq queue (its `queues` registry and its list).
+fn write_keyspace(redis: &RedisServer) {
+    let mut c = redis.conn();
+    let mut pipe = redis::pipe();
+    for i in 0..3000 {
+        pipe.cmd("SET").arg(format!("cache:{i}")).arg("v").ignore();
+    }
+    pipe.cmd("HSET").arg("user:1").arg("name").arg("x").ignore();
+    pipe.cmd("RPUSH").arg("tasks").arg("a").ignore();
+    pipe.cmd("ZADD").arg("later").arg(1).arg("x").ignore();
+    pipe.cmd("XADD")
+        .arg("events")
+        .arg("*")
+        .arg("f")
+        .arg("1")
+        .ignore();
+    pipe.cmd("SADD").arg("queues").arg("default").ignore();
+    pipe.cmd("LPUSH").arg("queue:default").arg("job").ignore();
+    pipe.query::<()>(&mut c).expect("write the keyspace");
+}
+
+/// SCAN calls one untyped pass over the keyspace makes at COUNT 100.
+fn scan_calls_of_one_pass(redis: &RedisServer) -> u64 {
+    let mut c = redis.conn();
+    let (mut cursor, mut calls) = (0u64, 0);
+    loop {
+        let (next, _): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("COUNT")
+            .arg(100)
+            .query(&mut c)
+            .expect("SCAN");
+        calls += 1;
+        if next == 0 {
+            return calls;
+        }
+        cursor = next;
+    }
+}
+
+/// What one forced discovery round and its poll cost Redis: SCAN and TYPE
+/// calls.
+struct Round {
+    scans: u64,
+    types: u64,
+}
+
+async fn round(redis: &RedisServer, source: &mut RedisSource) -> Round {
+    redis.reset_stats();
+    source.rediscover();
+    source.poll().await.expect("poll");
+    let stats = redis.commandstats();
+    let calls = |c: &str| stats.get(c).map_or(0, |s| s.0);
+    Round {
+        scans: calls("scan"),
+        types: calls("type"),
+    }
+}
+
+/// The plain keys tracked.
+fn plain(source: &RedisSource) -> BTreeSet<String> {
+    source.tracked().iter().map(|k| k.name.clone()).collect()
+}
+
+/// The plain keys and the library queues a fresh source's first (full)
+/// round finds, as (name, preset) pairs, with their depths.
+async fn full_round_finds(url: &str) -> Found {
+    let mut fresh = zero_config_source(url);
+    let out = fresh.poll().await.expect("first poll");
+    samples(&out.queues)
+}
+
+/// Each queue as (name, preset, depth or the preset's states).
+type Found = BTreeSet<(String, String, String)>;
+
+fn samples(queues: &[queue_exporter::snapshot::QueueSample]) -> Found {
+    queues
+        .iter()
+        .map(|q| match &q.preset {
+            Some(p) => (
+                q.name.clone(),
+                format!("{:?}", p.preset),
+                format!("{:?}", p.states),
+            ),
+            None => (q.name.clone(), String::new(), format!("{:?}", q.depth)),
+        })
+        .collect()
+}
+
+fn names(list: &[&str]) -> BTreeSet<String> {
+    list.iter().map(|s| s.to_string()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_the_first_round_a_round_is_one_scan_pass_and_type_of_the_queue_keys() {
+    let redis = RedisServer::start();
+    write_keyspace(&redis);
+    let pass = scan_calls_of_one_pass(&redis);
+    assert!(pass >= 20, "{pass} SCAN calls a pass");
+    let mut source = zero_config_source(&redis.url);
+
+    // The first round is a full one: three typed passes and the marks pass.
+    redis.reset_stats();
+    let out = source.poll().await.expect("first poll");
+    let first = redis.commandstats();
+    assert!(
+        first.get("scan").is_some_and(|s| s.0 >= 4 * pass - 4),
+        "{first:?}"
+    );
+    assert_eq!(plain(&source), names(&["events", "later", "tasks"]));
+    let found = samples(&out.queues);
+
+    // The next: one pass, and TYPE of the four queue keys alone (not of
+    // the 3,001 strings and hashes it remembers, nor of the registry).
+    let r = round(&redis, &mut source).await;
+    assert_eq!(r.scans, pass);
+    assert_eq!(r.types, 4);
+    assert_eq!(plain(&source), names(&["events", "later", "tasks"]));
+    let out = source.poll().await.expect("poll");
+    assert_eq!(samples(&out.queues), found, "what a full round finds");
+    // Counted by kind (`queue_exporter_discovery_rounds_total`).
+    let rounds = out
+        .stats
+        .discovery_rounds
+        .expect("a Redis source counts rounds");
+    assert_eq!((rounds.full, rounds.remembered), (1, 1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_that_come_go_and_change_type_are_found_as_a_full_round_finds_them() {
+    let redis = RedisServer::start();
+    write_keyspace(&redis);
+    let mut source = zero_config_source(&redis.url);
+    source.poll().await.expect("first poll");
+    let pass = scan_calls_of_one_pass(&redis);
+
+    // New names: one TYPE each.
+    redis.run::<()>(&[b"RPUSH", b"fresh", b"a", b"b"]);
+    redis.run::<()>(&[b"SET", b"cache:new", b"v"]);
+    let r = round(&redis, &mut source).await;
+    assert_eq!((r.scans, r.types), (pass, 4 + 2));
+    assert_eq!(
+        plain(&source),
+        names(&["events", "fresh", "later", "tasks"])
+    );
+
+    // A queue key that becomes a string is no longer a queue.
+    redis.run::<()>(&[b"DEL", b"tasks"]);
+    redis.run::<()>(&[b"SET", b"tasks", b"v"]);
+    round(&redis, &mut source).await;
+    assert_eq!(plain(&source), names(&["events", "fresh", "later"]));
+
+    // A string that is gone at a round, then comes back as a list.
+    redis.run::<()>(&[b"DEL", b"cache:5"]);
+    round(&redis, &mut source).await;
+    redis.run::<()>(&[b"RPUSH", b"cache:5", b"a"]);
+    let r = round(&redis, &mut source).await;
+    assert_eq!(r.scans, pass);
+    assert_eq!(
+        plain(&source),
+        names(&["cache:5", "events", "fresh", "later"])
+    );
+
+    // A library queue that appears: its list is the library's, not plain.
+    redis.run::<()>(&[b"SADD", b"queues", b"mail"]);
+    redis.run::<()>(&[b"LPUSH", b"queue:mail", b"j1", b"j2"]);
+    round(&redis, &mut source).await;
+    let out = source.poll().await.expect("poll");
+    assert_eq!(
+        plain(&source),
+        names(&["cache:5", "events", "fresh", "later"])
+    );
+    assert_eq!(samples(&out.queues), full_round_finds(&redis.url).await);
+    let mail = out.queues.iter().find(|q| q.name == "mail").expect("mail");
+    let facts = mail.preset.as_ref().expect("a Sidekiq queue");
+    assert_eq!(facts.states.values().flatten().sum::<u64>(), 2, "{facts:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn where_redis_refuses_type_every_round_is_a_full_one_and_finds_the_same() {
+    let redis = RedisServer::start();
+    write_keyspace(&redis);
+    let pass = scan_calls_of_one_pass(&redis);
+    let url = redis.acl_user(
+        "scanner",
+        "pw",
+        &["-@all", "+@read", "+@connection", "-type", "~*"],
+    );
+    let mut source = zero_config_source(&url);
+    source.poll().await.expect("first poll");
+    assert_eq!(plain(&source), names(&["events", "later", "tasks"]));
+
+    // The second round tries one pass, is refused TYPE, and runs a full
+    // round instead; what it reports is right, and no error is counted.
+    redis.run::<()>(&[b"RPUSH", b"fresh", b"a"]);
+    redis.reset_stats();
+    source.rediscover();
+    let out = source.poll().await.expect("poll");
+    assert!(out.partial_errors.is_empty(), "{:?}", out.partial_errors);
+    let scans = redis.commandstats().get("scan").map_or(0, |s| s.0);
+    assert!(scans >= 5 * pass - 5, "{scans} SCAN calls, a pass {pass}");
+    assert_eq!(
+        plain(&source),
+        names(&["events", "fresh", "later", "tasks"])
+    );
+
+    // From then on, full rounds only: nothing more is asked of TYPE.
+    let refused_before = acl_log_len(&redis);
+    let r = round(&redis, &mut source).await;
+    assert!(
+        r.scans >= 4 * pass - 4 && r.scans <= 4 * pass,
+        "{} SCAN calls",
+        r.scans
+    );
+    assert_eq!(acl_log_len(&redis), refused_before, "TYPE asked again");
+    assert_eq!(
+        plain(&source),
+        names(&["events", "fresh", "later", "tasks"])
+    );
+}
+
+/// Entries in `ACL LOG` (one per refused command kind and user, counted).
+fn acl_log_len(redis: &RedisServer) -> u64 {
+    let log: Vec<redis::Value> = redis.run(&[b"ACL", b"LOG"]);
+    log.iter()
+        .map(|entry| match entry {
+            redis::Value::Map(fields) => fields
+                .iter()
+                .find(|(k, _)| matches!(k, redis::Value::BulkString(b) if b == b"count"))
+                .and_then(|(_, v)| match v {
+                    redis::Value::Int(n) => Some(*n as u64),
+                    _ => None,
+                })
+                .unwrap_or(1),
+            redis::Value::Array(fields) => fields
+                .chunks(2)
+                .find(|kv| matches!(&kv[0], redis::Value::BulkString(b) if b == b"count"))
+                .and_then(|kv| match &kv[1] {
+                    redis::Value::Int(n) => Some(*n as u64),
+                    _ => None,
+                })
+                .unwrap_or(1),
+            _ => 1,
+        })
+        .sum()
+}
