@@ -1419,7 +1419,8 @@ class Bench:
         # of no queue type after its first (full) round and makes one pass
         # (docs/presets.md, "What zero config costs"). Read right after the
         # exporter counts a round (`queue_exporter_discovery_rounds_total`),
-        # so a window holds whole rounds; polls send none of these commands.
+        # so a window holds whole rounds. Polls send a few of them too
+        # (Sidekiq's `SMEMBERS processes`), alike in every config.
         for run in range(p["runs"]):
             for i, (label, body) in enumerate(configs):
                 row = rows[i]
