@@ -11,15 +11,9 @@
 
 use redis::Value;
 
-use super::bullmq::due_score_bound;
-use super::{Follow, Stage, count, key, preset_sample, set_state, sum};
+use super::bullmq::{due_score_bound, follow_jobs, ids, k};
+use super::{Stage, count, preset_sample, set_state, sum};
 use crate::snapshot::{Counters, JobState, PresetKind};
-use crate::time::TimeUnit;
-
-/// `<prefix>:<q>:<name>`.
-fn k(prefix: &str, q: &[u8], name: &[u8]) -> Vec<u8> {
-    key(&[prefix.as_bytes(), b":", q, b":", name])
-}
 
 /// Where queue `q` keeps finished jobs: as BullMQ, `completed` and
 /// `failed` scored by `finishedOn` (ms), the job hash with `processedOn` and
@@ -112,43 +106,20 @@ pub fn read(prefix: &str, q: &[u8], r: &[Value]) -> Stage {
         });
     }
 
-    let ids = |v: &Value| -> Vec<Vec<u8>> {
-        super::reply::as_array(v)
-            .unwrap_or(&[])
-            .iter()
-            .filter_map(super::reply::as_bytes)
-            .map(<[u8]>::to_vec)
-            .collect()
-    };
-    let mut follow = Vec::new();
     // The next job (the tail of `wait`, or of `paused` while paused) is the
     // oldest of a FIFO queue; unknown unless both tails were readable.
     let readable =
         super::reply::as_array(at(7)).is_some() && super::reply::as_array(at(8)).is_some();
     let next = ids(at(7)).into_iter().chain(ids(at(8))).next();
-    match next {
-        Some(id) if readable => {
-            let mut c = super::cmd("HGET", &k(prefix, q, &id));
-            c.arg("timestamp");
-            follow.push((c, Follow::Stamp(TimeUnit::Milliseconds)));
-        }
-        None if readable && backlog == Some(0) => s.oldest_age_seconds = Some(0.0),
-        _ => {}
-    }
-    if super::reply::as_array(at(9)).is_some() {
-        super::facts(&mut s).stalled = Some(0);
-        for id in ids(at(9)) {
-            let lock = k(prefix, q, &key(&[&id, b":lock"]));
-            follow.push((super::cmd("EXISTS", &lock), Follow::StalledIfMissing));
-        }
-    }
-    Stage { sample: s, follow }
+    follow_jobs(prefix, q, s, backlog, readable.then_some(next), at(9))
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::Follow;
     use super::super::test_util::*;
     use super::*;
+    use crate::time::TimeUnit;
 
     fn replies(paused: i64, wait_tail: &[&str], paused_tail: &[&str]) -> Vec<Value> {
         vec![

@@ -9,11 +9,11 @@
 use redis::Value;
 
 use super::{Follow, Stage, count, key, preset_sample, set_state, sum};
-use crate::snapshot::{Counters, JobState, PresetKind};
+use crate::snapshot::{Counters, JobState, PresetKind, QueueSample};
 use crate::time::TimeUnit;
 
-/// `<prefix>:<q>:<name>`.
-fn k(prefix: &str, q: &[u8], name: &[u8]) -> Vec<u8> {
+/// `<prefix>:<q>:<name>` (Bull's keys too).
+pub(super) fn k(prefix: &str, q: &[u8], name: &[u8]) -> Vec<u8> {
     key(&[prefix.as_bytes(), b":", q, b":", name])
 }
 
@@ -135,15 +135,6 @@ pub fn read(prefix: &str, q: &[u8], r: &[Value]) -> Stage {
         });
     }
 
-    let ids = |v: &Value| -> Vec<Vec<u8>> {
-        super::reply::as_array(v)
-            .unwrap_or(&[])
-            .iter()
-            .filter_map(super::reply::as_bytes)
-            .map(<[u8]>::to_vec)
-            .collect()
-    };
-    let mut follow = Vec::new();
     // The oldest job is known only when both places it can be were read: a
     // refused `wait` or `prioritized` leaves the age unknown, never the age
     // of whichever job was readable.
@@ -154,18 +145,50 @@ pub fn read(prefix: &str, q: &[u8], r: &[Value]) -> Stage {
         .rev()
         .find(|id| !id.starts_with(b"0:"))
         .or_else(|| ids(at(10)).into_iter().next());
+    follow_jobs(prefix, q, s, backlog, readable.then_some(oldest), at(9))
+}
+
+/// The job ids of an `LRANGE` or `ZRANGE` reply, in its order; none when
+/// the reply was refused or unreadable.
+pub(super) fn ids(v: &Value) -> Vec<Vec<u8>> {
+    super::reply::as_array(v)
+        .unwrap_or(&[])
+        .iter()
+        .filter_map(super::reply::as_bytes)
+        .map(<[u8]>::to_vec)
+        .collect()
+}
+
+/// Round 2 of BullMQ and Bull, which keep jobs alike (a hash at
+/// `<prefix>:<q>:<id>` with `timestamp` in ms, and `<id>:lock` while a
+/// worker holds the job): the oldest waiting job's stamp, and one lock
+/// check per id in `active` (the `LRANGE active` reply).
+///
+/// `oldest` is `None` when a place the oldest job may be was refused: the
+/// age stays unknown. `Some(None)`: every place was read and none holds a
+/// job, so an empty `backlog` is zero seconds old. A refused `active` leaves
+/// `stalled` unknown.
+pub(super) fn follow_jobs(
+    prefix: &str,
+    q: &[u8],
+    mut s: QueueSample,
+    backlog: Option<u64>,
+    oldest: Option<Option<Vec<u8>>>,
+    active: &Value,
+) -> Stage {
+    let mut follow = Vec::new();
     match oldest {
-        Some(id) if readable => {
+        Some(Some(id)) => {
             let mut c = super::cmd("HGET", &k(prefix, q, &id));
             c.arg("timestamp");
             follow.push((c, Follow::Stamp(TimeUnit::Milliseconds)));
         }
-        None if readable && backlog == Some(0) => s.oldest_age_seconds = Some(0.0),
+        Some(None) if backlog == Some(0) => s.oldest_age_seconds = Some(0.0),
         _ => {}
     }
-    if super::reply::as_array(at(9)).is_some() {
+    if super::reply::as_array(active).is_some() {
         super::facts(&mut s).stalled = Some(0);
-        for id in ids(at(9)) {
+        for id in ids(active) {
             let lock = k(prefix, q, &key(&[&id, b":lock"]));
             follow.push((super::cmd("EXISTS", &lock), Follow::StalledIfMissing));
         }
