@@ -66,10 +66,7 @@ async fn passwords_from_source_overrides_reach_the_backends_and_never_show() {
         .arg(&["SET", "requirepass", redis_pw.as_str()])
         .query(&mut conn)
         .unwrap();
-    let vhost = RabbitVhost::create("config-env").await;
-    let amqp = vhost.connect().await;
-    let ch = confirm_channel(&amqp).await;
-    declare_queue(&ch, "orders", &[]).await;
+    let (vhost, _amqp, _ch) = RabbitVhost::with_queue("config-env", "orders").await;
     let user_name = format!("qe-env-{}", std::process::id());
     let user = RabbitUser::create(&user_name, &rabbit_pw, "monitoring").await;
     user.permit(&vhost.name, "^$", "^$", "^$").await;

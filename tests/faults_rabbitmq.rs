@@ -197,10 +197,7 @@ fn check_honest(seen: &[Seen], allowed: &[f64]) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn management_through_a_failing_proxy_is_down_with_a_reason_and_recovers_honestly() {
-    let vhost = RabbitVhost::create("proxy-mgmt").await;
-    let conn = vhost.connect().await;
-    let ch = confirm_channel(&conn).await;
-    declare_queue(&ch, "work", &[]).await;
+    let (vhost, conn, ch) = RabbitVhost::with_queue("proxy-mgmt", "work").await;
     publish(&ch, "work", 3, lapin::BasicProperties::default()).await;
     let proxy = Proxy::start("127.0.0.1:15672").await;
     let exp = Exporter::start(
@@ -301,10 +298,7 @@ async fn amqp_setup(
     Proxy,
     Exporter,
 ) {
-    let vhost = RabbitVhost::create(tag).await;
-    let conn = vhost.connect().await;
-    let ch = confirm_channel(&conn).await;
-    declare_queue(&ch, "work", &[]).await;
+    let (vhost, conn, ch) = RabbitVhost::with_queue(tag, "work").await;
     publish(&ch, "work", 3, lapin::BasicProperties::default()).await;
     let proxy = Proxy::start("127.0.0.1:5672").await;
     let exp = Exporter::start(

@@ -199,10 +199,7 @@ async fn the_whole_redis_side_runs_under_minus_all_plus_read_plus_connection() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rabbitmq_management_works_for_a_user_tagged_only_monitoring() {
-    let vhost = RabbitVhost::create("lp").await;
-    let conn = vhost.connect().await;
-    let ch = confirm_channel(&conn).await;
-    declare_queue(&ch, "work", &[]).await;
+    let (vhost, conn, ch) = RabbitVhost::with_queue("lp", "work").await;
     publish(&ch, "work", 3, lapin::BasicProperties::default()).await;
     let user_name = format!("qe-monitor-{}", std::process::id());
     let password = "mon-pass-1";

@@ -38,12 +38,7 @@ fn gauge(s: &Scrape, name: &str, queue: &str, preset: &str) -> Option<f64> {
 async fn rq_queues_registries_latency_and_an_abandoned_job() {
     let redis = RedisServer::start();
     let before = wall();
-    let Some(out) = run_fixture(
-        "RQ (pip install rq)",
-        &["python3", "-c", "import rq"],
-        "python3",
-        &[&fixture("rq_fixture.py"), &redis.url],
-    ) else {
+    let Some(out) = Library::Rq.run("rq_fixture.py", &[&redis.url]) else {
         return;
     };
     let after = wall();
@@ -115,12 +110,7 @@ async fn rq_queues_registries_latency_and_an_abandoned_job() {
 async fn sidekiq_queues_global_sets_latency_and_a_dead_process() {
     let redis = RedisServer::start();
     let before = wall();
-    let Some(_) = run_fixture(
-        "Sidekiq (apt-get install ruby-sidekiq)",
-        &["ruby", "-e", "require 'sidekiq'"],
-        "ruby",
-        &[&fixture("sidekiq_fixture.rb"), &redis.url],
-    ) else {
+    let Some(_) = Library::Sidekiq.run("sidekiq_fixture.rb", &[&redis.url]) else {
         return;
     };
     let after = wall();
@@ -188,12 +178,7 @@ async fn sidekiq_queues_global_sets_latency_and_a_dead_process() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn celery_priority_lists_sum_into_waiting() {
     let redis = RedisServer::start();
-    let Some(_) = run_fixture(
-        "Celery (pip install celery redis packaging)",
-        &["python3", "-c", "import celery, redis, packaging"],
-        "python3",
-        &[&fixture("celery_fixture.py"), &redis.url],
-    ) else {
+    let Some(_) = Library::Celery.run("celery_fixture.py", &[&redis.url]) else {
         return;
     };
     let app = TestApp::start(&config(
@@ -238,17 +223,8 @@ async fn celery_priority_lists_sum_into_waiting() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bullmq_waiting_prioritized_delayed_overdue_flows_paused_and_stalled() {
     let redis = RedisServer::start();
-    let node_dir = fixture("node");
-    let probe = format!(
-        "require('{node_dir}/node_modules/bullmq'); require('{node_dir}/node_modules/ioredis')"
-    );
     let before = wall();
-    let Some(_) = run_fixture(
-        "BullMQ (npm ci in tests/fixtures/presets/node)",
-        &["node", "-e", &probe],
-        "node",
-        &[&fixture("node/bullmq_fixture.js"), &redis.url],
-    ) else {
+    let Some(_) = Library::Bullmq.run("node/bullmq_fixture.js", &[&redis.url]) else {
         return;
     };
     let app = TestApp::start(&config(&redis.url, "- preset: bullmq\n")).await;
@@ -338,18 +314,8 @@ fn write_bullmq_beside_bull(url: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bull_waiting_priority_delayed_overdue_paused_finished_stalled_and_a_prefix() {
     let redis = RedisServer::start();
-    let node_dir = fixture("node");
     let before = wall();
-    let Some(_) = run_fixture(
-        "Bull (npm ci in tests/fixtures/presets/node)",
-        &[
-            "node",
-            "-e",
-            &format!("require('{node_dir}/node_modules/bull')"),
-        ],
-        "node",
-        &[&fixture("node/bull_fixture.js"), &redis.url],
-    ) else {
+    let Some(_) = Library::Bull.run("node/bull_fixture.js", &[&redis.url]) else {
         return;
     };
     write_bullmq_beside_bull(&redis.url);

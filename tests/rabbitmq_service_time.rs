@@ -58,15 +58,28 @@ fn sample(app: &TestApp, source: &str, queue: &str) -> Option<QueueSample> {
     s.queues.iter().find(|q| q.name == queue).cloned()
 }
 
-/// `n` consumers on their own channels, prefetch 1 each, spending `work`
-/// on every message before acknowledging it; they stop when `stop` is set.
-async fn consumers(
-    conn: &lapin::Connection,
-    queue: &str,
-    n: usize,
-    work: Duration,
+/// Consumers started by [`consumers`], which a test stops together.
+struct Workers {
+    /// Set to stop every consumer.
     stop: Arc<AtomicBool>,
-) -> Vec<tokio::task::JoinHandle<()>> {
+    /// One task per consumer.
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Workers {
+    /// Stops every consumer and waits until each has.
+    async fn stop(self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.tasks {
+            t.await.expect("worker");
+        }
+    }
+}
+
+/// `n` consumers on their own channels, prefetch 1 each, spending `work`
+/// on every message before acknowledging it, until [`Workers::stop`].
+async fn consumers(conn: &lapin::Connection, queue: &str, n: usize, work: Duration) -> Workers {
+    let stop = Arc::new(AtomicBool::new(false));
     let mut tasks = Vec::new();
     for i in 0..n {
         let ch = conn.create_channel().await.expect("channel");
@@ -96,7 +109,7 @@ async fn consumers(
             }
         }));
     }
-    tasks
+    Workers { stop, tasks }
 }
 
 /// What a worker of these tests spends per message: 100 ms of work plus
@@ -106,16 +119,12 @@ const PER_MESSAGE: std::ops::RangeInclusive<f64> = 0.09..=0.16;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn busy_consumers_over_the_ack_rate_measure_the_time_per_message() {
-    let vh = RabbitVhost::create("svc-busy").await;
-    let conn = vh.connect().await;
-    let ch = confirm_channel(&conn).await;
-    declare_queue(&ch, "work", &[]).await;
+    let (vh, conn, ch) = RabbitVhost::with_queue("svc-busy", "work").await;
     // 4 workers at 100 ms: 40 messages a second, so 1,200 keep them busy
     // for 30 s, six of RabbitMQ's stats emissions.
     publish(&ch, "work", 1200, BasicProperties::default()).await;
     let app = TestApp::start(&sources(&vh)).await;
-    let stop = Arc::new(AtomicBool::new(false));
-    let workers = consumers(&conn, "work", 4, Duration::from_millis(100), stop.clone()).await;
+    let workers = consumers(&conn, "work", 4, Duration::from_millis(100)).await;
 
     let (m, ready) = wait_for(
         "a service time measured while the backlog lasts",
@@ -165,21 +174,14 @@ async fn busy_consumers_over_the_ack_rate_measure_the_time_per_message() {
     let kept = kept.expect("kept after the backlog drained");
     assert!(PER_MESSAGE.contains(&kept.mean_seconds), "{kept:?}");
 
-    stop.store(true, Ordering::Relaxed);
-    for w in workers {
-        w.await.expect("worker");
-    }
+    workers.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn consumers_keeping_up_with_arrivals_are_not_measured() {
-    let vh = RabbitVhost::create("svc-idle").await;
-    let conn = vh.connect().await;
-    let ch = confirm_channel(&conn).await;
-    declare_queue(&ch, "work", &[]).await;
+    let (vh, conn, ch) = RabbitVhost::with_queue("svc-idle", "work").await;
     let app = TestApp::start(&sources(&vh)).await;
-    let stop = Arc::new(AtomicBool::new(false));
-    let workers = consumers(&conn, "work", 4, Duration::from_millis(50), stop.clone()).await;
+    let workers = consumers(&conn, "work", 4, Duration::from_millis(50)).await;
     // 10 messages a second to workers that could take 80: the acks follow
     // the arrivals (consumers/ack rate would say 0.4 s, eight times the truth).
     let mut acked_seen = 0;
@@ -196,18 +198,12 @@ async fn consumers_keeping_up_with_arrivals_are_not_measured() {
         }
     }
     assert!(acked_seen > 0, "the broker reported acknowledgements");
-    stop.store(true, Ordering::Relaxed);
-    for w in workers {
-        w.await.expect("worker");
-    }
+    workers.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_backlog_without_consumers_is_not_measured() {
-    let vh = RabbitVhost::create("svc-none").await;
-    let conn = vh.connect().await;
-    let ch = confirm_channel(&conn).await;
-    declare_queue(&ch, "work", &[]).await;
+    let (vh, conn, ch) = RabbitVhost::with_queue("svc-none", "work").await;
     publish(&ch, "work", 500, BasicProperties::default()).await;
     let app = TestApp::start(&sources(&vh)).await;
     // Messages fetched and acknowledged with basic.get: the ack counter
@@ -241,10 +237,7 @@ async fn a_backlog_without_consumers_is_not_measured() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wait_time_without_processing_time_uses_the_measured_time_once_there_is_one() {
-    let vh = RabbitVhost::create("svc-keda").await;
-    let conn = vh.connect().await;
-    let ch = confirm_channel(&conn).await;
-    declare_queue(&ch, "work", &[]).await;
+    let (vh, conn, ch) = RabbitVhost::with_queue("svc-keda", "work").await;
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .expect("clock")
@@ -282,8 +275,7 @@ async fn wait_time_without_processing_time_uses_the_measured_time_once_there_is_
     assert!(e.message().contains("ack counter"), "{}", e.message());
 
     // Busy workers: measured, and the answer uses it.
-    let stop = Arc::new(AtomicBool::new(false));
-    let workers = consumers(&conn, "work", 4, Duration::from_millis(100), stop.clone()).await;
+    let workers = consumers(&conn, "work", 4, Duration::from_millis(100)).await;
     wait_for("measured", Duration::from_secs(40), || async {
         let m = sample(&app, "mgmt", "work")?.service_time()?;
         (m.jobs >= 300).then_some(())
@@ -318,8 +310,5 @@ async fn wait_time_without_processing_time_uses_the_measured_time_once_there_is_
         "{body}"
     );
 
-    stop.store(true, Ordering::Relaxed);
-    for w in workers {
-        w.await.expect("worker");
-    }
+    workers.stop().await;
 }

@@ -268,10 +268,7 @@ async fn unknown_inputs_are_unavailable_and_bad_metadata_names_the_key() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rabbitmq_queue_reads_ready_messages_their_age_and_publishes() {
-    let vh = RabbitVhost::create("waittime").await;
-    let conn = vh.connect().await;
-    let ch = confirm_channel(&conn).await;
-    declare_queue(&ch, "orders", &[]).await;
+    let (vh, _conn, ch) = RabbitVhost::with_queue("waittime", "orders").await;
     let sent = (wall() - 1.0) as u64;
     publish(
         &ch,

@@ -57,39 +57,51 @@ fn trigger<'a>(queue: &'a str, preset: &'a str) -> Vec<(&'a str, &'a str)> {
     ]
 }
 
+/// Runs `library`'s `script` against `redis` while `app` polls, waits until
+/// queue `timed` of `preset` is measured and each `(queue, waiting)` of
+/// `backlog` is read, and checks the measured time against [`TOLERANCE`].
+/// `None` only when the library is missing and may be skipped.
+async fn measure(
+    app: &TestApp,
+    redis: &RedisServer,
+    library: Library,
+    script: &str,
+    preset: &str,
+    backlog: &[(&str, f64)],
+) -> Option<(Scrape, f64)> {
+    // The worker runs while the exporter polls: jobs are read as they finish.
+    library.run_async(script, &[&redis.url]).await?;
+    let s = app
+        .scrape_until("timed measured and its backlog read", WAIT, |s| {
+            service_time(s, "timed", preset).is_some()
+                && backlog
+                    .iter()
+                    .all(|(q, n)| depth(s, q, preset, "waiting") == Some(*n))
+        })
+        .await;
+    let measured = service_time(&s, "timed", preset).unwrap();
+    eprintln!("measured service time: {measured} s (jobs of {JOB} s)");
+    assert!(TOLERANCE.contains(&measured), "{measured}\n{s}");
+    Some((s, measured))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bullmq_jobs_of_200ms_measure_0_2s_and_size_a_trigger_without_processing_time() {
     let redis = RedisServer::start();
     let app = TestApp::start(&config(&redis.url, "- preset: bullmq\n")).await;
-    // The worker runs while the exporter polls: jobs are read as they finish.
-    let node_dir = fixture("node");
-    let probe = format!(
-        "require('{node_dir}/node_modules/bullmq'); require('{node_dir}/node_modules/ioredis')"
-    );
-    let url = redis.url.clone();
-    let ran = tokio::task::spawn_blocking(move || {
-        run_fixture(
-            "BullMQ (npm ci in tests/fixtures/presets/node)",
-            &["node", "-e", &probe],
-            "node",
-            &[&fixture("node/bullmq_service_fixture.js"), &url],
-        )
-    })
+    let backlog = [("timed", 40.0), ("unkept", 3.0)];
+    let Some((s, measured)) = measure(
+        &app,
+        &redis,
+        Library::Bullmq,
+        "node/bullmq_service_fixture.js",
+        "bullmq",
+        &backlog,
+    )
     .await
-    .unwrap();
-    let Some(_) = ran else {
+    else {
         return;
     };
-    let s = app
-        .scrape_until("timed measured and its backlog read", WAIT, |s| {
-            service_time(s, "timed", "bullmq").is_some()
-                && depth(s, "timed", "bullmq", "waiting") == Some(40.0)
-                && depth(s, "unkept", "bullmq", "waiting") == Some(3.0)
-        })
-        .await;
-    let measured = service_time(&s, "timed", "bullmq").unwrap();
-    eprintln!("measured service time: {measured} s (jobs of {JOB} s)");
-    assert!(TOLERANCE.contains(&measured), "{measured}\n{s}");
     // removeOnComplete keeps no finished job: unknown, absent, never 0.
     assert_eq!(
         s.value("queue_service_time_seconds", &[("queue", "unkept")]),
@@ -158,31 +170,19 @@ async fn bullmq_jobs_of_200ms_measure_0_2s_and_size_a_trigger_without_processing
 async fn bull_jobs_of_200ms_measure_0_2s_and_size_a_trigger_without_processing_time() {
     let redis = RedisServer::start();
     let app = TestApp::start(&config(&redis.url, "- preset: bull\n")).await;
-    let node_dir = fixture("node");
-    let probe = format!("require('{node_dir}/node_modules/bull')");
-    let url = redis.url.clone();
-    let ran = tokio::task::spawn_blocking(move || {
-        run_fixture(
-            "Bull (npm ci in tests/fixtures/presets/node)",
-            &["node", "-e", &probe],
-            "node",
-            &[&fixture("node/bull_service_fixture.js"), &url],
-        )
-    })
+    let backlog = [("timed", 40.0)];
+    let Some((_, measured)) = measure(
+        &app,
+        &redis,
+        Library::Bull,
+        "node/bull_service_fixture.js",
+        "bull",
+        &backlog,
+    )
     .await
-    .unwrap();
-    let Some(_) = ran else {
+    else {
         return;
     };
-    let s = app
-        .scrape_until("timed measured and its backlog read", WAIT, |s| {
-            service_time(s, "timed", "bull").is_some()
-                && depth(s, "timed", "bull", "waiting") == Some(40.0)
-        })
-        .await;
-    let measured = service_time(&s, "timed", "bull").unwrap();
-    eprintln!("measured service time: {measured} s (jobs of {JOB} s)");
-    assert!(TOLERANCE.contains(&measured), "{measured}\n{s}");
     let c = client(&app).await;
     wait_value(&c, &trigger("timed", "bull"), 40.0 * measured / 10.0).await;
     app.stop().await;
@@ -192,30 +192,19 @@ async fn bull_jobs_of_200ms_measure_0_2s_and_size_a_trigger_without_processing_t
 async fn rq_jobs_of_200ms_measure_0_2s_and_unkept_results_leave_it_unknown() {
     let redis = RedisServer::start();
     let app = TestApp::start(&config(&redis.url, "- preset: rq\n")).await;
-    let url = redis.url.clone();
-    let ran = tokio::task::spawn_blocking(move || {
-        run_fixture(
-            "RQ (pip install rq)",
-            &["python3", "-c", "import rq"],
-            "python3",
-            &[&fixture("rq_service_fixture.py"), &url],
-        )
-    })
+    let backlog = [("timed", 20.0), ("unkept", 2.0)];
+    let Some((s, _)) = measure(
+        &app,
+        &redis,
+        Library::Rq,
+        "rq_service_fixture.py",
+        "rq",
+        &backlog,
+    )
     .await
-    .unwrap();
-    let Some(_) = ran else {
+    else {
         return;
     };
-    let s = app
-        .scrape_until("timed measured and its backlog read", WAIT, |s| {
-            service_time(s, "timed", "rq").is_some()
-                && depth(s, "timed", "rq", "waiting") == Some(20.0)
-                && depth(s, "unkept", "rq", "waiting") == Some(2.0)
-        })
-        .await;
-    let measured = service_time(&s, "timed", "rq").unwrap();
-    eprintln!("measured service time: {measured} s (jobs of {JOB} s)");
-    assert!(TOLERANCE.contains(&measured), "{measured}\n{s}");
     assert_eq!(
         s.value("queue_service_time_seconds", &[("queue", "unkept")]),
         None,

@@ -45,53 +45,15 @@ fn plain_depths(s: &Scrape) -> BTreeMap<String, f64> {
 /// Runs every library fixture against `url` (each fails the test when its
 /// library is missing, see `support::libraries`). `false`: one was skipped.
 fn write_libraries(url: &str) -> bool {
-    let node_dir = fixture("node");
-    let probe = format!(
-        "require('{node_dir}/node_modules/bullmq'); require('{node_dir}/node_modules/ioredis')"
-    );
     let runs = [
-        run_fixture(
-            "RQ (pip install rq)",
-            &["python3", "-c", "import rq"],
-            "python3",
-            &[&fixture("rq_fixture.py"), url],
-        ),
-        run_fixture(
-            "Sidekiq (apt-get install ruby-sidekiq)",
-            &["ruby", "-e", "require 'sidekiq'"],
-            "ruby",
-            &[&fixture("sidekiq_fixture.rb"), url],
-        ),
-        run_fixture(
-            "Celery (pip install celery redis packaging)",
-            &["python3", "-c", "import celery, redis, packaging"],
-            "python3",
-            &[&fixture("celery_fixture.py"), url],
-        ),
-        run_fixture(
-            "BullMQ (npm ci in tests/fixtures/presets/node)",
-            &["node", "-e", &probe],
-            "node",
-            &[&fixture("node/bullmq_fixture.js"), url],
-        ),
-        run_fixture(
-            "BullMQ (npm ci in tests/fixtures/presets/node)",
-            &["node", "-e", &probe],
-            "node",
-            &[&fixture("node/bullmq_prefix_fixture.js"), url],
-        ),
+        Library::Rq.run("rq_fixture.py", &[url]),
+        Library::Sidekiq.run("sidekiq_fixture.rb", &[url]),
+        Library::Celery.run("celery_fixture.py", &[url]),
+        Library::Bullmq.run("node/bullmq_fixture.js", &[url]),
+        Library::Bullmq.run("node/bullmq_prefix_fixture.js", &[url]),
         // Old Bull beside BullMQ: its queues at prefix `old` (and
         // `legacy:app`), named like BullMQ's.
-        run_fixture(
-            "Bull (npm ci in tests/fixtures/presets/node)",
-            &[
-                "node",
-                "-e",
-                &format!("require('{node_dir}/node_modules/bull')"),
-            ],
-            "node",
-            &[&fixture("node/bull_fixture.js"), url, "old"],
-        ),
+        Library::Bull.run("node/bull_fixture.js", &[url, "old"]),
     ];
     runs.iter().all(Option::is_some)
 }
@@ -294,17 +256,8 @@ async fn a_library_queue_appears_and_disappears_between_rounds() {
         s.depth("tasks") == Some(1.0)
     })
     .await;
-    let node_dir = fixture("node");
-    let probe = format!("require('{node_dir}/node_modules/bullmq')");
-    let bullmq = |how: &str| {
-        let script = fixture("node/bullmq_prefix_fixture.js");
-        run_fixture(
-            "BullMQ (npm ci in tests/fixtures/presets/node)",
-            &["node", "-e", &probe],
-            "node",
-            &[&script, &redis.url, how],
-        )
-    };
+    let bullmq =
+        |how: &str| Library::Bullmq.run("node/bullmq_prefix_fixture.js", &[&redis.url, how]);
     if bullmq("add").is_none() {
         return;
     }
@@ -463,21 +416,9 @@ fn series(text: &str) -> BTreeMap<(String, String, String, String), f64> {
 #[test]
 fn discover_prints_a_config_that_check_accepts_and_once_reads_as_zero_config_does() {
     let redis = RedisServer::start();
-    let node_dir = fixture("node");
-    let probe = format!("require('{node_dir}/node_modules/bullmq')");
     let written = [
-        run_fixture(
-            "Celery (pip install celery redis packaging)",
-            &["python3", "-c", "import celery, redis, packaging"],
-            "python3",
-            &[&fixture("celery_fixture.py"), &redis.url],
-        ),
-        run_fixture(
-            "BullMQ (npm ci in tests/fixtures/presets/node)",
-            &["node", "-e", &probe],
-            "node",
-            &[&fixture("node/bullmq_prefix_fixture.js"), &redis.url],
-        ),
+        Library::Celery.run("celery_fixture.py", &[&redis.url]),
+        Library::Bullmq.run("node/bullmq_prefix_fixture.js", &[&redis.url]),
     ];
     if written.iter().any(Option::is_none) {
         return;
@@ -737,12 +678,7 @@ fn discover_refuses_bad_arguments_with_exit_2_and_one_line() {
 #[test]
 fn celery_with_the_sep_steps_and_key_prefix_its_docs_suggest() {
     let redis = RedisServer::start();
-    let Some(_) = run_fixture(
-        "Celery (pip install celery redis packaging)",
-        &["python3", "-c", "import celery, redis, packaging"],
-        "python3",
-        &[&fixture("celery_fixture.py"), &redis.url, "colon"],
-    ) else {
+    let Some(_) = Library::Celery.run("celery_fixture.py", &[&redis.url, "colon"]) else {
         return;
     };
     let (ok, yaml, err) = exporter(&["discover", "--url", &redis.url]);

@@ -63,6 +63,92 @@ pub fn run_fixture(library: &str, probe: &[&str], program: &str, args: &[&str]) 
     Some(String::from_utf8_lossy(&out.stdout).to_string())
 }
 
+/// A queue library the fixture scripts drive: how to tell it is installed
+/// and what runs its scripts, named once for every test that uses it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Library {
+    /// RQ, from PyPI.
+    Rq,
+    /// Celery with its Redis transport, from PyPI.
+    Celery,
+    /// Sidekiq, Debian's ruby-sidekiq.
+    Sidekiq,
+    /// BullMQ (and the ioredis client its fixtures pass it), from npm.
+    Bullmq,
+    /// Bull 4.x, BullMQ's predecessor, from npm.
+    Bull,
+}
+
+impl Library {
+    /// Its name and how to install it, for the message when it is missing.
+    fn name(self) -> &'static str {
+        match self {
+            Library::Rq => "RQ (pip install rq)",
+            Library::Celery => "Celery (pip install celery redis packaging)",
+            Library::Sidekiq => "Sidekiq (apt-get install ruby-sidekiq)",
+            Library::Bullmq => "BullMQ (npm ci in tests/fixtures/presets/node)",
+            Library::Bull => "Bull (npm ci in tests/fixtures/presets/node)",
+        }
+    }
+
+    /// The program that runs its scripts.
+    fn program(self) -> &'static str {
+        match self {
+            Library::Rq | Library::Celery => "python3",
+            Library::Sidekiq => "ruby",
+            Library::Bullmq | Library::Bull => "node",
+        }
+    }
+
+    /// The code [`Library::program`] runs to show the library is installed.
+    fn probe(self) -> String {
+        let node_dir = fixture("node");
+        match self {
+            Library::Rq => "import rq".to_string(),
+            Library::Celery => "import celery, redis, packaging".to_string(),
+            Library::Sidekiq => "require 'sidekiq'".to_string(),
+            Library::Bullmq => format!(
+                "require('{node_dir}/node_modules/bullmq'); require('{node_dir}/node_modules/ioredis')"
+            ),
+            Library::Bull => format!("require('{node_dir}/node_modules/bull')"),
+        }
+    }
+
+    /// Runs `script` (a path under `tests/fixtures/presets/`) with `args`,
+    /// as [`run_fixture`] does: `None` only when the library is missing
+    /// and [`may_skip_missing`].
+    pub fn run(self, script: &str, args: &[&str]) -> Option<String> {
+        let flag = if self.program() == "python3" {
+            "-c"
+        } else {
+            "-e"
+        };
+        let script = fixture(script);
+        let args: Vec<&str> = std::iter::once(script.as_str())
+            .chain(args.iter().copied())
+            .collect();
+        run_fixture(
+            self.name(),
+            &[self.program(), flag, &self.probe()],
+            self.program(),
+            &args,
+        )
+    }
+
+    /// [`Library::run`] on a blocking thread, so that an exporter started
+    /// in the same async test keeps polling while the script runs.
+    pub async fn run_async(self, script: &str, args: &[&str]) -> Option<String> {
+        let script = script.to_string();
+        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        tokio::task::spawn_blocking(move || {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            self.run(&script, &args)
+        })
+        .await
+        .expect("fixture thread")
+    }
+}
+
 /// `queue_depth{queue, preset, state}` of a preset queue.
 pub fn depth(s: &super::Scrape, queue: &str, preset: &str, state: &str) -> Option<f64> {
     s.value(

@@ -947,6 +947,20 @@ impl RabbitVhost {
         }
     }
 
+    /// Creates the vhost as [`RabbitVhost::create`] does and declares
+    /// `queue` in it: the start most RabbitMQ tests share. Returns the
+    /// vhost, an AMQP connection to it and a [`confirm_channel`] on that.
+    pub async fn with_queue(
+        tag: &str,
+        queue: &str,
+    ) -> (RabbitVhost, lapin::Connection, lapin::Channel) {
+        let vhost = Self::create(tag).await;
+        let conn = vhost.connect().await;
+        let ch = confirm_channel(&conn).await;
+        declare_queue(&ch, queue, &[]).await;
+        (vhost, conn, ch)
+    }
+
     /// `amqp://guest:guest@127.0.0.1:5672/{vhost}` with the vhost percent-encoded.
     pub fn amqp_url(&self) -> String {
         format!("{RABBIT_AMQP}/{}", pct(&self.name))
