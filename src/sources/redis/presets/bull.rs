@@ -11,9 +11,9 @@
 
 use redis::Value;
 
-use super::bullmq::{due_score_bound, follow_jobs, ids, k};
+use super::bullmq::{Jobs, due_score_bound, ids, k, read_jobs};
 use super::{Stage, count, preset_sample, set_state, sum};
-use crate::snapshot::{Counters, JobState, PresetKind};
+use crate::snapshot::{JobState, PresetKind};
 
 /// Where queue `q` keeps finished jobs: as BullMQ, `completed` and
 /// `failed` scored by `finishedOn` (ms), the job hash with `processedOn` and
@@ -93,25 +93,23 @@ pub fn read(prefix: &str, q: &[u8], r: &[Value]) -> Stage {
     set_state(&mut s, JobState::Waiting, backlog);
     set_state(&mut s, JobState::Active, count(at(2)));
     set_state(&mut s, JobState::Delayed, count(at(3)));
-    set_state(&mut s, JobState::Completed, count(at(4)));
-    set_state(&mut s, JobState::Failed, count(at(5)));
-    let f = super::facts(&mut s);
-    f.paused = super::reply::as_u64(at(6)).map(|n| n == 1);
-    f.overdue = count(at(10));
-    // Every added job INCRs `id`, custom job ids included: jobs published.
-    if let Some(added) = super::reply::as_u64(at(11)) {
-        s.set_counters(Counters {
-            published: Some(added),
-            ..Counters::default()
-        });
-    }
-
     // The next job (the tail of `wait`, or of `paused` while paused) is the
     // oldest of a FIFO queue; unknown unless both tails were readable.
     let readable =
         super::reply::as_array(at(7)).is_some() && super::reply::as_array(at(8)).is_some();
     let next = ids(at(7)).into_iter().chain(ids(at(8))).next();
-    follow_jobs(prefix, q, s, backlog, readable.then_some(next), at(9))
+    let jobs = Jobs {
+        completed: at(4),
+        failed: at(5),
+        paused: at(6),
+        overdue: at(10),
+        // Every added job INCRs `id`, custom job ids included.
+        added: at(11),
+        active: at(9),
+        backlog,
+        oldest: readable.then_some(next),
+    };
+    read_jobs(prefix, q, s, jobs)
 }
 
 #[cfg(test)]

@@ -119,22 +119,6 @@ pub fn read(prefix: &str, q: &[u8], r: &[Value]) -> Stage {
     // `waiting-children` parents wait on their children, not on a time,
     // but like delayed jobs no worker may take them yet.
     set_state(&mut s, JobState::Delayed, sum(&[at(4), at(11)]));
-    set_state(&mut s, JobState::Completed, count(at(5)));
-    set_state(&mut s, JobState::Failed, count(at(6)));
-    let f = super::facts(&mut s);
-    f.paused = super::reply::as_u64(at(7)).map(|n| n == 1);
-    // Due jobs stay in `delayed` until a worker promotes them.
-    f.overdue = count(at(12));
-    // `id` is INCRed for every job added without a custom `jobId`: jobs
-    // published, for arrival rates (mode WaitTime). No key is unknown, not
-    // 0: the queue may name all its jobs itself.
-    if let Some(added) = super::reply::as_u64(at(13)) {
-        s.set_counters(Counters {
-            published: Some(added),
-            ..Counters::default()
-        });
-    }
-
     // The oldest job is known only when both places it can be were read: a
     // refused `wait` or `prioritized` leaves the age unknown, never the age
     // of whichever job was readable.
@@ -145,7 +129,20 @@ pub fn read(prefix: &str, q: &[u8], r: &[Value]) -> Stage {
         .rev()
         .find(|id| !id.starts_with(b"0:"))
         .or_else(|| ids(at(10)).into_iter().next());
-    follow_jobs(prefix, q, s, backlog, readable.then_some(oldest), at(9))
+    let jobs = Jobs {
+        completed: at(5),
+        failed: at(6),
+        paused: at(7),
+        // Due jobs stay in `delayed` until a worker promotes them.
+        overdue: at(12),
+        // `id` is INCRed for every job added without a custom `jobId`. No
+        // key is unknown, not 0: the queue may name all its jobs itself.
+        added: at(13),
+        active: at(9),
+        backlog,
+        oldest: readable.then_some(oldest),
+    };
+    read_jobs(prefix, q, s, jobs)
 }
 
 /// The job ids of an `LRANGE` or `ZRANGE` reply, in its order; none when
@@ -159,36 +156,61 @@ pub(super) fn ids(v: &Value) -> Vec<Vec<u8>> {
         .collect()
 }
 
-/// Round 2 of BullMQ and Bull, which keep jobs alike (a hash at
+/// What BullMQ and Bull read alike, as each library's `read` takes it from
+/// the places its own `plan` put it: the two keep finished sets, the pause,
+/// overdue jobs, the `id` counter and jobs themselves (a hash at
 /// `<prefix>:<q>:<id>` with `timestamp` in ms, and `<id>:lock` while a
-/// worker holds the job): the oldest waiting job's stamp, and one lock
-/// check per id in `active` (the `LRANGE active` reply).
-///
-/// `oldest` is `None` when a place the oldest job may be was refused: the
-/// age stays unknown. `Some(None)`: every place was read and none holds a
-/// job, so an empty `backlog` is zero seconds old. A refused `active` leaves
-/// `stalled` unknown.
-pub(super) fn follow_jobs(
-    prefix: &str,
-    q: &[u8],
-    mut s: QueueSample,
-    backlog: Option<u64>,
-    oldest: Option<Option<Vec<u8>>>,
-    active: &Value,
-) -> Stage {
+/// worker holds the job) the same way.
+pub(super) struct Jobs<'a> {
+    /// `ZCARD completed`.
+    pub completed: &'a Value,
+    /// `ZCARD failed`.
+    pub failed: &'a Value,
+    /// 1 while the queue is paused (BullMQ: `HEXISTS meta paused`; Bull:
+    /// `EXISTS meta-paused`).
+    pub paused: &'a Value,
+    /// `ZCOUNT delayed` up to now: jobs due that no worker promoted yet.
+    pub overdue: &'a Value,
+    /// `GET id`: jobs added, published for arrival rates (mode WaitTime).
+    pub added: &'a Value,
+    /// `LRANGE active`: the jobs whose locks round 2 checks.
+    pub active: &'a Value,
+    /// The jobs counted as `waiting`.
+    pub backlog: Option<u64>,
+    /// The oldest waiting job's id. `None` when a place it may be was
+    /// refused: the age stays unknown. `Some(None)`: every place was read
+    /// and none holds a job, so an empty `backlog` is zero seconds old.
+    pub oldest: Option<Option<Vec<u8>>>,
+}
+
+/// Records `j` in `s`, and plans round 2: the oldest waiting job's stamp,
+/// and one lock check per active job (a refused `active` leaves `stalled`
+/// unknown).
+pub(super) fn read_jobs(prefix: &str, q: &[u8], mut s: QueueSample, j: Jobs) -> Stage {
+    set_state(&mut s, JobState::Completed, count(j.completed));
+    set_state(&mut s, JobState::Failed, count(j.failed));
+    let f = super::facts(&mut s);
+    f.paused = super::reply::as_u64(j.paused).map(|n| n == 1);
+    f.overdue = count(j.overdue);
+    if let Some(added) = super::reply::as_u64(j.added) {
+        s.set_counters(Counters {
+            published: Some(added),
+            ..Counters::default()
+        });
+    }
     let mut follow = Vec::new();
-    match oldest {
+    match j.oldest {
         Some(Some(id)) => {
             let mut c = super::cmd("HGET", &k(prefix, q, &id));
             c.arg("timestamp");
             follow.push((c, Follow::Stamp(TimeUnit::Milliseconds)));
         }
-        Some(None) if backlog == Some(0) => s.oldest_age_seconds = Some(0.0),
+        Some(None) if j.backlog == Some(0) => s.oldest_age_seconds = Some(0.0),
         _ => {}
     }
-    if super::reply::as_array(active).is_some() {
+    if super::reply::as_array(j.active).is_some() {
         super::facts(&mut s).stalled = Some(0);
-        for id in ids(active) {
+        for id in ids(j.active) {
             let lock = k(prefix, q, &key(&[&id, b":lock"]));
             follow.push((super::cmd("EXISTS", &lock), Follow::StalledIfMissing));
         }
