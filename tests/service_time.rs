@@ -57,57 +57,48 @@ fn trigger<'a>(queue: &'a str, preset: &'a str) -> Vec<(&'a str, &'a str)> {
     ]
 }
 
-/// Runs `library`'s `script` against `redis` while `app` polls, waits until
-/// queue `timed` of `preset` is measured and each `(queue, waiting)` of
-/// `backlog` is read, and checks the measured time against [`TOLERANCE`].
-/// `None` only when the library is missing and may be skipped.
+/// Runs `library`'s `script` against `redis` while `app` polls, and waits
+/// until queue `timed` of `preset` is measured with `timed` jobs waiting
+/// (and, where the fixture fills one, `unkept` jobs in the queue that keeps
+/// no finished job). Checks the measured time against [`TOLERANCE`] and
+/// that `unkept` has none: unknown, absent, never 0. `None` only when the
+/// library is missing and may be skipped; else the measured time.
 async fn measure(
     app: &TestApp,
     redis: &RedisServer,
-    library: Library,
-    script: &str,
-    preset: &str,
-    backlog: &[(&str, f64)],
-) -> Option<(Scrape, f64)> {
+    (library, script, preset): (Library, &str, &str),
+    timed: f64,
+    unkept: Option<f64>,
+) -> Option<f64> {
     // The worker runs while the exporter polls: jobs are read as they finish.
     library.run_async(script, &[&redis.url]).await?;
     let s = app
         .scrape_until("timed measured and its backlog read", WAIT, |s| {
             service_time(s, "timed", preset).is_some()
-                && backlog
-                    .iter()
-                    .all(|(q, n)| depth(s, q, preset, "waiting") == Some(*n))
+                && depth(s, "timed", preset, "waiting") == Some(timed)
+                && unkept.is_none_or(|n| depth(s, "unkept", preset, "waiting") == Some(n))
         })
         .await;
     let measured = service_time(&s, "timed", preset).unwrap();
     eprintln!("measured service time: {measured} s (jobs of {JOB} s)");
     assert!(TOLERANCE.contains(&measured), "{measured}\n{s}");
-    Some((s, measured))
+    assert_eq!(
+        s.value("queue_service_time_seconds", &[("queue", "unkept")]),
+        None,
+        "{s}"
+    );
+    Some(measured)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bullmq_jobs_of_200ms_measure_0_2s_and_size_a_trigger_without_processing_time() {
     let redis = RedisServer::start();
     let app = TestApp::start(&config(&redis.url, "- preset: bullmq\n")).await;
-    let backlog = [("timed", 40.0), ("unkept", 3.0)];
-    let Some((s, measured)) = measure(
-        &app,
-        &redis,
-        Library::Bullmq,
-        "node/bullmq_service_fixture.js",
-        "bullmq",
-        &backlog,
-    )
-    .await
-    else {
+    // `unkept` is added with removeOnComplete: it keeps no finished job.
+    let fixture = (Library::Bullmq, "node/bullmq_service_fixture.js", "bullmq");
+    let Some(measured) = measure(&app, &redis, fixture, 40.0, Some(3.0)).await else {
         return;
     };
-    // removeOnComplete keeps no finished job: unknown, absent, never 0.
-    assert_eq!(
-        s.value("queue_service_time_seconds", &[("queue", "unkept")]),
-        None,
-        "{s}"
-    );
 
     // 40 jobs of the measured time to start within 10 s, nothing added
     // over the last second: 40 · S / 10 workers.
@@ -170,17 +161,8 @@ async fn bullmq_jobs_of_200ms_measure_0_2s_and_size_a_trigger_without_processing
 async fn bull_jobs_of_200ms_measure_0_2s_and_size_a_trigger_without_processing_time() {
     let redis = RedisServer::start();
     let app = TestApp::start(&config(&redis.url, "- preset: bull\n")).await;
-    let backlog = [("timed", 40.0)];
-    let Some((_, measured)) = measure(
-        &app,
-        &redis,
-        Library::Bull,
-        "node/bull_service_fixture.js",
-        "bull",
-        &backlog,
-    )
-    .await
-    else {
+    let fixture = (Library::Bull, "node/bull_service_fixture.js", "bull");
+    let Some(measured) = measure(&app, &redis, fixture, 40.0, None).await else {
         return;
     };
     let c = client(&app).await;
@@ -192,24 +174,14 @@ async fn bull_jobs_of_200ms_measure_0_2s_and_size_a_trigger_without_processing_t
 async fn rq_jobs_of_200ms_measure_0_2s_and_unkept_results_leave_it_unknown() {
     let redis = RedisServer::start();
     let app = TestApp::start(&config(&redis.url, "- preset: rq\n")).await;
-    let backlog = [("timed", 20.0), ("unkept", 2.0)];
-    let Some((s, _)) = measure(
-        &app,
-        &redis,
-        Library::Rq,
-        "rq_service_fixture.py",
-        "rq",
-        &backlog,
-    )
-    .await
-    else {
+    // `unkept` is enqueued with result_ttl=0: it keeps no finished job.
+    let fixture = (Library::Rq, "rq_service_fixture.py", "rq");
+    if measure(&app, &redis, fixture, 20.0, Some(2.0))
+        .await
+        .is_none()
+    {
         return;
-    };
-    assert_eq!(
-        s.value("queue_service_time_seconds", &[("queue", "unkept")]),
-        None,
-        "{s}"
-    );
+    }
     // RQ keeps no count of jobs enqueued, so a WaitTime trigger on it is
     // refused for its arrival rate, not for processingTime: the service
     // time is measured.
