@@ -134,7 +134,15 @@ async fn select_sources(config: &Config) -> Vec<SourceConfig> {
     for s in &config.sources {
         match s {
             SourceConfig::Redis(r) => {
-                tracing::info!(source = %r.name, url = %r.url.redacted(), "default source: local Redis, discovering list, zset and stream keys");
+                let what = match r.plain_keys {
+                    true => {
+                        "recognising queue libraries' queues (Sidekiq, RQ, asynq, BullMQ, Bull, Celery) and other list, zset and stream keys"
+                    }
+                    false => {
+                        "recognising queue libraries' queues (Sidekiq, RQ, asynq, BullMQ, Bull, Celery)"
+                    }
+                };
+                tracing::info!(source = %r.name, url = %r.url.redacted(), "default source: local Redis, {what}");
                 chosen.push(s.clone());
             }
             SourceConfig::RabbitMq(r) => {

@@ -154,10 +154,13 @@ fn preset_entry(spec: &PresetSpec, names: &[String]) -> String {
 /// comment.
 fn plain_entries(plain: &[(Vec<u8>, KeyType)], consumed: &BTreeSet<Vec<u8>>) -> Vec<String> {
     let mut groups: BTreeMap<&str, Vec<(&str, KeyType)>> = BTreeMap::new();
-    let mut out = Vec::new();
+    // Entries in key order (a pattern where its first key would be), then
+    // the keys that cannot be configured.
+    let mut entries: Vec<(&str, String)> = Vec::new();
+    let mut unwritable = Vec::new();
     for (k, t) in plain {
         let Ok(text) = std::str::from_utf8(k) else {
-            out.push(format!(
+            unwritable.push(format!(
                 "      # not UTF-8, cannot be configured: {}\n",
                 crate::sources::redis::keyname::display_key(k)
             ));
@@ -178,21 +181,30 @@ fn plain_entries(plain: &[(Vec<u8>, KeyType)], consumed: &BTreeSet<Vec<u8>>) -> 
             .count();
         if prefix.is_empty() || keys.len() < 2 || reach != keys.len() {
             for (k, _) in keys {
-                out.push(format!("      - key: {}\n", quote(k)));
+                entries.push((k, format!("      - key: {}\n", quote(k))));
             }
             continue;
         }
         let types: BTreeSet<&str> = keys.iter().map(|(_, t)| t.as_str()).collect();
         let glob = String::from_utf8_lossy(&crate::sources::redis::glob::escape(prefix.as_bytes()))
             .into_owned();
-        out.push(format!(
-            "      - pattern: {}\n        types: [{}]\n        labels: {}\n",
-            quote(&format!("{glob}*")),
-            types.into_iter().collect::<Vec<_>>().join(", "),
-            quote(&format!("^{}(?P<{PART}>[^:]+)$", regex::escape(prefix)))
+        let first = keys.iter().map(|(k, _)| *k).min().unwrap_or(prefix);
+        entries.push((
+            first,
+            format!(
+                "      - pattern: {}\n        types: [{}]\n        labels: {}\n",
+                quote(&format!("{glob}*")),
+                types.into_iter().collect::<Vec<_>>().join(", "),
+                quote(&format!("^{}(?P<{PART}>[^:]+)$", regex::escape(prefix)))
+            ),
         ));
     }
-    out
+    entries.sort();
+    entries
+        .into_iter()
+        .map(|(_, e)| e)
+        .chain(unwritable)
+        .collect()
 }
 
 #[cfg(test)]
@@ -218,12 +230,13 @@ mod tests {
         // A library key under `mixed:` keeps that group apart.
         let consumed = BTreeSet::from([b"mixed:lib".to_vec()]);
         let got = plain_entries(&keys, &consumed).concat();
+        // In key order, a pattern where its first key would be.
         assert_eq!(
             got,
-            "      - key: \"solo\"\n\
-             \x20     - pattern: \"jobs:pending:*\"\n        types: [list, zset]\n        labels: \"^jobs:pending:(?P<part>[^:]+)$\"\n\
+            "      - pattern: \"jobs:pending:*\"\n        types: [list, zset]\n        labels: \"^jobs:pending:(?P<part>[^:]+)$\"\n\
              \x20     - key: \"mixed:a\"\n      - key: \"mixed:b\"\n\
-             \x20     - key: \"one:x\"\n"
+             \x20     - key: \"one:x\"\n\
+             \x20     - key: \"solo\"\n"
         );
     }
 
