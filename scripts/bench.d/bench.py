@@ -1434,9 +1434,9 @@ class Bench:
                 r1, cs1 = wait_rounds(exp, "main", sum(r0.values()) + p["zero_rounds"], a)
                 disc = {k: v for k, v in stats_delta(cs0, cs1).items()
                         if k.split("|")[0] in discovery_cmds}
-                n = sum(r1.values()) - sum(r0.values())
-                row["round_ms"].append(total(disc)[1] / 1000 / n)
-                row["round_calls"].append({k: c / n for k, (c, _) in disc.items()})
+                done = sum(r1.values()) - sum(r0.values())
+                row["round_ms"].append(total(disc)[1] / 1000 / done)
+                row["round_calls"].append({k: c / done for k, (c, _) in disc.items()})
                 for kind in r1:
                     row["round_kinds"][kind] = row["round_kinds"].get(kind, 0) + r1[kind] - r0[kind]
                 exp.stop()
