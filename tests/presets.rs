@@ -106,6 +106,70 @@ async fn rq_queues_registries_latency_and_an_abandoned_job() {
     app.stop().await;
 }
 
+/// One busy `rq worker` (the forking Worker) holds each job in both
+/// `intermediate` and `wip` for a few ms (it adds the execution to `wip`,
+/// forks, and the child LREMs `intermediate`): every poll of the exporter
+/// (`poll_interval` 20 ms) must still show at most the one job it runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rq_active_never_counts_a_job_twice_under_a_real_worker() {
+    const JOBS: u64 = 100;
+    let redis = RedisServer::start();
+    let n = JOBS.to_string();
+    if Library::Rq
+        .run("rq_busy_fixture.py", &[&redis.url, "enqueue", &n])
+        .is_none()
+    {
+        return;
+    }
+    let yaml = config(&redis.url, "- preset: rq\n").replace("100ms", "20ms");
+    let app = TestApp::start(&yaml).await;
+    app.scrape_until("rq queue busy", Duration::from_secs(15), |s| {
+        depth(s, "busy", "rq", "waiting") == Some(JOBS as f64)
+    })
+    .await;
+    let url = redis.url.clone();
+    let work =
+        tokio::task::spawn_blocking(move || Library::Rq.run("rq_busy_fixture.py", &[&url, "work"]));
+    // Every poll's `active`, by poll number (scrapes between polls repeat it).
+    let mut seen = std::collections::BTreeMap::new();
+    while !work.is_finished() {
+        let s = app.scrape().await;
+        let active = depth(&s, "busy", "rq", "active");
+        seen.insert(polls(&s, "main"), active);
+        assert!(
+            active.is_some_and(|a| a <= 1.0),
+            "one worker, active {active:?} at poll {}",
+            polls(&s, "main")
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let out = work.await.expect("fixture task").expect("rq installed");
+    let field = |name: &str| -> u64 {
+        out.split(&format!("\"{name}\": "))
+            .nth(1)
+            .and_then(|r| r.split([',', '}']).next())
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("{name} in fixture output {out}"))
+    };
+    assert_eq!(field("finished"), JOBS, "{out}");
+    // Without an overlap the test could not catch a double count.
+    assert!(field("overlaps") > 0, "no job seen in both keys: {out}");
+    let busy = seen.values().filter(|a| **a == Some(1.0)).count();
+    assert!(
+        busy >= 20,
+        "only {busy} polls saw the worker busy: {seen:?}"
+    );
+    eprintln!("{} polls read, {busy} busy; fixture: {out}", seen.len());
+    let s = app
+        .scrape_until("busy drained", Duration::from_secs(5), |s| {
+            depth(s, "busy", "rq", "completed") == Some(JOBS as f64)
+        })
+        .await;
+    assert_eq!(depth(&s, "busy", "rq", "active"), Some(0.0), "{s}");
+    assert_eq!(depth(&s, "busy", "rq", "waiting"), Some(0.0), "{s}");
+    app.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sidekiq_queues_global_sets_latency_and_a_dead_process() {
     let redis = RedisServer::start();

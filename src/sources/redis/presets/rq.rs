@@ -1,6 +1,8 @@
 //! RQ (`rq` 2.x/3.x): `<prefix>:queue:<q>` lists (RPUSH, LPOP: the oldest
 //! is at the head) and one zset registry per state.
 
+use std::collections::HashSet;
+
 use redis::Value;
 
 use super::{Follow, Stage, below, count, due_count, key, preset_sample, set_state, sum};
@@ -25,17 +27,27 @@ pub fn finished(prefix: &str, q: &[u8]) -> super::service::FinishedLayout {
     }
 }
 
-/// Round 1: ten read-only commands.
+/// How many members of `intermediate` and of `wip` a poll reads to find
+/// the jobs in both. Each normally holds no more jobs than there are busy
+/// workers, so this reads them whole.
+const OVERLAP_READ: usize = 256;
+
+/// Round 1: twelve read-only commands.
 pub fn plan(prefix: &str, q: &[u8], now: f64) -> Vec<redis::Cmd> {
     let list = k(prefix, "queue", q);
+    let intermediate = key(&[&list, b":intermediate"]);
     let zcard = |kind: &str| super::cmd("ZCARD", &k(prefix, kind, q));
     let mut zcount = super::cmd("ZCOUNT", &k(prefix, "wip", q));
     zcount.arg("-inf").arg(below(now));
     let mut lindex = super::cmd("LINDEX", &list);
     lindex.arg(0);
+    let mut popped = super::cmd("LRANGE", &intermediate);
+    popped.arg(0).arg(OVERLAP_READ - 1);
+    let mut started = super::cmd("ZRANGE", &k(prefix, "wip", q));
+    started.arg(0).arg(OVERLAP_READ - 1);
     vec![
         super::cmd("LLEN", &list),
-        super::cmd("LLEN", &key(&[&list, b":intermediate"])),
+        super::cmd("LLEN", &intermediate),
         zcard("wip"),
         zcard("finished"),
         zcard("failed"),
@@ -45,7 +57,37 @@ pub fn plan(prefix: &str, q: &[u8], now: f64) -> Vec<redis::Cmd> {
         lindex,
         // Due jobs no `--with-scheduler` worker has enqueued yet.
         due_count(&k(prefix, "scheduled", q), now),
+        popped,
+        started,
     ]
+}
+
+/// The jobs workers hold, each once: `intermediate` (popped, not started)
+/// and `wip` (started) by job id. RQ 3.0's forking worker adds a job to
+/// `wip`, forks, and only the child LREMs it from `intermediate`, so for a
+/// few ms a job is in both. `LLEN` + `ZCARD` less the ids found in both
+/// among the members read ([`OVERLAP_READ`] of each): exact while neither
+/// holds more, never more than the sum otherwise. Unknown if any reply is
+/// unreadable.
+fn active(len: &Value, card: &Value, popped: &Value, started: &Value) -> Option<u64> {
+    let total = sum(&[len, card])?;
+    // `<job_id>:<execution_id>` since RQ 2.0; a bare id in 1.16. RQ job
+    // ids never contain `:` (`[A-Za-z0-9_-]+`).
+    let started: HashSet<&[u8]> = members(started)?
+        .map(|m| m.split(|b| *b == b':').next().unwrap_or(m))
+        .collect();
+    // Each popped entry of a started job once, however many executions
+    // of it `wip` holds (an abandoned one stays until RQ cleans it up).
+    let both = members(popped)?.filter(|id| started.contains(id)).count();
+    Some(total.saturating_sub(both as u64))
+}
+
+/// The members of an `LRANGE`/`ZRANGE` reply; `None` unless it is a list of
+/// strings.
+fn members(v: &Value) -> Option<impl Iterator<Item = &[u8]>> {
+    let items = super::reply::as_array(v)?;
+    let all: Option<Vec<&[u8]>> = items.iter().map(super::reply::as_bytes).collect();
+    Some(all?.into_iter())
 }
 
 /// Reads [`plan`]'s replies (pure).
@@ -55,7 +97,11 @@ pub fn read(prefix: &str, q: &[u8], r: &[Value]) -> Stage {
     // Deferred jobs (waiting on dependencies) count as waiting: they are
     // queued work a worker will run without anyone scheduling it.
     set_state(&mut s, JobState::Waiting, sum(&[at(0), at(5)]));
-    set_state(&mut s, JobState::Active, sum(&[at(1), at(2)]));
+    set_state(
+        &mut s,
+        JobState::Active,
+        active(at(1), at(2), at(10), at(11)),
+    );
     set_state(&mut s, JobState::Completed, count(at(3)));
     set_state(&mut s, JobState::Failed, count(at(4)));
     set_state(&mut s, JobState::Delayed, count(at(6)));
@@ -82,6 +128,20 @@ mod tests {
     use super::super::test_util::*;
     use super::*;
 
+    /// Replies of an otherwise empty queue whose `intermediate` holds
+    /// `popped` and whose `wip` holds `started` (sizes as LLEN/ZCARD give).
+    fn replies(popped: &[&str], started: &[&str]) -> Vec<Value> {
+        let mut r: Vec<Value> = (0..8).map(|_| int(0)).chain([Value::Nil, int(0)]).collect();
+        r[1] = int(popped.len() as i64);
+        r[2] = int(started.len() as i64);
+        r.extend([list(popped), list(started)]);
+        r
+    }
+
+    fn active_of(r: &[Value]) -> Option<u64> {
+        read("rq", b"q", r).sample.preset.unwrap().states[&JobState::Active]
+    }
+
     #[test]
     fn registries_map_to_states() {
         let r = [
@@ -95,6 +155,8 @@ mod tests {
             int(1),
             bulk("abc"),
             int(2),
+            list(&["j0"]),
+            list(&["j1:e1", "j2:e2", "j3:e3"]),
         ];
         let st = read("rq", b"default", &r);
         let f = st.sample.preset.as_ref().unwrap();
@@ -113,20 +175,71 @@ mod tests {
     }
 
     #[test]
+    fn active_counts_a_job_in_intermediate_and_wip_once() {
+        let cases: [(&str, &[&str], &[&str], u64); 7] = [
+            ("idle", &[], &[], 0),
+            ("popped, not started", &["a"], &[], 1),
+            ("started", &[], &["a:e1"], 1),
+            // RQ 3.0: in `wip` before the child LREMs `intermediate`.
+            ("overlap", &["a"], &["a:e1"], 1),
+            ("overlap and others", &["a", "b"], &["c:e3", "a:e1"], 3),
+            ("no overlap", &["b"], &["a:e1"], 2),
+            // RQ 1.16: `wip` members are bare job ids.
+            ("1.16 bare ids", &["a", "b"], &["a", "c"], 3),
+        ];
+        for (case, popped, started, want) in cases {
+            assert_eq!(active_of(&replies(popped, started)), Some(want), "{case}");
+        }
+        // An abandoned execution of a job retried since stays counted (it is
+        // also `stalled`); the popped copy of the job is not.
+        let r = replies(&["a"], &["a:old", "a:new"]);
+        assert_eq!(active_of(&r), Some(2));
+    }
+
+    #[test]
+    fn active_beyond_the_members_read_is_at_most_the_sum() {
+        // 300 popped jobs, the first 256 read: were `z` among the 44 unread,
+        // it would be counted twice. At most the sum, never below the truth.
+        let mut r = replies(&["a"], &["z:e"]);
+        r[1] = int(300);
+        let ids: Vec<String> = (0..256).map(|i| format!("j{i}")).collect();
+        r[10] = list(&ids.iter().map(String::as_str).collect::<Vec<_>>());
+        assert_eq!(active_of(&r), Some(301));
+    }
+
+    #[test]
+    fn an_unreadable_reply_leaves_active_unknown() {
+        for (i, bad) in [
+            (1, refused()),
+            (2, bulk("not a number")),
+            (10, refused()),
+            (11, refused()),
+            (11, Value::Array(vec![int(1)])),
+            (10, Value::Nil),
+        ] {
+            let mut r = replies(&["a"], &["a:e1"]);
+            r[i] = bad.clone();
+            // Unknown, never 0 and never the sum.
+            assert_eq!(active_of(&r), None, "reply {i}: {bad:?}");
+            let states = read("rq", b"q", &r).sample.preset.unwrap().states;
+            assert_eq!(states[&JobState::Waiting], Some(0), "reply {i}");
+        }
+    }
+
+    #[test]
     fn an_empty_queue_is_zero_and_not_followed() {
-        let r: Vec<Value> = (0..8).map(|_| int(0)).chain([Value::Nil]).collect();
+        let r = replies(&[], &[]);
         let st = read("rq", b"q", &r);
         assert!(st.follow.is_empty());
         assert_eq!(st.sample.oldest_age_seconds, Some(0.0));
-        assert_eq!(
-            st.sample.preset.unwrap().states[&JobState::Waiting],
-            Some(0)
-        );
+        let states = st.sample.preset.unwrap().states;
+        assert_eq!(states[&JobState::Waiting], Some(0));
+        assert_eq!(states[&JobState::Active], Some(0));
     }
 
     #[test]
     fn an_error_reply_leaves_its_state_unknown() {
-        let mut r: Vec<Value> = (0..8).map(|_| int(0)).chain([Value::Nil]).collect();
+        let mut r = replies(&[], &[]);
         r[3] = bulk("not a number");
         let st = read("rq", b"q", &r);
         // Present (RQ has the state) but unknown: never 0, never "no such state".
@@ -137,15 +250,31 @@ mod tests {
     }
 
     #[test]
-    fn plan_is_ten_commands() {
+    fn plan_is_twelve_commands() {
         let p = plan("rq", b"q", 1.5);
-        assert_eq!(p.len(), 10);
+        assert_eq!(p.len(), 12);
         assert_eq!(
             p[9].get_packed_command(),
             redis::cmd("ZCOUNT")
                 .arg("rq:scheduled:q")
                 .arg("-inf")
                 .arg("1.5")
+                .get_packed_command()
+        );
+        assert_eq!(
+            p[10].get_packed_command(),
+            redis::cmd("LRANGE")
+                .arg("rq:queue:q:intermediate")
+                .arg(0)
+                .arg(255)
+                .get_packed_command()
+        );
+        assert_eq!(
+            p[11].get_packed_command(),
+            redis::cmd("ZRANGE")
+                .arg("rq:wip:q")
+                .arg(0)
+                .arg(255)
                 .get_packed_command()
         );
     }
