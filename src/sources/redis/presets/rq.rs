@@ -65,21 +65,29 @@ pub fn plan(prefix: &str, q: &[u8], now: f64) -> Vec<redis::Cmd> {
 /// The jobs workers hold, each once: `intermediate` (popped, not started)
 /// and `wip` (started) by job id. RQ 3.0's forking worker adds a job to
 /// `wip`, forks, and only the child LREMs it from `intermediate`, so for a
-/// few ms a job is in both. `LLEN` + `ZCARD` less the ids found in both
-/// among the members read ([`OVERLAP_READ`] of each): exact while neither
-/// holds more, never more than the sum otherwise. Unknown if any reply is
-/// unreadable.
+/// few ms a job is in both. While both member reads are whole (under
+/// [`OVERLAP_READ`] each), the count comes from those two adjacent replies
+/// alone, so a job moving between the pipeline's earlier `LLEN`/`ZCARD` and
+/// them is neither missed nor counted twice; otherwise `LLEN` + `ZCARD` less
+/// the ids found in both among the members read, never more than the sum.
+/// Unknown if any reply is unreadable.
 fn active(len: &Value, card: &Value, popped: &Value, started: &Value) -> Option<u64> {
     let total = sum(&[len, card])?;
+    let executions: Vec<&[u8]> = members(started)?.collect();
+    let popped: Vec<&[u8]> = members(popped)?.collect();
     // `<job_id>:<execution_id>` since RQ 2.0; a bare id in 1.16. RQ job
     // ids never contain `:` (`[A-Za-z0-9_-]+`).
-    let started: HashSet<&[u8]> = members(started)?
+    let started: HashSet<&[u8]> = executions
+        .iter()
         .map(|m| m.split(|b| *b == b':').next().unwrap_or(m))
         .collect();
     // Each popped entry of a started job once, however many executions
     // of it `wip` holds (an abandoned one stays until RQ cleans it up).
-    let both = members(popped)?.filter(|id| started.contains(id)).count();
-    Some(total.saturating_sub(both as u64))
+    let both = popped.iter().filter(|id| started.contains(*id)).count() as u64;
+    if popped.len() < OVERLAP_READ && executions.len() < OVERLAP_READ {
+        return Some((popped.len() + executions.len()) as u64 - both);
+    }
+    Some(total.saturating_sub(both))
 }
 
 /// The members of an `LRANGE`/`ZRANGE` reply; `None` unless it is a list of
@@ -194,6 +202,15 @@ mod tests {
         // also `stalled`); the popped copy of the job is not.
         let r = replies(&["a"], &["a:old", "a:new"]);
         assert_eq!(active_of(&r), Some(2));
+    }
+
+    #[test]
+    fn a_job_started_between_the_sizes_and_the_members_read_counts_once() {
+        // `LLEN intermediate` saw it popped, `ZCARD wip` not yet started;
+        // by the member reads it is in both: one job, not zero.
+        let mut r = replies(&["a"], &["a:e1"]);
+        r[2] = int(0);
+        assert_eq!(active_of(&r), Some(1));
     }
 
     #[test]
