@@ -814,3 +814,91 @@ where
     })
     .await
 }
+
+/// The one member of the binding set `set` once it has one (a worker's
+/// gossip binds it a few seconds after start).
+fn binding_member(conn: &mut redis::Connection, set: &str) -> String {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let members: Vec<String> = redis::cmd("SMEMBERS").arg(set).query(conn).unwrap();
+        if let [m] = members.as_slice() {
+            return m.clone();
+        }
+        assert!(
+            members.is_empty() && std::time::Instant::now() < deadline,
+            "{set}: {members:?}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn celery_workers_event_queues_are_not_reported_while_they_run_nor_after_a_kill() {
+    let redis = RedisServer::start();
+    // Two real workers on queue `work`: Celery's default `event_exchange`
+    // and a custom one, each with its gossip's `celeryev.<uuid>` queue.
+    let workers = [
+        Library::Celery.spawn("celery_fixture.py", &[&redis.url, "worker"]),
+        Library::Celery.spawn("celery_fixture.py", &[&redis.url, "worker", "myev"]),
+    ];
+    let Some(workers) = workers.into_iter().collect::<Option<Vec<_>>>() else {
+        return;
+    };
+    let mut conn = redis.conn();
+    let mut event_queues = Vec::new();
+    for set in ["_kombu.binding.celeryev", "_kombu.binding.myev"] {
+        let m = binding_member(&mut conn, set);
+        let queue = m.strip_prefix("worker.#\x06\x16\x06\x16celeryev.");
+        assert_eq!(queue.map(str::len), Some(36), "{set}: {m:?}");
+        event_queues.push(format!("celeryev.{}", queue.unwrap_or_default()));
+    }
+    binding_member(&mut conn, "_kombu.binding.work");
+    let dir = tempfile::tempdir().unwrap();
+    let zero = write_file(
+        &dir,
+        "zero.yaml",
+        &format!(
+            "sources:\n  - name: redis\n    type: redis\n    url: {}\n",
+            redis.url
+        ),
+    );
+    // `work` alone, in zero config and in the config `discover` prints,
+    // with the workers running and after SIGKILL left their bindings.
+    let check = |when: &str| {
+        let (ok, yaml, err) = exporter(&["discover", "--url", &redis.url]);
+        assert!(ok, "{when}: {err}");
+        assert!(
+            yaml.contains("- preset: celery\n        queues: [\"work\"]\n"),
+            "{when}: {yaml}"
+        );
+        assert!(!yaml.contains("celeryev"), "{when}: {yaml}");
+        let discovered = write_file(&dir, "discovered.yaml", &yaml);
+        let (ok, with_config, err) = exporter(&["once", "--config", discovered.to_str().unwrap()]);
+        assert!(ok, "{when}: {err}");
+        let (ok, zero_config, err) = exporter(&["once", "--config", zero.to_str().unwrap()]);
+        assert!(ok, "{when}: {err}");
+        assert!(
+            err.contains("recognised 1 Celery queue; no plain key"),
+            "{when}: {err}"
+        );
+        let zero_series = series(&zero_config);
+        assert_eq!(zero_series, series(&with_config), "{when}: {zero_config}");
+        let queues: std::collections::BTreeSet<&str> =
+            zero_series.keys().map(|(_, q, _, _)| q.as_str()).collect();
+        assert_eq!(
+            queues.into_iter().collect::<Vec<_>>(),
+            ["(all)", "work"],
+            "{when}: {zero_config}"
+        );
+        for q in &event_queues {
+            assert!(!zero_config.contains(q.as_str()), "{when}: {zero_config}");
+        }
+    };
+    check("running");
+    drop(workers);
+    for set in ["_kombu.binding.celeryev", "_kombu.binding.myev"] {
+        let left: u64 = redis::cmd("SCARD").arg(set).query(&mut conn).unwrap();
+        assert_eq!(left, 1, "{set}: a SIGKILLed worker leaves its binding");
+    }
+    check("killed");
+}

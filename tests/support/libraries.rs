@@ -29,10 +29,9 @@ pub fn may_skip_missing() -> bool {
     std::env::var_os("CI").is_none() && std::env::var(ALLOW_MISSING).as_deref() == Ok("1")
 }
 
-/// Runs a fixture script. When `probe` shows the library is not installed,
-/// the test fails, or (see [`may_skip_missing`]) gets `None` and a loud
-/// message. Any other failure fails the test.
-pub fn run_fixture(library: &str, probe: &[&str], program: &str, args: &[&str]) -> Option<String> {
+/// Whether `probe` shows `library` installed. When it does not, the test
+/// fails, or (see [`may_skip_missing`]) gets `false` and a loud message.
+fn installed(library: &str, probe: &[&str]) -> bool {
     let probed = Command::new(probe[0]).args(&probe[1..]).output();
     if !probed.as_ref().is_ok_and(|o| o.status.success()) {
         let why = match probed {
@@ -48,6 +47,16 @@ pub fn run_fixture(library: &str, probe: &[&str], program: &str, args: &[&str]) 
         };
         assert!(may_skip_missing(), "{missing} ({how})");
         eprintln!("\n!!!!!!!! SKIPPED ({ALLOW_MISSING}=1): {missing} !!!!!!!!\n");
+        return false;
+    }
+    true
+}
+
+/// Runs a fixture script. When `probe` shows the library is not installed,
+/// the test fails, or (see [`may_skip_missing`]) gets `None` and a loud
+/// message. Any other failure fails the test.
+pub fn run_fixture(library: &str, probe: &[&str], program: &str, args: &[&str]) -> Option<String> {
+    if !installed(library, probe) {
         return None;
     }
     let out = Command::new(program)
@@ -114,25 +123,47 @@ impl Library {
         }
     }
 
-    /// Runs `script` (a path under `tests/fixtures/presets/`) with `args`,
-    /// as [`run_fixture`] does: `None` only when the library is missing
-    /// and [`may_skip_missing`].
-    pub fn run(self, script: &str, args: &[&str]) -> Option<String> {
+    /// The probe command line: [`Library::program`] running [`Library::probe`].
+    fn probe_cmd(self) -> [String; 3] {
         let flag = if self.program() == "python3" {
             "-c"
         } else {
             "-e"
         };
+        [self.program().into(), flag.into(), self.probe()]
+    }
+
+    /// Runs `script` (a path under `tests/fixtures/presets/`) with `args`,
+    /// as [`run_fixture`] does: `None` only when the library is missing
+    /// and [`may_skip_missing`].
+    pub fn run(self, script: &str, args: &[&str]) -> Option<String> {
         let script = fixture(script);
         let args: Vec<&str> = std::iter::once(script.as_str())
             .chain(args.iter().copied())
             .collect();
-        run_fixture(
-            self.name(),
-            &[self.program(), flag, &self.probe()],
-            self.program(),
-            &args,
-        )
+        let probe = self.probe_cmd();
+        let probe: Vec<&str> = probe.iter().map(String::as_str).collect();
+        run_fixture(self.name(), &probe, self.program(), &args)
+    }
+
+    /// Starts `script` with `args` in the background (a worker that runs
+    /// until killed), its output discarded; SIGKILLed when the guard
+    /// drops. `None` only when the library is missing and
+    /// [`may_skip_missing`].
+    pub fn spawn(self, script: &str, args: &[&str]) -> Option<super::KillOnDrop> {
+        let probe = self.probe_cmd();
+        let probe: Vec<&str> = probe.iter().map(String::as_str).collect();
+        if !installed(self.name(), &probe) {
+            return None;
+        }
+        let child = Command::new(self.program())
+            .arg(fixture(script))
+            .args(args)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn fixture");
+        Some(super::KillOnDrop(child))
     }
 
     /// [`Library::run`] on a blocking thread, so that an exporter started

@@ -22,7 +22,9 @@
 //!   (INCRed for every job added), with no BullMQ `meta` hash there.
 //! - **Celery**: `[<global_keyprefix>]_kombu.binding.<exchange>` sets, whose
 //!   members are `routing_key␆␖pattern␆␖queue`; the `*.pidbox` exchanges
-//!   (remote control and its replies) are skipped; a member without `␆␖`
+//!   (remote control and its replies) and Celery's event exchange
+//!   `celeryev` are skipped, and so is an event receiver's binding in any
+//!   exchange (`worker.#` or `#` to `<prefix>.<uuid>`); a member without `␆␖`
 //!   and of exactly three `:`-separated parts means `sep: ":"`, as Celery's
 //!   docs suggest with priorities. Priority lists are those of kombu's
 //!   default steps plus any `<queue><sep><n>` list found.
@@ -515,12 +517,39 @@ fn registry_prefix(k: &[u8]) -> Option<&[u8]> {
     k.strip_suffix(b":queues").filter(|p| !p.is_empty())
 }
 
+/// Celery's default `event_exchange`: its bindings are event receivers'
+/// queues, never work.
+const EVENT_EXCHANGE: &[u8] = b"celeryev";
+
 /// `(global_keyprefix, exchange)` of a kombu binding table, unless the
-/// exchange is a `pidbox` one (remote control traffic, not work).
+/// exchange is a `pidbox` one (remote control traffic) or Celery's event
+/// exchange `celeryev`: neither carries work.
 fn binding(k: &[u8]) -> Option<(&[u8], &[u8])> {
     let at = k.windows(BINDING.len()).position(|w| w == BINDING)?;
     let exchange = &k[at + BINDING.len()..];
-    (!exchange.is_empty() && !exchange.ends_with(b"pidbox")).then_some((&k[..at], exchange))
+    let work = !exchange.is_empty() && !exchange.ends_with(b"pidbox") && exchange != EVENT_EXCHANGE;
+    work.then_some((&k[..at], exchange))
+}
+
+/// Whether a binding `routing_key`, `queue` is a Celery event receiver's,
+/// whatever the `event_exchange` is called: `EventReceiver` binds
+/// `<event_queue_prefix>.<uuid4>` with `#` (`celery events`, Flower) or
+/// `worker.#` (every worker's gossip). Such queues live on `PUBLISH` (the
+/// event exchange is fanout on Redis), never hold work, and a killed
+/// worker's binding stays for good.
+fn event_receiver(routing_key: &[u8], queue: &[u8]) -> bool {
+    let uuid = |u: &[u8]| {
+        u.len() == 36
+            && u.iter().enumerate().all(|(i, b)| match i {
+                8 | 13 | 18 | 23 => *b == b'-',
+                _ => b.is_ascii_hexdigit(),
+            })
+    };
+    let named = queue
+        .len()
+        .checked_sub(37)
+        .is_some_and(|at| at > 0 && queue[at] == b'.' && uuid(&queue[at + 1..]));
+    matches!(routing_key, b"#" | b"worker.#") && named
 }
 
 /// The type discovery found for `k`, if it found the key.
@@ -684,7 +713,8 @@ const COLON_SEP: &str = ":";
 /// `sep`: kombu's default `␆␖` when the member holds it, else `:` when the
 /// member has exactly three `:`-separated parts (a routing key or queue
 /// holding a `:` is then ambiguous, and not recognised). `None` for any
-/// other shape, or a name that is not text.
+/// other shape, a name that is not text, or a Celery event receiver's
+/// binding ([`event_receiver`]).
 fn binding_queue(member: &[u8]) -> Option<(String, &'static str)> {
     let default = CELERY_SEP.as_bytes();
     let holds_default = member.windows(default.len()).any(|w| w == default);
@@ -698,7 +728,7 @@ fn binding_queue(member: &[u8]) -> Option<(String, &'static str)> {
     }
     parts.push(rest);
     match parts.as_slice() {
-        [_, _, queue] if !queue.is_empty() => {
+        [rk, _, queue] if !queue.is_empty() && !event_receiver(rk, queue) => {
             String::from_utf8(queue.to_vec()).ok().map(|q| (q, sep))
         }
         _ => None,
@@ -1085,6 +1115,67 @@ mod tests {
                 b"unacked_index"
             ]
         );
+    }
+
+    #[test]
+    fn celery_event_receivers_are_no_work_queues() {
+        let uuid = "74e6b2c1-9f3a-4d2e-8b1c-0a5f6e7d8c9b";
+        let ev = |rk: &str, q: &str| format!("{rk}\x06\x16\x06\x16{q}.{uuid}");
+        let gossip = ev("worker.#", "celeryev");
+        let monitor = ev("#", "celeryev");
+        let custom = ev("worker.#", "myev");
+        let colon = format!("worker.#::celeryev.{uuid}");
+        // A uuid-named queue under a routing key of its own is work.
+        let own = ev("jobs", "jobs");
+        let members = |m: &[&String]| m.iter().map(|s| s.as_bytes().to_vec()).collect();
+        let mut s = seen(&[], &[]);
+        s.sets = [
+            ("_kombu.binding.celery", vec![&own]),
+            // Celery's default `event_exchange`, at the bare keys and
+            // under a `global_keyprefix`: skipped by name.
+            ("_kombu.binding.celeryev", vec![&gossip, &monitor, &own]),
+            ("app:_kombu.binding.celeryev", vec![&gossip]),
+            // A custom `event_exchange`: told by the receivers' bindings,
+            // beside a work queue bound to it.
+            ("_kombu.binding.events", vec![&custom, &monitor, &colon]),
+            (
+                "_kombu.binding.tasks",
+                vec![&"tasks\x06\x16\x06\x16tasks".to_string()],
+            ),
+            // Not a receiver's: a routing key of its own, or no uuid.
+            (
+                "_kombu.binding.other",
+                vec![
+                    &format!("worker.#\x06\x16\x06\x16celeryev.{}", &uuid[1..]),
+                    &"worker.#\x06\x16\x06\x16logs.v2".to_string(),
+                ],
+            ),
+        ]
+        .into_iter()
+        .map(|(k, m)| (k.as_bytes().to_vec(), members(&m)))
+        .collect();
+        assert!(binding(b"_kombu.binding.celeryev").is_none());
+        assert!(binding(b"app:_kombu.binding.celeryev").is_none());
+        assert!(binding(b"_kombu.binding.celeryev2").is_some());
+        let r = recognise(&s, &keys(&[]));
+        let queues: Vec<(String, Vec<String>)> = r
+            .entries
+            .iter()
+            .map(|(spec, _)| match &spec.preset {
+                Preset::Celery { prefix, queues, .. } => (prefix.clone(), queues.clone()),
+                p => panic!("{p:?}"),
+            })
+            .collect();
+        let want = vec![
+            format!("celeryev.{}", &uuid[1..]),
+            format!("jobs.{uuid}"),
+            "logs.v2".to_string(),
+            "tasks".to_string(),
+        ];
+        assert_eq!(queues, [(String::new(), want)]);
+        // The libraries-only pass asks nothing of them either.
+        let names = vec![format!("myev.{uuid}\x06\x167").into_bytes()];
+        assert!(evidence(&s, names).is_empty());
     }
 
     #[test]
