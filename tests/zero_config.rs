@@ -902,3 +902,101 @@ fn celery_workers_event_queues_are_not_reported_while_they_run_nor_after_a_kill(
     }
     check("killed");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bullmq_and_a_paused_bull_queue_at_one_prefix_are_each_reported_once() {
+    // Bull at its default prefix `bull` (`held` paused: Bull then writes a
+    // `bull:held:meta` hash holding only `paused`), and BullMQ's `reports`
+    // at that same prefix.
+    let redis = RedisServer::start();
+    let written = [
+        Library::Bull.run("node/bull_fixture.js", &[&redis.url]),
+        Library::Bullmq.run(
+            "node/bullmq_prefix_fixture.js",
+            &[&redis.url, "add", "bull"],
+        ),
+    ];
+    if written.iter().any(Option::is_none) {
+        return;
+    }
+    let paused: Vec<String> = redis::cmd("HKEYS")
+        .arg("bull:held:meta")
+        .query(&mut redis.conn())
+        .unwrap();
+    assert_eq!(paused, ["paused"]);
+    let (ok, yaml, err) = exporter(&["discover", "--url", &redis.url]);
+    assert!(ok, "{err}");
+    assert!(
+        yaml.contains("- preset: bullmq\n") && yaml.contains("- preset: bull\n"),
+        "{yaml}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let discovered = write_file(&dir, "discovered.yaml", &yaml);
+    let zero = write_file(
+        &dir,
+        "zero.yaml",
+        &format!(
+            "sources:\n  - name: redis\n    type: redis\n    url: {}\n",
+            redis.url
+        ),
+    );
+    let (ok, with_config, err) = exporter(&["once", "--config", discovered.to_str().unwrap()]);
+    assert!(ok, "{err}");
+    let (ok, zero_config, err) = exporter(&["once", "--config", zero.to_str().unwrap()]);
+    assert!(ok, "{err}");
+    let a = series(&with_config);
+    assert_eq!(a, series(&zero_config), "discovered:\n{with_config}");
+    // Each queue under its library's preset only (Bull's `reports` is at
+    // `legacy:app`, BullMQ's at `bull`).
+    let presets = |q: &str| -> Vec<String> {
+        let p: std::collections::BTreeSet<String> = a
+            .keys()
+            .filter(|(_, queue, _, _)| queue == q)
+            .map(|(_, _, preset, _)| preset.clone())
+            .collect();
+        p.into_iter().collect()
+    };
+    for (q, want) in [
+        ("reports", &["bull", "bullmq"][..]),
+        ("held", &["bull"]),
+        ("mail", &["bull"]),
+        ("done", &["bull"]),
+        ("stall", &["bull"]),
+    ] {
+        assert_eq!(presets(q), want, "{q}: {with_config}");
+    }
+    let key = |q: &str, p: &str, s: &str| ("queue_depth".into(), q.into(), p.into(), s.into());
+    assert_eq!(a.get(&key("held", "bull", "waiting")), Some(&2.0));
+    assert_eq!(a.get(&key("reports", "bullmq", "waiting")), Some(&3.0));
+
+    // `- preset: bullmq` alone takes BullMQ's queue and no Bull one; the
+    // discovered config serves KEDA the paused Bull queue.
+    let only = "listen: { grpc: 127.0.0.1:0 }\nsources:\n  - name: main\n    type: redis\n    url: URL\n    queues:\n      - preset: bullmq\n";
+    let app = TestApp::start(&only.replace("URL", &redis.url)).await;
+    let s = app
+        .scrape_until("BullMQ's queue", Duration::from_secs(10), |s| {
+            depth(s, "reports", "bullmq", "waiting").is_some()
+        })
+        .await;
+    let queues: std::collections::BTreeSet<&str> = s
+        .samples("queue_depth", &[])
+        .filter_map(|x| x.labels.get("queue"))
+        .collect();
+    assert_eq!(queues, ["reports"].into(), "{s}");
+    app.stop().await;
+    let app = TestApp::start(&format!("listen: {{ grpc: 127.0.0.1:0 }}\n{yaml}")).await;
+    app.scrape_until("the paused Bull queue", Duration::from_secs(10), |s| {
+        depth(s, "held", "bull", "waiting").is_some()
+    })
+    .await;
+    let mut c = client(&app).await;
+    assert_eq!(metrics(&mut c, &[("queue", "held")]).await.unwrap().1, 2.0);
+    assert_eq!(
+        metrics(&mut c, &[("queue", "reports"), ("preset", "bullmq")])
+            .await
+            .unwrap()
+            .1,
+        3.0
+    );
+    app.stop().await;
+}

@@ -1,6 +1,7 @@
 //! Each preset entry's registry, read in the discovery round: the
 //! logical queues a library names itself (RQ's, Sidekiq's and asynq's
-//! sets; BullMQ's `meta` hashes and Bull's `id` keys by SCAN; the
+//! sets; BullMQ's `meta` hashes and Bull's `id` keys by SCAN, told apart
+//! by BullMQ's marks in the `meta` hash; the
 //! priority-zset's priorities by SCAN).
 
 use super::super::cmd::cmd;
@@ -26,12 +27,21 @@ pub async fn registries(
                 let p = super::super::glob::escape(prefix.as_bytes());
                 let pattern = key(&[&p, b":*:meta"]);
                 let keys = scan(conn, &pattern, Some(KeyType::Hash), scan_count).await?;
-                let names = keys
+                let names: Vec<Vec<u8>> = keys
                     .iter()
                     .filter_map(|k| bullmq::queue_of_meta(k))
                     .filter(|(pre, _)| *pre == prefix.as_bytes())
-                    .map(|(_, name)| name.to_vec());
-                sorted(names.map(Unit::Queue).collect())
+                    .map(|(_, name)| name.to_vec())
+                    .collect();
+                // Bull 3.x/4.x writes a `meta` hash too while paused
+                // (`paused` alone): only BullMQ's marks make it BullMQ's.
+                let marked = bullmq_marked(conn, prefix, &names).await?;
+                let bullmq = names
+                    .into_iter()
+                    .zip(marked)
+                    .filter(|(_, m)| *m)
+                    .map(|(q, _)| Unit::Queue(q));
+                sorted(bullmq.collect())
             }
             Preset::Bull { prefix, .. } => {
                 let p = super::super::glob::escape(prefix.as_bytes());
@@ -44,19 +54,11 @@ pub async fn registries(
                     .collect();
                 // BullMQ keeps an `id` too: a queue whose `meta` carries
                 // BullMQ's marks is BullMQ's, even at Bull's prefix.
-                let metas: Vec<redis::Cmd> = names
-                    .iter()
-                    .map(|q| bullmq::marks_cmd(&key(&[prefix.as_bytes(), b":", q, b":meta"])))
-                    .collect();
-                let replies = if metas.is_empty() {
-                    Vec::new()
-                } else {
-                    pipelined(conn, metas).await?
-                };
+                let marked = bullmq_marked(conn, prefix, &names).await?;
                 let bull = names
                     .into_iter()
-                    .zip(replies)
-                    .filter(|(_, meta)| !bullmq::has_marks(meta))
+                    .zip(marked)
+                    .filter(|(_, m)| !*m)
                     .map(|(q, _)| Unit::Queue(q));
                 sorted(bull.collect())
             }
@@ -81,6 +83,26 @@ pub async fn registries(
         found.push(units);
     }
     Ok(found)
+}
+
+/// Whether each queue `<prefix>:<q>:meta` of `names` carries BullMQ's
+/// marks ([`bullmq::has_marks`]), in one pipeline of [`bullmq::marks_cmd`]
+/// (none sent for no names): what tells BullMQ's queues from Bull's at a
+/// prefix both use, as zero config tells them.
+async fn bullmq_marked(
+    conn: &mut Conn,
+    prefix: &str,
+    names: &[Vec<u8>],
+) -> redis::RedisResult<Vec<bool>> {
+    if names.is_empty() {
+        return Ok(Vec::new());
+    }
+    let cmds = names
+        .iter()
+        .map(|q| bullmq::marks_cmd(&key(&[prefix.as_bytes(), b":", q, b":meta"])))
+        .collect();
+    let replies = pipelined(conn, cmds).await?;
+    Ok(replies.iter().map(bullmq::has_marks).collect())
 }
 
 /// The registry set of a registry preset (RQ, Sidekiq, asynq) at `prefix`.
