@@ -367,8 +367,8 @@ impl RedisSource {
         let mut round_conn = conn.clone();
         round_conn.begin_discovery();
         let start = commands::SCANNED.load(std::sync::atomic::Ordering::Relaxed);
-        let passes = presets::recognise::passes(&config);
-        let round = presets::recognise::discover(&mut round_conn, &config, &[], None);
+        let passes = presets::rounds::passes(&config);
+        let round = presets::rounds::discover(&mut round_conn, &config, &[], None);
         tokio::pin!(round);
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         tick.tick().await;
@@ -508,7 +508,7 @@ impl DiscoveryTask {
             conn.begin_discovery();
             if config.recognise {
                 let zero =
-                    presets::recognise::discover(&mut conn, &config, &known, remembered).await?;
+                    presets::rounds::discover(&mut conn, &config, &known, remembered).await?;
                 let (specs, presets) = zero.entries.into_iter().unzip();
                 return Ok(Found {
                     plain: zero.plain,

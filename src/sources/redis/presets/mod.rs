@@ -22,6 +22,7 @@ pub mod recognise;
 mod rediswq;
 mod registry;
 pub mod remembered;
+pub mod rounds;
 mod rq;
 mod service;
 mod sidekiq;
