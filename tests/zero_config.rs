@@ -394,6 +394,46 @@ fn exporter(args: &[&str]) -> (bool, String, String) {
     )
 }
 
+/// `discover` of `url`, then `once` with the config it printed and `once`
+/// in zero config: what a user's round trip shows.
+struct RoundTrip {
+    /// The printed config.
+    yaml: String,
+    /// It, written to a file (for `check`).
+    discovered: std::path::PathBuf,
+    /// `once` with it: stdout.
+    with_config: String,
+    /// `once` in zero config: stdout and stderr (its log).
+    zero_config: String,
+    zero_log: String,
+    /// Holds the files.
+    _dir: tempfile::TempDir,
+}
+
+fn discover_then_once(url: &str) -> RoundTrip {
+    let (ok, yaml, err) = exporter(&["discover", "--url", url]);
+    assert!(ok, "{err}");
+    let dir = tempfile::tempdir().unwrap();
+    let discovered = write_file(&dir, "discovered.yaml", &yaml);
+    let zero = write_file(
+        &dir,
+        "zero.yaml",
+        &format!("sources:\n  - name: redis\n    type: redis\n    url: {url}\n"),
+    );
+    let (ok, with_config, err) = exporter(&["once", "--config", discovered.to_str().unwrap()]);
+    assert!(ok, "{err}\n{yaml}");
+    let (ok, zero_config, zero_log) = exporter(&["once", "--config", zero.to_str().unwrap()]);
+    assert!(ok, "{zero_log}");
+    RoundTrip {
+        yaml,
+        discovered,
+        with_config,
+        zero_config,
+        zero_log,
+        _dir: dir,
+    }
+}
+
 /// `queue_depth` and `queue_paused` of `once`'s output, by (metric, queue,
 /// preset, state), capture labels aside.
 fn series(text: &str) -> BTreeMap<(String, String, String, String), f64> {
@@ -431,8 +471,14 @@ fn discover_prints_a_config_that_check_accepts_and_once_reads_as_zero_config_doe
     rcmd(&mut conn, &["ZADD", "jobs:pending:low", "1", "c"]);
     rcmd(&mut conn, &["XADD", "events", "*", "f", "1"]);
 
-    let (ok, yaml, err) = exporter(&["discover", "--url", &redis.url]);
-    assert!(ok, "{err}");
+    let RoundTrip {
+        yaml,
+        discovered,
+        with_config,
+        zero_config,
+        zero_log: err,
+        _dir,
+    } = discover_then_once(&redis.url);
     assert!(
         yaml.contains("- preset: bullmq\n        prefix: \"myapp:eu\"\n"),
         "{yaml}"
@@ -449,23 +495,12 @@ fn discover_prints_a_config_that_check_accepts_and_once_reads_as_zero_config_doe
         "{yaml}"
     );
     assert!(yaml.contains("- key: \"events\"\n"), "{yaml}");
-    let dir = tempfile::tempdir().unwrap();
-    let discovered = write_file(&dir, "discovered.yaml", &yaml);
-    let zero = write_file(
-        &dir,
-        "zero.yaml",
-        &format!(
-            "sources:\n  - name: redis\n    type: redis\n    url: {}\n",
-            redis.url
-        ),
+    let (ok, out, check_err) = exporter(&["check", "--config", discovered.to_str().unwrap()]);
+    assert!(
+        ok && out.contains(": ok (1 sources)"),
+        "{out}{check_err}\n{yaml}"
     );
-    let (ok, out, err) = exporter(&["check", "--config", discovered.to_str().unwrap()]);
-    assert!(ok && out.contains(": ok (1 sources)"), "{out}{err}\n{yaml}");
 
-    let (ok, with_config, err) = exporter(&["once", "--config", discovered.to_str().unwrap()]);
-    assert!(ok, "{err}");
-    let (ok, zero_config, err) = exporter(&["once", "--config", zero.to_str().unwrap()]);
-    assert!(ok, "{err}");
     // The one line zero config logs of what it sees.
     let picture = "recognised 1 BullMQ queue (prefix myapp:eu), 1 Sidekiq queue, 2 Celery queues; \
                    1 plain list, 1 plain zset, 1 plain stream";
@@ -681,28 +716,18 @@ fn celery_with_the_sep_steps_and_key_prefix_its_docs_suggest() {
     let Some(_) = Library::Celery.run("celery_fixture.py", &[&redis.url, "colon"]) else {
         return;
     };
-    let (ok, yaml, err) = exporter(&["discover", "--url", &redis.url]);
-    assert!(ok, "{err}");
+    let RoundTrip {
+        yaml,
+        with_config,
+        zero_config,
+        ..
+    } = discover_then_once(&redis.url);
     assert!(
         yaml.contains(
             "      - preset: celery\n        prefix: \"app:\"\n        queues: [\"celery\", \"emails\"]\n        sep: \":\"\n        priority_steps: [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]\n"
         ),
         "{yaml}"
     );
-    let dir = tempfile::tempdir().unwrap();
-    let discovered = write_file(&dir, "discovered.yaml", &yaml);
-    let zero = write_file(
-        &dir,
-        "zero.yaml",
-        &format!(
-            "sources:\n  - name: redis\n    type: redis\n    url: {}\n",
-            redis.url
-        ),
-    );
-    let (ok, with_config, err) = exporter(&["once", "--config", discovered.to_str().unwrap()]);
-    assert!(ok, "{err}");
-    let (ok, zero_config, err) = exporter(&["once", "--config", zero.to_str().unwrap()]);
-    assert!(ok, "{err}");
     let series = series(&zero_config);
     assert_eq!(series, self::series(&with_config), "{zero_config}");
     // None and 0..9, one list per priority: all `waiting` of `celery`.
@@ -853,30 +878,21 @@ fn celery_workers_event_queues_are_not_reported_while_they_run_nor_after_a_kill(
         event_queues.push(format!("celeryev.{}", queue.unwrap_or_default()));
     }
     binding_member(&mut conn, "_kombu.binding.work");
-    let dir = tempfile::tempdir().unwrap();
-    let zero = write_file(
-        &dir,
-        "zero.yaml",
-        &format!(
-            "sources:\n  - name: redis\n    type: redis\n    url: {}\n",
-            redis.url
-        ),
-    );
     // `work` alone, in zero config and in the config `discover` prints,
     // with the workers running and after SIGKILL left their bindings.
     let check = |when: &str| {
-        let (ok, yaml, err) = exporter(&["discover", "--url", &redis.url]);
-        assert!(ok, "{when}: {err}");
+        let RoundTrip {
+            yaml,
+            with_config,
+            zero_config,
+            zero_log: err,
+            ..
+        } = discover_then_once(&redis.url);
         assert!(
             yaml.contains("- preset: celery\n        queues: [\"work\"]\n"),
             "{when}: {yaml}"
         );
         assert!(!yaml.contains("celeryev"), "{when}: {yaml}");
-        let discovered = write_file(&dir, "discovered.yaml", &yaml);
-        let (ok, with_config, err) = exporter(&["once", "--config", discovered.to_str().unwrap()]);
-        assert!(ok, "{when}: {err}");
-        let (ok, zero_config, err) = exporter(&["once", "--config", zero.to_str().unwrap()]);
-        assert!(ok, "{when}: {err}");
         assert!(
             err.contains("recognised 1 Celery queue; no plain key"),
             "{when}: {err}"
@@ -924,26 +940,16 @@ async fn bullmq_and_a_paused_bull_queue_at_one_prefix_are_each_reported_once() {
         .query(&mut redis.conn())
         .unwrap();
     assert_eq!(paused, ["paused"]);
-    let (ok, yaml, err) = exporter(&["discover", "--url", &redis.url]);
-    assert!(ok, "{err}");
+    let RoundTrip {
+        yaml,
+        with_config,
+        zero_config,
+        ..
+    } = discover_then_once(&redis.url);
     assert!(
         yaml.contains("- preset: bullmq\n") && yaml.contains("- preset: bull\n"),
         "{yaml}"
     );
-    let dir = tempfile::tempdir().unwrap();
-    let discovered = write_file(&dir, "discovered.yaml", &yaml);
-    let zero = write_file(
-        &dir,
-        "zero.yaml",
-        &format!(
-            "sources:\n  - name: redis\n    type: redis\n    url: {}\n",
-            redis.url
-        ),
-    );
-    let (ok, with_config, err) = exporter(&["once", "--config", discovered.to_str().unwrap()]);
-    assert!(ok, "{err}");
-    let (ok, zero_config, err) = exporter(&["once", "--config", zero.to_str().unwrap()]);
-    assert!(ok, "{err}");
     let a = series(&with_config);
     assert_eq!(a, series(&zero_config), "discovered:\n{with_config}");
     // Each queue under its library's preset only (Bull's `reports` is at
