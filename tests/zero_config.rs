@@ -631,12 +631,13 @@ fn plain_keys_false_recognises_the_same_library_queues_in_one_scan_pass() {
     // Old Bull beside BullMQ's same-named queue: told by its `id`.
     assert_eq!(libs.get(&key("mail", "bull", "waiting")), Some(&4.0));
     assert!(log.contains("; no plain key"), "{log}");
-    // One pass over the keyspace, where plain keys cost four.
+    // One pass over the keyspace either way (plain keys cost a TYPE of
+    // every name beside it at a full round).
     let pass = scan_calls_of_one_pass(&mut conn, 100);
     assert!(pass >= 20, "{pass}");
     assert_eq!(libs_scans, pass);
     assert!(
-        all_scans >= 3 * pass,
+        all_scans.abs_diff(pass) <= 2,
         "{all_scans} SCAN calls against {pass} a pass"
     );
 }

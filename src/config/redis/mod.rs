@@ -86,10 +86,10 @@ pub struct RedisSourceConfig {
     pub client_tracking: bool,
     /// Zero config only: whether the lists, zsets and streams that belong
     /// to no recognised library are reported too (`true`, the default).
-    /// `false` recognises the libraries alone in one SCAN pass instead of
-    /// four: plain keys of three types need three typed passes, and a pass
-    /// costs Redis the same whatever it filters (docs/presets.md, "What zero
-    /// config costs"). Refused on a source that lists `queues:`.
+    /// `false` recognises the libraries alone in one SCAN pass, with no
+    /// `TYPE` of every name at the first round and every ten minutes
+    /// (docs/presets.md, "What does zero config cost Redis?"). Refused on a
+    /// source that lists `queues:`.
     #[serde(default = "default_plain_keys")]
     pub plain_keys: bool,
     /// Which keys to watch.

@@ -131,16 +131,17 @@ pub async fn scan_where(
     keep: &(dyn Fn(&[u8]) -> bool + Sync),
 ) -> redis::RedisResult<Vec<Vec<u8>>> {
     match conn {
-        Conn::Single(c) => scan_node(c, pattern, key_type, count, keep).await,
-        Conn::Tracking(c) => scan_node(c, pattern, key_type, count, keep).await,
+        Conn::Single(_) | Conn::Tracking(_) => {
+            let pages = ScanPages::new(conn, pattern, key_type, count).await?;
+            pages.kept(keep).await
+        }
         Conn::Cluster(c) => {
             let result = async {
                 let nodes = c.primaries().await?;
-                let per_node =
-                    futures_util::future::try_join_all(nodes.into_iter().map(|mut n| async move {
-                        scan_node(&mut n, pattern, key_type, count, keep).await
-                    }))
-                    .await?;
+                let per_node = futures_util::future::try_join_all(nodes.into_iter().map(|n| {
+                    ScanPages::over(vec![Node::Manager(n)], pattern, key_type, count).kept(keep)
+                }))
+                .await?;
                 // A key in a slot being migrated may be on two nodes for a moment.
                 let mut keys: Vec<Vec<u8>> = per_node.into_iter().flatten().collect();
                 keys.sort_unstable();
@@ -160,35 +161,100 @@ pub async fn scan_where(
 /// hints, so an estimate), for `discover`'s progress on a large keyspace.
 pub static SCANNED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
-/// Full SCAN of one server.
-async fn scan_node<C: ConnectionLike + Send>(
-    conn: &mut C,
-    pattern: &[u8],
+/// One server's connection, as a [`ScanPages`] walks it.
+enum Node {
+    Manager(ConnectionManager),
+    Multiplexed(MultiplexedConnection),
+}
+
+/// A SCAN pass (MATCH, TYPE, bounded COUNT) handed out one reply at a
+/// time, so a caller can act on each page before the next is asked for
+/// (zero config's full round asks `TYPE` of every name a page holds)
+/// without ever holding the keyspace. In a cluster, the primaries one
+/// after another.
+pub struct ScanPages {
+    /// The servers still to walk; the one being walked is last.
+    nodes: Vec<Node>,
+    /// The SCAN cursor on the last node (0 before its first call).
+    cursor: u64,
+    pattern: Vec<u8>,
     key_type: Option<KeyType>,
     count: u32,
-    keep: &(dyn Fn(&[u8]) -> bool + Sync),
-) -> redis::RedisResult<Vec<Vec<u8>>> {
-    let mut cursor: u64 = 0;
-    let mut keys = Vec::new();
-    loop {
+}
+
+impl ScanPages {
+    /// A pass over every server of `conn` (each primary of a cluster).
+    pub async fn new(
+        conn: &Conn,
+        pattern: &[u8],
+        key_type: Option<KeyType>,
+        count: u32,
+    ) -> redis::RedisResult<Self> {
+        let nodes = match conn {
+            Conn::Single(c) => vec![Node::Manager(c.clone())],
+            Conn::Tracking(c) => vec![Node::Multiplexed(c.clone())],
+            Conn::Cluster(c) => match c.primaries().await {
+                Ok(nodes) => nodes.into_iter().map(Node::Manager).collect(),
+                Err(e) => {
+                    c.mark_stale();
+                    return Err(e);
+                }
+            },
+        };
+        Ok(Self::over(nodes, pattern, key_type, count))
+    }
+
+    fn over(mut nodes: Vec<Node>, pattern: &[u8], key_type: Option<KeyType>, count: u32) -> Self {
+        nodes.reverse();
+        ScanPages {
+            nodes,
+            cursor: 0,
+            pattern: pattern.to_vec(),
+            key_type,
+            count,
+        }
+    }
+
+    /// The next SCAN reply's names (possibly none: SCAN may return an empty
+    /// page mid-pass), or `None` once every server is walked. A name may
+    /// come twice (SCAN's guarantee while Redis rehashes, or a key whose
+    /// slot moves between two primaries).
+    pub async fn next_page(&mut self) -> redis::RedisResult<Option<Vec<Vec<u8>>>> {
+        let Some(node) = self.nodes.last_mut() else {
+            return Ok(None);
+        };
         let mut cmd = redis::cmd("SCAN");
-        cmd.arg(cursor)
+        cmd.arg(self.cursor)
             .arg("MATCH")
-            .arg(pattern)
+            .arg(&self.pattern)
             .arg("COUNT")
-            .arg(count);
-        if let Some(t) = key_type {
+            .arg(self.count);
+        if let Some(t) = self.key_type {
             cmd.arg("TYPE").arg(t.as_str());
         }
-        let (next, batch): (u64, Vec<Vec<u8>>) = cmd.query_async(conn).await?;
-        SCANNED.fetch_add(u64::from(count), std::sync::atomic::Ordering::Relaxed);
-        keys.extend(batch.into_iter().filter(|k| keep(k)));
+        let (next, page): (u64, Vec<Vec<u8>>) = match node {
+            Node::Manager(c) => cmd.query_async(c).await?,
+            Node::Multiplexed(c) => cmd.query_async(c).await?,
+        };
+        SCANNED.fetch_add(u64::from(self.count), std::sync::atomic::Ordering::Relaxed);
+        self.cursor = next;
         if next == 0 {
-            break;
+            self.nodes.pop();
         }
-        cursor = next;
+        Ok(Some(page))
     }
-    Ok(keys)
+
+    /// The whole pass's names that `keep` accepts, filtered page by page.
+    async fn kept(
+        mut self,
+        keep: &(dyn Fn(&[u8]) -> bool + Sync),
+    ) -> redis::RedisResult<Vec<Vec<u8>>> {
+        let mut keys = Vec::new();
+        while let Some(page) = self.next_page().await? {
+            keys.extend(page.into_iter().filter(|k| keep(k)));
+        }
+        Ok(keys)
+    }
 }
 
 /// TYPE for each key, pipelined.

@@ -367,7 +367,6 @@ impl RedisSource {
         let mut round_conn = conn.clone();
         round_conn.begin_discovery();
         let start = commands::SCANNED.load(std::sync::atomic::Ordering::Relaxed);
-        let passes = presets::rounds::passes(&config);
         let round = presets::rounds::discover(&mut round_conn, &config, &[], None);
         tokio::pin!(round);
         let mut tick = tokio::time::interval(Duration::from_secs(1));
@@ -377,7 +376,10 @@ impl RedisSource {
                 r = &mut round => break r.map_err(|e| self.map_error(e))?,
                 _ = tick.tick() => {
                     let now = commands::SCANNED.load(std::sync::atomic::Ordering::Relaxed);
-                    progress(now.saturating_sub(start) / passes, dbsize);
+                    // One pass; more only where `TYPE` is refused (the
+                    // typed passes), which the count stops at the end of.
+                    let scanned = now.saturating_sub(start);
+                    progress(dbsize.map_or(scanned, |d| scanned.min(d)), dbsize);
                 }
             }
         };

@@ -1,15 +1,15 @@
 //! What earlier zero-config rounds learnt about the keyspace, so that a
-//! round makes one SCAN pass over it instead of four (docs/presets.md,
-//! "What does zero config cost Redis?").
+//! round asks `TYPE` of the few names it has not seen instead of all
+//! (docs/presets.md, "What does zero config cost Redis?").
 //!
-//! A round must tell the list, zset and stream keys among all names. Asked
-//! of Redis directly, that is one typed SCAN pass per type, each costing
-//! Redis about as much as the untyped pass the library marks need (Redis
-//! visits every key whatever the filter). Instead, a round remembers which
-//! names were of no queue type (strings, hashes, sets...): the next round
-//! makes the untyped pass alone, skips the names it remembers, and asks
-//! `TYPE` of the rest: the names it has not seen, and the queue keys (a
-//! queue key may have become something else since).
+//! A round must tell the list, zset and stream keys among all names. A
+//! full round makes one untyped SCAN pass and asks `TYPE` of every name,
+//! which costs Redis about a second pass (one typed SCAN pass per type
+//! would cost three). It remembers which names were of no queue type
+//! (strings, hashes, sets...): the next round makes the untyped pass
+//! alone, skips the names it remembers, and asks `TYPE` of the rest: the
+//! names it has not seen, and the queue keys (a queue key may have become
+//! something else since).
 //!
 //! Names are held as 64-bit keyed hashes in a sorted vector: 8 bytes per
 //! name, 8 MB at a million keys, not the names themselves.
@@ -18,16 +18,17 @@
 //! becomes a queue key without being absent from a round in between
 //! (deleted and re-created as a list within one `discovery_interval`), or
 //! a new name whose hash equals a remembered one (about 1 in 10¹³ at a
-//! million keys). So a round is a full one again (the typed passes, which
-//! remember afresh) once [`REFRESH`] has passed, and whenever Redis
-//! refuses a `TYPE` (an ACL without it: the typed passes need only SCAN).
+//! million keys). So a round is a full one again (`TYPE` of every name,
+//! remembering afresh) once [`REFRESH`] has passed. Where Redis refuses
+//! `TYPE` (an ACL without it), every round is a full one by typed passes,
+//! which need only SCAN.
 
 use std::hash::BuildHasher;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-/// How long a full round's knowledge is trusted before the typed passes
-/// run again.
+/// How long a full round's knowledge is trusted before a round asks
+/// `TYPE` of every name again.
 pub const REFRESH: Duration = Duration::from_secs(600);
 
 /// The names of no queue type that the last rounds saw.
@@ -39,8 +40,8 @@ pub struct Remembered {
     others: Vec<u64>,
     /// When the last full round ran.
     full_at: Instant,
-    /// Redis refused a steady round's `TYPE` (`NOPERM`): every round is a
-    /// full one, whose typed passes need only `SCAN`.
+    /// Redis refused `TYPE` (`NOPERM`): every round is a full one by typed
+    /// passes, which need only `SCAN`.
     type_refused: bool,
 }
 
@@ -49,6 +50,11 @@ impl Remembered {
     /// passes, at `now`.
     pub fn fresh(&self, now: Instant) -> bool {
         !self.type_refused && now.saturating_duration_since(self.full_at) < REFRESH
+    }
+
+    /// Whether Redis refused `TYPE`, so every round makes the typed passes.
+    pub fn type_refused(&self) -> bool {
+        self.type_refused
     }
 
     /// The hash a name is remembered by.

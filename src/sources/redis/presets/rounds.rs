@@ -1,15 +1,18 @@
 //! Zero config's discovery rounds: the I/O around the pure recognition
-//! in [`recognise`](super::recognise). A full round (the typed passes
-//! beside the marks pass) at first and every
-//! [`REFRESH`](super::remembered::REFRESH); between, a remembered round of
-//! one pass ([`remembered`](super::remembered)); with `plain_keys: false`,
-//! the libraries alone in one pass. Then the marks' reads, the recognition,
+//! in [`recognise`](super::recognise). Every round makes one untyped SCAN
+//! pass and asks `TYPE` of the names it does not know: at first and every
+//! [`REFRESH`](super::remembered::REFRESH) a full round, which knows no
+//! name and so asks it of every one, page by page; between, a remembered
+//! round, which skips the names of no queue type the last round saw
+//! ([`remembered`](super::remembered)). Where Redis refuses `TYPE`, a full
+//! round makes the typed passes instead. With `plain_keys: false`, the
+//! libraries alone in one pass. Then the marks' reads, the recognition,
 //! and the plain keys left within `max_keys`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
 
-use super::super::commands::{Conn, pipelined, scan_where, type_of};
+use super::super::commands::{Conn, PIPELINE_CHUNK, ScanPages, pipelined, scan_where, type_of};
 use super::super::discovery::{self, Candidate, Candidates, Discovered};
 use super::super::tracked::KeyState;
 use super::recognise::{
@@ -37,14 +40,13 @@ pub struct ZeroConfig {
     pub from_memory: bool,
 }
 
-/// One zero-config discovery round. A full round: the source's typed SCANs
-/// (its one `*` entry, through [`discovery::find`]) beside one untyped SCAN
-/// for the names that may mark a library, which also remembers the names
-/// of no queue type. A steady round, while `remembered` is fresh: the
-/// untyped SCAN alone, then `TYPE` of the names it does not remember
-/// ([`remembered`](super::remembered)). Then one pipeline reading the
-/// marks, then the recognition and the plain keys left, within `max_keys`
-/// (library units first: they are what the user came for).
+/// One zero-config discovery round: one untyped SCAN pass, keeping the
+/// names that may mark a library, and `TYPE` of the names `remembered`
+/// does not hold (all of them in a full round: no memory, or memory older
+/// than [`REFRESH`](super::remembered::REFRESH)); where `TYPE` is refused,
+/// the typed passes. Then one pipeline reading the marks, then the
+/// recognition and the plain keys left, within `max_keys` (library units
+/// first: they are what the user came for).
 pub async fn discover(
     conn: &mut Conn,
     config: &RedisSourceConfig,
@@ -54,16 +56,19 @@ pub async fn discover(
     if !config.plain_keys {
         return libraries_only(conn, config).await;
     }
-    let steady = match remembered.filter(|r| r.fresh(Instant::now())) {
-        Some(r) => steady_round(conn, config, known, &r).await?,
-        None => Steady::Full {
-            type_refused: false,
-        },
+    let (round, with_memory) = match remembered {
+        Some(r) if r.type_refused() => (OnePass::Refused { type_refused: true }, false),
+        Some(r) if r.fresh(Instant::now()) => {
+            (one_pass_round(conn, config, known, Some(&r)).await?, true)
+        }
+        _ => (one_pass_round(conn, config, known, None).await?, false),
     };
-    let from_memory = matches!(steady, Steady::Done(..));
-    let (mut found, mut marks, remembered) = match steady {
-        Steady::Done(done) => *done,
-        Steady::Full { type_refused } => full_round(conn, config, known, type_refused).await?,
+    let from_memory = with_memory && matches!(round, OnePass::Done(..));
+    let (mut found, mut marks, remembered) = match round {
+        OnePass::Done(done) => *done,
+        OnePass::Refused { type_refused } => {
+            typed_passes(conn, config, known, type_refused).await?
+        }
     };
     marks.bull_ids = bull_candidates(&found.keys, config.max_keys);
     let seen = read_marks(conn, marks).await?;
@@ -80,21 +85,22 @@ pub async fn discover(
     })
 }
 
-/// A steady round's outcome.
-enum Steady {
+/// A one-pass round's outcome.
+enum OnePass {
     /// The keys found, the marks, and what the round learnt (boxed: the
     /// other variant is a flag).
     Done(Box<(Candidates, Marks, Remembered)>),
-    /// A full round must run instead: `TYPE` was refused or failed.
-    Full {
+    /// `TYPE` was refused or failed: the typed passes must run instead.
+    Refused {
         /// Refused for want of permission, so for every later round too.
         type_refused: bool,
     },
 }
 
-/// The typed passes beside the untyped marks pass, which remembers every
-/// name's hash; those of the keys the typed passes found are left out.
-async fn full_round(
+/// A full round where `TYPE` cannot be asked: the typed passes beside the
+/// untyped marks pass, which remembers every name's hash; those of the
+/// keys the typed passes found are left out.
+async fn typed_passes(
     conn: &mut Conn,
     config: &RedisSourceConfig,
     known: &[(Vec<u8>, usize)],
@@ -111,62 +117,110 @@ async fn full_round(
     Ok((found, marks, remembered))
 }
 
-/// The untyped pass alone, keeping the marks and the names `remembered`
-/// does not hold, then `TYPE` of those (and, in a cluster, of the keys
-/// tracked so far that no node returned: see [`discovery::find`]).
-async fn steady_round(
+/// Names a one-pass round sends `TYPE` at once: four pipelined chunks in
+/// flight, then the next SCAN page. Also what it holds of the keyspace at
+/// most, beside the queue keys found.
+const TYPE_BATCH: usize = 4 * PIPELINE_CHUNK;
+
+/// One untyped pass, keeping the marks, and `TYPE` of the names (marks
+/// too) `memory` does not hold, a batch at a time as the pages arrive (and, in a
+/// cluster, of the keys tracked so far that no node returned: see
+/// [`discovery::find`]). With no memory (a full round) that is every name.
+async fn one_pass_round(
     conn: &Conn,
     config: &RedisSourceConfig,
     known: &[(Vec<u8>, usize)],
-    remembered: &Remembered,
-) -> redis::RedisResult<Steady> {
-    let learner = remembered.steady();
-    let keep = |k: &[u8]| {
-        if is_mark(k) {
-            return true;
-        }
-        let h = remembered.hash(k);
-        if remembered.holds(h) {
-            learner.other(h);
-            return false;
-        }
-        true
+    memory: Option<&Remembered>,
+) -> redis::RedisResult<OnePass> {
+    let learner = memory.map_or_else(|| Remembered::full(false), Remembered::steady);
+    let mut typing = Typing {
+        conn,
+        queue_types: config.queues.first().and_then(|q| q.types.as_deref()),
+        learner: &learner,
+        keys: BTreeMap::new(),
     };
-    let names = scan_where(&mut conn.clone(), b"*", None, config.scan_count, &keep).await?;
-    let (marks, mut unknown): (Vec<_>, Vec<_>) = names.into_iter().partition(|k| is_mark(k));
+    let (mut marks, mut unknown) = (Vec::new(), Vec::new());
+    let mut pages = ScanPages::new(conn, b"*", None, config.scan_count).await?;
+    while let Some(page) = pages.next_page().await? {
+        for k in page {
+            // A mark's name may also be a queue key's (a list named
+            // `_kombu.binding.x` is a plain list): it is typed as any name.
+            if is_mark(&k) {
+                marks.push(k.clone());
+            }
+            if let Some(m) = memory {
+                let h = m.hash(&k);
+                if m.holds(h) {
+                    learner.other(h);
+                    continue;
+                }
+            }
+            unknown.push(k);
+        }
+        if unknown.len() >= TYPE_BATCH
+            && let Some(refused) = typing.sort(std::mem::take(&mut unknown)).await?
+        {
+            return Ok(refused);
+        }
+    }
     if conn.is_cluster() {
         unknown.extend(known.iter().map(|(k, _)| k.clone()));
         unknown.sort_unstable();
         unknown.dedup();
     }
-    let states = discovery_types(conn, &unknown).await?;
-    let queue_types = config.queues.first().and_then(|q| q.types.as_deref());
-    let mut keys = BTreeMap::new();
-    for (k, state) in unknown.into_iter().zip(states) {
-        match state {
-            KeyState::Typed(t) if queue_types.is_none_or(|ts| ts.contains(&t)) => {
-                let c = Candidate {
-                    spec: 0,
-                    exact: false,
-                    state,
-                };
-                keys.insert(k, c);
-            }
-            KeyState::Missing => {}
-            KeyState::Unknown(reason) => {
-                return Ok(Steady::Full {
-                    type_refused: reason == crate::snapshot::Reason::Auth,
-                });
-            }
-            KeyState::Typed(_) | KeyState::Unsupported(_) => learner.others([k.as_slice()]),
-        }
+    if let Some(refused) = typing.sort(unknown).await? {
+        return Ok(refused);
     }
+    let keys = typing.keys;
     let remembered = learner.finish(std::iter::empty());
-    Ok(Steady::Done(Box::new((
+    marks.sort_unstable();
+    marks.dedup();
+    Ok(OnePass::Done(Box::new((
         Candidates::of_pattern_keys(keys),
         marks_of(marks, Vec::new()),
         remembered,
     ))))
+}
+
+/// Sorts names by their `TYPE` for a one-pass round: the queue keys kept,
+/// the rest learnt as no queue.
+struct Typing<'a> {
+    conn: &'a Conn,
+    /// The `types:` of the source's `*` entry, if it names them.
+    queue_types: Option<&'a [KeyType]>,
+    learner: &'a Learner,
+    /// The queue keys found so far.
+    keys: BTreeMap<Vec<u8>, Candidate>,
+}
+
+impl Typing<'_> {
+    /// Asks `TYPE` of `names` and sorts them; `Some` when Redis refused or
+    /// failed it, so the round must run the typed passes instead.
+    async fn sort(&mut self, names: Vec<Vec<u8>>) -> redis::RedisResult<Option<OnePass>> {
+        let states = discovery_types(self.conn, &names).await?;
+        let mut others = Vec::new();
+        for (k, state) in names.iter().zip(states) {
+            match state {
+                KeyState::Typed(t) if self.queue_types.is_none_or(|ts| ts.contains(&t)) => {
+                    let c = Candidate {
+                        spec: 0,
+                        exact: false,
+                        state,
+                    };
+                    self.keys.insert(k.clone(), c);
+                }
+                KeyState::Missing => {}
+                KeyState::Unknown(reason) => {
+                    return Ok(Some(OnePass::Refused {
+                        type_refused: reason == crate::snapshot::Reason::Auth,
+                    }));
+                }
+                KeyState::Typed(_) | KeyState::Unsupported(_) => others.push(k.as_slice()),
+            }
+        }
+        self.learner.others(others);
+        Ok(None)
+    }
 }
 
 /// Zero config with `plain_keys: false`: the libraries alone, in ONE SCAN
@@ -237,7 +291,8 @@ async fn discovery_types(conn: &Conn, keys: &[Vec<u8>]) -> redis::RedisResult<Ve
 /// pass for hashes and another for sets, since the read each name gets
 /// (`HMGET`, `SMEMBERS`) tells its type anyway. `evidence`: also keep the
 /// names [`is_evidence`] accepts (libraries only, with no typed passes).
-/// `learner`: note every other name (a full round; see [`full_round`]).
+/// `learner`: note every other name (a full round by typed passes; see
+/// [`typed_passes`]).
 async fn scan_marks(
     conn: &Conn,
     count: u32,
@@ -273,11 +328,4 @@ async fn read_marks(conn: &Conn, marks: Marks) -> redis::RedisResult<Seen> {
     }
     let replies = pipelined(conn, cmds).await?;
     Ok(seen(marks, &replies))
-}
-
-/// SCAN passes a zero-config round makes over the keyspace: its plain
-/// keys' three types, and the names that may mark a library; with
-/// `plain_keys: false`, the last alone.
-pub fn passes(config: &RedisSourceConfig) -> u64 {
-    if config.plain_keys { 4 } else { 1 }
 }
