@@ -1446,6 +1446,10 @@ class Bench:
         passes = {"untyped": (), "MATCH *:meta": ("MATCH", "*:meta"),
                   "TYPE list": ("TYPE", "list"), "TYPE zset": ("TYPE", "zset")}
         pass_ms = {k: [] for k in passes}
+        # What zero config's full round adds to its untyped pass: `TYPE` of
+        # every name, pipelined a page at a time.
+        every_type = "`TYPE` of every name (pipelined, beside an untyped pass)"
+        pass_ms[every_type] = []
         a.cmd("SELECT", db)
         for _ in range(p["runs"]):
             for label, extra in passes.items():
@@ -1456,6 +1460,18 @@ class Bench:
                     if cursor in (b"0", "0", 0):
                         break
                 pass_ms[label].append(total(stats_delta(cs0, a.commandstats()))[1] / 1000)
+            type_usec, cursor = 0, b"0"
+            while True:
+                cursor, names = a.cmd("SCAN", cursor, "COUNT", 1000)
+                cs0 = a.commandstats()
+                a.sock.sendall(b"".join(resp("TYPE", n.encode(errors="surrogateescape"))
+                                        for n in names))
+                for _ in names:
+                    a._reply()
+                type_usec += stats_delta(cs0, a.commandstats()).get("type", (0, 0))[1]
+                if cursor in (b"0", "0", 0):
+                    break
+            pass_ms[every_type].append(type_usec / 1000)
         a.cmd("SELECT", 0)
         for label, ms in pass_ms.items():
             log(f"  one SCAN pass, {label}: {statistics.median(ms):.0f} ms of Redis CPU")
@@ -2327,9 +2343,10 @@ def report_zero(zero):
                    "commandstats), by filter — the cost of a pass whatever it filters, since "
                    "Redis visits every key and a filter only drops names from the reply: "
                    + "; ".join(f"{k} {fmt3(spread(v))}" for k, v in zero["pass_ms"].items())
-                   + ". A round reporting plain keys of three types makes three typed passes "
-                   "and the marks pass; the presets make one (`MATCH *:meta`); `plain_keys: "
-                   "false` makes one (untyped).")
+                   + ". Zero config's full round (the first, and one every 10 minutes) makes "
+                   "the untyped pass and `TYPE` of every name; a later round the untyped pass "
+                   "and `TYPE` of the names it does not remember; the presets make one pass "
+                   "(`MATCH *:meta`); `plain_keys: false` makes one (untyped).")
     out.append("")
     out.append("| config | discovery round: Redis CPU (commandstats) | its commands | first poll: "
                "Redis CPU | `once`: Redis CPU (`INFO cpu`) | `once` | steady poll: Redis CPU "
