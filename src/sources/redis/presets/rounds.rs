@@ -123,9 +123,10 @@ async fn typed_passes(
 const TYPE_BATCH: usize = 4 * PIPELINE_CHUNK;
 
 /// One untyped pass, keeping the marks, and `TYPE` of the names (marks
-/// too) `memory` does not hold, a batch at a time as the pages arrive (and, in a
-/// cluster, of the keys tracked so far that no node returned: see
-/// [`discovery::find`]). With no memory (a full round) that is every name.
+/// too) `memory` does not hold, a batch at a time as the pages arrive
+/// (and, in a cluster, of the keys tracked so far that no node returned:
+/// see [`discovery::find`]). With no memory (a full round) that is every
+/// name.
 async fn one_pass_round(
     conn: &Conn,
     config: &RedisSourceConfig,
