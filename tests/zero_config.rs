@@ -1007,3 +1007,62 @@ async fn bullmq_and_a_paused_bull_queue_at_one_prefix_are_each_reported_once() {
     );
     app.stop().await;
 }
+
+#[test]
+fn discover_shows_its_progress_on_stderr_and_prints_the_config_on_stdout() {
+    // 100,000 strings and one plain list, scanned ten keys a call: a round
+    // of a few seconds, so a progress line (one a second) must show.
+    let redis = RedisServer::start();
+    let mut conn = redis.conn();
+    for chunk in 0..10 {
+        let mut strings = redis::pipe();
+        for i in 0..10_000 {
+            strings
+                .cmd("SET")
+                .arg(format!("cache:{chunk}:{i}"))
+                .arg("v")
+                .ignore();
+        }
+        strings.query::<()>(&mut conn).unwrap();
+    }
+    rcmd(&mut conn, &["RPUSH", "jobs", "a"]);
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write_file(
+        &dir,
+        "c.yaml",
+        &format!(
+            "sources:\n  - name: main\n    type: redis\n    url: {}\n    scan_count: 10\n",
+            redis.url
+        ),
+    );
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_queue-exporter"))
+        .args([
+            "discover",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--source",
+            "main",
+        ])
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    let yaml = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    // `discover: scanned ~N of 100001 keys (P%)`, N never past the total.
+    let lines: Vec<&str> = err
+        .lines()
+        .filter(|l| l.starts_with("discover: scanned ~"))
+        .collect();
+    assert!(!lines.is_empty(), "no progress line: {err}");
+    for line in &lines {
+        let rest = line.trim_start_matches("discover: scanned ~");
+        let (n, total) = rest.split_once(" of ").expect("N of total");
+        let n: u64 = n.parse().expect("a count");
+        assert!(total.starts_with("100001 keys ("), "{line}");
+        assert!(n <= 100_001, "{line}");
+    }
+    // stdout is the config alone.
+    assert!(!yaml.contains("scanned"), "{yaml}");
+    assert!(yaml.contains("key: \"jobs\""), "{yaml}");
+}

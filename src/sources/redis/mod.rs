@@ -376,10 +376,9 @@ impl RedisSource {
                 r = &mut round => break r.map_err(|e| self.map_error(e))?,
                 _ = tick.tick() => {
                     let now = commands::SCANNED.load(std::sync::atomic::Ordering::Relaxed);
-                    // One pass; more only where `TYPE` is refused (the
-                    // typed passes), which the count stops at the end of.
-                    let scanned = now.saturating_sub(start);
-                    progress(dbsize.map_or(scanned, |d| scanned.min(d)), dbsize);
+                    // One pass, or more where `TYPE` is refused (the typed
+                    // passes): `progress` shows no more than `dbsize`.
+                    progress(now.saturating_sub(start), dbsize);
                 }
             }
         };
