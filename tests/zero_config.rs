@@ -583,15 +583,22 @@ fn once_both_ways(redis: &RedisServer) -> (Once, Once) {
 
 /// 3,000 strings, so that a pass over the keyspace takes many SCAN calls.
 fn write_strings(conn: &mut redis::Connection) {
-    let mut strings = redis::pipe();
-    for i in 0..3000 {
-        strings
-            .cmd("SET")
-            .arg(format!("cache:{i}"))
-            .arg("v")
-            .ignore();
+    write_n_strings(conn, 3000);
+}
+
+/// `n` string keys `cache:<i>`, in pipelines of 10,000.
+fn write_n_strings(conn: &mut redis::Connection, n: usize) {
+    for start in (0..n).step_by(10_000) {
+        let mut strings = redis::pipe();
+        for i in start..n.min(start + 10_000) {
+            strings
+                .cmd("SET")
+                .arg(format!("cache:{i}"))
+                .arg("v")
+                .ignore();
+        }
+        strings.query::<()>(conn).unwrap();
     }
-    strings.query::<()>(conn).unwrap();
 }
 
 /// The series with a `preset` label, and those without.
@@ -1014,17 +1021,7 @@ fn discover_shows_its_progress_on_stderr_and_prints_the_config_on_stdout() {
     // of a few seconds, so a progress line (one a second) must show.
     let redis = RedisServer::start();
     let mut conn = redis.conn();
-    for chunk in 0..10 {
-        let mut strings = redis::pipe();
-        for i in 0..10_000 {
-            strings
-                .cmd("SET")
-                .arg(format!("cache:{chunk}:{i}"))
-                .arg("v")
-                .ignore();
-        }
-        strings.query::<()>(&mut conn).unwrap();
-    }
+    write_n_strings(&mut conn, 100_000);
     rcmd(&mut conn, &["RPUSH", "jobs", "a"]);
     let dir = tempfile::tempdir().unwrap();
     let cfg = write_file(

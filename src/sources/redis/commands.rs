@@ -48,7 +48,7 @@ impl Conn {
 /// Commands per pipelined round trip.
 pub const PIPELINE_CHUNK: usize = 1000;
 /// Pipelined round trips in flight at once on the multiplexed connection.
-const PIPELINES_IN_FLIGHT: usize = 4;
+pub const PIPELINES_IN_FLIGHT: usize = 4;
 
 /// Sends `cmds` in pipelined chunks (several in flight) and returns one reply
 /// per command, in order. Error replies come back as `Value::ServerError`.

@@ -12,7 +12,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
 
-use super::super::commands::{Conn, PIPELINE_CHUNK, ScanPages, pipelined, scan_where, type_of};
+use super::super::commands::{
+    Conn, PIPELINE_CHUNK, PIPELINES_IN_FLIGHT, ScanPages, pipelined, scan_where, type_of,
+};
 use super::super::discovery::{self, Candidate, Candidates, Discovered};
 use super::super::tracked::KeyState;
 use super::recognise::{
@@ -117,10 +119,10 @@ async fn typed_passes(
     Ok((found, marks, remembered))
 }
 
-/// Names a one-pass round sends `TYPE` at once: four pipelined chunks in
-/// flight, then the next SCAN page. Also what it holds of the keyspace at
-/// most, beside the queue keys found.
-const TYPE_BATCH: usize = 4 * PIPELINE_CHUNK;
+/// Names a one-pass round sends `TYPE` at once: the pipelined chunks
+/// [`pipelined`] keeps in flight, then the next SCAN page. Also what it
+/// holds of the keyspace at most, beside the queue keys found.
+const TYPE_BATCH: usize = PIPELINES_IN_FLIGHT * PIPELINE_CHUNK;
 
 /// One untyped pass, keeping the marks, and `TYPE` of the names (marks
 /// too) `memory` does not hold, a batch at a time as the pages arrive
