@@ -268,12 +268,8 @@ pub async fn type_of(conn: &Conn, keys: &[Vec<u8>]) -> redis::RedisResult<Vec<Ke
 /// type name) leaves the type unknown: before, it read as `none`, so a
 /// refused `TYPE` made a key missing (an empty queue) or dropped it.
 pub fn key_state(v: &Value) -> KeyState {
-    if let Value::ServerError(e) = v {
-        return KeyState::Unknown(if super::is_auth_error_code(e.code()) {
-            Reason::Auth
-        } else {
-            Reason::Backend
-        });
+    if let Some(reason) = reply::refusal(v) {
+        return KeyState::Unknown(reason);
     }
     match reply::as_str(v) {
         Some("none") => KeyState::Missing,

@@ -195,12 +195,22 @@ impl RedisSource {
             true => self.discovery.finished.remembered += 1,
             false => self.discovery.finished.full += 1,
         }
-        let refused = discovery::adopt(
+        let mut refused = discovery::adopt(
             found.plain,
             &self.config,
             &mut self.tracked,
             &mut self.dropped,
         );
+        refused.extend(found.left_out.unread.iter().copied());
+        if found.left_out != self.discovery.left_out && !found.left_out.unread.is_empty() {
+            tracing::warn!(
+                source = %self.config.name,
+                marks = found.left_out.unread.len(),
+                keys = found.left_out.keys,
+                "Redis refused reading some queue libraries' marks (a BullMQ meta hash, a registry set, a kombu binding); the queues and keys they may own are reported neither as the library's nor as plain keys"
+            );
+        }
+        self.discovery.left_out = found.left_out;
         // One `max_keys` budget per source: key and pattern entries first,
         // then the presets' logical queues.
         let budget = self.config.max_keys.saturating_sub(self.tracked.len());
@@ -216,7 +226,11 @@ impl RedisSource {
     /// and whenever it changes (not every round).
     fn log_picture(&mut self) {
         let plain = presets::picture::plain_counts(self.tracked.iter().map(|k| &k.state));
-        let picture = presets::picture::picture(&self.presets.queue_counts(), &plain);
+        let picture = presets::picture::picture(
+            &self.presets.queue_counts(),
+            &plain,
+            &self.discovery.left_out,
+        );
         if self.discovery.picture.as_deref() != Some(picture.as_str()) {
             tracing::info!(source = %self.config.name, "{picture}");
             self.discovery.picture = Some(picture);
@@ -398,7 +412,7 @@ impl RedisSource {
             .iter()
             .map(|(s, u)| (&s.preset, presets::queue_names(u).len()))
             .collect();
-        let picture = presets::picture::picture(&counts, &plain_types);
+        let picture = presets::picture::picture(&counts, &plain_types, &zero.left_out);
         let entries = zero
             .entries
             .into_iter()
@@ -474,6 +488,8 @@ struct Rounds {
     remembered: Option<presets::remembered::Remembered>,
     /// Rounds finished so far, by kind (`queue_exporter_discovery_rounds`).
     finished: crate::snapshot::DiscoveryRounds,
+    /// What the last round could not tell (logged when it changes).
+    left_out: presets::picture::LeftOut,
 }
 
 impl Rounds {
@@ -517,17 +533,22 @@ impl DiscoveryTask {
                     recognised: Some(specs),
                     remembered: zero.remembered,
                     from_memory: zero.from_memory,
+                    left_out: zero.left_out,
                 });
             }
             let plain = discovery::discover(&mut conn, &config, &known).await?;
-            let presets =
+            let registries =
                 presets::registries(&config.presets, &mut conn, config.scan_count).await?;
             Ok(Found {
                 plain,
-                presets,
+                presets: registries.units,
                 recognised: None,
                 remembered: None,
                 from_memory: false,
+                left_out: presets::picture::LeftOut {
+                    unread: registries.refused,
+                    keys: 0,
+                },
             })
         };
         let handle = tokio::spawn(async move {
@@ -561,6 +582,8 @@ struct Found {
     remembered: Option<presets::remembered::Remembered>,
     /// Zero config: the round relied on what earlier rounds learnt.
     from_memory: bool,
+    /// What the round could not tell for want of reading a library's mark.
+    left_out: presets::picture::LeftOut,
 }
 
 /// Why a discovery round ended without an outcome.

@@ -2,6 +2,8 @@
 
 use redis::Value;
 
+use crate::snapshot::Reason;
+
 /// An integer reply (or a numeric string).
 pub fn as_u64(v: &Value) -> Option<u64> {
     match v {
@@ -99,6 +101,19 @@ pub fn first_member_len(v: &Value) -> Option<usize> {
 /// True for a `WRONGTYPE` error reply.
 pub fn is_wrongtype(v: &Value) -> bool {
     matches!(v, Value::ServerError(e) if e.code() == "WRONGTYPE")
+}
+
+/// Why a read got no answer, for an error reply other than `WRONGTYPE`
+/// (which does answer: the key has another type): `NOPERM` and the other
+/// permission errors are [`Reason::Auth`], any other error
+/// [`Reason::Backend`]. `None` for a reply that is not an error.
+pub fn refusal(v: &Value) -> Option<Reason> {
+    match v {
+        Value::ServerError(e) if e.code() == "WRONGTYPE" => None,
+        Value::ServerError(e) if super::is_auth_error_code(e.code()) => Some(Reason::Auth),
+        Value::ServerError(_) => Some(Reason::Backend),
+        _ => None,
+    }
 }
 
 /// The error reply's text, if this is one.

@@ -9,7 +9,7 @@
 use redis::Value;
 
 use super::{Follow, Stage, count, key, preset_sample, set_state, sum};
-use crate::snapshot::{Counters, JobState, PresetKind, QueueSample};
+use crate::snapshot::{Counters, JobState, PresetKind, QueueSample, Reason};
 use crate::time::TimeUnit;
 
 /// `<prefix>:<q>:<name>` (Bull's keys too).
@@ -36,13 +36,17 @@ pub fn marks_cmd(meta: &[u8]) -> redis::Cmd {
 }
 
 /// Whether a reply to [`marks_cmd`] shows BullMQ's marks: a `version`
-/// starting `bullmq:`, or an `opts.maxLenEvents`. A refused or unreadable
-/// reply (`WRONGTYPE`) shows none.
-pub fn has_marks(reply: &Value) -> bool {
+/// starting `bullmq:`, or an `opts.maxLenEvents`. A key of another type
+/// (`WRONGTYPE`) shows none; a read Redis refused or failed (`NOPERM`)
+/// tells nothing, so whose queue it is stays unknown (`Err`).
+pub fn has_marks(reply: &Value) -> Result<bool, Reason> {
+    if let Some(reason) = super::reply::refusal(reply) {
+        return Err(reason);
+    }
     let fields = super::reply::as_array(reply).unwrap_or(&[]);
     let version = fields.first().and_then(super::reply::as_bytes);
     let max_len = fields.get(1).and_then(super::reply::as_bytes);
-    version.is_some_and(|v| v.starts_with(b"bullmq:")) || max_len.is_some()
+    Ok(version.is_some_and(|v| v.starts_with(b"bullmq:")) || max_len.is_some())
 }
 
 /// Entries at the tail of `wait` read for the oldest job: legacy `0:<n>`

@@ -6,7 +6,18 @@ use std::collections::BTreeMap;
 
 use super::super::tracked::KeyState;
 use crate::config::{KeyType, Preset, default_prefix};
-use crate::snapshot::PresetKind;
+use crate::snapshot::{PresetKind, Reason};
+
+/// What a round could not tell because Redis refused or failed reading a
+/// library's mark (`NOPERM` on a `meta` hash or a registry): the keys that
+/// mark may own are reported neither as the library's nor as plain keys.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LeftOut {
+    /// One reason per mark Redis would not let the round read.
+    pub unread: Vec<Reason>,
+    /// The keys those marks may own, left out.
+    pub keys: usize,
+}
 
 /// The library's name as its users write it, for the log line.
 pub fn library(kind: PresetKind) -> &'static str {
@@ -41,8 +52,13 @@ fn plural(n: usize, thing: &str) -> String {
 
 /// The log line of what zero config sees: "recognised 3 BullMQ queues
 /// (prefixes bull, myapp), 2 RQ queues; 1 plain list" (pure). `plain` counts
-/// the plain keys by type.
-pub fn picture(entries: &[(&Preset, usize)], plain: &BTreeMap<KeyType, usize>) -> String {
+/// the plain keys by type; `left_out`, what the round could not tell, is
+/// said last when there is any.
+pub fn picture(
+    entries: &[(&Preset, usize)],
+    plain: &BTreeMap<KeyType, usize>,
+    left_out: &LeftOut,
+) -> String {
     let mut by_kind: BTreeMap<PresetKind, (usize, Vec<&str>)> = BTreeMap::new();
     for (preset, queues) in entries {
         let e = by_kind.entry(preset.kind()).or_default();
@@ -78,7 +94,15 @@ pub fn picture(entries: &[(&Preset, usize)], plain: &BTreeMap<KeyType, usize>) -
     } else {
         keys.join(", ")
     };
-    format!("recognised {libs}; {keys}")
+    let mut line = format!("recognised {libs}; {keys}");
+    if !left_out.unread.is_empty() {
+        line.push_str(&format!(
+            "; {} left out: Redis refused reading {}",
+            plural(left_out.keys, "key"),
+            plural(left_out.unread.len(), "library mark")
+        ));
+    }
+    line
 }
 
 #[cfg(test)]
@@ -100,12 +124,25 @@ mod tests {
         );
         let plain = BTreeMap::from([(KeyType::List, 1)]);
         assert_eq!(
-            picture(&[(&a, 2), (&b, 1), (&rq, 2)], &plain),
+            picture(&[(&a, 2), (&b, 1), (&rq, 2)], &plain, &LeftOut::default()),
             "recognised 3 BullMQ queues (prefixes bull, myapp), 2 RQ queues; 1 plain list"
         );
         assert_eq!(
-            picture(&[], &BTreeMap::new()),
+            picture(&[], &BTreeMap::new(), &LeftOut::default()),
             "recognised no queue library; no plain key"
+        );
+    }
+
+    #[test]
+    fn the_picture_says_what_an_unread_mark_left_out() {
+        let left_out = LeftOut {
+            unread: vec![Reason::Auth; 2],
+            keys: 7,
+        };
+        assert_eq!(
+            picture(&[], &BTreeMap::from([(KeyType::Zset, 2)]), &left_out),
+            "recognised no queue library; 2 plain zsets; 7 keys left out: \
+             Redis refused reading 2 library marks"
         );
     }
 }

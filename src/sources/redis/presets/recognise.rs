@@ -47,7 +47,7 @@ use crate::config::{
     CELERY_PRIORITY_STEPS, CELERY_SEP, CELERY_VISIBILITY_TIMEOUT, DEFAULT_STALLED_CHECK_LIMIT,
     KeyType, Preset, PresetSpec, default_prefix,
 };
-use crate::snapshot::PresetKind;
+use crate::snapshot::{PresetKind, Reason};
 
 /// The name part of kombu's binding tables.
 const BINDING: &[u8] = b"_kombu.binding.";
@@ -209,15 +209,54 @@ pub struct Seen {
     bullmq: BTreeSet<Vec<u8>>,
     /// `id` keys that hold an integer (Bull's job counter).
     pub(super) bull_ids: BTreeSet<Vec<u8>>,
+    /// Marks whose read Redis refused or failed (`NOPERM`...), with why:
+    /// whose keys those beside them are is unknown ([`withheld`]).
+    pub(super) unread: BTreeMap<Vec<u8>, Reason>,
 }
 
-/// Pairs the marks with their replies (pure). A refused or unreadable
-/// reply, such as `WRONGTYPE` from a key of another type, marks nothing.
+impl Seen {
+    /// Adds what a later read of more marks saw.
+    pub(super) fn extend(&mut self, more: Seen) {
+        self.sets.extend(more.sets);
+        self.bullmq.extend(more.bullmq);
+        self.bull_ids.extend(more.bull_ids);
+        self.unread.extend(more.unread);
+    }
+}
+
+/// Pairs the marks with their replies (pure). A key of another type
+/// (`WRONGTYPE`) or a reply of another shape marks nothing; a read Redis
+/// refused or failed is [`Seen::unread`].
 pub(super) fn seen(marks: Marks, replies: &[Value]) -> Seen {
     let (set_replies, rest) = replies.split_at(marks.sets.len().min(replies.len()));
     let (meta_replies, id_replies) = rest.split_at(marks.metas.len().min(rest.len()));
     let mut out = Seen::default();
-    for (name, v) in marks.sets.into_iter().zip(set_replies) {
+    let mut read = |name: &Vec<u8>, v: &Value| match super::reply::refusal(v) {
+        Some(reason) => {
+            out.unread.insert(name.clone(), reason);
+            false
+        }
+        None => true,
+    };
+    let sets: Vec<_> = marks
+        .sets
+        .into_iter()
+        .zip(set_replies)
+        .filter(|(n, v)| read(n, v))
+        .collect();
+    let metas: Vec<_> = marks
+        .metas
+        .into_iter()
+        .zip(meta_replies)
+        .filter(|(n, v)| read(n, v))
+        .collect();
+    let ids: Vec<_> = marks
+        .bull_ids
+        .into_iter()
+        .zip(id_replies)
+        .filter(|(n, v)| read(n, v))
+        .collect();
+    for (name, v) in sets {
         if let Some(items) = super::reply::as_array(v) {
             let members = items
                 .iter()
@@ -227,12 +266,12 @@ pub(super) fn seen(marks: Marks, replies: &[Value]) -> Seen {
             out.sets.insert(name, members);
         }
     }
-    for (meta, v) in marks.metas.into_iter().zip(meta_replies) {
-        if bullmq::has_marks(v) {
+    for (meta, v) in metas {
+        if bullmq::has_marks(v) == Ok(true) {
             out.bullmq.insert(meta);
         }
     }
-    for (id, v) in marks.bull_ids.into_iter().zip(id_replies) {
+    for (id, v) in ids {
         if super::reply::as_u64(v).is_some() {
             out.bull_ids.insert(id);
         }
@@ -247,6 +286,9 @@ pub struct Recognition {
     pub entries: Vec<(PresetSpec, Vec<Unit>)>,
     /// Keys the entries own: never reported as plain keys.
     pub consumed: BTreeSet<Vec<u8>>,
+    /// Keys a mark Redis would not let us read may own: whose they are is
+    /// unknown, so they are reported neither as a library's nor as plain.
+    pub withheld: BTreeSet<Vec<u8>>,
 }
 
 /// The prefix of a registry set's name: `""` for `queues`, `<p>` for
@@ -358,7 +400,9 @@ pub fn recognise(seen: &Seen, found: &Candidates) -> Recognition {
         let Some(base) = id.strip_suffix(b":id") else {
             continue;
         };
-        if seen.bullmq.contains(&key(&[base, b":meta"])) {
+        // BullMQ's, or unknown: its `meta` could not be read.
+        let meta = key(&[base, b":meta"]);
+        if seen.bullmq.contains(&meta) || seen.unread.contains_key(&meta) {
             continue;
         }
         if let Some((prefix, name)) = bull::queue_of_part(id) {
@@ -393,7 +437,50 @@ pub fn recognise(seen: &Seen, found: &Candidates) -> Recognition {
     }
     entries.sort_by_key(|(s, _)| s.preset.kind());
     let consumed = consumed(&entries, keys);
-    Recognition { entries, consumed }
+    let mut withheld = withheld(&seen.unread, keys);
+    withheld.retain(|k| !consumed.contains(k));
+    Recognition {
+        entries,
+        consumed,
+        withheld,
+    }
+}
+
+/// The keys found that the `unread` marks may own (pure): under
+/// `<prefix>:<name>:` for a `meta` hash or Bull `id` (every key of that
+/// BullMQ or Bull queue); under `<p>:` for a `<p>:queues` registry (RQ's,
+/// asynq's or a Sidekiq namespace's keys), Sidekiq's own keys for
+/// `queues`; for a kombu binding table, every list under its
+/// `global_keyprefix` and kombu's `unacked_index` (any list may be a
+/// Celery queue of that exchange).
+fn withheld(
+    unread: &BTreeMap<Vec<u8>, Reason>,
+    keys: &BTreeMap<Vec<u8>, Candidate>,
+) -> BTreeSet<Vec<u8>> {
+    let mut owned = BTreeSet::new();
+    for mark in unread.keys() {
+        if let Some(base) = mark
+            .strip_suffix(b":meta")
+            .or_else(|| mark.strip_suffix(b":id"))
+        {
+            owned.extend(under(keys, &key(&[base, b":"])).cloned());
+        } else if let Some((prefix, _)) = binding(mark) {
+            let index = key(&[prefix, b"unacked_index"]);
+            owned.extend(
+                under(keys, prefix)
+                    .filter(|k| type_at(keys, k) == Some(KeyType::List) || **k == index)
+                    .cloned(),
+            );
+        } else if mark.as_slice() == b"queues" {
+            owned.extend(under(keys, b"queue:").cloned());
+            for k in [&b"schedule"[..], b"retry", b"dead"] {
+                owned.extend(keys.get_key_value(k).map(|(k, _)| k.clone()));
+            }
+        } else if let Some(prefix) = registry_prefix(mark) {
+            owned.extend(under(keys, &key(&[prefix, b":"])).cloned());
+        }
+    }
+    owned
 }
 
 /// A `- preset:` entry for `preset`, without `counters:`.
@@ -634,7 +721,104 @@ mod tests {
                 .collect(),
             bullmq: bullmq.iter().map(|s| s.as_bytes().to_vec()).collect(),
             bull_ids: BTreeSet::new(),
+            unread: BTreeMap::new(),
         }
+    }
+
+    /// `s` with `marks` unread (refused).
+    fn refused(mut s: Seen, marks: &[&str]) -> Seen {
+        for m in marks {
+            s.unread.insert(m.as_bytes().to_vec(), Reason::Auth);
+        }
+        s
+    }
+
+    fn strings(set: &BTreeSet<Vec<u8>>) -> Vec<String> {
+        set.iter()
+            .map(|k| String::from_utf8_lossy(k).into_owned())
+            .collect()
+    }
+
+    #[test]
+    fn an_unread_meta_withholds_its_queues_keys_and_is_never_taken_for_bull() {
+        let found = keys(&[
+            ("secret:jobs:wait", List),
+            ("secret:jobs:events", Stream),
+            ("secret:jobsx:wait", List),
+            ("plain", List),
+        ]);
+        let mut s = refused(seen(&[], &[]), &["secret:jobs:meta"]);
+        // Bull's `id` beside it is an integer: still not Bull's.
+        s.bull_ids.insert(b"secret:jobs:id".to_vec());
+        let r = recognise(&s, &found);
+        assert!(r.entries.is_empty());
+        assert_eq!(
+            strings(&r.withheld),
+            ["secret:jobs:events", "secret:jobs:wait"]
+        );
+    }
+
+    #[test]
+    fn an_unread_registry_withholds_the_keys_its_library_may_own() {
+        let found = keys(&[
+            ("rq:queue:high", List),
+            ("queue:default", List),
+            ("retry", Zset),
+            ("retry:other", Zset),
+            ("plain", List),
+        ]);
+        let r = recognise(&refused(seen(&[], &[]), &["rq:queues"]), &found);
+        assert_eq!(strings(&r.withheld), ["rq:queue:high"]);
+        let r = recognise(&refused(seen(&[], &[]), &["queues"]), &found);
+        assert_eq!(strings(&r.withheld), ["queue:default", "retry"]);
+    }
+
+    #[test]
+    fn an_unread_kombu_binding_withholds_every_list_under_its_prefix() {
+        let found = keys(&[
+            ("celery", List),
+            ("app:celery", List),
+            ("app:unacked_index", Zset),
+            ("app:events", Stream),
+            ("other", List),
+        ]);
+        let r = recognise(
+            &refused(seen(&[], &[]), &["app:_kombu.binding.celery"]),
+            &found,
+        );
+        assert_eq!(strings(&r.withheld), ["app:celery", "app:unacked_index"]);
+        // A pidbox exchange carries no work: nothing to withhold.
+        let r = recognise(
+            &refused(seen(&[], &[]), &["_kombu.binding.celery.pidbox"]),
+            &found,
+        );
+        assert!(r.withheld.is_empty());
+    }
+
+    #[test]
+    fn a_refused_read_is_unread_and_a_wrongtype_one_marks_nothing() {
+        let reply = |resp: &[u8]| redis::parse_redis_value(resp).unwrap();
+        let marks = Marks {
+            sets: vec![b"queues".to_vec(), b"rq:queues".to_vec()],
+            metas: vec![b"a:q:meta".to_vec(), b"b:q:meta".to_vec()],
+            ..Marks::default()
+        };
+        let replies = [
+            reply(b"-NOPERM this user has no permissions to access one of the keys\r\n"),
+            reply(b"*1\r\n$13\r\nrq:queue:high\r\n"),
+            reply(b"-WRONGTYPE Operation against a key holding the wrong kind of value\r\n"),
+            reply(b"-ERR something else\r\n"),
+        ];
+        let s = super::seen(marks, &replies);
+        assert_eq!(
+            s.unread,
+            BTreeMap::from([
+                (b"b:q:meta".to_vec(), Reason::Backend),
+                (b"queues".to_vec(), Reason::Auth),
+            ])
+        );
+        assert_eq!(s.sets.keys().collect::<Vec<_>>(), [b"rq:queues"]);
+        assert!(s.bullmq.is_empty());
     }
 
     fn names(r: &Recognition) -> Vec<(PresetKind, String, Vec<Unit>)> {

@@ -8,15 +8,27 @@ use super::super::cmd::cmd;
 use super::super::commands::{Conn, pipelined, query, scan};
 use super::{Unit, bull, bullmq, fixed_queues, key, sidekiq};
 use crate::config::{KeyType, Preset, PresetSpec};
+use crate::snapshot::Reason;
+
+/// What the preset entries' registries named.
+#[derive(Debug, Default)]
+pub struct Registries {
+    /// Per entry in config order, its logical queues, sorted.
+    pub units: Vec<Vec<Unit>>,
+    /// One reason per queue left out of every entry because Redis refused
+    /// the read that tells whose it is (a BullMQ `meta` hash at a prefix
+    /// both `bullmq` and `bull` entries read): to be counted, never guessed.
+    pub refused: Vec<Reason>,
+}
 
 /// Reads every preset entry's registry (SMEMBERS, or SCAN with bounded
-/// COUNT): per entry in config order, its logical queues, sorted.
+/// COUNT).
 pub async fn registries(
     specs: &[PresetSpec],
     conn: &mut Conn,
     scan_count: u32,
-) -> redis::RedisResult<Vec<Vec<Unit>>> {
-    let mut found = Vec::with_capacity(specs.len());
+) -> redis::RedisResult<Registries> {
+    let mut found = Registries::default();
     for spec in specs {
         let units = match &spec.preset {
             Preset::Rq { prefix } | Preset::Sidekiq { prefix, .. } | Preset::Asynq { prefix } => {
@@ -39,8 +51,8 @@ pub async fn registries(
                 let bullmq = names
                     .into_iter()
                     .zip(marked)
-                    .filter(|(_, m)| *m)
-                    .map(|(q, _)| Unit::Queue(q));
+                    .filter_map(|(q, m)| taken(m, true, &mut found.refused).then_some(q))
+                    .map(Unit::Queue);
                 sorted(bullmq.collect())
             }
             Preset::Bull { prefix, .. } => {
@@ -58,8 +70,8 @@ pub async fn registries(
                 let bull = names
                     .into_iter()
                     .zip(marked)
-                    .filter(|(_, m)| !*m)
-                    .map(|(q, _)| Unit::Queue(q));
+                    .filter_map(|(q, m)| taken(m, false, &mut found.refused).then_some(q))
+                    .map(Unit::Queue);
                 sorted(bull.collect())
             }
             Preset::PriorityZset { prefix } => {
@@ -80,20 +92,33 @@ pub async fn registries(
             }
             Preset::Celery { .. } | Preset::Rediswq { .. } => fixed_queues(&spec.preset),
         };
-        found.push(units);
+        found.units.push(units);
     }
     Ok(found)
+}
+
+/// Whether an entry that wants queues with (`bullmq`) or without BullMQ's
+/// marks takes a queue whose marks read `marked`. A refused read takes it
+/// in neither: its reason goes to `refused`.
+fn taken(marked: Result<bool, Reason>, bullmq: bool, refused: &mut Vec<Reason>) -> bool {
+    match marked {
+        Ok(m) => m == bullmq,
+        Err(reason) => {
+            refused.push(reason);
+            false
+        }
+    }
 }
 
 /// Whether each queue `<prefix>:<q>:meta` of `names` carries BullMQ's
 /// marks ([`bullmq::has_marks`]), in one pipeline of [`bullmq::marks_cmd`]
 /// (none sent for no names): what tells BullMQ's queues from Bull's at a
-/// prefix both use, as zero config tells them.
+/// prefix both use, as zero config tells them. `Err`: Redis refused the read.
 async fn bullmq_marked(
     conn: &mut Conn,
     prefix: &str,
     names: &[Vec<u8>],
-) -> redis::RedisResult<Vec<bool>> {
+) -> redis::RedisResult<Vec<Result<bool, Reason>>> {
     if names.is_empty() {
         return Ok(Vec::new());
     }

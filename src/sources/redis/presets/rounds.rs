@@ -17,8 +17,10 @@ use super::super::commands::{
 };
 use super::super::discovery::{self, Candidate, Candidates, Discovered};
 use super::super::tracked::KeyState;
+use super::picture::LeftOut;
 use super::recognise::{
-    Marks, Seen, bull_candidates, evidence, is_evidence, is_mark, marks_of, recognise, seen,
+    Marks, Recognition, Seen, bull_candidates, evidence, is_evidence, is_mark, marks_of, recognise,
+    seen,
 };
 use super::remembered::{Learner, Remembered};
 use super::{Unit, bullmq};
@@ -40,6 +42,16 @@ pub struct ZeroConfig {
     pub remembered: Option<Remembered>,
     /// The round relied on what earlier rounds learnt (one SCAN pass).
     pub from_memory: bool,
+    /// What the round could not tell, to be counted and logged.
+    pub left_out: LeftOut,
+}
+
+/// What `seen` could not read, and the keys `recognition` left out for it.
+fn left_out(seen: &Seen, recognition: &Recognition) -> LeftOut {
+    LeftOut {
+        unread: seen.unread.values().copied().collect(),
+        keys: recognition.withheld.len(),
+    }
 }
 
 /// One zero-config discovery round: one untyped SCAN pass, keeping the
@@ -75,15 +87,21 @@ pub async fn discover(
     marks.bull_ids = bull_candidates(&found.keys, config.max_keys);
     let seen = read_marks(conn, marks).await?;
     let recognition = recognise(&seen, &found);
-    found.keys.retain(|k, _| !recognition.consumed.contains(k));
+    let left_out = left_out(&seen, &recognition);
+    found
+        .keys
+        .retain(|k, _| !recognition.consumed.contains(k) && !recognition.withheld.contains(k));
     let units: usize = recognition.entries.iter().map(|(_, u)| u.len()).sum();
     let limit = config.max_keys.saturating_sub(units);
+    let mut consumed = recognition.consumed;
+    consumed.extend(recognition.withheld);
     Ok(ZeroConfig {
         plain: discovery::track(found, config, limit),
         entries: recognition.entries,
-        consumed: recognition.consumed,
+        consumed,
         remembered: Some(remembered),
         from_memory,
+        left_out,
     })
 }
 
@@ -263,9 +281,10 @@ async fn libraries_only(conn: &Conn, config: &RedisSourceConfig) -> redis::Redis
             bull_ids,
             ..Marks::default()
         };
-        seen.bull_ids = read_marks(conn, ids).await?.bull_ids;
+        seen.extend(read_marks(conn, ids).await?);
     }
     let recognition = recognise(&seen, &found);
+    let left_out = left_out(&seen, &recognition);
     let plain = Discovered {
         tracked: Vec::new(),
         dropped: 0,
@@ -278,6 +297,7 @@ async fn libraries_only(conn: &Conn, config: &RedisSourceConfig) -> redis::Redis
         consumed: recognition.consumed,
         remembered: None,
         from_memory: false,
+        left_out,
     })
 }
 
