@@ -4,6 +4,10 @@
 //! pipelines split per slot owner, MOVED/ASK followed; see `cluster`).
 //! Nothing above this seam knows which.
 
+use std::future::Future;
+use std::pin::Pin;
+
+use futures_util::stream::FuturesUnordered;
 use futures_util::{StreamExt, TryStreamExt};
 use redis::Value;
 use redis::aio::{ConnectionLike, ConnectionManager, MultiplexedConnection};
@@ -130,29 +134,19 @@ pub async fn scan_where(
     count: u32,
     keep: &(dyn Fn(&[u8]) -> bool + Sync),
 ) -> redis::RedisResult<Vec<Vec<u8>>> {
+    let pages = ScanPages::new(conn, pattern, key_type, count).await?;
+    let result = pages.kept(keep).await;
     match conn {
-        Conn::Single(_) | Conn::Tracking(_) => {
-            let pages = ScanPages::new(conn, pattern, key_type, count).await?;
-            pages.kept(keep).await
-        }
+        Conn::Single(_) | Conn::Tracking(_) => result,
         Conn::Cluster(c) => {
-            let result = async {
-                let nodes = c.primaries().await?;
-                let per_node = futures_util::future::try_join_all(nodes.into_iter().map(|n| {
-                    ScanPages::over(vec![Node::Manager(n)], pattern, key_type, count).kept(keep)
-                }))
-                .await?;
-                // A key in a slot being migrated may be on two nodes for a moment.
-                let mut keys: Vec<Vec<u8>> = per_node.into_iter().flatten().collect();
-                keys.sort_unstable();
-                keys.dedup();
-                Ok(keys)
-            }
-            .await;
             if result.is_err() {
                 c.mark_stale();
             }
-            result
+            // A key in a slot being migrated may be on two nodes for a moment.
+            let mut keys = result?;
+            keys.sort_unstable();
+            keys.dedup();
+            Ok(keys)
         }
     }
 }
@@ -170,16 +164,49 @@ enum Node {
 /// A SCAN pass (MATCH, TYPE, bounded COUNT) handed out one reply at a
 /// time, so a caller can act on each page before the next is asked for
 /// (zero config's full round asks `TYPE` of every name a page holds)
-/// without ever holding the keyspace. In a cluster, the primaries one
-/// after another.
+/// without ever holding the keyspace. In a cluster, every primary at once:
+/// one SCAN call in flight on each, pages handed out as they come.
 pub struct ScanPages {
-    /// The servers still to walk; the one being walked is last.
-    nodes: Vec<Node>,
-    /// The SCAN cursor on the last node (0 before its first call).
-    cursor: u64,
+    /// The next SCAN call of each server still being walked.
+    calls: FuturesUnordered<ScanCall>,
+    /// What every call asks beside its cursor.
+    args: ScanArgs,
+}
+
+/// A SCAN call on its server: the server back, with the reply.
+type ScanCall = Pin<Box<dyn Future<Output = (Node, redis::RedisResult<ScanReply>)> + Send>>;
+
+/// A SCAN reply: the next cursor (0 once the server is walked) and names.
+type ScanReply = (u64, Vec<Vec<u8>>);
+
+/// A pass's SCAN arguments after the cursor.
+#[derive(Clone)]
+struct ScanArgs {
     pattern: Vec<u8>,
     key_type: Option<KeyType>,
     count: u32,
+}
+
+impl ScanArgs {
+    /// `SCAN cursor MATCH .. COUNT .. [TYPE ..]` on `node`.
+    fn call(&self, mut node: Node, cursor: u64) -> ScanCall {
+        let mut cmd = redis::cmd("SCAN");
+        cmd.arg(cursor)
+            .arg("MATCH")
+            .arg(&self.pattern)
+            .arg("COUNT")
+            .arg(self.count);
+        if let Some(t) = self.key_type {
+            cmd.arg("TYPE").arg(t.as_str());
+        }
+        Box::pin(async move {
+            let reply = match &mut node {
+                Node::Manager(c) => cmd.query_async(c).await,
+                Node::Multiplexed(c) => cmd.query_async(c).await,
+            };
+            (node, reply)
+        })
+    }
 }
 
 impl ScanPages {
@@ -201,18 +228,13 @@ impl ScanPages {
                 }
             },
         };
-        Ok(Self::over(nodes, pattern, key_type, count))
-    }
-
-    fn over(mut nodes: Vec<Node>, pattern: &[u8], key_type: Option<KeyType>, count: u32) -> Self {
-        nodes.reverse();
-        ScanPages {
-            nodes,
-            cursor: 0,
+        let args = ScanArgs {
             pattern: pattern.to_vec(),
             key_type,
             count,
-        }
+        };
+        let calls = nodes.into_iter().map(|n| args.call(n, 0)).collect();
+        Ok(ScanPages { calls, args })
     }
 
     /// The next SCAN reply's names (possibly none: SCAN may return an empty
@@ -220,26 +242,16 @@ impl ScanPages {
     /// come twice (SCAN's guarantee while Redis rehashes, or a key whose
     /// slot moves between two primaries).
     pub async fn next_page(&mut self) -> redis::RedisResult<Option<Vec<Vec<u8>>>> {
-        let Some(node) = self.nodes.last_mut() else {
+        let Some((node, reply)) = self.calls.next().await else {
             return Ok(None);
         };
-        let mut cmd = redis::cmd("SCAN");
-        cmd.arg(self.cursor)
-            .arg("MATCH")
-            .arg(&self.pattern)
-            .arg("COUNT")
-            .arg(self.count);
-        if let Some(t) = self.key_type {
-            cmd.arg("TYPE").arg(t.as_str());
-        }
-        let (next, page): (u64, Vec<Vec<u8>>) = match node {
-            Node::Manager(c) => cmd.query_async(c).await?,
-            Node::Multiplexed(c) => cmd.query_async(c).await?,
-        };
-        SCANNED.fetch_add(u64::from(self.count), std::sync::atomic::Ordering::Relaxed);
-        self.cursor = next;
-        if next == 0 {
-            self.nodes.pop();
+        let (next, page) = reply?;
+        SCANNED.fetch_add(
+            u64::from(self.args.count),
+            std::sync::atomic::Ordering::Relaxed,
+        );
+        if next != 0 {
+            self.calls.push(self.args.call(node, next));
         }
         Ok(Some(page))
     }
