@@ -231,31 +231,9 @@ pub(super) fn seen(marks: Marks, replies: &[Value]) -> Seen {
     let (set_replies, rest) = replies.split_at(marks.sets.len().min(replies.len()));
     let (meta_replies, id_replies) = rest.split_at(marks.metas.len().min(rest.len()));
     let mut out = Seen::default();
-    let mut read = |name: &Vec<u8>, v: &Value| match super::reply::refusal(v) {
-        Some(reason) => {
-            out.unread.insert(name.clone(), reason);
-            false
-        }
-        None => true,
-    };
-    let sets: Vec<_> = marks
-        .sets
-        .into_iter()
-        .zip(set_replies)
-        .filter(|(n, v)| read(n, v))
-        .collect();
-    let metas: Vec<_> = marks
-        .metas
-        .into_iter()
-        .zip(meta_replies)
-        .filter(|(n, v)| read(n, v))
-        .collect();
-    let ids: Vec<_> = marks
-        .bull_ids
-        .into_iter()
-        .zip(id_replies)
-        .filter(|(n, v)| read(n, v))
-        .collect();
+    let sets = answered(marks.sets, set_replies, &mut out.unread);
+    let metas = answered(marks.metas, meta_replies, &mut out.unread);
+    let ids = answered(marks.bull_ids, id_replies, &mut out.unread);
     for (name, v) in sets {
         if let Some(items) = super::reply::as_array(v) {
             let members = items
@@ -277,6 +255,26 @@ pub(super) fn seen(marks: Marks, replies: &[Value]) -> Seen {
         }
     }
     out
+}
+
+/// `names` paired with their `replies`, those Redis answered; the others
+/// go to `unread`, with why.
+fn answered<'a>(
+    names: Vec<Vec<u8>>,
+    replies: &'a [Value],
+    unread: &mut BTreeMap<Vec<u8>, Reason>,
+) -> Vec<(Vec<u8>, &'a Value)> {
+    names
+        .into_iter()
+        .zip(replies)
+        .filter_map(|(name, v)| match super::reply::refusal(v) {
+            Some(reason) => {
+                unread.insert(name, reason);
+                None
+            }
+            None => Some((name, v)),
+        })
+        .collect()
 }
 
 /// The outcome of recognition.
