@@ -12,7 +12,11 @@
 //! something else since).
 //!
 //! Names are held as 64-bit keyed hashes in a sorted vector: 8 bytes per
-//! name, 8 MB at a million keys, not the names themselves.
+//! name, 8 MB at a million keys, not the names themselves. A lookup reads
+//! where the hashes sharing its top bits start ([`Index`], about one slot
+//! per 16 hashes) and searches those few, rather than binary-searching the
+//! whole vector: about 20 probes across 8 MB, most of them cache misses,
+//! for each of a million names a round, on the cores Redis runs on.
 //!
 //! What this could miss, and why it stays bounded: a remembered name that
 //! becomes a queue key without being absent from a round in between
@@ -38,6 +42,8 @@ pub struct Remembered {
     hasher: std::hash::RandomState,
     /// Hashes of the names, sorted, without repeats.
     others: Vec<u64>,
+    /// Where each run of `others` sharing its top bits starts.
+    index: Index,
     /// When the last full round ran.
     full_at: Instant,
     /// Redis refused `TYPE` (`NOPERM`): every round is a full one by typed
@@ -65,7 +71,10 @@ impl Remembered {
     /// Whether the name with this hash was of no queue type at the last
     /// round.
     pub fn holds(&self, hash: u64) -> bool {
-        self.others.binary_search(&hash).is_ok()
+        self.index
+            .run(&self.others, hash)
+            .binary_search(&hash)
+            .is_ok()
     }
 
     /// Whether `name` was of no queue type at the last round.
@@ -127,6 +136,14 @@ impl Learner {
         }
     }
 
+    /// Notes the names with these hashes as of no queue type.
+    pub fn hashes(&self, hashes: &[u64]) {
+        match self.others.lock() {
+            Ok(mut v) => v.extend_from_slice(hashes),
+            Err(poisoned) => poisoned.into_inner().extend_from_slice(hashes),
+        }
+    }
+
     /// Notes a batch of names of no queue type.
     pub fn others<'a>(&self, names: impl IntoIterator<Item = &'a [u8]>) {
         let hashes: Vec<u64> = names.into_iter().map(|n| self.hash(n)).collect();
@@ -155,9 +172,57 @@ impl Learner {
         }
         Remembered {
             hasher: self.hasher,
+            index: Index::of(&others),
             others,
             full_at: self.full_at.unwrap_or_else(Instant::now),
             type_refused: self.type_refused,
+        }
+    }
+}
+
+/// Where the runs of a sorted vector of hashes that share their top bits
+/// start: `starts[b]..starts[b + 1]` holds the hashes whose top bits are
+/// `b`. About one slot per 16 hashes (512 KB at a million names), so a run
+/// spans a cache line or two.
+#[derive(Debug)]
+struct Index {
+    /// How far a hash is shifted right to give its run: 64 minus the bits.
+    shift: u32,
+    /// One more than the runs: the last is the vector's length.
+    starts: Vec<usize>,
+}
+
+impl Index {
+    /// Runs of at most about 16 hashes, up to 2^20 runs.
+    fn of(sorted: &[u64]) -> Index {
+        let bits = (usize::BITS - (sorted.len() / 16).leading_zeros()).min(20);
+        let shift = 64 - bits;
+        let runs = 1usize << bits;
+        let mut starts = Vec::with_capacity(runs + 1);
+        let mut at = 0;
+        for run in 0..runs {
+            while at < sorted.len() && Index::bucket(sorted[at], shift) < run {
+                at += 1;
+            }
+            starts.push(at);
+        }
+        starts.push(sorted.len());
+        Index { shift, starts }
+    }
+
+    /// The run `hash` falls in (0 when there is one run: a shift by 64).
+    fn bucket(hash: u64, shift: u32) -> usize {
+        // At most 20 bits remain: the cast keeps them all.
+        hash.checked_shr(shift).unwrap_or(0) as usize
+    }
+
+    /// The hashes of `sorted` (the vector this index was built over) that
+    /// share `hash`'s run.
+    fn run<'a>(&self, sorted: &'a [u64], hash: u64) -> &'a [u64] {
+        let b = Index::bucket(hash, self.shift);
+        match (self.starts.get(b), self.starts.get(b + 1)) {
+            (Some(&from), Some(&to)) => sorted.get(from..to).unwrap_or(&[]),
+            _ => &[],
         }
     }
 }
@@ -198,6 +263,22 @@ mod tests {
             "a name not seen again is forgotten"
         );
         assert_eq!(next.full_at, first.full_at);
+    }
+
+    #[test]
+    fn the_index_finds_every_hash_held_and_none_other() {
+        for n in [0usize, 1, 15, 16, 17, 1000, 100_000] {
+            let l = Remembered::full(false);
+            let held: Vec<u64> = (0..n as u64).map(|i| l.hash(&i.to_le_bytes())).collect();
+            l.hashes(&held);
+            // The extremes of the hash space too.
+            l.hashes(&[0, u64::MAX]);
+            let r = l.finish(std::iter::empty());
+            assert!(held.iter().all(|h| r.holds(*h)), "{n}");
+            assert!(r.holds(0) && r.holds(u64::MAX), "{n}");
+            let absent = (n as u64..n as u64 + 1000).map(|i| r.hash(&i.to_le_bytes()));
+            assert_eq!(absent.filter(|h| r.holds(*h)).count(), 0, "{n}");
+        }
     }
 
     #[test]

@@ -162,6 +162,7 @@ async fn one_pass_round(
     };
     let (mut marks, mut unknown) = (Vec::new(), Vec::new());
     let mut pages = ScanPages::new(conn, b"*", None, config.scan_count).await?;
+    let mut held = Vec::new();
     while let Some(page) = pages.next_page().await? {
         for k in page {
             // A mark's name may also be a queue key's (a list named
@@ -172,12 +173,14 @@ async fn one_pass_round(
             if let Some(m) = memory {
                 let h = m.hash(&k);
                 if m.holds(h) {
-                    learner.other(h);
+                    held.push(h);
                     continue;
                 }
             }
             unknown.push(k);
         }
+        learner.hashes(&held);
+        held.clear();
         if unknown.len() >= TYPE_BATCH
             && let Some(refused) = typing.sort(std::mem::take(&mut unknown)).await?
         {
