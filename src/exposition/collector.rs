@@ -452,12 +452,17 @@ impl SnapshotCollector {
         counters(
             enc,
             "queue_exporter_discovery_rounds",
-            "Discovery rounds finished (Redis), by kind: full, or remembered (zero config's one-pass rounds)",
+            "Discovery rounds finished (Redis), by kind: full, remembered (zero config's one-pass scans) or libraries (zero config's rounds between scans)",
             self.snapshots.iter().flat_map(|s| {
                 let rounds = s.stats.discovery_rounds;
                 let source = s.source.to_string();
                 rounds.into_iter().flat_map(move |r| {
-                    [("full", r.full), ("remembered", r.remembered)].map(|(round, n)| {
+                    [
+                        ("full", r.full),
+                        ("remembered", r.remembered),
+                        ("libraries", r.libraries),
+                    ]
+                    .map(|(round, n)| {
                         let source = source.clone();
                         let round = round.to_string();
                         (RoundLabels { source, round }, n)

@@ -26,7 +26,7 @@ pub struct ReasonLabels {
 pub struct RoundLabels {
     /// The source name.
     pub source: String,
-    /// Which kind of discovery round: `full` or `remembered`.
+    /// Which kind of discovery round: `full`, `remembered` or `libraries`.
     pub round: String,
 }
 

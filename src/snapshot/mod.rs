@@ -171,6 +171,9 @@ pub struct DiscoveryRounds {
     /// Zero-config rounds that made one untyped SCAN pass and asked `TYPE`
     /// only of the names the last rounds had not seen as no queue.
     pub remembered: u64,
+    /// Zero-config rounds between keyspace scans, which read the libraries
+    /// the last scan found by name (no untyped pass).
+    pub libraries: u64,
 }
 
 /// The type of a queue as the backend reports it; the `type` label of `queue_info`.

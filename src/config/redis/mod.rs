@@ -21,7 +21,7 @@ pub use queue::{
 };
 pub use url::{RedisUrl, SentinelSpec, UrlKind};
 
-use super::duration::{Bounds, de_duration, de_durations};
+use super::duration::{Bounds, de_duration, de_durations, de_opt_duration};
 
 /// A Redis source.
 #[derive(Debug, Clone, Deserialize)]
@@ -92,6 +92,17 @@ pub struct RedisSourceConfig {
     /// source that lists `queues:`.
     #[serde(default = "default_plain_keys")]
     pub plain_keys: bool,
+    /// Zero config only: how often a discovery round scans the whole
+    /// keyspace, which finds new plain keys, BullMQ and Bull prefixes,
+    /// Sidekiq namespaces and Celery exchanges (5 minutes when unset).
+    /// Between, a round reads what the last scan found, as `discover`'s
+    /// printed config would: the registries and kombu bindings by name and
+    /// one `<prefix>:*:meta` pass per BullMQ prefix, at the presets' cost
+    /// (docs/presets.md, "What does zero config cost Redis?"). At or below
+    /// `discovery_interval`, every round scans. Refused on a source that
+    /// lists `queues:`.
+    #[serde(default, deserialize_with = "de_opt_duration")]
+    pub keyspace_scan_interval: Option<Duration>,
     /// Which keys to watch.
     #[serde(default)]
     pub queues: Vec<QueueSpec>,
@@ -128,6 +139,7 @@ impl RedisSourceConfig {
             age_histogram_interval: default_age_histogram_interval(),
             client_tracking: default_client_tracking(),
             plain_keys: default_plain_keys(),
+            keyspace_scan_interval: None,
             queues: Vec::new(),
             presets: Vec::new(),
             recognise: false,
@@ -161,14 +173,30 @@ impl RedisSourceConfig {
         }
     }
 
+    /// How often zero config scans the whole keyspace (see
+    /// `keyspace_scan_interval`).
+    pub fn keyspace_scan_every(&self) -> Duration {
+        self.keyspace_scan_interval
+            .unwrap_or(DEFAULT_KEYSPACE_SCAN_INTERVAL)
+    }
+
     /// Checks what serde cannot check field by field.
     pub(super) fn validate(&self, at: &dyn Fn(&str) -> String) -> Result<(), (String, String)> {
-        if !self.plain_keys && !self.recognise {
-            return Err((
-                at("plain_keys"),
-                "only applies to zero config (a source without queues:); this source lists its queues"
-                    .into(),
-            ));
+        let zero_config_only = [
+            ("plain_keys", !self.plain_keys),
+            (
+                "keyspace_scan_interval",
+                self.keyspace_scan_interval.is_some(),
+            ),
+        ];
+        for (field, set) in zero_config_only {
+            if set && !self.recognise {
+                return Err((
+                    at(field),
+                    "only applies to zero config (a source without queues:); this source lists its queues"
+                        .into(),
+                ));
+            }
         }
         let tls_url = matches!(self.url.info().addr(), ConnectionAddr::TcpTls { .. });
         if let ConnectionAddr::TcpTls { insecure: true, .. } = self.url.info().addr() {
@@ -223,6 +251,11 @@ impl RedisSourceConfig {
             ("timeout", self.timeout, Bounds::HOUR),
             ("discovery_interval", self.discovery_interval, Bounds::DAY),
             (
+                "keyspace_scan_interval",
+                self.keyspace_scan_every(),
+                Bounds::DAY_OR_ZERO,
+            ),
+            (
                 "age_histogram_interval",
                 self.age_histogram_interval,
                 Bounds::DAY_OR_ZERO,
@@ -261,6 +294,10 @@ fn default_poll_interval() -> Duration {
 pub fn default_age_histogram_interval() -> Duration {
     Duration::from_secs(15)
 }
+/// The default `keyspace_scan_interval`: new plain keys and prefixes are
+/// found within five minutes, and rounds between cost what presets cost.
+pub const DEFAULT_KEYSPACE_SCAN_INTERVAL: Duration = Duration::from_secs(300);
+
 fn default_discovery_interval() -> Duration {
     Duration::from_secs(30)
 }
@@ -332,6 +369,27 @@ mod tests {
         assert_eq!(
             e,
             "config.yaml: sources[0].plain_keys: only applies to zero config (a source without queues:); this source lists its queues"
+        );
+        let e = load_yaml(&redis(
+            "    keyspace_scan_interval: 1m\n    queues:\n      - key: a\n",
+        ))
+        .unwrap_err()
+        .to_string();
+        assert_eq!(
+            e,
+            "config.yaml: sources[0].keyspace_scan_interval: only applies to zero config (a source without queues:); this source lists its queues"
+        );
+        let c = load_yaml(&redis("    keyspace_scan_interval: 0s\n")).unwrap();
+        let SourceConfig::Redis(r) = &c.sources[0] else {
+            panic!("redis")
+        };
+        assert!(r.keyspace_scan_every().is_zero());
+        let e = load_yaml(&redis("    keyspace_scan_interval: 2d\n"))
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "config.yaml: sources[0].keyspace_scan_interval: at most 24h"
         );
         let e = load_yaml(&redis("    plain_keys: some\n"))
             .unwrap_err()

@@ -21,6 +21,7 @@ pub mod keyname;
 mod poll;
 mod presets;
 mod reply;
+mod rounds;
 mod scope;
 mod sentinel;
 pub mod tls;
@@ -36,6 +37,7 @@ use crate::config::{RedisSourceConfig, read_secret_file};
 use crate::snapshot::{QueueScope, Reason};
 use crate::sources::{PollOutput, Source, SourceError};
 use commands::Conn;
+use rounds::{DiscoveryFailure, DiscoveryTask, Plain, RoundInput, RoundKind, Rounds};
 
 pub use commands::PIPELINE_CHUNK;
 pub use presets::picture::library as library_name;
@@ -141,13 +143,27 @@ impl RedisSource {
         let mut wait = Duration::ZERO;
         if due && self.discovery.running.is_none() {
             self.discovery.forced = false;
+            let scan = !self.config.recognise || self.discovery.scan_due(&self.config);
+            let plain = match scan {
+                true => Vec::new(),
+                false => self
+                    .tracked
+                    .iter()
+                    .filter(|k| !k.exact)
+                    .map(|k| (k.key.clone(), k.state.clone()))
+                    .collect(),
+            };
+            self.discovery.scan_wanted = false;
+            let input = RoundInput {
+                config: Arc::new(self.config.clone()),
+                known: discovery::known_pattern_keys(&self.tracked),
+                plain,
+                memory: std::mem::take(&mut self.discovery.memory),
+                scan,
+            };
             self.discovery.running = Some(DiscoveryTask::spawn(
                 conn.clone(),
-                // A copy per round (every `discovery_interval`): the task
-                // outlives any borrow of the source.
-                Arc::new(self.config.clone()),
-                discovery::known_pattern_keys(&self.tracked),
-                self.discovery.remembered.take(),
+                input,
                 self.discovery_deadline(),
             ));
             wait = self.config.poll_interval.min(self.poll_timeout()) / 2;
@@ -190,17 +206,21 @@ impl RedisSource {
         if let Some(specs) = found.recognised {
             self.presets.set_specs(specs);
         }
-        self.discovery.remembered = found.remembered;
-        match found.from_memory {
-            true => self.discovery.finished.remembered += 1,
-            false => self.discovery.finished.full += 1,
+        self.discovery.memory = found.memory;
+        match found.kind {
+            RoundKind::Full => self.discovery.finished.full += 1,
+            RoundKind::Remembered => self.discovery.finished.remembered += 1,
+            RoundKind::Libraries => self.discovery.finished.libraries += 1,
         }
-        let mut refused = discovery::adopt(
-            found.plain,
-            &self.config,
-            &mut self.tracked,
-            &mut self.dropped,
-        );
+        let mut refused = match found.plain {
+            Plain::Found(plain) => {
+                discovery::adopt(plain, &self.config, &mut self.tracked, &mut self.dropped)
+            }
+            Plain::Kept { now_owned } => {
+                self.tracked.retain(|k| !now_owned.contains(&k.key));
+                Vec::new()
+            }
+        };
         refused.extend(found.left_out.unread.iter().copied());
         if found.left_out != self.discovery.left_out && !found.left_out.unread.is_empty() {
             tracing::warn!(
@@ -467,131 +487,6 @@ pub fn map_redis_error(e: redis::RedisError, target: &str, timeout: Duration) ->
         };
     }
     SourceError::Backend(e.to_string())
-}
-
-/// Discovery rounds of a source.
-#[derive(Default)]
-struct Rounds {
-    /// When the last round finished; `None` before the first (nothing is
-    /// known yet) and to force one.
-    last: Option<Instant>,
-    /// The round running on its own task, if any; aborted when dropped (the
-    /// source stopped, or its master moved).
-    running: Option<DiscoveryTask>,
-    /// A new round is wanted at the next poll, whenever the last one was.
-    forced: bool,
-    /// Zero config: the last logged line of what discovery recognised.
-    picture: Option<String>,
-    /// Zero config: what the last round learnt of the names of no queue
-    /// type, lent to the next round (lost with a round that fails, so the
-    /// next is a full one).
-    remembered: Option<presets::remembered::Remembered>,
-    /// Rounds finished so far, by kind (`queue_exporter_discovery_rounds`).
-    finished: crate::snapshot::DiscoveryRounds,
-    /// What the last round could not tell (logged when it changes).
-    left_out: presets::picture::LeftOut,
-}
-
-impl Rounds {
-    /// Drops the running round and asks for a new one; what the last round
-    /// found stays known.
-    fn force(&mut self) {
-        self.running = None;
-        self.forced = true;
-    }
-}
-
-/// A discovery round on its own task. Dropping it aborts the task.
-struct DiscoveryTask {
-    /// The round's outcome.
-    handle: tokio::task::JoinHandle<Result<Found, DiscoveryFailure>>,
-    /// When it started (for the error of a poll that cannot wait longer).
-    started: Instant,
-}
-
-impl DiscoveryTask {
-    /// Starts a round (plain keys, then preset registries) on `conn`,
-    /// given up after `deadline`. `known` are the pattern keys tracked so
-    /// far (see [`discovery::discover`]); `remembered`, what the last zero-
-    /// config round learnt (see [`presets::remembered`]).
-    fn spawn(
-        mut conn: Conn,
-        config: Arc<RedisSourceConfig>,
-        known: Vec<(Vec<u8>, usize)>,
-        remembered: Option<presets::remembered::Remembered>,
-        deadline: Duration,
-    ) -> DiscoveryTask {
-        let round = async move {
-            conn.begin_discovery();
-            if config.recognise {
-                let zero =
-                    presets::rounds::discover(&mut conn, &config, &known, remembered).await?;
-                let (specs, presets) = zero.entries.into_iter().unzip();
-                return Ok(Found {
-                    plain: zero.plain,
-                    presets,
-                    recognised: Some(specs),
-                    remembered: zero.remembered,
-                    from_memory: zero.from_memory,
-                    left_out: zero.left_out,
-                });
-            }
-            let plain = discovery::discover(&mut conn, &config, &known).await?;
-            let registries =
-                presets::registries(&config.presets, &mut conn, config.scan_count).await?;
-            Ok(Found {
-                plain,
-                presets: registries.units,
-                recognised: None,
-                remembered: None,
-                from_memory: false,
-                left_out: presets::picture::LeftOut {
-                    unread: registries.refused,
-                    keys: 0,
-                },
-            })
-        };
-        let handle = tokio::spawn(async move {
-            match tokio::time::timeout(deadline, round).await {
-                Ok(r) => r.map_err(DiscoveryFailure::Redis),
-                Err(_) => Err(DiscoveryFailure::Deadline(deadline)),
-            }
-        });
-        DiscoveryTask {
-            handle,
-            started: Instant::now(),
-        }
-    }
-}
-
-impl Drop for DiscoveryTask {
-    fn drop(&mut self) {
-        self.handle.abort();
-    }
-}
-
-/// What a discovery round found.
-struct Found {
-    /// Key and pattern entries.
-    plain: discovery::Discovered,
-    /// Per preset entry, the logical queues its registry names.
-    presets: Vec<Vec<presets::Unit>>,
-    /// Zero config: the preset entries recognised, one per `presets` item.
-    recognised: Option<Vec<crate::config::PresetSpec>>,
-    /// Zero config: what the round learnt, for the next.
-    remembered: Option<presets::remembered::Remembered>,
-    /// Zero config: the round relied on what earlier rounds learnt.
-    from_memory: bool,
-    /// What the round could not tell for want of reading a library's mark.
-    left_out: presets::picture::LeftOut,
-}
-
-/// Why a discovery round ended without an outcome.
-enum DiscoveryFailure {
-    /// A command failed (connection, refused SCAN or registry read...).
-    Redis(redis::RedisError),
-    /// The round ran past its own deadline.
-    Deadline(Duration),
 }
 
 impl Source for RedisSource {

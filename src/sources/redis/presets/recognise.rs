@@ -195,6 +195,16 @@ pub(super) fn marks_of(marks: Vec<Vec<u8>>, evidence: Vec<Vec<u8>>) -> Marks {
     }
 }
 
+/// Marks known by name, split by the read each gets: `meta` hashes,
+/// registries and kombu bindings, and Bull's `id` keys (the rest).
+pub(super) fn marks_named(names: Vec<Vec<u8>>) -> Marks {
+    let (marks, bull_ids): (Vec<_>, Vec<_>) = names.into_iter().partition(|k| is_mark(k));
+    Marks {
+        bull_ids,
+        ..marks_of(marks, Vec::new())
+    }
+}
+
 /// Whether `k` is named like a BullMQ `meta` hash.
 fn is_meta(k: &[u8]) -> bool {
     k.ends_with(b":meta")
@@ -215,6 +225,20 @@ pub struct Seen {
 }
 
 impl Seen {
+    /// The sets read that have members, each with its members sorted (a
+    /// set Redis holds is never empty: an empty read is a missing key).
+    pub(super) fn set_members(&self) -> BTreeMap<Vec<u8>, Vec<Vec<u8>>> {
+        self.sets
+            .iter()
+            .filter(|(_, members)| !members.is_empty())
+            .map(|(name, members)| {
+                let mut sorted = members.clone();
+                sorted.sort_unstable();
+                (name.clone(), sorted)
+            })
+            .collect()
+    }
+
     /// Adds what a later read of more marks saw.
     pub(super) fn extend(&mut self, more: Seen) {
         self.sets.extend(more.sets);
@@ -656,7 +680,7 @@ fn owned(preset: &Preset, units: &[Unit]) -> Vec<Owned> {
 /// The keys the entries consume: what their plans read with the type the
 /// library gives it, and the library's other keys ([`owned`]); a read key
 /// of another type is a lookalike and stays plain.
-fn consumed(
+pub(super) fn consumed(
     entries: &[(PresetSpec, Vec<Unit>)],
     keys: &BTreeMap<Vec<u8>, Candidate>,
 ) -> BTreeSet<Vec<u8>> {

@@ -15,10 +15,11 @@ use crate::snapshot::Reason;
 pub struct Registries {
     /// Per entry in config order, its logical queues, sorted.
     pub units: Vec<Vec<Unit>>,
-    /// One reason per queue left out of every entry because Redis refused
-    /// the read that tells whose it is (a BullMQ `meta` hash at a prefix
-    /// both `bullmq` and `bull` entries read): to be counted, never guessed.
-    pub refused: Vec<Reason>,
+    /// One `meta` hash per queue left out of every entry because Redis
+    /// refused reading it, with why: the read tells whose the queue is
+    /// (BullMQ's or Bull's, at a prefix both entries read). Counted, never
+    /// guessed.
+    pub refused: Vec<(Vec<u8>, Reason)>,
 }
 
 /// Reads every preset entry's registry (SMEMBERS, or SCAN with bounded
@@ -51,7 +52,7 @@ pub async fn registries(
                 let bullmq = names
                     .into_iter()
                     .zip(marked)
-                    .filter_map(|(q, m)| taken(m, true, &mut found.refused).then_some(q))
+                    .filter_map(|(q, m)| taken(prefix, q, m, true, &mut found.refused))
                     .map(Unit::Queue);
                 sorted(bullmq.collect())
             }
@@ -70,7 +71,7 @@ pub async fn registries(
                 let bull = names
                     .into_iter()
                     .zip(marked)
-                    .filter_map(|(q, m)| taken(m, false, &mut found.refused).then_some(q))
+                    .filter_map(|(q, m)| taken(prefix, q, m, false, &mut found.refused))
                     .map(Unit::Queue);
                 sorted(bull.collect())
             }
@@ -97,15 +98,21 @@ pub async fn registries(
     Ok(found)
 }
 
-/// Whether an entry that wants queues with (`bullmq`) or without BullMQ's
-/// marks takes a queue whose marks read `marked`. A refused read takes it
-/// in neither: its reason goes to `refused`.
-fn taken(marked: Result<bool, Reason>, bullmq: bool, refused: &mut Vec<Reason>) -> bool {
+/// The queue `q` at `prefix` if an entry that wants queues with (`bullmq`)
+/// or without BullMQ's marks takes it, its marks having read `marked`. A
+/// refused read takes it in neither: its `meta` and reason go to `refused`.
+fn taken(
+    prefix: &str,
+    q: Vec<u8>,
+    marked: Result<bool, Reason>,
+    bullmq: bool,
+    refused: &mut Vec<(Vec<u8>, Reason)>,
+) -> Option<Vec<u8>> {
     match marked {
-        Ok(m) => m == bullmq,
+        Ok(m) => (m == bullmq).then_some(q),
         Err(reason) => {
-            refused.push(reason);
-            false
+            refused.push((key(&[prefix.as_bytes(), b":", &q, b":meta"]), reason));
+            None
         }
     }
 }

@@ -17,6 +17,7 @@ use super::super::commands::{
 };
 use super::super::discovery::{self, Candidate, Candidates, Discovered};
 use super::super::tracked::KeyState;
+use super::library_round::Learnt;
 use super::picture::LeftOut;
 use super::recognise::{
     Marks, Recognition, Seen, bull_candidates, evidence, is_evidence, is_mark, marks_of, recognise,
@@ -44,6 +45,9 @@ pub struct ZeroConfig {
     pub from_memory: bool,
     /// What the round could not tell, to be counted and logged.
     pub left_out: LeftOut,
+    /// What the round recognised, for the library rounds until the next
+    /// scan ([`library_round`](super::library_round)).
+    pub learnt: Learnt,
 }
 
 /// What `seen` could not read, and the keys `recognition` left out for it.
@@ -88,6 +92,7 @@ pub async fn discover(
     let seen = read_marks(conn, marks).await?;
     let recognition = recognise(&seen, &found);
     let left_out = left_out(&seen, &recognition);
+    let learnt = Learnt::new(&recognition.entries, &seen, recognition.withheld.len());
     found
         .keys
         .retain(|k, _| !recognition.consumed.contains(k) && !recognition.withheld.contains(k));
@@ -102,6 +107,7 @@ pub async fn discover(
         remembered: Some(remembered),
         from_memory,
         left_out,
+        learnt,
     })
 }
 
@@ -288,6 +294,7 @@ async fn libraries_only(conn: &Conn, config: &RedisSourceConfig) -> redis::Redis
     }
     let recognition = recognise(&seen, &found);
     let left_out = left_out(&seen, &recognition);
+    let learnt = Learnt::new(&recognition.entries, &seen, recognition.withheld.len());
     let plain = Discovered {
         tracked: Vec::new(),
         dropped: 0,
@@ -301,6 +308,7 @@ async fn libraries_only(conn: &Conn, config: &RedisSourceConfig) -> redis::Redis
         remembered: None,
         from_memory: false,
         left_out,
+        learnt,
     })
 }
 
@@ -341,7 +349,7 @@ async fn scan_marks(
 
 /// Reads every mark in one pipeline: `SMEMBERS` of each set, `HMGET
 /// version opts.maxLenEvents` of each `meta` hash.
-async fn read_marks(conn: &Conn, marks: Marks) -> redis::RedisResult<Seen> {
+pub(super) async fn read_marks(conn: &Conn, marks: Marks) -> redis::RedisResult<Seen> {
     let mut cmds: Vec<redis::Cmd> = marks
         .sets
         .iter()

@@ -1,0 +1,159 @@
+//! Zero config's rounds between keyspace scans: a round reads what the
+//! last scan found, as the config `discover` prints would, instead of
+//! every name again (docs/presets.md, "What does zero config cost Redis?").
+//!
+//! A scan (at first, then every `keyspace_scan_interval`, 5 minutes by
+//! default) makes an untyped pass over every name, since a new plain key,
+//! BullMQ prefix, Sidekiq namespace or kombu exchange can be named
+//! anything; that pass alone costs Redis 1.2-1.4x the presets' round
+//! (BENCHMARKS.md, section 11). Between scans, a library round:
+//! - reads every registry and kombu binding the scan read, the registries
+//!   a library writes under a fixed name (`queues`, `rq:queues`,
+//!   `asynq:queues`, `_kombu.binding.celery`) and the marks Redis refused,
+//!   by name, in one pipeline; if any differs from the scan's (a queue
+//!   added to a registry or binding, a library first used since, a
+//!   refusal lifted), the round scans instead, so nothing the scan would
+//!   find waits for the next;
+//! - makes the `bullmq` preset's pass at each BullMQ prefix the scan found
+//!   (`SCAN MATCH <prefix>:*:meta TYPE hash`, then the marks of each
+//!   `meta`), so a queue a BullMQ app creates at a known prefix is found at
+//!   once, as a `- preset: bullmq` entry finds it;
+//! - keeps the plain keys tracked, less any a library entry now owns.
+//!
+//! What waits for the next scan: a new plain key, a BullMQ queue at a
+//! prefix not seen before, an old Bull queue, a new Celery priority list.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use super::super::commands::Conn;
+use super::super::discovery::Candidate;
+use super::super::tracked::KeyState;
+use super::picture::LeftOut;
+use super::recognise::{Seen, consumed, marks_named};
+use super::rounds::read_marks;
+use super::{Unit, registries};
+use crate::config::{Preset, PresetSpec, RedisSourceConfig};
+
+/// The registries libraries write under a fixed name: a library round
+/// reads them whether the scan saw them or not, so that an app started
+/// since (the exporter often starts first) is found at the next round.
+const FIXED_MARKS: [&[u8]; 4] = [
+    b"queues",
+    b"rq:queues",
+    b"asynq:queues",
+    b"_kombu.binding.celery",
+];
+
+/// What the last keyspace scan recognised, for the library rounds after it.
+#[derive(Debug)]
+pub struct Learnt {
+    /// The library entries the scan recognised, with their units.
+    entries: Vec<(PresetSpec, Vec<Unit>)>,
+    /// Every set mark the scan read that has members (registries, kombu
+    /// bindings), with its members sorted: a change means a scan.
+    sets: BTreeMap<Vec<u8>, Vec<Vec<u8>>>,
+    /// The marks Redis refused reading at the scan.
+    unread: BTreeSet<Vec<u8>>,
+    /// How many keys the scan left out for those refusals.
+    withheld: usize,
+    /// When the scan finished: the next is due `keyspace_scan_interval`
+    /// after.
+    scanned_at: Instant,
+}
+
+impl Learnt {
+    /// What a scan that recognised `entries` from `seen` learnt, leaving
+    /// `withheld` keys out for the marks it could not read.
+    pub(super) fn new(entries: &[(PresetSpec, Vec<Unit>)], seen: &Seen, withheld: usize) -> Self {
+        Learnt {
+            entries: entries.to_vec(),
+            sets: seen.set_members(),
+            unread: seen.unread.keys().cloned().collect(),
+            withheld,
+            scanned_at: Instant::now(),
+        }
+    }
+
+    /// Whether the round at `now` must scan the keyspace, scans being
+    /// `every` apart.
+    pub fn scan_due(&self, every: Duration, now: Instant) -> bool {
+        now.saturating_duration_since(self.scanned_at) >= every
+    }
+}
+
+/// What a library round found.
+#[derive(Debug)]
+pub struct LibraryRound {
+    /// One entry per library and prefix, as the scan's, with the units
+    /// read now.
+    pub entries: Vec<(PresetSpec, Vec<Unit>)>,
+    /// Plain keys tracked that an entry now owns (a list that was plain at
+    /// the scan, whose BullMQ `meta` came since): no longer plain.
+    pub now_owned: BTreeSet<Vec<u8>>,
+    /// What the round could not read: the marks the scan could not read
+    /// either (a change would have meant a scan).
+    pub left_out: LeftOut,
+}
+
+/// One library round (see the module comment), given the plain keys
+/// tracked with their types. `None` when a mark changed since the scan:
+/// the round must scan instead.
+pub async fn library_round(
+    conn: &Conn,
+    config: &RedisSourceConfig,
+    plain: &[(Vec<u8>, KeyState)],
+    learnt: &Learnt,
+) -> redis::RedisResult<Option<LibraryRound>> {
+    let mut names: BTreeSet<Vec<u8>> = learnt.sets.keys().cloned().collect();
+    names.extend(FIXED_MARKS.iter().map(|m| m.to_vec()));
+    names.extend(learnt.unread.iter().cloned());
+    let seen = read_marks(conn, marks_named(names.into_iter().collect())).await?;
+    let unread: BTreeSet<&Vec<u8>> = seen.unread.keys().collect();
+    if seen.set_members() != learnt.sets || unread != learnt.unread.iter().collect() {
+        return Ok(None);
+    }
+    let bullmq: Vec<PresetSpec> = learnt
+        .entries
+        .iter()
+        .filter(|(s, _)| matches!(s.preset, Preset::Bullmq { .. }))
+        .map(|(s, _)| s.clone())
+        .collect();
+    let read = registries(&bullmq, &mut conn.clone(), config.scan_count).await?;
+    // A `meta` refused since the scan: whose keys are beside it is unknown.
+    if read.refused.iter().any(|(m, _)| !learnt.unread.contains(m)) {
+        return Ok(None);
+    }
+    let mut fresh = read.units.into_iter();
+    let entries: Vec<(PresetSpec, Vec<Unit>)> = learnt
+        .entries
+        .iter()
+        .filter_map(|(spec, units)| match spec.preset {
+            Preset::Bullmq { .. } => {
+                let now = fresh.next().unwrap_or_default();
+                (!now.is_empty()).then(|| (spec.clone(), now))
+            }
+            _ => Some((spec.clone(), units.clone())),
+        })
+        .collect();
+    let tracked: BTreeMap<Vec<u8>, Candidate> = plain
+        .iter()
+        .map(|(k, state)| {
+            let c = Candidate {
+                spec: 0,
+                exact: false,
+                state: state.clone(),
+            };
+            (k.clone(), c)
+        })
+        .collect();
+    let now_owned = consumed(&entries, &tracked);
+    Ok(Some(LibraryRound {
+        entries,
+        now_owned,
+        left_out: LeftOut {
+            unread: seen.unread.values().copied().collect(),
+            keys: learnt.withheld,
+        },
+    }))
+}

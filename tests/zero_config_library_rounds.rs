@@ -1,0 +1,288 @@
+//! Zero config's rounds between keyspace scans (issue 26, "Cost"), against
+//! a private redis-server per test: after a scan, a round reads the
+//! libraries the scan found by name, as the config `discover` prints
+//! would, with no untyped pass; a queue added at a known BullMQ prefix is
+//! found at once; any change to a registry or binding, or a library first
+//! used since, makes the round a scan; a new plain key waits for the next
+//! scan (`keyspace_scan_interval`), or for `rediscover`.
+mod support;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use queue_exporter::config::SourceConfig;
+use queue_exporter::snapshot::DiscoveryRounds;
+use queue_exporter::sources::Source;
+use queue_exporter::sources::redis::RedisSource;
+use support::*;
+
+/// Time between rounds in these tests.
+const ROUND_EVERY: Duration = Duration::from_millis(100);
+
+/// A zero-config source over `url`, a round due every 100 ms, with `extra`
+/// settings.
+fn zero_config_source(url: &str, extra: &str) -> RedisSource {
+    let (config, _dir) = load_config(&format!(
+        "sources:\n  - name: main\n    type: redis\n    url: {url}\n    scan_count: 100\n    client_tracking: false\n    discovery_interval: 100ms\n{extra}"
+    ));
+    let Some(SourceConfig::Redis(config)) = config.sources.into_iter().next() else {
+        panic!("one redis source");
+    };
+    RedisSource::new(config)
+}
+
+/// 3,000 strings, two plain queue keys, a Sidekiq queue, an RQ queue and a
+/// BullMQ queue at prefix `bull` as BullMQ's `Queue` writes its `meta`.
+fn write_keyspace(redis: &RedisServer) {
+    let mut c = redis.conn();
+    let mut pipe = redis::pipe();
+    for i in 0..3000 {
+        pipe.cmd("SET").arg(format!("cache:{i}")).arg("v").ignore();
+    }
+    pipe.cmd("RPUSH").arg("tasks").arg("a").ignore();
+    pipe.cmd("ZADD").arg("later").arg(1).arg("x").ignore();
+    pipe.cmd("SADD").arg("queues").arg("default").ignore();
+    pipe.cmd("LPUSH").arg("queue:default").arg("job").ignore();
+    pipe.cmd("SADD")
+        .arg("rq:queues")
+        .arg("rq:queue:high")
+        .ignore();
+    pipe.cmd("RPUSH").arg("rq:queue:high").arg("j").ignore();
+    pipe.query::<()>(&mut c).expect("write the keyspace");
+    bullmq_queue(redis, "mail", 2);
+}
+
+/// A BullMQ queue `bull:<name>` with `waiting` jobs.
+fn bullmq_queue(redis: &RedisServer, name: &str, waiting: usize) {
+    let meta = format!("bull:{name}:meta");
+    redis.run::<()>(&[
+        b"HSET",
+        meta.as_bytes(),
+        b"opts.maxLenEvents",
+        b"10000",
+        b"version",
+        b"bullmq:5.0.0",
+    ]);
+    let wait = format!("bull:{name}:wait");
+    for i in 0..waiting {
+        redis.run::<()>(&[b"LPUSH", wait.as_bytes(), i.to_string().as_bytes()]);
+    }
+}
+
+/// Rounds finished so far, of every kind.
+fn total(r: &DiscoveryRounds) -> u64 {
+    r.full + r.remembered + r.libraries
+}
+
+/// What one round cost and found.
+struct Round {
+    /// The commands Redis saw during the round (MONITOR lines).
+    commands: Vec<String>,
+    /// The rounds counted after it.
+    rounds: DiscoveryRounds,
+    /// The queues the poll after it reported, as (name, preset or "").
+    queues: BTreeSet<(String, String)>,
+    /// The plain keys tracked after it.
+    plain: BTreeSet<String>,
+}
+
+/// A source under test, with the rounds it has counted so far.
+struct Watched {
+    source: RedisSource,
+    /// Rounds of every kind counted at the last poll.
+    seen: u64,
+}
+
+impl Watched {
+    /// The source's first poll (its first round, a full scan).
+    async fn start(source: RedisSource) -> Watched {
+        let mut w = Watched { source, seen: 0 };
+        let out = w.source.poll().await.expect("first poll");
+        w.seen = total(&out.stats.discovery_rounds.expect("rounds counted"));
+        assert_eq!(w.seen, 1);
+        w
+    }
+
+    /// The plain keys tracked.
+    fn plain(&self) -> BTreeSet<String> {
+        self.source
+            .tracked()
+            .iter()
+            .map(|k| k.name.clone())
+            .collect()
+    }
+
+    /// Polls until the next round lands (rounds start at a poll, so MONITOR,
+    /// started first, sees all of its commands).
+    async fn next_round(&mut self, redis: &RedisServer) -> Round {
+        let mut monitor = start_monitor(redis);
+        for _ in 0..200 {
+            let out = self.source.poll().await.expect("poll");
+            let rounds = out.stats.discovery_rounds.expect("rounds counted");
+            if total(&rounds) > self.seen {
+                self.seen = total(&rounds);
+                let queues = out
+                    .queues
+                    .iter()
+                    .map(|q| {
+                        let preset = q.preset.as_ref().map(|p| format!("{:?}", p.preset));
+                        (q.name.clone(), preset.unwrap_or_default())
+                    })
+                    .collect();
+                return Round {
+                    commands: monitored(&mut monitor),
+                    rounds,
+                    queues,
+                    plain: self.plain(),
+                };
+            }
+            tokio::time::sleep(ROUND_EVERY / 5).await;
+        }
+        panic!("no round landed");
+    }
+}
+
+/// The command names and arguments of the SCAN calls in `commands`.
+fn scans(commands: &[String]) -> Vec<&String> {
+    commands.iter().filter(|l| l.contains("\"SCAN\"")).collect()
+}
+
+fn names(list: &[&str]) -> BTreeSet<String> {
+    list.iter().map(|s| s.to_string()).collect()
+}
+
+/// Whether the queues hold `name` as the `preset`'s.
+fn has(round: &Round, name: &str, preset: &str) -> bool {
+    round
+        .queues
+        .iter()
+        .any(|(n, p)| n == name && p.eq_ignore_ascii_case(preset))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn between_scans_a_round_reads_the_libraries_by_name_with_no_untyped_pass() {
+    let redis = RedisServer::start();
+    write_keyspace(&redis);
+    let mut source = Watched::start(zero_config_source(&redis.url, "")).await;
+
+    let r = source.next_round(&redis).await;
+    assert_eq!(
+        (r.rounds.full, r.rounds.remembered, r.rounds.libraries),
+        (1, 0, 1)
+    );
+    // The one pass is the `bullmq` preset's, at the prefix the scan found.
+    let bull_pass = scans(&r.commands);
+    assert!(!bull_pass.is_empty(), "{:?}", r.commands);
+    for s in &bull_pass {
+        assert!(
+            s.contains("\"MATCH\" \"bull:*:meta\"") && s.contains("\"TYPE\" \"hash\""),
+            "{s}"
+        );
+    }
+    assert!(
+        !r.commands
+            .iter()
+            .any(|l| l.contains("\"TYPE\" \"") && !l.contains("\"SCAN\"")),
+        "no TYPE of names: {:?}",
+        r.commands
+    );
+    // What it reports is what the scan reported.
+    assert!(has(&r, "mail", "bullmq"), "{:?}", r.queues);
+    assert!(has(&r, "default", "sidekiq"), "{:?}", r.queues);
+    assert!(has(&r, "high", "rq"), "{:?}", r.queues);
+    assert_eq!(r.plain, names(&["later", "tasks"]));
+
+    // A BullMQ queue at the known prefix is found by the next round,
+    // still with no scan.
+    bullmq_queue(&redis, "fresh", 3);
+    let r = source.next_round(&redis).await;
+    assert_eq!(r.rounds.libraries, 2);
+    assert!(has(&r, "fresh", "bullmq"), "{:?}", r.queues);
+
+    // A new plain list waits for the next scan; `rediscover` scans now.
+    redis.run::<()>(&[b"RPUSH", b"jobs:new", b"a"]);
+    let r = source.next_round(&redis).await;
+    assert_eq!(r.rounds.libraries, 3);
+    assert_eq!(r.plain, names(&["later", "tasks"]));
+    source.source.rediscover();
+    let r = source.next_round(&redis).await;
+    assert_eq!(r.rounds.remembered, 1, "{:?}", r.rounds);
+    assert!(
+        scans(&r.commands)
+            .iter()
+            .any(|s| !s.contains("bull:*:meta"))
+    );
+    assert_eq!(r.plain, names(&["jobs:new", "later", "tasks"]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_registry_or_a_library_first_used_since_the_scan_makes_the_round_a_scan() {
+    let redis = RedisServer::start();
+    write_keyspace(&redis);
+    let mut source = Watched::start(zero_config_source(&redis.url, "")).await;
+    assert_eq!(source.next_round(&redis).await.rounds.libraries, 1);
+
+    // A queue added to a registry the scan read.
+    redis.run::<()>(&[b"SADD", b"queues", b"mail"]);
+    redis.run::<()>(&[b"LPUSH", b"queue:mail", b"j"]);
+    let r = source.next_round(&redis).await;
+    assert_eq!((r.rounds.remembered, r.rounds.libraries), (1, 1));
+    assert!(has(&r, "mail", "sidekiq"), "{:?}", r.queues);
+    assert_eq!(r.plain, names(&["later", "tasks"]));
+    assert_eq!(source.next_round(&redis).await.rounds.libraries, 2);
+
+    // A library the scan did not see, under its fixed registry name.
+    redis.run::<()>(&[b"SADD", b"asynq:queues", b"critical"]);
+    redis.run::<()>(&[b"LPUSH", b"asynq:{critical}:pending", b"t1"]);
+    let r = source.next_round(&redis).await;
+    assert_eq!((r.rounds.remembered, r.rounds.libraries), (2, 2));
+    assert!(has(&r, "critical", "asynq"), "{:?}", r.queues);
+    assert_eq!(r.plain, names(&["later", "tasks"]));
+
+    // A queue removed from a registry.
+    redis.run::<()>(&[b"SREM", b"queues", b"mail"]);
+    let r = source.next_round(&redis).await;
+    assert_eq!(r.rounds.remembered, 3);
+    assert!(!has(&r, "mail", "sidekiq"), "{:?}", r.queues);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plain_key_a_new_bullmq_queue_owns_is_plain_no_more() {
+    let redis = RedisServer::start();
+    write_keyspace(&redis);
+    // A list named like a BullMQ queue's, with no `meta` yet: plain.
+    redis.run::<()>(&[b"LPUSH", b"bull:late:wait", b"1"]);
+    let mut source = Watched::start(zero_config_source(&redis.url, "")).await;
+    assert_eq!(source.plain(), names(&["bull:late:wait", "later", "tasks"]));
+
+    // Its queue's `meta` comes: the queue is BullMQ's, counted once.
+    bullmq_queue(&redis, "late", 0);
+    let r = source.next_round(&redis).await;
+    assert_eq!(r.rounds.libraries, 1);
+    assert!(has(&r, "late", "bullmq"), "{:?}", r.queues);
+    assert_eq!(r.plain, names(&["later", "tasks"]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_keyspace_is_scanned_again_every_keyspace_scan_interval() {
+    let redis = RedisServer::start();
+    write_keyspace(&redis);
+    let config = "    keyspace_scan_interval: 1s\n";
+    let mut source = Watched::start(zero_config_source(&redis.url, config)).await;
+    redis.run::<()>(&[b"RPUSH", b"jobs:new", b"a"]);
+    let r = source.next_round(&redis).await;
+    assert_eq!(r.rounds.libraries, 1);
+    assert!(!r.plain.contains("jobs:new"));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let r = source.next_round(&redis).await;
+    assert_eq!(r.rounds.remembered, 1, "{:?}", r.rounds);
+    assert_eq!(r.plain, names(&["jobs:new", "later", "tasks"]));
+
+    // At or below `discovery_interval`, every round scans.
+    let config = "    keyspace_scan_interval: 0s\n";
+    let mut every = Watched::start(zero_config_source(&redis.url, config)).await;
+    for _ in 0..2 {
+        let r = every.next_round(&redis).await;
+        assert_eq!(r.rounds.libraries, 0, "{:?}", r.rounds);
+    }
+}
