@@ -262,7 +262,7 @@ async fn a_library_queue_appears_and_disappears_between_rounds() {
         return;
     }
     let s = app
-        .scrape_until("the new BullMQ queue", Duration::from_secs(10), |s| {
+        .scrape_until("the new BullMQ queue", Duration::from_secs(30), |s| {
             depth(s, "reports", "bullmq", "waiting") == Some(3.0)
         })
         .await;
@@ -273,7 +273,7 @@ async fn a_library_queue_appears_and_disappears_between_rounds() {
         return;
     }
     let s = app
-        .scrape_until("the queue gone", Duration::from_secs(10), |s| {
+        .scrape_until("the queue gone", Duration::from_secs(30), |s| {
             !s.has("queue_depth", &[("queue", "reports")])
         })
         .await;
@@ -327,7 +327,7 @@ async fn library_queues_come_first_in_max_keys_and_a_queue_named_all_is_its_own(
     assert_eq!(metrics(&mut c, &q).await.unwrap().1, 2.0);
     app.stop().await;
     // `discover` needs no more than that ACL either.
-    let (ok, yaml, err) = exporter(&["discover", "--url", &url]);
+    let (ok, yaml, err) = run_exporter(&["discover", "--url", &url]);
     assert!(ok, "{err}");
     assert!(yaml.contains("- preset: sidekiq\n"), "{yaml}");
     assert!(!yaml.contains(":pw@"), "{yaml}");
@@ -380,20 +380,6 @@ async fn a_name_two_entries_of_one_library_share_is_told_apart_by_prefix() {
     app.stop().await;
 }
 
-/// Runs the binary; (success, stdout, stderr).
-fn exporter(args: &[&str]) -> (bool, String, String) {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_queue-exporter"))
-        .args(args)
-        .env("NO_COLOR", "1")
-        .output()
-        .unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
 /// `discover` of `url`, then `once` with the config it printed and `once`
 /// in zero config: what a user's round trip shows.
 struct RoundTrip {
@@ -411,7 +397,7 @@ struct RoundTrip {
 }
 
 fn discover_then_once(url: &str) -> RoundTrip {
-    let (ok, yaml, err) = exporter(&["discover", "--url", url]);
+    let (ok, yaml, err) = run_exporter(&["discover", "--url", url]);
     assert!(ok, "{err}");
     let dir = tempfile::tempdir().unwrap();
     let discovered = write_file(&dir, "discovered.yaml", &yaml);
@@ -420,9 +406,9 @@ fn discover_then_once(url: &str) -> RoundTrip {
         "zero.yaml",
         &format!("sources:\n  - name: redis\n    type: redis\n    url: {url}\n"),
     );
-    let (ok, with_config, err) = exporter(&["once", "--config", discovered.to_str().unwrap()]);
+    let (ok, with_config, err) = run_exporter(&["once", "--config", discovered.to_str().unwrap()]);
     assert!(ok, "{err}\n{yaml}");
-    let (ok, zero_config, zero_log) = exporter(&["once", "--config", zero.to_str().unwrap()]);
+    let (ok, zero_config, zero_log) = run_exporter(&["once", "--config", zero.to_str().unwrap()]);
     assert!(ok, "{zero_log}");
     RoundTrip {
         yaml,
@@ -495,7 +481,7 @@ fn discover_prints_a_config_that_check_accepts_and_once_reads_as_zero_config_doe
         "{yaml}"
     );
     assert!(yaml.contains("- key: \"events\"\n"), "{yaml}");
-    let (ok, out, check_err) = exporter(&["check", "--config", discovered.to_str().unwrap()]);
+    let (ok, out, check_err) = run_exporter(&["check", "--config", discovered.to_str().unwrap()]);
     assert!(
         ok && out.contains(": ok (1 sources)"),
         "{out}{check_err}\n{yaml}"
@@ -573,7 +559,7 @@ fn once_both_ways(redis: &RedisServer) -> (Once, Once) {
             .arg("RESETSTAT")
             .query::<()>(&mut redis.conn())
             .unwrap();
-        let (ok, out, err) = exporter(&["once", "--config", cfg.to_str().unwrap()]);
+        let (ok, out, err) = run_exporter(&["once", "--config", cfg.to_str().unwrap()]);
         assert!(ok, "{err}");
         let scans = redis.commandstats().get("scan").map_or(0, |s| s.0);
         (series(&out), scans, err)

@@ -19,11 +19,18 @@ use support::*;
 /// Time between rounds in these tests.
 const ROUND_EVERY: Duration = Duration::from_millis(100);
 
-/// A zero-config source over `url`, a round due every 100 ms, with `extra`
-/// settings.
+/// Scans an hour apart: every round after the first is a library round.
+const SCAN_HOURLY: &str = "    keyspace_scan_interval: 1h\n";
+
+/// A zero-config source over `url`, a round due every 100 ms unless
+/// `extra` settings say otherwise.
 fn zero_config_source(url: &str, extra: &str) -> RedisSource {
+    let every = match extra.contains("discovery_interval") {
+        true => "",
+        false => "    discovery_interval: 100ms\n",
+    };
     let (config, _dir) = load_config(&format!(
-        "sources:\n  - name: main\n    type: redis\n    url: {url}\n    scan_count: 100\n    client_tracking: false\n    discovery_interval: 100ms\n{extra}"
+        "sources:\n  - name: main\n    type: redis\n    url: {url}\n    scan_count: 100\n    client_tracking: false\n{every}{extra}"
     ));
     let Some(SourceConfig::Redis(config)) = config.sources.into_iter().next() else {
         panic!("one redis source");
@@ -163,7 +170,7 @@ fn has(round: &Round, name: &str, preset: &str) -> bool {
 async fn between_scans_a_round_reads_the_libraries_by_name_with_no_untyped_pass() {
     let redis = RedisServer::start();
     write_keyspace(&redis);
-    let mut source = Watched::start(zero_config_source(&redis.url, "")).await;
+    let mut source = Watched::start(zero_config_source(&redis.url, SCAN_HOURLY)).await;
 
     let r = source.next_round(&redis).await;
     assert_eq!(
@@ -219,7 +226,7 @@ async fn between_scans_a_round_reads_the_libraries_by_name_with_no_untyped_pass(
 async fn a_changed_registry_or_a_library_first_used_since_the_scan_makes_the_round_a_scan() {
     let redis = RedisServer::start();
     write_keyspace(&redis);
-    let mut source = Watched::start(zero_config_source(&redis.url, "")).await;
+    let mut source = Watched::start(zero_config_source(&redis.url, SCAN_HOURLY)).await;
     assert_eq!(source.next_round(&redis).await.rounds.libraries, 1);
 
     // A queue added to a registry the scan read.
@@ -252,7 +259,7 @@ async fn a_plain_key_a_new_bullmq_queue_owns_is_plain_no_more() {
     write_keyspace(&redis);
     // A list named like a BullMQ queue's, with no `meta` yet: plain.
     redis.run::<()>(&[b"LPUSH", b"bull:late:wait", b"1"]);
-    let mut source = Watched::start(zero_config_source(&redis.url, "")).await;
+    let mut source = Watched::start(zero_config_source(&redis.url, SCAN_HOURLY)).await;
     assert_eq!(source.plain(), names(&["bull:late:wait", "later", "tasks"]));
 
     // Its queue's `meta` comes: the queue is BullMQ's, counted once.
@@ -278,11 +285,26 @@ async fn the_keyspace_is_scanned_again_every_keyspace_scan_interval() {
     assert_eq!(r.rounds.remembered, 1, "{:?}", r.rounds);
     assert_eq!(r.plain, names(&["jobs:new", "later", "tasks"]));
 
-    // At or below `discovery_interval`, every round scans.
+    // `0s`: every round scans.
     let config = "    keyspace_scan_interval: 0s\n";
     let mut every = Watched::start(zero_config_source(&redis.url, config)).await;
     for _ in 0..2 {
         let r = every.next_round(&redis).await;
         assert_eq!(r.rounds.libraries, 0, "{:?}", r.rounds);
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn by_default_a_keyspace_that_scans_quickly_is_scanned_every_round() {
+    let redis = RedisServer::start();
+    redis.run::<()>(&[b"RPUSH", b"tasks", b"a"]);
+    bullmq_queue(&redis, "mail", 1);
+    // A scan of a few keys takes milliseconds: 100 times that is less than
+    // the 5 seconds between rounds.
+    let config = "    discovery_interval: 5s\n";
+    let mut source = Watched::start(zero_config_source(&redis.url, config)).await;
+    redis.run::<()>(&[b"RPUSH", b"jobs:new", b"a"]);
+    let r = source.next_round(&redis).await;
+    assert_eq!(r.rounds.libraries, 0, "{:?}", r.rounds);
+    assert_eq!(r.plain, names(&["jobs:new", "tasks"]));
 }

@@ -73,20 +73,6 @@ fn set(items: &[(&str, &str)]) -> BTreeSet<(String, String)> {
         .collect()
 }
 
-/// Runs the exporter binary with `args`: success, stdout, stderr.
-fn exporter(args: &[&str]) -> (bool, String, String) {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_queue-exporter"))
-        .args(args)
-        .env("NO_COLOR", "1")
-        .output()
-        .unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
 /// Waits until the scrape shows `want` (preset, queue) pairs exactly and at
 /// least one refusal counted; checks the source stays up.
 async fn settled(app: &TestApp, want: &BTreeSet<(String, String)>) -> Scrape {
@@ -140,7 +126,7 @@ async fn a_meta_hash_redis_refuses_leaves_its_queue_out_and_its_lists_are_never_
     app.stop().await;
 
     // `discover` prints no key of it, and says what it left out.
-    let (ok, yaml, err) = exporter(&["discover", "--url", &url]);
+    let (ok, yaml, err) = run_exporter(&["discover", "--url", &url]);
     assert!(ok, "{err}");
     assert!(!yaml.contains("secret"), "{yaml}");
     assert!(

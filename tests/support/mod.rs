@@ -1119,3 +1119,18 @@ pub fn make_pki(name: &str) -> Pki {
         client,
     }
 }
+
+/// Runs the exporter binary with `args` to its end: whether it succeeded,
+/// its stdout and its stderr.
+pub fn run_exporter(args: &[&str]) -> (bool, String, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_queue-exporter"))
+        .args(args)
+        .env("NO_COLOR", "1")
+        .output()
+        .expect("run the exporter");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}

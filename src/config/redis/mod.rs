@@ -92,15 +92,15 @@ pub struct RedisSourceConfig {
     /// source that lists `queues:`.
     #[serde(default = "default_plain_keys")]
     pub plain_keys: bool,
-    /// Zero config only: how often a discovery round scans the whole
-    /// keyspace, which finds new plain keys, BullMQ and Bull prefixes,
-    /// Sidekiq namespaces and Celery exchanges (5 minutes when unset).
-    /// Between, a round reads what the last scan found, as `discover`'s
-    /// printed config would: the registries and kombu bindings by name and
-    /// one `<prefix>:*:meta` pass per BullMQ prefix, at the presets' cost
-    /// (docs/presets.md, "What does zero config cost Redis?"). At or below
-    /// `discovery_interval`, every round scans. Refused on a source that
-    /// lists `queues:`.
+    /// Zero config only: the time between scans of the whole keyspace,
+    /// which find new plain keys, BullMQ prefixes, Sidekiq namespaces and
+    /// Celery exchanges. Between, a round reads what the last scan found,
+    /// as `discover`'s printed config would, at the presets' cost
+    /// (docs/presets.md, "What does zero config cost Redis?"). Unset:
+    /// 100 times as long as the last scan took, from `discovery_interval`
+    /// to 5 minutes (a scan is at most 1 % of the time: a small keyspace
+    /// is scanned every round). `0s`: every round scans. Refused on a
+    /// source that lists `queues:`.
     #[serde(default, deserialize_with = "de_opt_duration")]
     pub keyspace_scan_interval: Option<Duration>,
     /// Which keys to watch.
@@ -171,13 +171,6 @@ impl RedisSourceConfig {
             UrlKind::Sentinel(s) => Some(s),
             _ => None,
         }
-    }
-
-    /// How often zero config scans the whole keyspace (see
-    /// `keyspace_scan_interval`).
-    pub fn keyspace_scan_every(&self) -> Duration {
-        self.keyspace_scan_interval
-            .unwrap_or(DEFAULT_KEYSPACE_SCAN_INTERVAL)
     }
 
     /// Checks what serde cannot check field by field.
@@ -252,7 +245,7 @@ impl RedisSourceConfig {
             ("discovery_interval", self.discovery_interval, Bounds::DAY),
             (
                 "keyspace_scan_interval",
-                self.keyspace_scan_every(),
+                self.keyspace_scan_interval.unwrap_or_default(),
                 Bounds::DAY_OR_ZERO,
             ),
             (
@@ -294,10 +287,6 @@ fn default_poll_interval() -> Duration {
 pub fn default_age_histogram_interval() -> Duration {
     Duration::from_secs(15)
 }
-/// The default `keyspace_scan_interval`: new plain keys and prefixes are
-/// found within five minutes, and rounds between cost what presets cost.
-pub const DEFAULT_KEYSPACE_SCAN_INTERVAL: Duration = Duration::from_secs(300);
-
 fn default_discovery_interval() -> Duration {
     Duration::from_secs(30)
 }
@@ -383,7 +372,7 @@ mod tests {
         let SourceConfig::Redis(r) = &c.sources[0] else {
             panic!("redis")
         };
-        assert!(r.keyspace_scan_every().is_zero());
+        assert_eq!(r.keyspace_scan_interval, Some(std::time::Duration::ZERO));
         let e = load_yaml(&redis("    keyspace_scan_interval: 2d\n"))
             .unwrap_err()
             .to_string();

@@ -51,11 +51,10 @@ impl Rounds {
     /// scan.
     pub fn scan_due(&self, config: &RedisSourceConfig) -> bool {
         self.scan_wanted
-            || self
-                .memory
-                .learnt
-                .as_ref()
-                .is_none_or(|l| l.scan_due(config.keyspace_scan_every(), Instant::now()))
+            || self.memory.learnt.as_ref().is_none_or(|l| {
+                let every = l.scan_every(config.keyspace_scan_interval, config.discovery_interval);
+                l.scan_due(every, Instant::now())
+            })
     }
 }
 
@@ -163,7 +162,9 @@ async fn zero_config(
             });
         }
     }
-    let zero = presets::rounds::discover(conn, config, known, memory.remembered).await?;
+    let started = Instant::now();
+    let mut zero = presets::rounds::discover(conn, config, known, memory.remembered).await?;
+    zero.learnt.took_since(started);
     let (specs, units) = zero.entries.into_iter().unzip();
     Ok(Found {
         plain: Plain::Found(zero.plain),

@@ -2,8 +2,9 @@
 //! last scan found, as the config `discover` prints would, instead of
 //! every name again (docs/presets.md, "What does zero config cost Redis?").
 //!
-//! A scan (at first, then every `keyspace_scan_interval`, 5 minutes by
-//! default) makes an untyped pass over every name, since a new plain key,
+//! A scan (at first, then every `keyspace_scan_interval`: by default 100
+//! times as long as the last scan took, from `discovery_interval` to 5
+//! minutes, see [`Learnt::scan_every`]) makes an untyped pass over every name, since a new plain key,
 //! BullMQ prefix, Sidekiq namespace or kombu exchange can be named
 //! anything; that pass alone costs Redis 1.2-1.4x the presets' round
 //! (BENCHMARKS.md, section 11). Between scans, a library round:
@@ -20,19 +21,18 @@
 //!   once, as a `- preset: bullmq` entry finds it;
 //! - keeps the plain keys tracked, less any a library entry now owns.
 //!
-//! What waits for the next scan: a new plain key, a BullMQ queue at a
+//! What waits for the next scan (5 minutes at most by default): a new plain key, a BullMQ queue at a
 //! prefix not seen before, an old Bull queue, a new Celery priority list.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use super::super::commands::Conn;
+use super::super::commands::{Conn, pipelined};
 use super::super::discovery::Candidate;
 use super::super::tracked::KeyState;
 use super::picture::LeftOut;
-use super::recognise::{Seen, consumed, marks_named};
-use super::rounds::read_marks;
-use super::{Unit, registries};
+use super::recognise::{Marks, Seen, consumed, marks_named, seen};
+use super::{Unit, bullmq, registries};
 use crate::config::{Preset, PresetSpec, RedisSourceConfig};
 
 /// The registries libraries write under a fixed name: a library round
@@ -44,6 +44,17 @@ const FIXED_MARKS: [&[u8]; 4] = [
     b"asynq:queues",
     b"_kombu.binding.celery",
 ];
+
+/// Unless `keyspace_scan_interval` says otherwise, scans are this many
+/// times as long apart as the last scan took: scanning takes at most 1 %
+/// of the time, so a keyspace that scans in 30 ms is scanned at every
+/// round (30 s apart by default), one of a million names (~3 s) every
+/// [`SCAN_AT_LEAST_EVERY`].
+const SCAN_TIME_SHARE: u32 = 100;
+
+/// The longest time between scans unless `keyspace_scan_interval` says
+/// otherwise: how long a new plain key or BullMQ prefix may wait.
+pub const SCAN_AT_LEAST_EVERY: Duration = Duration::from_secs(300);
 
 /// What the last keyspace scan recognised, for the library rounds after it.
 #[derive(Debug)]
@@ -60,6 +71,8 @@ pub struct Learnt {
     /// When the scan finished: the next is due `keyspace_scan_interval`
     /// after.
     scanned_at: Instant,
+    /// How long the scan took (wall time, which bounds Redis's CPU time).
+    took: Duration,
 }
 
 impl Learnt {
@@ -72,7 +85,25 @@ impl Learnt {
             unread: seen.unread.keys().cloned().collect(),
             withheld,
             scanned_at: Instant::now(),
+            took: Duration::ZERO,
         }
+    }
+
+    /// Notes how long the scan took, from `started`.
+    pub fn took_since(&mut self, started: Instant) {
+        self.took = self.scanned_at.saturating_duration_since(started);
+    }
+
+    /// The time from this scan to the next: `set` (the source's
+    /// `keyspace_scan_interval`) or [`SCAN_TIME_SHARE`] times as long as
+    /// this scan took, from `discovery_interval` to [`SCAN_AT_LEAST_EVERY`].
+    pub fn scan_every(&self, set: Option<Duration>, discovery_interval: Duration) -> Duration {
+        set.unwrap_or_else(|| {
+            self.took
+                .saturating_mul(SCAN_TIME_SHARE)
+                .max(discovery_interval)
+                .min(SCAN_AT_LEAST_EVERY)
+        })
     }
 
     /// Whether the round at `now` must scan the keyspace, scans being
@@ -156,4 +187,67 @@ pub async fn library_round(
             keys: learnt.withheld,
         },
     }))
+}
+
+/// Reads every mark in one pipeline: `SMEMBERS` of each set, `HMGET
+/// version opts.maxLenEvents` of each `meta` hash.
+pub(super) async fn read_marks(conn: &Conn, marks: Marks) -> redis::RedisResult<Seen> {
+    let mut cmds: Vec<redis::Cmd> = marks
+        .sets
+        .iter()
+        .map(|s| super::cmd("SMEMBERS", s))
+        .collect();
+    cmds.extend(marks.metas.iter().map(|m| bullmq::marks_cmd(m)));
+    cmds.extend(marks.bull_ids.iter().map(|id| super::cmd("GET", id)));
+    if cmds.is_empty() {
+        return Ok(Seen::default());
+    }
+    let replies = pipelined(conn, cmds).await?;
+    Ok(seen(marks, &replies))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn took(d: Duration) -> Learnt {
+        Learnt {
+            entries: Vec::new(),
+            sets: BTreeMap::new(),
+            unread: BTreeSet::new(),
+            withheld: 0,
+            scanned_at: Instant::now(),
+            took: d,
+        }
+    }
+
+    const MS: Duration = Duration::from_millis(1);
+    const S: Duration = Duration::from_secs(1);
+
+    #[test]
+    fn scans_are_a_hundred_times_as_long_apart_as_a_scan_takes_from_the_round_to_five_minutes() {
+        assert_eq!(took(30 * MS).scan_every(None, 30 * S), 30 * S);
+        assert_eq!(took(1500 * MS).scan_every(None, 30 * S), 150 * S);
+        assert_eq!(took(3 * S).scan_every(None, 30 * S), 300 * S);
+        assert_eq!(took(60 * S).scan_every(None, 30 * S), 300 * S);
+        // Rounds further apart than that: every round scans.
+        assert_eq!(took(3 * S).scan_every(None, 600 * S), 300 * S);
+    }
+
+    #[test]
+    fn a_set_keyspace_scan_interval_is_kept_as_it_is() {
+        assert_eq!(
+            took(3 * S).scan_every(Some(Duration::ZERO), 30 * S),
+            Duration::ZERO
+        );
+        assert_eq!(took(MS).scan_every(Some(3600 * S), 30 * S), 3600 * S);
+    }
+
+    #[test]
+    fn a_scan_is_due_once_its_interval_has_passed() {
+        let l = took(MS);
+        assert!(!l.scan_due(S, l.scanned_at));
+        assert!(l.scan_due(S, l.scanned_at + S));
+        assert!(l.scan_due(Duration::ZERO, l.scanned_at));
+    }
 }

@@ -13,18 +13,17 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
 
 use super::super::commands::{
-    Conn, PIPELINE_CHUNK, PIPELINES_IN_FLIGHT, ScanPages, pipelined, scan_where, type_of,
+    Conn, PIPELINE_CHUNK, PIPELINES_IN_FLIGHT, ScanPages, scan_where, type_of,
 };
 use super::super::discovery::{self, Candidate, Candidates, Discovered};
 use super::super::tracked::KeyState;
-use super::library_round::Learnt;
+use super::Unit;
+use super::library_round::{Learnt, read_marks};
 use super::picture::LeftOut;
 use super::recognise::{
     Marks, Recognition, Seen, bull_candidates, evidence, is_evidence, is_mark, marks_of, recognise,
-    seen,
 };
 use super::remembered::{Learner, Remembered};
-use super::{Unit, bullmq};
 use crate::config::{KeyType, PresetSpec, RedisSourceConfig};
 
 /// What a zero-config round found: the plain keys to track and the
@@ -345,21 +344,4 @@ async fn scan_marks(
     let names = scan_where(&mut conn.clone(), b"*", None, count, &keep).await?;
     let (marks, evidence): (Vec<_>, Vec<_>) = names.into_iter().partition(|k| is_mark(k));
     Ok(marks_of(marks, evidence))
-}
-
-/// Reads every mark in one pipeline: `SMEMBERS` of each set, `HMGET
-/// version opts.maxLenEvents` of each `meta` hash.
-pub(super) async fn read_marks(conn: &Conn, marks: Marks) -> redis::RedisResult<Seen> {
-    let mut cmds: Vec<redis::Cmd> = marks
-        .sets
-        .iter()
-        .map(|s| super::cmd("SMEMBERS", s))
-        .collect();
-    cmds.extend(marks.metas.iter().map(|m| bullmq::marks_cmd(m)));
-    cmds.extend(marks.bull_ids.iter().map(|id| super::cmd("GET", id)));
-    if cmds.is_empty() {
-        return Ok(Seen::default());
-    }
-    let replies = pipelined(conn, cmds).await?;
-    Ok(seen(marks, &replies))
 }
