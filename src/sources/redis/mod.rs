@@ -207,6 +207,19 @@ impl RedisSource {
             self.presets.set_specs(specs);
         }
         self.discovery.memory = found.memory;
+        if let (RoundKind::Full | RoundKind::Remembered, Some(learnt)) =
+            (found.kind, &self.discovery.memory.learnt)
+        {
+            tracing::debug!(
+                source = %self.config.name,
+                took = ?learnt.took(),
+                next_scan_in = ?learnt.scan_every(
+                    self.config.keyspace_scan_interval,
+                    self.config.discovery_interval
+                ),
+                "keyspace scanned"
+            );
+        }
         match found.kind {
             RoundKind::Full => self.discovery.finished.full += 1,
             RoundKind::Remembered => self.discovery.finished.remembered += 1,

@@ -89,6 +89,11 @@ impl Learnt {
         }
     }
 
+    /// How long the scan took.
+    pub fn took(&self) -> Duration {
+        self.took
+    }
+
     /// Notes how long the scan took, from `started`.
     pub fn took_since(&mut self, started: Instant) {
         self.took = self.scanned_at.saturating_duration_since(started);
