@@ -11,7 +11,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use queue_exporter::config::SourceConfig;
-use queue_exporter::snapshot::DiscoveryRounds;
+use queue_exporter::snapshot::{DiscoveryRounds, Reason};
 use queue_exporter::sources::Source;
 use queue_exporter::sources::redis::RedisSource;
 use support::*;
@@ -91,6 +91,8 @@ struct Round {
     queues: BTreeSet<(String, String)>,
     /// The plain keys tracked after it.
     plain: BTreeSet<String>,
+    /// What the poll it landed in counted as refused or failed.
+    errors: Vec<Reason>,
 }
 
 /// A source under test, with the rounds it has counted so far.
@@ -123,7 +125,8 @@ impl Watched {
     /// started first, sees all of its commands).
     async fn next_round(&mut self, redis: &RedisServer) -> Round {
         let mut monitor = start_monitor(redis);
-        for _ in 0..200 {
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while std::time::Instant::now() < deadline {
             let out = self.source.poll().await.expect("poll");
             let rounds = out.stats.discovery_rounds.expect("rounds counted");
             if total(&rounds) > self.seen {
@@ -141,6 +144,7 @@ impl Watched {
                     rounds,
                     queues,
                     plain: self.plain(),
+                    errors: out.partial_errors,
                 };
             }
             tokio::time::sleep(ROUND_EVERY / 5).await;
@@ -307,4 +311,52 @@ async fn by_default_a_keyspace_that_scans_quickly_is_scanned_every_round() {
     let r = source.next_round(&redis).await;
     assert_eq!(r.rounds.libraries, 0, "{:?}", r.rounds);
     assert_eq!(r.plain, names(&["jobs:new", "tasks"]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mark_redis_refuses_is_counted_at_every_library_round_and_its_keys_stay_out() {
+    let redis = RedisServer::start();
+    write_keyspace(&redis);
+    // A BullMQ-like queue whose `meta` the exporter may not read.
+    redis.run::<()>(&[b"HSET", b"secret:jobs:meta", b"version", b"bullmq:5.0.0"]);
+    redis.run::<()>(&[b"LPUSH", b"secret:jobs:wait", b"1"]);
+    let url = redis.acl_user(
+        "qe",
+        "pw",
+        &[READ_ONLY_ACL, &["-hmget", "(+hmget ~bull:*)"]].concat(),
+    );
+    let mut source = Watched::start(zero_config_source(&url, SCAN_HOURLY)).await;
+    assert_eq!(source.plain(), names(&["later", "tasks"]));
+    for libraries in 1..=2 {
+        let refused_before = acl_log_count(&redis);
+        let r = source.next_round(&redis).await;
+        assert_eq!(r.rounds.libraries, libraries, "{:?}", r.rounds);
+        assert!(has(&r, "mail", "bullmq"), "{:?}", r.queues);
+        assert!(
+            !r.queues.iter().any(|(n, _)| n.contains("secret")),
+            "{:?}",
+            r.queues
+        );
+        assert_eq!(r.plain, names(&["later", "tasks"]));
+        // The refused read was made again (Redis logs each refusal), and
+        // counted with the round.
+        assert!(acl_log_count(&redis) > refused_before);
+        assert!(r.errors.contains(&Reason::Auth), "{:?}", r.errors);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn libraries_only_has_library_rounds_between_scans_too() {
+    let redis = RedisServer::start();
+    write_keyspace(&redis);
+    let config = "    plain_keys: false\n    keyspace_scan_interval: 1h\n";
+    let mut source = Watched::start(zero_config_source(&redis.url, config)).await;
+    bullmq_queue(&redis, "fresh", 1);
+    let r = source.next_round(&redis).await;
+    assert_eq!(r.rounds.libraries, 1, "{:?}", r.rounds);
+    for q in ["mail", "fresh"] {
+        assert!(has(&r, q, "bullmq"), "{:?}", r.queues);
+    }
+    assert!(has(&r, "default", "sidekiq") && has(&r, "high", "rq"));
+    assert!(r.plain.is_empty(), "{:?}", r.plain);
 }

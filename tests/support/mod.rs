@@ -1134,3 +1134,29 @@ pub fn run_exporter(args: &[&str]) -> (bool, String, String) {
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
 }
+
+/// Entries in `ACL LOG` (one per refused command kind and user, counted).
+pub fn acl_log_count(redis: &RedisServer) -> u64 {
+    let log: Vec<redis::Value> = redis.run(&[b"ACL", b"LOG"]);
+    log.iter()
+        .map(|entry| match entry {
+            redis::Value::Map(fields) => fields
+                .iter()
+                .find(|(k, _)| matches!(k, redis::Value::BulkString(b) if b == b"count"))
+                .and_then(|(_, v)| match v {
+                    redis::Value::Int(n) => Some(*n as u64),
+                    _ => None,
+                })
+                .unwrap_or(1),
+            redis::Value::Array(fields) => fields
+                .chunks(2)
+                .find(|kv| matches!(&kv[0], redis::Value::BulkString(b) if b == b"count"))
+                .and_then(|kv| match &kv[1] {
+                    redis::Value::Int(n) => Some(*n as u64),
+                    _ => None,
+                })
+                .unwrap_or(1),
+            _ => 1,
+        })
+        .sum()
+}
