@@ -48,8 +48,8 @@ const FIXED_MARKS: [&[u8]; 4] = [
 /// Unless `keyspace_scan_interval` says otherwise, scans are this many
 /// times as long apart as the last scan took: scanning takes at most 1 %
 /// of the time, so a keyspace that scans in 30 ms is scanned at every
-/// round (30 s apart by default), one of a million names (~3 s) every
-/// [`SCAN_AT_LEAST_EVERY`].
+/// round (30 s apart by default), one of a million names (a full scan
+/// 2.4 s, a later one 1.2 s, measured) every 2-4 minutes.
 const SCAN_TIME_SHARE: u32 = 100;
 
 /// The longest time between scans unless `keyspace_scan_interval` says
