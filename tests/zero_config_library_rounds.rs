@@ -360,3 +360,29 @@ async fn libraries_only_has_library_rounds_between_scans_too() {
     assert!(has(&r, "default", "sidekiq") && has(&r, "high", "rq"));
     assert!(r.plain.is_empty(), "{:?}", r.plain);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_receiver_binding_changes_nothing_and_a_new_celery_queue_makes_a_scan() {
+    let redis = RedisServer::start();
+    write_keyspace(&redis);
+    let binding: &[u8] = b"_kombu.binding.tasks";
+    redis.run::<()>(&[b"SADD", binding, b"celery\x06\x16\x06\x16celery"]);
+    redis.run::<()>(&[b"LPUSH", b"celery", b"m"]);
+    let mut source = Watched::start(zero_config_source(&redis.url, SCAN_HOURLY)).await;
+    assert_eq!(source.next_round(&redis).await.rounds.libraries, 1);
+
+    // A worker's gossip (or Flower's) binds an event queue: no work.
+    let gossip: &[u8] = b"worker.#\x06\x16\x06\x16celeryev.6f1c5a2e-1d2b-4c3a-9e8f-7a6b5c4d3e2f";
+    redis.run::<()>(&[b"SADD", binding, gossip]);
+    let r = source.next_round(&redis).await;
+    assert_eq!((r.rounds.remembered, r.rounds.libraries), (0, 2));
+
+    // A new work queue bound: the round scans and reports it.
+    redis.run::<()>(&[b"SADD", binding, b"reports\x06\x16\x06\x16reports"]);
+    redis.run::<()>(&[b"LPUSH", b"reports", b"m"]);
+    let r = source.next_round(&redis).await;
+    assert_eq!((r.rounds.remembered, r.rounds.libraries), (1, 2));
+    assert!(has(&r, "reports", "celery"), "{:?}", r.queues);
+    assert!(has(&r, "celery", "celery"), "{:?}", r.queues);
+    assert_eq!(r.plain, names(&["later", "tasks"]));
+}

@@ -225,16 +225,27 @@ pub struct Seen {
 }
 
 impl Seen {
-    /// The sets read that have members, each with its members sorted (a
-    /// set Redis holds is never empty: an empty read is a missing key).
+    /// What recognition reads in the sets, by set: a registry's members,
+    /// a binding table's queues (with their separator; an event receiver's
+    /// binding, which comes and goes with every `celery events` or Flower,
+    /// is left out), sorted; sets with none are left out (a set Redis holds
+    /// is never empty: an empty read is a missing key). Library rounds
+    /// compare it with the scan's.
     pub(super) fn set_members(&self) -> BTreeMap<Vec<u8>, Vec<Vec<u8>>> {
         self.sets
             .iter()
-            .filter(|(_, members)| !members.is_empty())
-            .map(|(name, members)| {
-                let mut sorted = members.clone();
-                sorted.sort_unstable();
-                (name.clone(), sorted)
+            .filter_map(|(name, members)| {
+                let mut view: Vec<Vec<u8>> = match binding(name) {
+                    Some(_) => members
+                        .iter()
+                        .filter_map(|m| binding_queue(m))
+                        .map(|(q, sep)| key(&[sep.as_bytes(), b"\0", q.as_bytes()]))
+                        .collect(),
+                    None => members.clone(),
+                };
+                view.sort_unstable();
+                view.dedup();
+                (!view.is_empty()).then(|| (name.clone(), view))
             })
             .collect()
     }
@@ -759,6 +770,37 @@ mod tests {
         set.iter()
             .map(|k| String::from_utf8_lossy(k).into_owned())
             .collect()
+    }
+
+    #[test]
+    fn what_library_rounds_compare_leaves_event_receivers_and_empty_reads_out() {
+        let gossip = "worker.#\x06\x16\x06\x16celeryev.2b0f3c3e-8a4f-4a53-9d55-0b7e0c9c1f10";
+        let before = seen(
+            &[
+                ("_kombu.binding.tasks", &["celery\x06\x16\x06\x16celery"]),
+                ("queues", &["b", "a"]),
+                ("rq:queues", &[]),
+            ],
+            &[],
+        );
+        let after = seen(
+            &[
+                (
+                    "_kombu.binding.tasks",
+                    &[gossip, "celery\x06\x16\x06\x16celery"],
+                ),
+                ("queues", &["a", "b"]),
+            ],
+            &[],
+        );
+        assert_eq!(before.set_members(), after.set_members());
+        let view = before.set_members();
+        assert_eq!(view.len(), 2, "{view:?}");
+        let added = seen(&[("queues", &["a", "b", "c"])], &[]);
+        assert_ne!(
+            added.set_members().get(&b"queues"[..]),
+            view.get(&b"queues"[..])
+        );
     }
 
     #[test]
