@@ -10,7 +10,6 @@ mod support;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use queue_exporter::config::SourceConfig;
 use queue_exporter::snapshot::{DiscoveryRounds, Reason};
 use queue_exporter::sources::Source;
 use queue_exporter::sources::redis::RedisSource;
@@ -29,13 +28,7 @@ fn zero_config_source(url: &str, extra: &str) -> RedisSource {
         true => "",
         false => "    discovery_interval: 100ms\n",
     };
-    let (config, _dir) = load_config(&format!(
-        "sources:\n  - name: main\n    type: redis\n    url: {url}\n    scan_count: 100\n    client_tracking: false\n{every}{extra}"
-    ));
-    let Some(SourceConfig::Redis(config)) = config.sources.into_iter().next() else {
-        panic!("one redis source");
-    };
-    RedisSource::new(config)
+    zero_config_redis_source(url, &format!("{every}{extra}"))
 }
 
 /// 3,000 strings, two plain queue keys, a Sidekiq queue, an RQ queue and a

@@ -9,20 +9,13 @@ mod support;
 
 use std::collections::BTreeSet;
 
-use queue_exporter::config::SourceConfig;
 use queue_exporter::sources::Source;
 use queue_exporter::sources::redis::RedisSource;
 use support::*;
 
 /// A zero-config source over `url` that scans 100 keys per call.
 fn zero_config_source(url: &str) -> RedisSource {
-    let (config, _dir) = load_config(&format!(
-        "sources:\n  - name: main\n    type: redis\n    url: {url}\n    scan_count: 100\n    client_tracking: false\n"
-    ));
-    let Some(SourceConfig::Redis(config)) = config.sources.into_iter().next() else {
-        panic!("one redis source");
-    };
-    RedisSource::new(config)
+    zero_config_redis_source(url, "")
 }
 
 /// The keyspace: 3,000 strings and a hash (no queue), three plain queue

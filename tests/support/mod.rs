@@ -1160,3 +1160,21 @@ pub fn acl_log_count(redis: &RedisServer) -> u64 {
         })
         .sum()
 }
+
+/// A zero-config Redis source named `main` over `url`, scanning 100 keys
+/// per call, without client tracking, with `extra` YAML lines (indented as
+/// source fields).
+pub fn zero_config_redis_source(
+    url: &str,
+    extra: &str,
+) -> queue_exporter::sources::redis::RedisSource {
+    let (config, _dir) = load_config(&format!(
+        "sources:\n  - name: main\n    type: redis\n    url: {url}\n    scan_count: 100\n    client_tracking: false\n{extra}"
+    ));
+    let Some(queue_exporter::config::SourceConfig::Redis(config)) =
+        config.sources.into_iter().next()
+    else {
+        panic!("one redis source");
+    };
+    queue_exporter::sources::redis::RedisSource::new(config)
+}
