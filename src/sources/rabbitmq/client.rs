@@ -19,6 +19,9 @@ pub struct HttpClient {
     timeout: Duration,
     /// Largest body accepted.
     max_bytes: u64,
+    /// What to check when an `https://` server closes the connection
+    /// before answering (see [`certificate_hint`]).
+    certificate_hint: &'static str,
 }
 
 /// Where [`HttpClient::get_each`] puts a body as it arrives.
@@ -144,6 +147,7 @@ impl HttpClient {
             client,
             timeout,
             max_bytes,
+            certificate_hint: certificate_hint(config),
         })
     }
 
@@ -248,6 +252,18 @@ impl HttpClient {
                 target: display_url(url),
                 cause: chain(&e),
             }
+        } else if closed_before_answering(&e) {
+            // With TLS 1.3 a server that wants a client certificate may
+            // close the connection before the client reads its alert.
+            let hint = if url.scheme() == "https" {
+                format!(" (the server closed the TLS connection; {})", self.certificate_hint)
+            } else {
+                String::new()
+            };
+            SourceError::Connect {
+                target: display_url(url),
+                cause: format!("{}{hint}", chain(&e)),
+            }
         } else {
             SourceError::Backend(format!("GET {}: {}", display_url(url), chain(&e)))
         }
@@ -276,6 +292,35 @@ fn is_tls_failure(e: &(dyn std::error::Error + 'static)) -> bool {
         cur = err.source();
     }
     false
+}
+
+/// Whether the connection closed before the server answered: hyper's
+/// request was cancelled (the pooled connection died before it was sent)
+/// or the response was cut off. The broker closed or reset it, so it is a
+/// connection failure, not an answer from the backend.
+fn closed_before_answering(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = cur {
+        if let Some(h) = err.downcast_ref::<hyper::Error>()
+            && (h.is_canceled() || h.is_incomplete_message())
+        {
+            return true;
+        }
+        cur = err.source();
+    }
+    false
+}
+
+/// What to check when a TLS server closes the connection right after the
+/// handshake: TLS 1.3 ends the client's side of the handshake before the
+/// server has judged the client certificate, so its refusal can arrive as
+/// a reset instead of a readable alert.
+pub fn certificate_hint(config: &RabbitSourceConfig) -> &'static str {
+    if config.tls.cert_file.is_none() {
+        "if it requires a client certificate, set tls.cert_file and tls.key_file"
+    } else {
+        "it may not accept the client certificate in tls.cert_file"
+    }
 }
 
 /// The error and its causes, joined. URLs in them carry no credentials:
