@@ -5,12 +5,15 @@
 //! keys; what it finds is what a full round finds, as keys come, go and
 //! change type; and where Redis refuses `TYPE`, every round is a full one
 //! by typed passes, which need only SCAN.
+mod reliability_support;
 mod support;
 
 use std::collections::BTreeSet;
+use std::time::Duration;
 
 use queue_exporter::sources::Source;
 use queue_exporter::sources::redis::RedisSource;
+use reliability_support::*;
 use support::*;
 
 /// A zero-config source over `url` that scans 100 keys per call.
@@ -252,4 +255,84 @@ async fn where_redis_refuses_type_every_round_is_a_full_one_and_finds_the_same()
         plain(&source),
         names(&["events", "fresh", "later", "tasks"])
     );
+}
+
+/// BullMQ's `obliterate` (or any library removing a queue) may delete a
+/// queue's keys after a scan typed them and before it read the queue's
+/// `meta`: the round then sees a list and a stream no mark claims. The
+/// round types those keys of the queues it polled again, so what was
+/// deleted is dropped, never tracked as an empty plain queue until the
+/// next scan. Made certain here: the source reads Redis through a proxy
+/// that holds each request 300 ms, and the queue is deleted the moment
+/// MONITOR shows the round's `TYPE` of its list.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_library_queue_deleted_while_a_scan_runs_leaves_no_plain_key_behind() {
+    let redis = RedisServer::start();
+    let mut c = redis.conn();
+    let mut pipe = redis::pipe();
+    pipe.cmd("HSET")
+        .arg("bull:gone:meta")
+        .arg("version")
+        .arg("bullmq:5.0.0")
+        .ignore();
+    pipe.cmd("LPUSH").arg("bull:gone:wait").arg("1").ignore();
+    pipe.cmd("XADD")
+        .arg("bull:gone:events")
+        .arg("*")
+        .arg("event")
+        .arg("added")
+        .ignore();
+    pipe.cmd("RPUSH").arg("tasks").arg("a").ignore();
+    pipe.query::<()>(&mut c).expect("write the keyspace");
+    let proxy = Proxy::start(&format!("127.0.0.1:{}", redis.port)).await;
+    let mut source = zero_config_redis_source(
+        &format!("redis://127.0.0.1:{}", proxy.port),
+        "    discovery_interval: 10ms\n    keyspace_scan_interval: 0s\n    timeout: 10s\n",
+    );
+    source.poll().await.expect("first poll");
+    let recognised = |out: &queue_exporter::sources::PollOutput| {
+        out.queues
+            .iter()
+            .any(|q| q.name == "gone" && q.preset.is_some())
+    };
+    assert_eq!(plain(&source), names(&["tasks"]));
+
+    // From now on each request reaches Redis 300 ms late: a round's marks
+    // are read 300 ms after its `TYPE`s.
+    let mut monitor = start_monitor(&redis);
+    proxy.set(ProxyMode::SlowRequests(Duration::from_millis(300)));
+    let deleter = std::thread::spawn(move || {
+        let typed = |line: &String| line.contains(r#""TYPE" "bull:gone:wait""#);
+        let waiting = std::time::Instant::now();
+        while !monitored(&mut monitor).iter().any(typed) {
+            assert!(
+                waiting.elapsed() < Duration::from_secs(30),
+                "no round typed bull:gone:wait in 30 s"
+            );
+        }
+        redis::cmd("DEL")
+            .arg("bull:gone:wait")
+            .arg("bull:gone:events")
+            .arg("bull:gone:meta")
+            .query::<u64>(&mut c)
+            .expect("DEL");
+    });
+    let mut phantoms = BTreeSet::new();
+    let mut polls_after = 0;
+    while polls_after < 10 {
+        let out = source.poll().await;
+        phantoms.extend(plain(&source).into_iter().filter(|k| k != "tasks"));
+        if deleter.is_finished() {
+            polls_after += 1;
+            if polls_after == 10 {
+                assert!(!recognised(&out.expect("poll")), "the queue still reported");
+            }
+        }
+    }
+    deleter.join().expect("deleter");
+    assert!(
+        phantoms.is_empty(),
+        "deleted keys tracked as plain: {phantoms:?}"
+    );
+    assert_eq!(plain(&source), names(&["tasks"]));
 }

@@ -264,8 +264,8 @@ async fn open(
     // A server that refuses the client certificate (or requires one) may
     // reset the connection before its alert is read, since TLS 1.3 ends
     // the client's handshake first: the error then says what to check.
-    let certificate_hint = matches!(uri.scheme, AMQPScheme::AMQPS)
-        .then(|| super::client::certificate_hint(config));
+    let certificate_hint =
+        matches!(uri.scheme, AMQPScheme::AMQPS).then(|| super::client::certificate_hint(config));
     let host = uri.authority.host.clone();
     let port = uri.authority.port;
     let connect_error = |cause: String| SourceError::Connect {

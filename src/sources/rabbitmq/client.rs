@@ -256,7 +256,10 @@ impl HttpClient {
             // With TLS 1.3 a server that wants a client certificate may
             // close the connection before the client reads its alert.
             let hint = if url.scheme() == "https" {
-                format!(" (the server closed the TLS connection; {})", self.certificate_hint)
+                format!(
+                    " (the server closed the TLS connection; {})",
+                    self.certificate_hint
+                )
             } else {
                 String::new()
             };
@@ -294,15 +297,24 @@ fn is_tls_failure(e: &(dyn std::error::Error + 'static)) -> bool {
     false
 }
 
-/// Whether the connection closed before the server answered: hyper's
-/// request was cancelled (the pooled connection died before it was sent)
-/// or the response was cut off. The broker closed or reset it, so it is a
-/// connection failure, not an answer from the backend.
+/// Whether the broker closed or reset the connection before its answer
+/// was complete: hyper's request was cancelled (the pooled connection died
+/// before it was sent), the message ended early, or the socket was reset.
+/// That is a connection failure, not an answer from the backend.
 fn closed_before_answering(e: &(dyn std::error::Error + 'static)) -> bool {
+    use std::io::ErrorKind::{BrokenPipe, ConnectionAborted, ConnectionReset, UnexpectedEof};
     let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
     while let Some(err) = cur {
         if let Some(h) = err.downcast_ref::<hyper::Error>()
             && (h.is_canceled() || h.is_incomplete_message())
+        {
+            return true;
+        }
+        if let Some(io) = err.downcast_ref::<std::io::Error>()
+            && matches!(
+                io.kind(),
+                ConnectionReset | ConnectionAborted | BrokenPipe | UnexpectedEof
+            )
         {
             return true;
         }

@@ -159,6 +159,10 @@ impl RedisSource {
                 known: discovery::known_pattern_keys(&self.tracked),
                 plain,
                 memory: std::mem::take(&mut self.discovery.memory),
+                polled: match self.config.recognise {
+                    true => self.presets.polled(),
+                    false => Vec::new(),
+                },
                 scan,
             };
             self.discovery.running = Some(DiscoveryTask::spawn(
@@ -414,7 +418,7 @@ impl RedisSource {
         let mut round_conn = conn.clone();
         round_conn.begin_discovery();
         let start = commands::SCANNED.load(std::sync::atomic::Ordering::Relaxed);
-        let round = presets::rounds::discover(&mut round_conn, &config, &[], None);
+        let round = presets::rounds::discover(&mut round_conn, &config, &[], None, &[]);
         tokio::pin!(round);
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         tick.tick().await;

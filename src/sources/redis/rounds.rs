@@ -79,6 +79,8 @@ pub(super) struct RoundInput {
     pub plain: Vec<(Vec<u8>, KeyState)>,
     /// Zero config: what earlier rounds learnt.
     pub memory: Memory,
+    /// Zero config: the library entries polled now, with their units.
+    pub polled: Vec<(crate::config::PresetSpec, Vec<presets::Unit>)>,
     /// Zero config: scan the keyspace rather than read the libraries the
     /// last scan found.
     pub scan: bool,
@@ -103,10 +105,17 @@ impl DiscoveryTask {
                 known,
                 plain,
                 memory,
+                polled,
                 scan,
             } = input;
             if config.recognise {
-                return zero_config(&mut conn, &config, &known, &plain, memory, scan).await;
+                let round = ZeroConfigRound {
+                    plain: &plain,
+                    memory,
+                    polled: &polled,
+                    scan,
+                };
+                return zero_config(&mut conn, &config, &known, round).await;
             }
             let plain = discovery::discover(&mut conn, &config, &known).await?;
             let registries =
@@ -136,16 +145,32 @@ impl DiscoveryTask {
     }
 }
 
+/// What a zero-config round is given beside the connection and config.
+struct ZeroConfigRound<'a> {
+    /// The plain keys tracked, with their types (empty for a scan).
+    plain: &'a [(Vec<u8>, KeyState)],
+    /// What earlier rounds learnt.
+    memory: Memory,
+    /// The library entries polled now, with their units.
+    polled: &'a [(crate::config::PresetSpec, Vec<presets::Unit>)],
+    /// Scan the keyspace rather than read the libraries.
+    scan: bool,
+}
+
 /// A zero-config round: a library round when no scan is due and nothing
 /// changed since the last scan, else a scan.
 async fn zero_config(
     conn: &mut Conn,
     config: &RedisSourceConfig,
     known: &[(Vec<u8>, usize)],
-    plain: &[(Vec<u8>, KeyState)],
-    memory: Memory,
-    scan: bool,
+    round: ZeroConfigRound<'_>,
 ) -> redis::RedisResult<Found> {
+    let ZeroConfigRound {
+        plain,
+        memory,
+        polled,
+        scan,
+    } = round;
     if let (false, Some(learnt)) = (scan, &memory.learnt) {
         let round = presets::library_round::library_round(conn, config, plain, learnt).await?;
         if let Some(round) = round {
@@ -163,7 +188,8 @@ async fn zero_config(
         }
     }
     let started = Instant::now();
-    let mut zero = presets::rounds::discover(conn, config, known, memory.remembered).await?;
+    let mut zero =
+        presets::rounds::discover(conn, config, known, memory.remembered, polled).await?;
     zero.learnt.took_since(started);
     let (specs, units) = zero.entries.into_iter().unzip();
     Ok(Found {

@@ -459,6 +459,15 @@ impl PresetState {
             .collect()
     }
 
+    /// Each entry with the units it polls now (zero config: for the next
+    /// round, which types again the keys of a queue removed meanwhile).
+    pub fn polled(&self) -> Vec<(PresetSpec, Vec<Unit>)> {
+        self.entries
+            .iter()
+            .map(|e| (e.spec.clone(), e.queues.clone()))
+            .collect()
+    }
+
     /// Logical queues currently known (for `tracked_keys`).
     pub fn tracked(&self) -> usize {
         self.entries.iter().map(|e| e.queues.len()).sum()

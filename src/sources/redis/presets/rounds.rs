@@ -21,7 +21,8 @@ use super::Unit;
 use super::library_round::{Learnt, read_marks};
 use super::picture::LeftOut;
 use super::recognise::{
-    Marks, Recognition, Seen, bull_candidates, evidence, is_evidence, is_mark, marks_of, recognise,
+    Marks, Recognition, Seen, bull_candidates, consumed, evidence, is_evidence, is_mark, marks_of,
+    recognise,
 };
 use super::remembered::{Learner, Remembered};
 use crate::config::{KeyType, PresetSpec, RedisSourceConfig};
@@ -69,6 +70,7 @@ pub async fn discover(
     config: &RedisSourceConfig,
     known: &[(Vec<u8>, usize)],
     remembered: Option<Remembered>,
+    polled: &[(PresetSpec, Vec<Unit>)],
 ) -> redis::RedisResult<ZeroConfig> {
     if !config.plain_keys {
         return libraries_only(conn, config).await;
@@ -90,6 +92,7 @@ pub async fn discover(
     marks.bull_ids = bull_candidates(&found.keys, config.max_keys);
     let seen = read_marks(conn, marks).await?;
     let recognition = recognise(&seen, &found);
+    type_orphans_again(conn, &mut found, polled, &recognition).await?;
     let left_out = left_out(&seen, &recognition);
     let learnt = Learnt::new(&recognition.entries, &seen, recognition.withheld.len());
     found
@@ -108,6 +111,44 @@ pub async fn discover(
         left_out,
         learnt,
     })
+}
+
+/// A library queue removed while the round ran (BullMQ's `obliterate`, a
+/// Sidekiq queue cleared) between its keys' `TYPE` and its mark's read
+/// leaves keys typed as they were and no mark to claim them. The keys the
+/// queues `polled` until now owned that nothing claims now are typed
+/// again, so one deleted since is dropped, not tracked as an empty plain
+/// queue until the next scan. Costs a command only when a queue went.
+async fn type_orphans_again(
+    conn: &Conn,
+    found: &mut Candidates,
+    polled: &[(PresetSpec, Vec<Unit>)],
+    recognition: &Recognition,
+) -> redis::RedisResult<()> {
+    let orphans: Vec<Vec<u8>> = orphans(polled, &found.keys, recognition);
+    if orphans.is_empty() {
+        return Ok(());
+    }
+    let states = type_of(conn, &orphans).await?;
+    for (key, state) in orphans.iter().zip(states) {
+        if let Some(c) = found.keys.get_mut(key) {
+            c.state = state;
+        }
+    }
+    Ok(())
+}
+
+/// The keys the entries `polled` owned that `recognition` leaves plain
+/// (pure).
+fn orphans(
+    polled: &[(PresetSpec, Vec<Unit>)],
+    keys: &BTreeMap<Vec<u8>, Candidate>,
+    recognition: &Recognition,
+) -> Vec<Vec<u8>> {
+    consumed(polled, keys)
+        .into_iter()
+        .filter(|k| !recognition.consumed.contains(k) && !recognition.withheld.contains(k))
+        .collect()
 }
 
 /// A one-pass round's outcome.
