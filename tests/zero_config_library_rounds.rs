@@ -4,13 +4,16 @@
 //! would, with no untyped pass; a queue added at a known BullMQ prefix is
 //! found at once; any change to a registry or binding, or a library first
 //! used since, makes the round a scan; a new plain key waits for the next
-//! scan (`keyspace_scan_interval`), or for `rediscover`.
+//! scan (`keyspace_scan_interval`), or for `rediscover`. The layouts are
+//! written by hand as ../shared/reference/queue-layouts.md gives them, and
+//! by the real Celery (workers joining) and BullMQ (queues made and
+//! obliterated) in the last test.
 mod support;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use queue_exporter::snapshot::{DiscoveryRounds, Reason};
+use queue_exporter::snapshot::{DiscoveryRounds, JobState, Reason};
 use queue_exporter::sources::Source;
 use queue_exporter::sources::redis::RedisSource;
 use support::*;
@@ -86,6 +89,8 @@ struct Round {
     plain: BTreeSet<String>,
     /// What the poll it landed in counted as refused or failed.
     errors: Vec<Reason>,
+    /// Each library queue's waiting jobs, by (name, preset).
+    waiting: BTreeMap<(String, String), Option<u64>>,
 }
 
 /// A source under test, with the rounds it has counted so far.
@@ -132,12 +137,22 @@ impl Watched {
                         (q.name.clone(), preset.unwrap_or_default())
                     })
                     .collect();
+                let waiting = out
+                    .queues
+                    .iter()
+                    .filter_map(|q| {
+                        let p = q.preset.as_ref()?;
+                        let w = p.states.get(&JobState::Waiting).copied().flatten();
+                        Some(((q.name.clone(), format!("{:?}", p.preset)), w))
+                    })
+                    .collect();
                 return Round {
                     commands: monitored(&mut monitor),
                     rounds,
                     queues,
                     plain: self.plain(),
                     errors: out.partial_errors,
+                    waiting,
                 };
             }
             tokio::time::sleep(ROUND_EVERY / 5).await;
@@ -378,4 +393,112 @@ async fn an_event_receiver_binding_changes_nothing_and_a_new_celery_queue_makes_
     assert!(has(&r, "reports", "celery"), "{:?}", r.queues);
     assert!(has(&r, "celery", "celery"), "{:?}", r.queues);
     assert_eq!(r.plain, names(&["later", "tasks"]));
+}
+
+/// The one member of the set `set`, once a real worker has written it.
+fn only_member(redis: &RedisServer, set: &str) -> String {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let members: Vec<String> = redis.run(&[b"SMEMBERS", set.as_bytes()]);
+        if let [m] = members.as_slice() {
+            return m.clone();
+        }
+        assert!(
+            members.is_empty() && std::time::Instant::now() < deadline,
+            "{set}: {members:?}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// The real libraries between scans: a Celery worker joining (its gossip
+/// binds a new event queue, its remote control a new pidbox queue) leaves
+/// rounds library rounds; a queue BullMQ makes at the known prefix
+/// appears, and one it obliterates goes, at the next library round, with
+/// the jobs BullMQ wrote; nothing of theirs is ever a plain key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_celery_workers_and_bullmq_queues_come_and_go_between_scans() {
+    let redis = RedisServer::start();
+    let url = redis.url.as_str();
+    let bullmq = |args: &[&str]| Library::Bullmq.run("node/bullmq_prefix_fixture.js", args);
+    // Celery tasks on `celery` (with priorities) and `emails`, one real
+    // worker on `work`, and BullMQ's `reports` at the prefix `myapp:eu`.
+    let (Some(_), Some(_), Some(_first)) = (
+        Library::Celery.run("celery_fixture.py", &[url]),
+        bullmq(&[url, "add"]),
+        Library::Celery.spawn("celery_fixture.py", &[url, "worker"]),
+    ) else {
+        return;
+    };
+    only_member(&redis, "_kombu.binding.work");
+    let mut source = Watched::start(zero_config_source(url, SCAN_HOURLY)).await;
+    let r = source.next_round(&redis).await;
+    assert_eq!(
+        (r.rounds.full, r.rounds.libraries),
+        (1, 1),
+        "{:?}",
+        r.rounds
+    );
+    for q in ["celery", "emails", "work"] {
+        assert!(has(&r, q, "celery"), "{q}: {:?}", r.queues);
+    }
+    let reports = ("reports".to_string(), "Bullmq".to_string());
+    assert_eq!(r.waiting.get(&reports), Some(&Some(3)), "{:?}", r.waiting);
+    assert_eq!(r.plain, BTreeSet::new());
+
+    // A second worker on `work` with its own event exchange: its gossip
+    // binds `celeryev.<uuid>` in `_kombu.binding.myev`, and its pidbox
+    // binding names it. No queue changed: the rounds stay library rounds.
+    let Some(_second) = Library::Celery.spawn("celery_fixture.py", &[url, "worker", "myev"]) else {
+        return;
+    };
+    let gossip = only_member(&redis, "_kombu.binding.myev");
+    assert!(gossip.contains("celeryev."), "{gossip:?}");
+    let pidbox: u64 = redis.run(&[b"SCARD", b"_kombu.binding.celery.pidbox"]);
+    assert_eq!(pidbox, 2, "one remote-control binding per worker");
+    let before = source.seen;
+    let r = source.next_round(&redis).await;
+    assert!(source.seen > before);
+    assert_eq!(
+        (r.rounds.full, r.rounds.remembered),
+        (1, 0),
+        "a worker joining made a scan: {:?}",
+        r.rounds
+    );
+    assert!(
+        !r.queues
+            .iter()
+            .any(|(q, _)| q.contains("celeryev") || q.contains("pidbox")),
+        "{:?}",
+        r.queues
+    );
+
+    // BullMQ makes `digest` at the known prefix: the next library round
+    // reports it with its jobs.
+    bullmq(&[url, "add", "myapp:eu", "digest"]).expect("digest added");
+    let r = source.next_round(&redis).await;
+    assert_eq!(
+        (r.rounds.full, r.rounds.remembered),
+        (1, 0),
+        "{:?}",
+        r.rounds
+    );
+    let digest = ("digest".to_string(), "Bullmq".to_string());
+    assert_eq!(r.waiting.get(&digest), Some(&Some(3)), "{:?}", r.waiting);
+
+    // BullMQ obliterates `reports`: gone at the next library round, and
+    // none of its keys left as plain ones.
+    bullmq(&[url, "obliterate"]).expect("reports obliterated");
+    let r = source.next_round(&redis).await;
+    assert_eq!(
+        (r.rounds.full, r.rounds.remembered),
+        (1, 0),
+        "{:?}",
+        r.rounds
+    );
+    assert!(!r.waiting.contains_key(&reports), "{:?}", r.waiting);
+    assert_eq!(r.waiting.get(&digest), Some(&Some(3)), "{:?}", r.waiting);
+    assert!(has(&r, "work", "celery"), "{:?}", r.queues);
+    assert_eq!(r.plain, BTreeSet::new());
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
 }
