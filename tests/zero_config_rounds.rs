@@ -9,7 +9,8 @@ mod reliability_support;
 mod support;
 
 use std::collections::BTreeSet;
-use std::time::Duration;
+use std::io::{Read, Write};
+use std::time::{Duration, Instant};
 
 use queue_exporter::sources::Source;
 use queue_exporter::sources::redis::RedisSource;
@@ -299,16 +300,25 @@ async fn a_library_queue_deleted_while_a_scan_runs_leaves_no_plain_key_behind() 
 
     // From now on each request reaches Redis 300 ms late: a round's marks
     // are read 300 ms after its `TYPE`s.
-    let mut monitor = start_monitor(&redis);
+    // MONITOR read raw: a read that times out loses nothing.
+    let mut monitor = std::net::TcpStream::connect(("127.0.0.1", redis.port)).expect("connect");
+    monitor.write_all(b"MONITOR\r\n").expect("MONITOR");
+    monitor
+        .set_read_timeout(Some(Duration::from_millis(100)))
+        .expect("timeout");
     proxy.set(ProxyMode::SlowRequests(Duration::from_millis(300)));
     let deleter = std::thread::spawn(move || {
-        let typed = |line: &String| line.contains(r#""TYPE" "bull:gone:wait""#);
-        let waiting = std::time::Instant::now();
-        while !monitored(&mut monitor).iter().any(typed) {
+        let typed = br#""TYPE" "bull:gone:wait""#;
+        let (mut seen, mut buf) = (Vec::new(), [0u8; 4096]);
+        let waiting = Instant::now();
+        while !seen.windows(typed.len()).any(|w| w == typed) {
             assert!(
-                waiting.elapsed() < Duration::from_secs(30),
-                "no round typed bull:gone:wait in 30 s"
+                waiting.elapsed() < Duration::from_secs(60),
+                "no round typed bull:gone:wait in 60 s"
             );
+            if let Ok(n) = monitor.read(&mut buf) {
+                seen.extend_from_slice(&buf[..n]);
+            }
         }
         redis::cmd("DEL")
             .arg("bull:gone:wait")
@@ -317,19 +327,37 @@ async fn a_library_queue_deleted_while_a_scan_runs_leaves_no_plain_key_behind() 
             .query::<u64>(&mut c)
             .expect("DEL");
     });
+    let rounds = |out: &queue_exporter::sources::PollOutput| {
+        out.stats
+            .discovery_rounds
+            .as_ref()
+            .map_or(0, |r| r.full + r.remembered + r.libraries)
+    };
     let mut phantoms = BTreeSet::new();
-    let mut polls_after = 0;
-    while polls_after < 10 {
+    let mut poll = async |phantoms: &mut BTreeSet<String>| {
         let out = source.poll().await;
         phantoms.extend(plain(&source).into_iter().filter(|k| k != "tasks"));
-        if deleter.is_finished() {
-            polls_after += 1;
-            if polls_after == 10 {
-                assert!(!recognised(&out.expect("poll")), "the queue still reported");
-            }
-        }
+        out
+    };
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while !deleter.is_finished() {
+        assert!(Instant::now() < deadline, "the queue never deleted");
+        let _ = poll(&mut phantoms).await;
     }
-    deleter.join().expect("deleter");
+    deleter.join().expect("the queue deleted");
+    // Until two rounds more have landed, so one began after the deletion.
+    let mut after = None;
+    let out = loop {
+        assert!(Instant::now() < deadline, "no round after the deletion");
+        let Ok(out) = poll(&mut phantoms).await else {
+            continue;
+        };
+        let done = rounds(&out);
+        if done >= *after.get_or_insert(done) + 2 {
+            break out;
+        }
+    };
+    assert!(!recognised(&out), "the queue still reported");
     assert!(
         phantoms.is_empty(),
         "deleted keys tracked as plain: {phantoms:?}"
