@@ -30,8 +30,9 @@ use std::time::{Duration, Instant};
 use super::super::commands::{Conn, pipelined};
 use super::super::discovery::Candidate;
 use super::super::tracked::KeyState;
+use super::consumed::consumed;
 use super::picture::LeftOut;
-use super::recognise::{Marks, Seen, consumed, marks_named, seen};
+use super::recognise::{Marks, Seen, marks_named, seen};
 use super::{Unit, bullmq, registries};
 use crate::config::{Preset, PresetSpec, RedisSourceConfig};
 

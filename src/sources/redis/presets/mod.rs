@@ -16,6 +16,7 @@ mod bull;
 mod bullmq;
 mod celery;
 mod collide;
+mod consumed;
 pub mod library_round;
 pub mod picture;
 mod priority_zset;

@@ -39,10 +39,10 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use redis::Value;
 
-use super::super::cluster::key_of;
 use super::super::discovery::{Candidate, Candidates};
 use super::super::tracked::KeyState;
-use super::{Unit, bull, bullmq, fixed_queues, key, plan, registry_units, sidekiq};
+use super::consumed::{consumed, type_at, under};
+use super::{Unit, bull, bullmq, fixed_queues, key, registry_units, sidekiq};
 use crate::config::{
     CELERY_PRIORITY_STEPS, CELERY_SEP, CELERY_VISIBILITY_TIMEOUT, DEFAULT_STALLED_CHECK_LIMIT,
     KeyType, Preset, PresetSpec, default_prefix,
@@ -368,24 +368,6 @@ fn event_receiver(routing_key: &[u8], queue: &[u8]) -> bool {
     matches!(routing_key, b"#" | b"worker.#") && named
 }
 
-/// The type discovery found for `k`, if it found the key.
-fn type_at(keys: &BTreeMap<Vec<u8>, Candidate>, k: &[u8]) -> Option<KeyType> {
-    match keys.get(k).map(|c| &c.state) {
-        Some(KeyState::Typed(t)) => Some(*t),
-        _ => None,
-    }
-}
-
-/// Keys found that start with `prefix`.
-fn under<'a>(
-    keys: &'a BTreeMap<Vec<u8>, Candidate>,
-    prefix: &'a [u8],
-) -> impl Iterator<Item = &'a Vec<u8>> + 'a {
-    keys.range(prefix.to_vec()..)
-        .map(|(k, _)| k)
-        .take_while(move |k| k.starts_with(prefix))
-}
-
 /// Recognises the libraries the marks show (pure): entries sorted by
 /// library, then prefix; and the keys they consume.
 pub fn recognise(seen: &Seen, found: &Candidates) -> Recognition {
@@ -618,110 +600,6 @@ fn celery_steps(
         }
     }
     steps.into_iter().collect()
-}
-
-/// The key type a read-only command of a preset's plan expects, for the
-/// types a plain key can have; `None` for the others (`GET`, `EXISTS`,
-/// hash and set reads).
-fn expected_type(c: &redis::Cmd) -> Option<KeyType> {
-    let name = match c.args_iter().next()? {
-        redis::Arg::Simple(n) => n,
-        _ => return None,
-    };
-    match name {
-        b"LLEN" | b"LINDEX" | b"LRANGE" => Some(KeyType::List),
-        b"ZCARD" | b"ZCOUNT" | b"ZRANGE" => Some(KeyType::Zset),
-        b"XLEN" | b"XINFO" => Some(KeyType::Stream),
-        _ => None,
-    }
-}
-
-/// A library's keys beyond those its entry reads.
-enum Owned {
-    /// This key.
-    Key(Vec<u8>),
-    /// Every key starting with this.
-    Under(Vec<u8>),
-}
-
-/// The keys of `preset`'s `units` that the entry does not read but that
-/// are the library's all the same (layouts: ../shared/reference/queue-layouts.md).
-fn owned(preset: &Preset, units: &[Unit]) -> Vec<Owned> {
-    let names = units.iter().filter_map(|u| match u {
-        Unit::Queue(q) => Some(q.as_slice()),
-        Unit::Shared => None,
-    });
-    match preset {
-        // `<prefix>:<q>:` holds every key of the queue: events, marker,
-        // pc, stalled, job hashes and their logs.
-        // Bull's too (its `priority` zset, `stalled-check`, job hashes).
-        Preset::Bullmq { prefix, .. } | Preset::Bull { prefix, .. } => names
-            .map(|q| Owned::Under(key(&[prefix.as_bytes(), b":", q, b":"])))
-            .collect(),
-        Preset::Rq { prefix } => {
-            let p = prefix.as_bytes();
-            let mut v: Vec<Owned> = [&b"results:"[..], b"executions:", b"execution:", b"rl:"]
-                .iter()
-                .map(|n| Owned::Under(key(&[p, b":", n])))
-                .collect();
-            for q in names {
-                v.push(Owned::Under(key(&[p, b":queue:", q, b":"])));
-                v.push(Owned::Key(key(&[p, b":ready:", q])));
-                v.push(Owned::Key(key(&[p, b":canceled:", q])));
-            }
-            v
-        }
-        Preset::Asynq { prefix } => {
-            let p = prefix.as_bytes();
-            let mut v: Vec<Owned> = [&b"servers"[..], b"workers", b"schedulers"]
-                .iter()
-                .map(|n| Owned::Key(key(&[p, b":", n])))
-                .collect();
-            v.extend(names.map(|q| Owned::Under(key(&[p, b":{", q, b"}:"]))));
-            v
-        }
-        Preset::Celery { prefix, .. } => vec![Owned::Key(key(&[
-            prefix.as_bytes(),
-            b"_kombu.binding_deadlines",
-        ]))],
-        Preset::Sidekiq { .. } | Preset::Rediswq { .. } | Preset::PriorityZset { .. } => Vec::new(),
-    }
-}
-
-/// The keys the entries consume: what their plans read with the type the
-/// library gives it, and the library's other keys ([`owned`]); a read key
-/// of another type is a lookalike and stays plain.
-pub(super) fn consumed(
-    entries: &[(PresetSpec, Vec<Unit>)],
-    keys: &BTreeMap<Vec<u8>, Candidate>,
-) -> BTreeSet<Vec<u8>> {
-    let mut taken = BTreeSet::new();
-    let mut lookalikes = BTreeSet::new();
-    for (spec, units) in entries {
-        for unit in units {
-            for c in plan(&spec.preset, unit, 0.0) {
-                let (Some(k), Some(want)) = (key_of(&c), expected_type(&c)) else {
-                    continue;
-                };
-                match type_at(keys, k) {
-                    Some(t) if t == want => taken.insert(k.to_vec()),
-                    Some(_) => lookalikes.insert(k.to_vec()),
-                    None => false,
-                };
-            }
-        }
-        for o in owned(&spec.preset, units) {
-            match o {
-                Owned::Key(k) if keys.contains_key(&k) => {
-                    taken.insert(k);
-                }
-                Owned::Key(_) => {}
-                Owned::Under(p) => taken.extend(under(keys, &p).cloned()),
-            }
-        }
-    }
-    taken.retain(|k| !lookalikes.contains(k));
-    taken
 }
 
 #[cfg(test)]

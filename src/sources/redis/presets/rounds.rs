@@ -18,11 +18,11 @@ use super::super::commands::{
 use super::super::discovery::{self, Candidate, Candidates, Discovered};
 use super::super::tracked::KeyState;
 use super::Unit;
+use super::consumed::consumed;
 use super::library_round::{Learnt, read_marks};
 use super::picture::LeftOut;
 use super::recognise::{
-    Marks, Recognition, Seen, bull_candidates, consumed, evidence, is_evidence, is_mark, marks_of,
-    recognise,
+    Marks, Recognition, Seen, bull_candidates, evidence, is_evidence, is_mark, marks_of, recognise,
 };
 use super::remembered::{Learner, Remembered};
 use crate::config::{KeyType, PresetSpec, RedisSourceConfig};
