@@ -502,3 +502,54 @@ async fn real_celery_workers_and_bullmq_queues_come_and_go_between_scans() {
     assert_eq!(r.plain, BTreeSet::new());
     assert!(r.errors.is_empty(), "{:?}", r.errors);
 }
+
+/// A set named like a registry that marks no library (an app's own
+/// `<p>:queues`, with no queue list, schedule zset or asynq key beside it)
+/// is neither read nor compared by library rounds, so its changes make no
+/// scan; a Sidekiq namespace's registry (`ns:queues`, its list beside it)
+/// still does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_set_named_like_a_registry_that_marks_no_library_changes_nothing() {
+    let redis = RedisServer::start();
+    write_keyspace(&redis);
+    redis.run::<()>(&[b"SADD", b"app:queues", b"alpha"]);
+    redis.run::<()>(&[b"SADD", b"ns:queues", b"mail"]);
+    redis.run::<()>(&[b"LPUSH", b"ns:queue:mail", b"j"]);
+    let mut source = Watched::start(zero_config_source(&redis.url, SCAN_HOURLY)).await;
+    let r = source.next_round(&redis).await;
+    assert_eq!(r.rounds.libraries, 1, "{:?}", r.rounds);
+    assert!(
+        has(&r, "ns:mail", "sidekiq") || has(&r, "mail", "sidekiq"),
+        "{:?}",
+        r.queues
+    );
+
+    // The app's set changes at every round: they stay library rounds,
+    // and none reads it.
+    for member in ["beta", "gamma", "delta"] {
+        redis.run::<()>(&[b"SADD", b"app:queues", member.as_bytes()]);
+        let r = source.next_round(&redis).await;
+        assert_eq!(
+            (r.rounds.full, r.rounds.remembered),
+            (1, 0),
+            "{:?}",
+            r.rounds
+        );
+        assert!(
+            !r.commands.iter().any(|l| l.contains("app:queues")),
+            "{:?}",
+            r.commands
+        );
+    }
+
+    // The namespace's registry gains a queue: that round is a scan.
+    redis.run::<()>(&[b"SADD", b"ns:queues", b"billing"]);
+    redis.run::<()>(&[b"LPUSH", b"ns:queue:billing", b"j"]);
+    let r = source.next_round(&redis).await;
+    assert_eq!(r.rounds.remembered, 1, "{:?}", r.rounds);
+    assert!(
+        has(&r, "ns:billing", "sidekiq") || has(&r, "billing", "sidekiq"),
+        "{:?}",
+        r.queues
+    );
+}

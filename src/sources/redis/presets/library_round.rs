@@ -62,8 +62,10 @@ pub const SCAN_AT_LEAST_EVERY: Duration = Duration::from_secs(300);
 pub struct Learnt {
     /// The library entries the scan recognised, with their units.
     entries: Vec<(PresetSpec, Vec<Unit>)>,
-    /// Every set mark the scan read that has members (registries, kombu
-    /// bindings), with its members sorted: a change means a scan.
+    /// Every set the scan read that marks a library and has members (the
+    /// registries its entries came from, those under a fixed name, kombu
+    /// bindings), with its members sorted: a change means a scan. A set
+    /// named like a registry that marks none is neither read nor compared.
     sets: BTreeMap<Vec<u8>, Vec<Vec<u8>>>,
     /// The marks Redis refused reading at the scan.
     unread: BTreeSet<Vec<u8>>,
@@ -82,7 +84,7 @@ impl Learnt {
     pub(super) fn new(entries: &[(PresetSpec, Vec<Unit>)], seen: &Seen, withheld: usize) -> Self {
         Learnt {
             entries: entries.to_vec(),
-            sets: seen.set_members(),
+            sets: seen.library_set_members(entries, &FIXED_MARKS),
             unread: seen.unread.keys().cloned().collect(),
             withheld,
             scanned_at: Instant::now(),

@@ -250,6 +250,27 @@ impl Seen {
             .collect()
     }
 
+    /// [`Seen::set_members`] of the sets that mark a library: a registry
+    /// an entry of `entries` came from, a binding table (its work queues),
+    /// and the registries libraries keep under a `fixed` name. A set named
+    /// like a registry that marks no library (an app's own `<p>:queues`)
+    /// is left out, so its changes make no library round a scan.
+    pub(super) fn library_set_members(
+        &self,
+        entries: &[(PresetSpec, Vec<Unit>)],
+        fixed: &[&[u8]],
+    ) -> BTreeMap<Vec<u8>, Vec<Vec<u8>>> {
+        let registries: BTreeSet<Vec<u8>> = entries
+            .iter()
+            .filter_map(|(spec, _)| registry_of(&spec.preset))
+            .collect();
+        let mut members = self.set_members();
+        members.retain(|name, _| {
+            binding(name).is_some() || fixed.contains(&name.as_slice()) || registries.contains(name)
+        });
+        members
+    }
+
     /// Adds what a later read of more marks saw.
     pub(super) fn extend(&mut self, more: Seen) {
         self.sets.extend(more.sets);
@@ -322,6 +343,17 @@ pub struct Recognition {
     /// Keys a mark Redis would not let us read may own: whose they are is
     /// unknown, so they are reported neither as a library's nor as plain.
     pub withheld: BTreeSet<Vec<u8>>,
+}
+
+/// The registry set an entry of `preset` is read from, if it has one.
+fn registry_of(preset: &Preset) -> Option<Vec<u8>> {
+    match preset {
+        Preset::Sidekiq { prefix, .. } => Some(sidekiq::k(prefix, b"queues")),
+        Preset::Rq { prefix } | Preset::Asynq { prefix } => {
+            Some(key(&[prefix.as_bytes(), b":queues"]))
+        }
+        _ => None,
+    }
 }
 
 /// The prefix of a registry set's name: `""` for `queues`, `<p>` for
