@@ -454,8 +454,16 @@ async fn real_celery_workers_and_bullmq_queues_come_and_go_between_scans() {
     };
     let gossip = only_member(&redis, "_kombu.binding.myev");
     assert!(gossip.contains("celeryev."), "{gossip:?}");
-    let pidbox: u64 = redis.run(&[b"SCARD", b"_kombu.binding.celery.pidbox"]);
-    assert_eq!(pidbox, 2, "one remote-control binding per worker");
+    // Its remote control starts after its gossip: one pidbox binding per
+    // worker, waited for.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while redis.run::<u64>(&[b"SCARD", b"_kombu.binding.celery.pidbox"]) < 2 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no second pidbox binding"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
     let before = source.seen;
     let r = source.next_round(&redis).await;
     assert!(source.seen > before);
