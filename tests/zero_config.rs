@@ -834,23 +834,6 @@ where
     .await
 }
 
-/// The one member of the binding set `set` once it has one (a worker's
-/// gossip binds it a few seconds after start).
-fn binding_member(conn: &mut redis::Connection, set: &str) -> String {
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        let members: Vec<String> = redis::cmd("SMEMBERS").arg(set).query(conn).unwrap();
-        if let [m] = members.as_slice() {
-            return m.clone();
-        }
-        assert!(
-            members.is_empty() && std::time::Instant::now() < deadline,
-            "{set}: {members:?}"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
-
 #[test]
 fn celery_workers_event_queues_are_not_reported_while_they_run_nor_after_a_kill() {
     let redis = RedisServer::start();
@@ -866,12 +849,12 @@ fn celery_workers_event_queues_are_not_reported_while_they_run_nor_after_a_kill(
     let mut conn = redis.conn();
     let mut event_queues = Vec::new();
     for set in ["_kombu.binding.celeryev", "_kombu.binding.myev"] {
-        let m = binding_member(&mut conn, set);
+        let m = only_member(&redis, set);
         let queue = m.strip_prefix("worker.#\x06\x16\x06\x16celeryev.");
         assert_eq!(queue.map(str::len), Some(36), "{set}: {m:?}");
         event_queues.push(format!("celeryev.{}", queue.unwrap_or_default()));
     }
-    binding_member(&mut conn, "_kombu.binding.work");
+    only_member(&redis, "_kombu.binding.work");
     // `work` alone, in zero config and in the config `discover` prints,
     // with the workers running and after SIGKILL left their bindings.
     let check = |when: &str| {

@@ -93,6 +93,13 @@ struct Round {
     waiting: BTreeMap<(String, String), Option<u64>>,
 }
 
+impl Round {
+    /// Scans counted so far: (full, remembered).
+    fn scans_so_far(&self) -> (u64, u64) {
+        (self.rounds.full, self.rounds.remembered)
+    }
+}
+
 /// A source under test, with the rounds it has counted so far.
 struct Watched {
     source: RedisSource,
@@ -395,22 +402,6 @@ async fn an_event_receiver_binding_changes_nothing_and_a_new_celery_queue_makes_
     assert_eq!(r.plain, names(&["later", "tasks"]));
 }
 
-/// The one member of the set `set`, once a real worker has written it.
-fn only_member(redis: &RedisServer, set: &str) -> String {
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        let members: Vec<String> = redis.run(&[b"SMEMBERS", set.as_bytes()]);
-        if let [m] = members.as_slice() {
-            return m.clone();
-        }
-        assert!(
-            members.is_empty() && std::time::Instant::now() < deadline,
-            "{set}: {members:?}"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
-
 /// The real libraries between scans: a Celery worker joining (its gossip
 /// binds a new event queue, its remote control a new pidbox queue) leaves
 /// rounds library rounds; a queue BullMQ makes at the known prefix
@@ -468,7 +459,7 @@ async fn real_celery_workers_and_bullmq_queues_come_and_go_between_scans() {
     let r = source.next_round(&redis).await;
     assert!(source.seen > before);
     assert_eq!(
-        (r.rounds.full, r.rounds.remembered),
+        r.scans_so_far(),
         (1, 0),
         "a worker joining made a scan: {:?}",
         r.rounds
@@ -485,12 +476,7 @@ async fn real_celery_workers_and_bullmq_queues_come_and_go_between_scans() {
     // reports it with its jobs.
     bullmq(&[url, "add", "myapp:eu", "digest"]).expect("digest added");
     let r = source.next_round(&redis).await;
-    assert_eq!(
-        (r.rounds.full, r.rounds.remembered),
-        (1, 0),
-        "{:?}",
-        r.rounds
-    );
+    assert_eq!(r.scans_so_far(), (1, 0), "{:?}", r.rounds);
     let digest = ("digest".to_string(), "Bullmq".to_string());
     assert_eq!(r.waiting.get(&digest), Some(&Some(3)), "{:?}", r.waiting);
 
@@ -498,12 +484,7 @@ async fn real_celery_workers_and_bullmq_queues_come_and_go_between_scans() {
     // none of its keys left as plain ones.
     bullmq(&[url, "obliterate"]).expect("reports obliterated");
     let r = source.next_round(&redis).await;
-    assert_eq!(
-        (r.rounds.full, r.rounds.remembered),
-        (1, 0),
-        "{:?}",
-        r.rounds
-    );
+    assert_eq!(r.scans_so_far(), (1, 0), "{:?}", r.rounds);
     assert!(!r.waiting.contains_key(&reports), "{:?}", r.waiting);
     assert_eq!(r.waiting.get(&digest), Some(&Some(3)), "{:?}", r.waiting);
     assert!(has(&r, "work", "celery"), "{:?}", r.queues);
@@ -537,12 +518,7 @@ async fn a_set_named_like_a_registry_that_marks_no_library_changes_nothing() {
     for member in ["beta", "gamma", "delta"] {
         redis.run::<()>(&[b"SADD", b"app:queues", member.as_bytes()]);
         let r = source.next_round(&redis).await;
-        assert_eq!(
-            (r.rounds.full, r.rounds.remembered),
-            (1, 0),
-            "{:?}",
-            r.rounds
-        );
+        assert_eq!(r.scans_so_far(), (1, 0), "{:?}", r.rounds);
         assert!(
             !r.commands.iter().any(|l| l.contains("app:queues")),
             "{:?}",

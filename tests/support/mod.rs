@@ -1178,3 +1178,21 @@ pub fn zero_config_redis_source(
     };
     queue_exporter::sources::redis::RedisSource::new(config)
 }
+
+/// The one member of the set `set` on `redis`, once a real worker has
+/// written it (a Celery worker binds its queues and gossip a few seconds
+/// after start): waits up to 60 s; more than one member fails the test.
+pub fn only_member(redis: &RedisServer, set: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let members: Vec<String> = redis.run(&[b"SMEMBERS", set.as_bytes()]);
+        if let [m] = members.as_slice() {
+            return m.clone();
+        }
+        assert!(
+            members.is_empty() && Instant::now() < deadline,
+            "{set}: {members:?}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
