@@ -348,9 +348,8 @@ pub struct Recognition {
 /// The registry set an entry of `preset` is read from, if it has one.
 fn registry_of(preset: &Preset) -> Option<Vec<u8>> {
     match preset {
-        Preset::Sidekiq { prefix, .. } => Some(sidekiq::k(prefix, b"queues")),
-        Preset::Rq { prefix } | Preset::Asynq { prefix } => {
-            Some(key(&[prefix.as_bytes(), b":queues"]))
+        Preset::Rq { prefix } | Preset::Sidekiq { prefix, .. } | Preset::Asynq { prefix } => {
+            Some(super::registry::registry_key(preset, prefix))
         }
         _ => None,
     }
