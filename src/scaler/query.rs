@@ -15,7 +15,7 @@ use crate::scaler::wait::{self, ServiceFrom, WaitDecision, WaitInputs};
 use crate::scaler::wait_inputs;
 use crate::snapshot::{
     JobState, NameQuery, PresetKind, PresetUnit, QueueSample, QueueType, Reach, Snapshot,
-    SourceKind,
+    SourceKind, Vouched,
 };
 
 /// The answer to a query.
@@ -32,6 +32,9 @@ pub struct Reading {
     /// Mode WaitTime: the model's inputs and answer (`value` is its
     /// replicas); `None` for every other mode.
     pub wait: Option<WaitDecision>,
+    /// The source's coverage vouched for every name the query selects:
+    /// no reading exists without asking it ([`vouch`]).
+    pub vouched: Vouched,
 }
 
 impl Reading {
@@ -177,6 +180,7 @@ pub fn evaluate_with(
     };
 
     let data_age = fresh_age(snapshot, config, now)?;
+    let vouched = vouch(query, snapshot)?;
 
     if !query.queue.is_glob() || queues.iter().all(|q| q.name == query.queue.text()) {
         let mut vhosts: Vec<&str> = queues.iter().filter_map(|q| q.vhost()).collect();
@@ -220,6 +224,7 @@ pub fn evaluate_with(
             matched: kept.len(),
             data_age,
             wait: Some(decision),
+            vouched,
         });
     }
 
@@ -249,6 +254,7 @@ pub fn evaluate_with(
         matched: values.0.len(),
         data_age,
         wait: None,
+        vouched,
     })
 }
 
@@ -374,13 +380,38 @@ fn combine(operation: Operation, values: Known<'_>) -> f64 {
 /// How far `snapshot`'s configuration reaches over the query's names.
 fn reach(query: &ScalerQuery, snapshot: &Snapshot) -> Reach {
     let selects = |name: &str| query.queue.matches(name);
-    snapshot.scope.reach(&NameQuery {
+    snapshot.scope.reach(&name_query(query, &selects))
+}
+
+/// The query's names as scopes and coverage take them.
+fn name_query<'a>(query: &'a ScalerQuery, selects: &'a dyn Fn(&str) -> bool) -> NameQuery<'a> {
+    NameQuery {
         text: query.queue.text(),
         is_glob: query.queue.is_glob(),
         literal_prefix: query.queue.literal_prefix(),
-        selects: &selects,
+        selects,
         vhost: query.vhost.as_deref(),
-    })
+    }
+}
+
+/// Whether `snapshot`'s last poll read every name the query selects:
+/// `UNAVAILABLE` naming what it left unread otherwise. A sum over a glob
+/// missing one unread key would under-report, and an unread name is not
+/// an empty queue.
+fn vouch(query: &ScalerQuery, snapshot: &Snapshot) -> Result<Vouched, QueryError> {
+    let selects = |name: &str| query.queue.matches(name);
+    snapshot
+        .coverage
+        .vouch(&name_query(query, &selects))
+        .map_err(|gap| {
+            QueryError::Unavailable(format!(
+                "{} of {:?} in source {} is unknown: {}",
+                query.mode,
+                query.queue.text(),
+                snapshot.source,
+                gap.cause
+            ))
+        })
 }
 
 /// The answer when no queue in the data matches. A source whose
@@ -400,6 +431,12 @@ fn read_absent(
         .map(|s| (*s, reach(query, s)))
         .filter(|(_, r)| *r != Reach::Never)
         .collect();
+    // A name the last poll may have left unread is unknown, not absent.
+    for (s, _) in &reached {
+        if s.last_success.is_some() {
+            vouch(query, s)?;
+        }
+    }
     let covering: Vec<&Arc<Snapshot>> = reached
         .iter()
         .filter(|(_, r)| *r == Reach::All)
@@ -417,6 +454,7 @@ fn read_absent(
                 return Err(processing_time_required(query.queue.text(), snapshot, why));
             }
             let data_age = fresh_age(snapshot, config, now)?;
+            let vouched = vouch(query, snapshot)?;
             let value = empty_value(query, snapshot)?;
             // Nothing waits, and the source's readings span the window
             // (empty_value checked) with no arrivals at these names.
@@ -442,6 +480,7 @@ fn read_absent(
                 matched: 0,
                 data_age,
                 wait,
+                vouched,
             });
         }
         several => {

@@ -13,12 +13,14 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+mod coverage;
 mod history;
 mod poll;
 mod preset;
 mod scope;
 mod service;
 
+pub use coverage::{Coverage, EveryName, ExactNames, Gap, HiddenNames, VhostNames, Vouched};
 pub use history::{CounterHistory, CounterPoint, JobFlow};
 pub use poll::{POLL_DURATION_BUCKETS, PollRecord};
 pub use preset::{JobState, JobTotals, PresetFacts, PresetKind, PresetUnit};
@@ -80,6 +82,10 @@ pub struct Snapshot {
     /// Which queue names the source's configuration can ever report; the
     /// scaler uses it to tell a drained queue (0) from a typo (`NOT_FOUND`).
     pub scope: Arc<dyn QueueScope>,
+    /// What the last successful poll left unread (keys beyond `max_keys`,
+    /// keys held back, vhosts it may not read): the scaler answers a
+    /// number only for names it vouches for.
+    pub coverage: Arc<Coverage>,
 }
 
 impl Snapshot {
@@ -99,6 +105,9 @@ impl Snapshot {
             polls: Arc::new(PollRecord::default()),
             history: Arc::new(CounterHistory::default()),
             scope: Arc::new(AnyName),
+            // Nothing polled yet: no reader answers before a successful
+            // poll (it has no data age), which sets the poll's coverage.
+            coverage: Arc::new(Coverage::complete()),
         }
     }
 

@@ -12,11 +12,11 @@ use std::time::{Duration, Instant, SystemTime};
 use crate::hub::SnapshotPublisher;
 use crate::shutdown::Shutdown;
 use crate::snapshot::{
-    CounterPoint, JobFlow, QueueSample, QueueScope, Reason, Snapshot, SourceStats,
+    CounterPoint, Coverage, JobFlow, QueueSample, QueueScope, Reason, Snapshot, SourceStats,
 };
 
 /// What a successful poll produced.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct PollOutput {
     /// Every tracked queue.
     pub queues: Vec<QueueSample>,
@@ -25,6 +25,20 @@ pub struct PollOutput {
     /// One reason per queue whose problem did not fail the poll, such as a
     /// RabbitMQ queue that is gone ([`Reason::NotFound`]).
     pub partial_errors: Vec<Reason>,
+    /// What the poll left unread; no default, so each source says it.
+    pub coverage: Coverage,
+}
+
+impl PollOutput {
+    /// An output with no queues yet, vouching for what `coverage` says.
+    pub fn new(coverage: Coverage) -> Self {
+        PollOutput {
+            queues: Vec::new(),
+            stats: SourceStats::default(),
+            partial_errors: Vec::new(),
+            coverage,
+        }
+    }
 }
 
 /// Why a poll failed. Each variant maps to a `reason` label of
@@ -209,6 +223,7 @@ pub async fn poll_once_reporting<S: Source>(
             let mut stats = out.stats;
             stats.age_parse_failures += prev.stats.age_parse_failures;
             next.stats = stats;
+            next.coverage = Arc::new(out.coverage);
             Ok(())
         }
         Err(e) => {
@@ -271,7 +286,7 @@ mod tests {
                     cause: "refused".into(),
                 })
             } else {
-                Ok(PollOutput::default())
+                Ok(PollOutput::new(Coverage::complete()))
             }
         }
         fn poll_timeout(&self) -> Duration {

@@ -33,6 +33,7 @@ use super::credentials::{self, Credentials};
 use super::filter::QueueFilter;
 use super::sample;
 use crate::config::{RabbitSourceConfig, Redacted};
+use crate::snapshot::Coverage;
 use crate::snapshot::QueueSample;
 use crate::sources::{PollOutput, SourceError};
 
@@ -185,7 +186,7 @@ impl Amqp {
         if let Some(live) = self.conn.as_deref_mut() {
             live.channels = kept;
         }
-        let mut out = PollOutput::default();
+        let mut out = PollOutput::new(Coverage::complete());
         let mut unseen = HashSet::new();
         for (name, outcome) in names.iter().zip(outcomes) {
             match outcome {

@@ -17,6 +17,7 @@ use super::credentials::{self, Credentials};
 use super::filter::QueueFilter;
 use super::sample::{self, HeadTimestamp};
 use crate::config::{RabbitSourceConfig, RabbitStats};
+use crate::snapshot::Coverage;
 use crate::snapshot::{BrokerFacts, Counters, QueueSample};
 use crate::sources::{PollOutput, SourceError};
 
@@ -80,7 +81,7 @@ impl Management {
         }
 
         let now = SystemTime::now();
-        let mut out = PollOutput::default();
+        let mut out = PollOutput::new(Coverage::complete());
         let mut seen: HashMap<(String, String), usize> = HashMap::new();
         let mut missing = 0;
         let mut answered_vhosts = Vec::new();

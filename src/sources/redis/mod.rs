@@ -14,6 +14,7 @@ mod budget;
 mod cluster;
 mod cmd;
 mod commands;
+mod coverage;
 mod discovery;
 pub mod glob;
 mod histogram;
@@ -57,6 +58,9 @@ pub struct RedisSource {
     tracked: Vec<TrackedKey>,
     /// Keys found beyond `max_keys` at the last discovery.
     dropped: u64,
+    /// What the last rounds left unread: the coverage each poll publishes.
+    /// Boxed, as the fields below.
+    unread: Box<coverage::Unread>,
     /// Discovery rounds: when the last one finished, and the one running.
     /// Boxed: a `RedisSource` stays about as large as a `RabbitSource`.
     discovery: Box<Rounds>,
@@ -97,6 +101,7 @@ impl RedisSource {
             sentinels,
             tracked: Vec::new(),
             dropped: 0,
+            unread: Box::default(),
             discovery: Box::default(),
             tracking: None,
             histogram_budget: Box::default(),
@@ -200,6 +205,7 @@ impl RedisSource {
                     "discovery round did not finish in time; polling the keys known so far"
                 );
                 self.discovery.last = Some(Instant::now());
+                self.unread.set_unfinished(d);
                 return Ok(vec![Reason::Timeout]);
             }
             Ok(Err(DiscoveryFailure::Deadline(d))) => return Err(SourceError::Timeout(d)),
@@ -229,8 +235,10 @@ impl RedisSource {
             RoundKind::Remembered => self.discovery.finished.remembered += 1,
             RoundKind::Libraries => self.discovery.finished.libraries += 1,
         }
+        self.unread.set_finished();
         let mut refused = match found.plain {
             Plain::Found(plain) => {
+                self.unread.set_plain(&plain, &self.config);
                 discovery::adopt(plain, &self.config, &mut self.tracked, &mut self.dropped)
             }
             Plain::Kept { now_owned } => {
@@ -247,11 +255,14 @@ impl RedisSource {
                 "Redis refused reading some queue libraries' marks (a BullMQ meta hash, a registry set, a kombu binding); the queues and keys they may own are reported neither as the library's nor as plain keys"
             );
         }
+        self.unread.set_library(&found.left_out);
         self.discovery.left_out = found.left_out;
         // One `max_keys` budget per source: key and pattern entries first,
         // then the presets' logical queues.
         let budget = self.config.max_keys.saturating_sub(self.tracked.len());
         self.presets.adopt(found.presets, budget, &self.config.name);
+        self.unread
+            .set_presets(self.presets.dropped_names(), self.config.max_keys);
         self.discovery.last = Some(Instant::now());
         if self.config.recognise {
             self.log_picture();
@@ -536,10 +547,8 @@ impl Source for RedisSource {
                 return Err(self.map_error(e));
             }
         };
-        let mut out = PollOutput {
-            queues: result.queues,
-            ..PollOutput::default()
-        };
+        let mut out = PollOutput::new(self.unread.coverage());
+        out.queues = result.queues;
         // Presets: logical queues, and `counters:` totals of plain keys.
         let preset = self
             .presets

@@ -127,8 +127,14 @@ impl DiscoveryTask {
                 memory: Memory::default(),
                 kind: RoundKind::Full,
                 left_out: presets::picture::LeftOut {
+                    names_unknown: registries
+                        .refused
+                        .iter()
+                        .map(|(k, _)| super::keyname::display_key(k))
+                        .collect(),
                     unread: registries.refused.into_iter().map(|(_, r)| r).collect(),
                     keys: 0,
+                    withheld: Vec::new(),
                 },
             })
         };

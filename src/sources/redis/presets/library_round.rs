@@ -31,7 +31,7 @@ use super::super::commands::{Conn, pipelined};
 use super::super::discovery::Candidate;
 use super::super::tracked::KeyState;
 use super::consumed::consumed;
-use super::picture::LeftOut;
+use super::picture::{LeftOut, withheld_names};
 use super::recognise::{Marks, Seen, marks_named, seen};
 use super::{Unit, bullmq, registries};
 use crate::config::{Preset, PresetSpec, RedisSourceConfig};
@@ -69,8 +69,8 @@ pub struct Learnt {
     sets: BTreeMap<Vec<u8>, Vec<Vec<u8>>>,
     /// The marks Redis refused reading at the scan.
     unread: BTreeSet<Vec<u8>>,
-    /// How many keys the scan left out for those refusals.
-    withheld: usize,
+    /// The keys the scan left out for those refusals, by `queue` label.
+    withheld: Vec<String>,
     /// When the scan finished: the next is due `keyspace_scan_interval`
     /// after.
     scanned_at: Instant,
@@ -81,12 +81,16 @@ pub struct Learnt {
 impl Learnt {
     /// What a scan that recognised `entries` from `seen` learnt, leaving
     /// `withheld` keys out for the marks it could not read.
-    pub(super) fn new(entries: &[(PresetSpec, Vec<Unit>)], seen: &Seen, withheld: usize) -> Self {
+    pub(super) fn new(
+        entries: &[(PresetSpec, Vec<Unit>)],
+        seen: &Seen,
+        withheld: &BTreeSet<Vec<u8>>,
+    ) -> Self {
         Learnt {
             entries: entries.to_vec(),
             sets: seen.library_set_members(entries, &FIXED_MARKS),
             unread: seen.unread.keys().cloned().collect(),
-            withheld,
+            withheld: withheld_names(withheld),
             scanned_at: Instant::now(),
             took: Duration::ZERO,
         }
@@ -192,7 +196,9 @@ pub async fn library_round(
         now_owned,
         left_out: LeftOut {
             unread: seen.unread.values().copied().collect(),
-            keys: learnt.withheld,
+            keys: learnt.withheld.len(),
+            withheld: learnt.withheld.clone(),
+            names_unknown: seen.names_unknown(),
         },
     }))
 }
@@ -223,7 +229,7 @@ mod tests {
             entries: Vec::new(),
             sets: BTreeMap::new(),
             unread: BTreeSet::new(),
-            withheld: 0,
+            withheld: Vec::new(),
             scanned_at: Instant::now(),
             took: d,
         }

@@ -56,6 +56,9 @@ pub struct PresetState {
     /// Logical queues the registries named beyond the source's `max_keys`
     /// at the last discovery (counted in `dropped_keys`, logged on change).
     dropped: u64,
+    /// Their `queue` labels (`(all)` for a shared unit): no poll reads
+    /// them, so the scaler answers no number for these names.
+    dropped_names: Vec<String>,
 }
 
 /// One preset entry and what discovery found for it.
@@ -431,6 +434,7 @@ impl PresetState {
         PresetState {
             entries: specs.iter().cloned().map(Entry::new).collect(),
             dropped: 0,
+            dropped_names: Vec::new(),
         }
     }
 
@@ -479,6 +483,11 @@ impl PresetState {
         self.dropped
     }
 
+    /// The `queue` labels of the logical queues beyond `max_keys`.
+    pub fn dropped_names(&self) -> &[String] {
+        &self.dropped_names
+    }
+
     /// Makes what [`registries`] found the logical queues, at most `budget`
     /// of them (what `max_keys` leaves after the source's key and pattern
     /// entries): entries in config order, each entry's queues sorted by
@@ -487,9 +496,15 @@ impl PresetState {
     pub fn adopt(&mut self, found: Vec<Vec<Unit>>, budget: usize, source: &str) {
         let mut left = budget;
         let mut dropped = 0;
+        self.dropped_names.clear();
         for (entry, mut names) in self.entries.iter_mut().zip(found) {
             let keep = names.len().min(left);
             dropped += (names.len() - keep) as u64;
+            self.dropped_names
+                .extend(names[keep..].iter().map(|u| match u {
+                    Unit::Queue(name) => queue_label(name),
+                    Unit::Shared => ALL_QUEUES.to_string(),
+                }));
             names.truncate(keep);
             left -= keep;
             entry.queues = names;

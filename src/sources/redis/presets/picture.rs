@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 
+use super::super::keyname::display_key;
 use super::super::tracked::KeyState;
 use crate::config::{KeyType, Preset, default_prefix};
 use crate::snapshot::{PresetKind, Reason};
@@ -17,6 +18,17 @@ pub struct LeftOut {
     pub unread: Vec<Reason>,
     /// The keys those marks may own, left out.
     pub keys: usize,
+    /// Those keys by `queue` label: the scaler answers no number for them.
+    pub withheld: Vec<String>,
+    /// Unread marks whose library's queue names cannot be told from key
+    /// names (a registry, a `meta` hash, a Bull `id`): any name may be one
+    /// of that library's queues.
+    pub names_unknown: Vec<String>,
+}
+
+/// The `queue` labels of withheld keys.
+pub fn withheld_names(keys: &std::collections::BTreeSet<Vec<u8>>) -> Vec<String> {
+    keys.iter().map(|k| display_key(k)).collect()
 }
 
 /// The library's name as its users write it, for the log line.
@@ -138,6 +150,7 @@ mod tests {
         let left_out = LeftOut {
             unread: vec![Reason::Auth; 2],
             keys: 7,
+            ..LeftOut::default()
         };
         assert_eq!(
             picture(&[], &BTreeMap::from([(KeyType::Zset, 2)]), &left_out),

@@ -40,6 +40,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use redis::Value;
 
 use super::super::discovery::{Candidate, Candidates};
+use super::super::keyname::display_key;
 use super::super::tracked::KeyState;
 use super::consumed::{consumed, type_at, under};
 use super::{Unit, bull, bullmq, fixed_queues, key, registry_units, sidekiq};
@@ -225,6 +226,17 @@ pub struct Seen {
 }
 
 impl Seen {
+    /// The unread marks whose library's queue names cannot be told from
+    /// key names: registries, `meta` hashes, Bull `id`s. (A kombu binding's
+    /// queues are the lists under its prefix, which are withheld by name.)
+    pub fn names_unknown(&self) -> Vec<String> {
+        self.unread
+            .keys()
+            .filter(|m| binding(m).is_none())
+            .map(|m| display_key(m))
+            .collect()
+    }
+
     /// What recognition reads in the sets, by set: a registry's members,
     /// a binding table's queues (with their separator; an event receiver's
     /// binding, which comes and goes with every `celery events` or Flower,

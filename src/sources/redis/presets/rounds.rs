@@ -20,7 +20,7 @@ use super::super::tracked::KeyState;
 use super::Unit;
 use super::consumed::consumed;
 use super::library_round::{Learnt, read_marks};
-use super::picture::LeftOut;
+use super::picture::{LeftOut, withheld_names};
 use super::recognise::{
     Marks, Recognition, Seen, bull_candidates, evidence, is_evidence, is_mark, marks_of, recognise,
 };
@@ -55,6 +55,8 @@ fn left_out(seen: &Seen, recognition: &Recognition) -> LeftOut {
     LeftOut {
         unread: seen.unread.values().copied().collect(),
         keys: recognition.withheld.len(),
+        withheld: withheld_names(&recognition.withheld),
+        names_unknown: seen.names_unknown(),
     }
 }
 
@@ -94,7 +96,7 @@ pub async fn discover(
     let recognition = recognise(&seen, &found);
     type_orphans_again(conn, &mut found, polled, &recognition).await?;
     let left_out = left_out(&seen, &recognition);
-    let learnt = Learnt::new(&recognition.entries, &seen, recognition.withheld.len());
+    let learnt = Learnt::new(&recognition.entries, &seen, &recognition.withheld);
     found
         .keys
         .retain(|k, _| !recognition.consumed.contains(k) && !recognition.withheld.contains(k));
@@ -334,12 +336,13 @@ async fn libraries_only(conn: &Conn, config: &RedisSourceConfig) -> redis::Redis
     }
     let recognition = recognise(&seen, &found);
     let left_out = left_out(&seen, &recognition);
-    let learnt = Learnt::new(&recognition.entries, &seen, recognition.withheld.len());
+    let learnt = Learnt::new(&recognition.entries, &seen, &recognition.withheld);
     let plain = Discovered {
         tracked: Vec::new(),
         dropped: 0,
         collisions: 0,
         refused,
+        beyond: Vec::new(),
     };
     Ok(ZeroConfig {
         plain,
