@@ -982,6 +982,39 @@ mod tests {
     }
 
     #[test]
+    fn a_name_the_poll_left_unread_is_unavailable_even_where_the_scope_covers_it() {
+        use crate::snapshot::{Coverage, ExactNames, Gap};
+        let now = SystemTime::now();
+        let s = scoped(
+            snap("main", vec![sample("jobs:a", 2)], Some(Duration::ZERO), now),
+            Reach::All,
+        );
+        let mut s = (*s).clone();
+        s.coverage = Arc::new(Coverage::with_gaps(vec![Gap::new(
+            ExactNames(["jobs:b".to_string()].into()),
+            "1 key beyond max_keys",
+        )]));
+        let snaps = [Arc::new(s)];
+        for text in ["jobs:b", "jobs:*", "j*"] {
+            for mode in ["QueueLength", "Age"] {
+                let e = evaluate(&q(&[("queue", text), ("mode", mode)]), &snaps, &cfg(), now)
+                    .unwrap_err();
+                assert!(
+                    matches!(&e, QueryError::Unavailable(m) if m.contains("1 key beyond max_keys")),
+                    "{text} {mode}: {e}"
+                );
+            }
+        }
+        // A read name, an absent covered name and a glob no gap reaches answer.
+        let read = evaluate(&q(&[("queue", "jobs:a")]), &snaps, &cfg(), now).unwrap();
+        assert_eq!(read.value, 2.0);
+        let empty = evaluate(&q(&[("queue", "mail:x")]), &snaps, &cfg(), now).unwrap();
+        assert_eq!((empty.value, empty.matched), (0.0, 0));
+        let glob = evaluate(&q(&[("queue", "jobs:a*")]), &snaps, &cfg(), now).unwrap();
+        assert_eq!(glob.value, 2.0);
+    }
+
+    #[test]
     fn a_covered_name_without_data_is_an_empty_queue_in_every_mode() {
         let now = SystemTime::now();
         let fresh = scoped(snap("main", vec![], Some(Duration::ZERO), now), Reach::All);

@@ -227,6 +227,47 @@ mod tests {
     }
 
     #[test]
+    fn an_unfinished_round_hides_every_name_until_a_round_finishes() {
+        let mut unread = Unread::default();
+        let any = |_: &str| true;
+        unread.set_unfinished(std::time::Duration::from_secs(300));
+        let gap = unread
+            .coverage()
+            .vouch(&query("a", &any))
+            .unwrap_err()
+            .clone();
+        assert!(
+            gap.cause.contains("did not finish within 5m"),
+            "{}",
+            gap.cause
+        );
+        unread.set_finished();
+        assert!(unread.coverage().vouch(&query("a", &any)).is_ok());
+    }
+
+    #[test]
+    fn an_unread_binding_hides_its_lists_and_an_unread_registry_every_name() {
+        let mut unread = Unread::default();
+        let any = |_: &str| true;
+        unread.set_library(&LeftOut {
+            withheld: vec!["celery".into()],
+            ..LeftOut::default()
+        });
+        assert!(unread.coverage().vouch(&query("celery", &any)).is_err());
+        assert!(unread.coverage().vouch(&query("other", &any)).is_ok());
+        unread.set_library(&LeftOut {
+            names_unknown: vec!["rq:queues".into()],
+            ..LeftOut::default()
+        });
+        let gap = unread
+            .coverage()
+            .vouch(&query("other", &any))
+            .unwrap_err()
+            .clone();
+        assert!(gap.cause.contains("\"rq:queues\""), "{}", gap.cause);
+    }
+
+    #[test]
     fn no_untracked_key_is_no_gap() {
         let config = RedisSourceConfig::named("main");
         assert!(plain_gap(&found(&[], 0), &config).is_none());
