@@ -138,6 +138,14 @@ const MIN_BACKOFF: Duration = Duration::from_millis(100);
 
 /// Polls `source` every `poll_interval` until shutdown, publishing a snapshot
 /// after every attempt.
+///
+/// Polls after the first fall on the source's ticks: the wall-clock
+/// multiples of `poll_interval`, shifted by a phase derived from the
+/// source's name ([`phase_of`]). Two replicas of the exporter then read
+/// the backend at the same instants and stamp their counter readings with
+/// the same tick, so KEDA, round-robining over them, hears the same answer
+/// from both; sources of other names poll at other phases, so many
+/// exporters on one backend do not all hit it in the same millisecond.
 pub async fn run<S: Source>(
     mut source: S,
     publisher: SnapshotPublisher,
@@ -145,10 +153,13 @@ pub async fn run<S: Source>(
     mut shutdown: Shutdown,
 ) {
     let name = publisher.current().source.clone();
+    let phase = phase_of(&name, poll_interval);
     let mut backoff = MIN_BACKOFF;
+    // The first poll runs at once; later ones on a tick, stamped with it.
+    let mut tick: Option<SystemTime> = None;
     loop {
-        let started = Instant::now();
-        let (snapshot, ok) = poll_once(&mut source, &publisher).await;
+        let (snapshot, outcome) = poll_once_stamped(&mut source, &publisher, tick).await;
+        let ok = outcome.is_ok();
         let up = snapshot.up;
         publisher.publish(snapshot);
         if ok {
@@ -156,9 +167,13 @@ pub async fn run<S: Source>(
         } else if !up {
             backoff = backoff.saturating_mul(2).min(MAX_BACKOFF);
         }
+        let now = SystemTime::now();
         let wait = if up {
-            poll_interval.saturating_sub(started.elapsed())
+            let wait = until_next_tick(now, poll_interval, phase);
+            tick = Some(now + wait);
+            wait
         } else {
+            tick = None;
             backoff.min(poll_interval.max(MIN_BACKOFF))
         };
         tokio::select! {
@@ -169,6 +184,30 @@ pub async fn run<S: Source>(
             }
         }
     }
+}
+
+/// The offset of a source's poll ticks within `interval`: a hash of its
+/// name (FNV-1a), the same in every replica, different across sources.
+pub fn phase_of(name: &str, interval: Duration) -> Duration {
+    let hash = name.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    });
+    let nanos = interval.as_nanos().max(1);
+    // Less than `interval`, which fits a u64 of nanoseconds (bounded at load).
+    Duration::from_nanos((u128::from(hash) % nanos) as u64)
+}
+
+/// How long from `now` until the next tick (`k × interval + phase` since
+/// the Unix epoch) strictly after it.
+pub fn until_next_tick(now: SystemTime, interval: Duration, phase: Duration) -> Duration {
+    let interval = interval.as_nanos().max(1);
+    let now = now
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_nanos();
+    let since_tick = (now + interval - phase.as_nanos() % interval) % interval;
+    // At most `interval`, which fits a u64 of nanoseconds (bounded at load).
+    Duration::from_nanos((interval - since_tick) as u64)
 }
 
 /// Runs one poll and builds the next snapshot from the current one.
@@ -186,6 +225,17 @@ pub async fn poll_once<S: Source>(
 pub async fn poll_once_reporting<S: Source>(
     source: &mut S,
     publisher: &SnapshotPublisher,
+) -> (Snapshot, Result<(), SourceError>) {
+    poll_once_stamped(source, publisher, None).await
+}
+
+/// [`poll_once_reporting`] for a poll that ran on `tick`: its counter
+/// readings are stamped with the tick rather than the end of the poll, so
+/// replicas polling on the same ticks compute rates over the same instants.
+async fn poll_once_stamped<S: Source>(
+    source: &mut S,
+    publisher: &SnapshotPublisher,
+    tick: Option<SystemTime>,
 ) -> (Snapshot, Result<(), SourceError>) {
     let prev = publisher.current();
     let started = Instant::now();
@@ -210,7 +260,12 @@ pub async fn poll_once_reporting<S: Source>(
             if !prev.up {
                 tracing::info!(source = %prev.source, queues = out.queues.len(), "source is up");
             }
-            next.history = Arc::new(prev.history.with_point(counter_point(now, &out.queues)));
+            // A tick earlier than the newest reading (a clock step back)
+            // stamps nothing: readings stay in order.
+            let stamp = tick
+                .filter(|t| prev.history.newest().is_none_or(|n| *t > n))
+                .unwrap_or(now);
+            next.history = Arc::new(prev.history.with_point(counter_point(stamp, &out.queues)));
             next.up = true;
             next.layout = crate::snapshot::next_layout(&prev.queues, prev.layout, &out.queues);
             // `Arc::new`, not `Arc::from`: the list is not copied (2.3 MB at
@@ -269,6 +324,43 @@ mod tests {
     use crate::shutdown::ShutdownTrigger;
     use crate::snapshot::SourceKind;
     use std::sync::Mutex;
+
+    #[test]
+    fn ticks_fall_on_wall_clock_multiples_shifted_by_the_phase() {
+        let at = |ms: u64| SystemTime::UNIX_EPOCH + Duration::from_millis(ms);
+        let p = Duration::from_millis(500);
+        let phase = Duration::from_millis(120);
+        assert_eq!(
+            until_next_tick(at(10_000), p, phase),
+            Duration::from_millis(120)
+        );
+        assert_eq!(
+            until_next_tick(at(10_119), p, phase),
+            Duration::from_millis(1)
+        );
+        // Exactly on a tick: the next one, a whole interval on.
+        assert_eq!(until_next_tick(at(10_120), p, phase), p);
+        assert_eq!(
+            until_next_tick(at(10_400), p, phase),
+            Duration::from_millis(220)
+        );
+        // Two replicas that finished their polls at different moments wait
+        // for the same instant.
+        let a = at(10_130) + until_next_tick(at(10_130), p, phase);
+        let b = at(10_390) + until_next_tick(at(10_390), p, phase);
+        assert_eq!(a, b);
+    }
+
+    #[test]
+    fn the_phase_is_the_names_in_every_replica_and_spreads_sources() {
+        let p = Duration::from_secs(1);
+        assert_eq!(phase_of("main", p), phase_of("main", p));
+        assert!(phase_of("main", p) < p);
+        let phases: std::collections::BTreeSet<Duration> = (0..50)
+            .map(|i| phase_of(&format!("source-{i}"), p))
+            .collect();
+        assert!(phases.len() > 45, "{phases:?}");
+    }
 
     /// Fails its first `failures` polls, then succeeds; records when it was polled.
     struct Flaky {
