@@ -424,7 +424,13 @@ async fn run(seed: u64) -> (Scenario, Tally) {
     let acl: Vec<&str> = sc.acl.iter().map(String::as_str).collect();
     let subject_url = redis.acl_user("subject", "pw", &acl);
     let reference = TestApp::start(&exporter_config(&sc, &redis.url, 100_000)).await;
-    let subject = TestApp::start(&exporter_config(&sc, &subject_url, sc.max_keys)).await;
+    // QE_DIFF_CONTROL: the subject as the reference, to show the comparison
+    // itself finds nothing where nothing differs.
+    let subject = if std::env::var_os("QE_DIFF_CONTROL").is_some() {
+        TestApp::start(&exporter_config(&sc, &redis.url, 100_000)).await
+    } else {
+        TestApp::start(&exporter_config(&sc, &subject_url, sc.max_keys)).await
+    };
     let r0 = settle(&reference).await;
     assert_eq!(
         r0.source_up("main"),
