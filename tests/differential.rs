@@ -1,0 +1,569 @@
+//! A randomized differential test of the trust rule (issue 36): what the
+//! exporter cannot read is absent on `/metrics` and an error for KEDA,
+//! never a number that is not the truth.
+//!
+//! Each seeded scenario (`differential_support::Scenario`) writes a random
+//! keyspace into a private redis-server and runs two in-process exporters
+//! over it: a **reference** logged in as the default user with `max_keys`
+//! 100,000, and a **subject** logged in as a read-only ACL user that refuses
+//! some commands or key patterns, with a random `max_keys`. Both use the
+//! same `queues:` (or none: zero config). Once both have polled the static
+//! data several times, the test asks both the same KEDA questions
+//! (`QueueLength`, `Age`, `WaitTime` with `processingTime`, `IsActive`;
+//! exact names, globs over prefixes with and without restrictions, names
+//! that do not exist) and compares every `queue_*` series of `/metrics`:
+//!
+//! - a subject number equals the reference's (counts exactly, ages and
+//!   `WaitTime` within a small tolerance, since the two poll at slightly
+//!   different times);
+//! - a subject error where the reference has a number is accepted only as
+//!   `UNAVAILABLE` (the exporter knows it could not read something), and
+//!   only where a restriction or a `max_keys` drop can touch the name;
+//!   `NOT_FOUND` (the name cannot exist) and `INVALID_ARGUMENT` (the same
+//!   metadata was valid for the reference) are wrong answers;
+//! - a subject number where the reference has none is a wrong answer;
+//! - where nothing restricts a name, the subject answers exactly what the
+//!   reference answers (its number, or the same error code): an exporter
+//!   that errs everywhere fails;
+//! - a `/metrics` series of the subject is the reference's (same labels,
+//!   same value within tolerance); a missing one is accepted only where a
+//!   restriction can touch its queue.
+//!
+//! `QE_DIFF_SEEDS=N` runs seeds 1..=N (default 16), `QE_DIFF_SEED=S` seed S
+//! alone; a failing seed prints its one-line reproduction. See
+//! docs/testing.md.
+mod differential_support;
+mod scaler_common;
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use differential_support::Scenario;
+use scaler_common::{Client, client};
+use support::*;
+
+/// The CI seeds: 1..=16.
+const CI_SEEDS: u64 = 16;
+
+/// How far two ages read a poll apart may differ: seconds, plus a share.
+const AGE_TOLERANCE: (f64, f64) = (5.0, 0.01);
+
+/// The seeds to run, from `QE_DIFF_SEED` or `QE_DIFF_SEEDS`.
+fn seeds() -> Vec<u64> {
+    if let Ok(s) = std::env::var("QE_DIFF_SEED") {
+        return vec![s.trim().parse().expect("QE_DIFF_SEED: a number")];
+    }
+    let n = std::env::var("QE_DIFF_SEEDS")
+        .ok()
+        .map(|s| s.trim().parse().expect("QE_DIFF_SEEDS: a number"))
+        .unwrap_or(CI_SEEDS);
+    (1..=n).collect()
+}
+
+/// Which names a query selects.
+#[derive(Debug, Clone)]
+enum Sel {
+    /// One name.
+    Exact(String),
+    /// The glob `<prefix>*`.
+    Prefix(String),
+    /// The brace glob `{a,b}`.
+    Set(Vec<String>),
+}
+
+impl Sel {
+    fn text(&self) -> String {
+        match self {
+            Sel::Exact(n) => n.clone(),
+            Sel::Prefix(p) => format!("{p}*"),
+            Sel::Set(v) => format!("{{{}}}", v.join(",")),
+        }
+    }
+
+    fn selects(&self, name: &str) -> bool {
+        match self {
+            Sel::Exact(n) => n == name,
+            Sel::Prefix(p) => name.starts_with(p.as_str()),
+            Sel::Set(v) => v.iter().any(|n| n == name),
+        }
+    }
+
+    /// Whether a name of group `g` may be selected. A library's `(all)`
+    /// unit may belong to any library's group.
+    fn may_select_group(&self, g: char) -> bool {
+        let of = |name: &str| match name.chars().next() {
+            Some('(') => matches!(g, 'r' | 's' | 'c' | '_' | 'b'),
+            Some(c) => c == g,
+            None => false,
+        };
+        match self {
+            Sel::Exact(n) => of(n),
+            Sel::Prefix(p) => p.is_empty() || of(p),
+            Sel::Set(v) => v.iter().any(|n| of(n)),
+        }
+    }
+}
+
+/// One question asked of both exporters.
+struct Question {
+    sel: Sel,
+    /// `preset` metadata, for a preset queue's exact name.
+    preset: Option<String>,
+    mode: Mode,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Mode {
+    QueueLength,
+    Age,
+    WaitTime,
+    IsActive,
+}
+
+impl Mode {
+    fn tolerance(self, reference: f64) -> f64 {
+        match self {
+            Mode::QueueLength | Mode::IsActive => 1e-9,
+            Mode::Age => AGE_TOLERANCE.0 + AGE_TOLERANCE.1 * reference.abs(),
+            Mode::WaitTime => 0.05 + 0.05 * reference.abs(),
+        }
+    }
+}
+
+/// An answer: a number (`IsActive` as 0/1), or a gRPC code with its message.
+type Answer = Result<f64, (tonic::Code, String)>;
+
+async fn ask(c: &Client, q: &Question) -> Answer {
+    let text = q.sel.text();
+    let mut pairs: Vec<(&str, &str)> = vec![("source", "main"), ("queue", &text)];
+    if let Some(p) = &q.preset {
+        pairs.push(("preset", p));
+    }
+    match q.mode {
+        Mode::QueueLength => {}
+        Mode::Age => pairs.extend([("mode", "Age"), ("operation", "max")]),
+        Mode::WaitTime => pairs.extend([
+            ("mode", "WaitTime"),
+            ("targetWait", "30s"),
+            ("processingTime", "1s"),
+        ]),
+        Mode::IsActive => {}
+    }
+    let mut c = c.clone();
+    let r = if q.mode == Mode::IsActive {
+        scaler_common::active(&mut c, &pairs)
+            .await
+            .map(|b| if b { 1.0 } else { 0.0 })
+    } else {
+        scaler_common::metrics(&mut c, &pairs).await.map(|(_, f)| f)
+    };
+    r.map_err(|s| (s.code(), s.message().to_string()))
+}
+
+fn show(a: &Answer) -> String {
+    match a {
+        Ok(v) => format!("{v}"),
+        Err((c, m)) => format!("{c:?} ({m})"),
+    }
+}
+
+/// What one scenario found, and what it compared.
+#[derive(Default)]
+struct Tally {
+    answers: usize,
+    subject_errors: usize,
+    reference_errors: usize,
+    untouched_numbers: usize,
+    series: usize,
+    series_absent: usize,
+    findings: Vec<String>,
+    /// The subject's `source_up` and poll errors, for the report.
+    subject_state: String,
+}
+
+impl Tally {
+    fn add(&mut self, other: &Tally) {
+        self.answers += other.answers;
+        self.subject_errors += other.subject_errors;
+        self.reference_errors += other.reference_errors;
+        self.untouched_numbers += other.untouched_numbers;
+        self.series += other.series;
+        self.series_absent += other.series_absent;
+    }
+}
+
+/// Judges one pair of answers; a wrong one is pushed to `t.findings`.
+fn judge(t: &mut Tally, q: &Question, touched: bool, r: &Answer, s: &Answer) {
+    t.answers += 1;
+    t.subject_errors += usize::from(s.is_err());
+    t.reference_errors += usize::from(r.is_err());
+    let what = format!(
+        "{:?} queue={}{}{}",
+        q.mode,
+        q.sel.text(),
+        q.preset
+            .as_ref()
+            .map(|p| format!(" preset={p}"))
+            .unwrap_or_default(),
+        if touched {
+            ""
+        } else {
+            " (nothing restricts it)"
+        }
+    );
+    let wrong = match (r, s) {
+        (Ok(rv), Ok(sv)) => {
+            if !touched {
+                t.untouched_numbers += 1;
+            }
+            ((rv - sv).abs() > q.mode.tolerance(*rv)).then_some("a different number")
+        }
+        (Ok(_), Err((tonic::Code::Unavailable, _))) => {
+            (!touched).then_some("an error where nothing restricts the name")
+        }
+        (Ok(_), Err((tonic::Code::NotFound, _))) => {
+            Some("NOT_FOUND (the name cannot exist) for a queue that exists")
+        }
+        (Ok(_), Err(_)) => Some("an error other than UNAVAILABLE"),
+        (Err(_), Ok(_)) => Some("a number where the reference has none"),
+        (Err((rc, _)), Err((sc, _))) => {
+            (!touched && rc != sc).then_some("another error code where nothing restricts the name")
+        }
+    };
+    if let Some(why) = wrong {
+        t.findings.push(format!(
+            "{what}: subject answers {}, reference {}: {why}",
+            show(s),
+            show(r)
+        ));
+    }
+}
+
+/// The `queue_*` series of a scrape (not the exporter's own), keyed by
+/// name and labels, with their value and `queue` label.
+fn queue_series(s: &Scrape) -> BTreeMap<String, (f64, String)> {
+    let mut out = BTreeMap::new();
+    for x in parse_classic(s.text()).samples {
+        if !x.metric.starts_with("queue_") || x.metric.starts_with("queue_exporter_") {
+            continue;
+        }
+        let labels: BTreeMap<String, String> = x
+            .labels
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let v = match x.value {
+            prometheus_parse::Value::Gauge(v)
+            | prometheus_parse::Value::Counter(v)
+            | prometheus_parse::Value::Untyped(v) => v,
+            _ => f64::NAN,
+        };
+        let queue = labels.get("queue").cloned().unwrap_or_default();
+        out.insert(format!("{}{labels:?}", x.metric), (v, queue));
+    }
+    out
+}
+
+/// Whether a series' value is an age (read a poll apart: tolerance).
+fn is_age_value(key: &str) -> bool {
+    key.contains("age_seconds") && !key.contains("_bucket") && !key.contains("count")
+}
+
+fn compare_series(t: &mut Tally, sc: &Scenario, r: &Scrape, s: &Scrape) {
+    let (r, s) = (queue_series(r), queue_series(s));
+    for (key, (sv, _)) in &s {
+        t.series += 1;
+        match r.get(key) {
+            None => t.findings.push(format!(
+                "/metrics: the subject shows {key} = {sv}, which the reference does not have"
+            )),
+            Some((rv, _)) => {
+                let tol = if is_age_value(key) {
+                    AGE_TOLERANCE.0 + AGE_TOLERANCE.1 * rv.abs()
+                } else {
+                    1e-9
+                };
+                if (rv - sv).abs() > tol && !(rv.is_nan() && sv.is_nan()) {
+                    t.findings
+                        .push(format!("/metrics: {key}: subject {sv}, reference {rv}"));
+                }
+            }
+        }
+    }
+    for (key, (rv, queue)) in &r {
+        if s.contains_key(key) {
+            continue;
+        }
+        t.series_absent += 1;
+        let sel = Sel::Exact(queue.clone());
+        let touched = sc.touches(&|n| sel.selects(n), &|g| sel.may_select_group(g));
+        if !touched {
+            t.findings.push(format!(
+                "/metrics: {key} = {rv} is missing from the subject, and nothing restricts queue {queue:?}"
+            ));
+        }
+    }
+}
+
+/// The questions for a scenario: every name either exporter reports (with
+/// its preset), globs over each group and sub-prefixes, a brace set, the
+/// whole source, and names that do not exist.
+fn questions(
+    sc: &Scenario,
+    r: &Scrape,
+    s: &Scrape,
+    rng: &mut differential_support::Rng,
+) -> Vec<Question> {
+    let mut names: BTreeSet<(String, Option<String>)> = BTreeSet::new();
+    for scrape in [r, s] {
+        for x in scrape.samples("queue_depth", &[]) {
+            if let Some(q) = x.labels.get("queue") {
+                names.insert((q.to_string(), x.labels.get("preset").map(str::to_string)));
+            }
+        }
+    }
+    let mut sels: Vec<(Sel, Option<String>)> = names
+        .iter()
+        .map(|(n, p)| (Sel::Exact(n.clone()), p.clone()))
+        .collect();
+    let mut prefixes: BTreeSet<String> = BTreeSet::new();
+    prefixes.insert(String::new());
+    for g in sc.groups() {
+        if g != '_' {
+            prefixes.insert(g.to_string());
+        }
+    }
+    for (g, _) in differential_support::PLAIN_GROUPS {
+        prefixes.insert(format!("{g}:"));
+        prefixes.insert(format!("{g}:0"));
+        sels.push((Sel::Exact(format!("{g}:zz-missing")), None));
+    }
+    prefixes.insert("w:".into());
+    prefixes.insert("qq".into());
+    sels.extend(prefixes.into_iter().map(|p| (Sel::Prefix(p), None)));
+    sels.push((Sel::Exact("zzz-missing".into()), None));
+    sels.push((Sel::Exact("w:drained".into()), None));
+    let plain: Vec<String> = names
+        .iter()
+        .filter(|(_, p)| p.is_none())
+        .map(|(n, _)| n.clone())
+        .collect();
+    if plain.len() >= 2 {
+        let a = rng.pick(&plain).clone();
+        let b = rng.pick(&plain).clone();
+        if a != b {
+            sels.push((Sel::Set(vec![a, b]), None));
+        }
+    }
+    let mut out = Vec::new();
+    for (sel, preset) in sels {
+        for mode in [Mode::QueueLength, Mode::Age, Mode::WaitTime, Mode::IsActive] {
+            out.push(Question {
+                sel: sel.clone(),
+                preset: preset.clone(),
+                mode,
+            });
+        }
+    }
+    out
+}
+
+fn exporter_config(sc: &Scenario, url: &str, max_keys: usize) -> String {
+    let mut y = format!(
+        "listen: {{ grpc: 127.0.0.1:0 }}\nscaler: {{ max_staleness: 1h }}\nsources:\n  - name: main\n    type: redis\n    url: {url}\n    poll_interval: 200ms\n    discovery_interval: 400ms\n    age_histogram_interval: 0s\n    client_tracking: {}\n    max_keys: {max_keys}\n",
+        sc.client_tracking
+    );
+    if sc.zero_config {
+        y.push_str("    keyspace_scan_interval: 0s\n");
+    } else {
+        y.push_str("    queues:\n");
+        y.push_str(&indent(&sc.queues_yaml, 6));
+    }
+    y
+}
+
+/// Discovery rounds the source finished, over both kinds.
+fn rounds(s: &Scrape) -> f64 {
+    s.samples(
+        "queue_exporter_discovery_rounds_total",
+        &[("source", "main")],
+    )
+    .map(|x| match x.value {
+        prometheus_parse::Value::Counter(v) | prometheus_parse::Value::Untyped(v) => v,
+        _ => 0.0,
+    })
+    .sum()
+}
+
+/// Waits until the reference has finished two discovery rounds and four
+/// polls.
+async fn settle(app: &TestApp) -> Scrape {
+    app.scrape_until(
+        "the reference to discover twice and poll four times",
+        Duration::from_secs(60),
+        |s| rounds(s) >= 2.0 && polls(s, "main") >= 4,
+    )
+    .await
+}
+
+/// Runs one scenario; returns its tally (findings included).
+async fn run(seed: u64) -> (Scenario, Tally) {
+    let sc = Scenario::build(seed);
+    let redis = RedisServer::start();
+    let mut conn = redis.conn();
+    for w in &sc.writes {
+        let mut c = redis::cmd(&w[0]);
+        for a in &w[1..] {
+            c.arg(a.as_bytes());
+        }
+        let _: redis::Value = c
+            .query(&mut conn)
+            .unwrap_or_else(|e| panic!("seed {seed}: {w:?}: {e}"));
+    }
+    let acl: Vec<&str> = sc.acl.iter().map(String::as_str).collect();
+    let subject_url = redis.acl_user("subject", "pw", &acl);
+    let reference = TestApp::start(&exporter_config(&sc, &redis.url, 100_000)).await;
+    // QE_DIFF_CONTROL: the subject as the reference, to show the comparison
+    // itself finds nothing where nothing differs.
+    let subject = if std::env::var_os("QE_DIFF_CONTROL").is_some() {
+        TestApp::start(&exporter_config(&sc, &redis.url, 100_000)).await
+    } else {
+        TestApp::start(&exporter_config(&sc, &subject_url, sc.max_keys)).await
+    };
+    let r0 = settle(&reference).await;
+    assert_eq!(
+        r0.source_up("main"),
+        Some(1.0),
+        "seed {seed}: the reference must be up\n{}",
+        sc.describe()
+    );
+    // The subject may never finish a discovery round (that is what some
+    // restrictions do): six polls, failed ones included, are as many
+    // chances as the reference had. Then one more poll of each, so neither
+    // is mid-round.
+    subject
+        .scrape_until("six polls of the subject", Duration::from_secs(60), |s| {
+            polls(s, "main") >= 6
+        })
+        .await;
+    reference
+        .wait_polls("main", 2, Duration::from_secs(30))
+        .await;
+    subject.wait_polls("main", 2, Duration::from_secs(30)).await;
+
+    let (rc, scl) = (client(&reference).await, client(&subject).await);
+    let rs = reference.scrape().await;
+    let ss = subject.scrape().await;
+    let subject_state = format!(
+        "subject source_up {:?}, poll errors {:?}",
+        ss.source_up("main"),
+        ss.samples("queue_exporter_poll_errors_total", &[("source", "main")])
+            .filter_map(|x| match x.value {
+                prometheus_parse::Value::Counter(v) if v > 0.0 => {
+                    Some(format!(
+                        "{}={v}",
+                        x.labels.get("reason").unwrap_or_default()
+                    ))
+                }
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+    );
+    let mut t = Tally {
+        subject_state,
+        ..Tally::default()
+    };
+    compare_series(&mut t, &sc, &rs, &ss);
+    let mut rng = differential_support::Rng::new(seed.wrapping_mul(31));
+    for q in questions(&sc, &rs, &ss, &mut rng) {
+        let touched = sc.touches(&|n| q.sel.selects(n), &|g| q.sel.may_select_group(g));
+        let (ra, sa) = (ask(&rc, &q).await, ask(&scl, &q).await);
+        judge(&mut t, &q, touched, &ra, &sa);
+    }
+    reference.stop().await;
+    subject.stop().await;
+    (sc, t)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restricted_exporter_answers_the_reference_number_or_an_error_never_another_number() {
+    let seeds = seeds();
+    let mut total = Tally::default();
+    let mut failed: Vec<(u64, String)> = Vec::new();
+    let started = std::time::Instant::now();
+    for &seed in &seeds {
+        eprintln!("differential: seed {seed}");
+        if std::env::var_os("QE_DIFF_VERBOSE").is_some() {
+            eprintln!("{}", Scenario::build(seed).describe());
+        }
+        let (sc, t) = run(seed).await;
+        total.add(&t);
+        if std::env::var_os("QE_DIFF_VERBOSE").is_some() {
+            eprintln!(
+                "{}\n  {} answers, {} subject errors, {} numbers where nothing restricts, {} wrong",
+                sc.describe(),
+                t.answers,
+                t.subject_errors,
+                t.untouched_numbers,
+                t.findings.len()
+            );
+        }
+        if !t.findings.is_empty() {
+            let mut msg = format!(
+                "{}\n  {}\n  {} wrong answers:\n",
+                sc.describe(),
+                t.subject_state,
+                t.findings.len()
+            );
+            // All of them with QE_DIFF_VERBOSE, else the first 40.
+            let shown = if std::env::var_os("QE_DIFF_VERBOSE").is_some() {
+                usize::MAX
+            } else {
+                40
+            };
+            for f in t.findings.iter().take(shown) {
+                msg.push_str(&format!("    - {f}\n"));
+            }
+            if t.findings.len() > shown {
+                msg.push_str(&format!("    … and {} more\n", t.findings.len() - shown));
+            }
+            msg.push_str(&format!(
+                "  reproduce: QE_DIFF_SEED={seed} cargo test --test differential -- --nocapture\n"
+            ));
+            eprintln!("{msg}");
+            failed.push((seed, msg));
+        }
+    }
+    eprintln!(
+        "differential: {} scenarios in {:.0?}, {} KEDA answers compared ({} subject errors = {:.1} %, {} reference errors), {} numbers compared where nothing restricts; {} subject series compared, {} reference series absent from the subject; {} seeds with wrong answers: {:?}",
+        seeds.len(),
+        started.elapsed(),
+        total.answers,
+        total.subject_errors,
+        100.0 * total.subject_errors as f64 / total.answers.max(1) as f64,
+        total.reference_errors,
+        total.untouched_numbers,
+        total.series,
+        total.series_absent,
+        failed.len(),
+        failed.iter().map(|(s, _)| *s).collect::<Vec<_>>(),
+    );
+    // The other direction has teeth only if names nothing restricts were
+    // answered with numbers.
+    assert!(
+        total.untouched_numbers > 0,
+        "no number was compared where nothing restricts the name: the test proves nothing"
+    );
+    assert!(
+        failed.is_empty(),
+        "{} of {} seeds found wrong answers:\n{}",
+        failed.len(),
+        seeds.len(),
+        failed
+            .iter()
+            .map(|(_, m)| m.as_str())
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}
