@@ -245,3 +245,57 @@ async fn ask_refuses_an_argument_that_is_not_key_value() {
         "ask: metadata argument \"queue\" is not key=value"
     );
 }
+
+/// Hashes and sets have no ready count (docs/metrics.md, the
+/// `queue_messages_ready` row; docs/unknown-values.md): `Ready` on them is
+/// `UNAVAILABLE`, never their size, while `QueueLength` answers.
+#[tokio::test(flavor = "multi_thread")]
+async fn ready_on_a_hash_or_a_set_is_unavailable() {
+    let redis = RedisServer::start();
+    redis.run::<()>(&[b"HSET", b"h", b"a", b"1", b"b", b"2"]);
+    redis.run::<()>(&[b"SADD", b"s", b"a", b"b", b"c"]);
+    let app = TestApp::start(&format!(
+        "sources:\n  - name: main\n    type: redis\n    url: {}\n    poll_interval: 100ms\n    queues:\n      - key: h\n      - key: s\n",
+        redis.url
+    ))
+    .await;
+    wait_for("h and s polled", Duration::from_secs(10), || async {
+        let s = Scrape::parse(&app.metrics().await);
+        (s.depth("h") == Some(2.0) && s.depth("s") == Some(3.0)).then_some(())
+    })
+    .await;
+    let scrape = Scrape::parse(&app.metrics().await);
+    for key in ["h", "s"] {
+        assert!(
+            !scrape.has("queue_messages_ready", &[("queue", key)]),
+            "{key}"
+        );
+    }
+    let grpc = app.app().grpc_addr.expect("gRPC on").to_string();
+    for (key, depth) in [("h", "2"), ("s", "3")] {
+        let ask_mode = |mode: &str| {
+            vec![
+                "--grpc".to_string(),
+                grpc.clone(),
+                format!("queue={key}"),
+                format!("mode={mode}"),
+                "value=1".into(),
+            ]
+        };
+        let (code, out, _) = ask(ask_mode("Ready")).await;
+        assert_eq!(code, 1, "{out}");
+        let lines: Vec<&str> = out.lines().collect();
+        assert!(
+            lines[0].starts_with("IsActive: error Unavailable: "),
+            "{out}"
+        );
+        assert!(
+            lines[2].starts_with("GetMetrics: error Unavailable: "),
+            "{out}"
+        );
+        let (code, out, err) = ask(ask_mode("QueueLength")).await;
+        assert_eq!(code, 0, "{out}{err}");
+        assert!(out.ends_with(&format!(" = {depth}\n")), "{out}");
+    }
+    app.stop().await;
+}
