@@ -754,3 +754,29 @@ fn check_connect_says_the_cause_on_the_summary_line() {
     );
     assert!(!err.contains("sources.main"), "{err}");
 }
+
+/// Issue 40, item 5: a busy port, HTTP or gRPC, is exit 1 and one line
+/// that says the cause once (it read `Address already in use (os error
+/// 98): Address already in use (os error 98)`).
+#[test]
+fn a_busy_port_exits_1_saying_its_cause_once() {
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let busy = busy.local_addr().unwrap();
+    let free = format!("127.0.0.1:{}", free_port());
+    for (http, grpc) in [
+        (busy.to_string(), "off".to_string()),
+        (free, busy.to_string()),
+    ] {
+        let (_dir, path) = write_config(&good(&dead_url()).replace(
+            "listen: { grpc: null }",
+            &format!("listen: {{ http: \"{http}\", grpc: \"{grpc}\" }}"),
+        ));
+        let (code, stdout, stderr) = run(&["serve", "--config", path.to_str().unwrap()]);
+        assert_eq!(code, 1, "{stdout}{stderr}");
+        assert_eq!(
+            stderr.trim_end(),
+            format!("error: cannot listen on {busy}: Address already in use (os error 98)"),
+            "http {http}, grpc {grpc}"
+        );
+    }
+}

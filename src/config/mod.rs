@@ -44,7 +44,7 @@ pub use redis::{
     RedisSourceConfig, RedisTlsConfig, RedisUrl, ScoreMode, SentinelSpec, UrlKind,
     default_age_buckets, default_age_histogram_interval,
 };
-pub use secret::{Redacted, read_secret_file};
+pub use secret::{Password, Redacted, read_secret_file};
 pub use sections::{GrpcTlsConfig, ListenConfig, LogConfig, LogFormat, ScalerConfig};
 pub use source::{SourceConfig, default_local_sources};
 pub use web::{

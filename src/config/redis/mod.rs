@@ -22,6 +22,7 @@ pub use queue::{
 pub use url::{RedisUrl, SentinelSpec, UrlKind};
 
 use super::duration::{Bounds, de_duration, de_durations, de_opt_duration};
+use super::secret::Password;
 
 /// A Redis source.
 #[derive(Debug, Clone, Deserialize)]
@@ -42,6 +43,11 @@ pub struct RedisSourceConfig {
     /// File holding the password; overrides the URL's. Trailing newline ignored.
     #[serde(default)]
     pub password_file: Option<PathBuf>,
+    /// The password, kept out of the URL (as KEDA's and redis_exporter's
+    /// users write it, often from an environment variable). Refused beside
+    /// `password_file` or a URL that carries a password: one place only.
+    #[serde(default)]
+    pub password: Option<Password>,
     /// CA and client certificate for `rediss://` (none: the built-in web
     /// roots and no client certificate). Boxed: rarely set, and three paths
     /// would grow every source by their size.
@@ -129,6 +135,7 @@ impl RedisSourceConfig {
             url: RedisUrl::default(),
             cluster: false,
             password_file: None,
+            password: None,
             tls: None,
             poll_interval: default_poll_interval(),
             discovery_interval: default_discovery_interval(),
@@ -187,6 +194,21 @@ impl RedisSourceConfig {
                 return Err((
                     at(field),
                     "only applies to zero config (a source without queues:); this source lists its queues"
+                        .into(),
+                ));
+            }
+        }
+        if self.password.is_some() {
+            if self.password_file.is_some() {
+                return Err((
+                    at("password_file"),
+                    "set password or password_file, not both".into(),
+                ));
+            }
+            if self.url.info().redis_settings().password().is_some() {
+                return Err((
+                    at("password"),
+                    "the url carries a password too; give it in one place (remove it from the url)"
                         .into(),
                 ));
             }

@@ -320,10 +320,14 @@ impl RedisSource {
         if let Some((host, port)) = self.sentinels.as_ref().and_then(|s| s.current.as_ref()) {
             info = cluster::at_addr(&info, host, *port);
         }
-        if let Some(path) = &self.config.password_file {
-            let password = read_secret_file(path).map_err(|e| {
+        let password = match (&self.config.password_file, &self.config.password) {
+            (Some(path), _) => Some(read_secret_file(path).map_err(|e| {
                 SourceError::Config(format!("cannot read password_file {}: {e}", path.display()))
-            })?;
+            })?),
+            (None, Some(p)) => Some(p.expose().to_owned()),
+            (None, None) => None,
+        };
+        if let Some(password) = password {
             let settings = info.redis_settings().clone().set_password(password);
             info = info.set_redis_settings(settings);
         }
