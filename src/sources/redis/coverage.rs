@@ -92,11 +92,21 @@ impl Unread {
             ));
         }
         if !left_out.names_unknown.is_empty() {
+            // A library's queue that holds a job keeps it in a key under
+            // the unread mark's prefix, named after the queue: its name is
+            // a run of that key's `:`-separated parts (`rq:queue:high`,
+            // `bull:email:wait`, `asynq:{default}:pending`).
+            let names = left_out
+                .withheld
+                .iter()
+                .chain(&left_out.names_unknown)
+                .flat_map(|k| name_runs(k))
+                .collect();
             self.library.push(Gap::new(
-                EveryName,
+                ExactNames(names),
                 format!(
                     "Redis refused reading {} (a queue library's registry or mark), so which \
-                     queues that library holds is unknown",
+                     queues that library holds is unknown, and this name may be one of them",
                     examples(left_out.names_unknown.iter())
                 ),
             ));
@@ -143,6 +153,23 @@ fn plain_gap(found: &Discovered, config: &RedisSourceConfig) -> Option<Gap> {
         Some(p) if !p.is_empty() => Gap::new(UnderPatterns(p), cause),
         _ => Gap::new(EveryName, cause),
     })
+}
+
+/// Every run of `key`'s `:`-separated parts, and each part without the
+/// braces of a hash tag: the names a library's queue keeping jobs in
+/// `key` may have.
+fn name_runs(key: &str) -> Vec<String> {
+    let parts: Vec<&str> = key.split(':').collect();
+    let mut names = Vec::new();
+    for i in 0..parts.len() {
+        for j in i + 1..=parts.len() {
+            names.push(parts[i..j].join(":"));
+        }
+        if let Some(inner) = parts[i].strip_prefix('{').and_then(|p| p.strip_suffix('}')) {
+            names.push(inner.to_string());
+        }
+    }
+    names
 }
 
 /// Up to three names, quoted, then "…" if there are more.
@@ -257,14 +284,25 @@ mod tests {
         assert!(unread.coverage().vouch(&query("other", &any)).is_ok());
         unread.set_library(&LeftOut {
             names_unknown: vec!["rq:queues".into()],
+            withheld: vec!["rq:queue:high".into(), "asynq:{low}:pending".into()],
             ..LeftOut::default()
         });
+        for name in ["high", "low", "rq:queue:high"] {
+            let gap = unread
+                .coverage()
+                .vouch(&query(name, &any))
+                .unwrap_err()
+                .clone();
+            assert!(gap.cause.contains("Redis refused reading"), "{}", gap.cause);
+        }
         let gap = unread
             .coverage()
-            .vouch(&query("other", &any))
+            .vouch(&query("high", &any))
             .unwrap_err()
             .clone();
         assert!(gap.cause.contains("\"rq:queues\""), "{}", gap.cause);
+        // A name no key under the unread mark's prefix has is read.
+        assert!(unread.coverage().vouch(&query("other", &any)).is_ok());
     }
 
     #[test]

@@ -134,7 +134,11 @@ impl DiscoveryTask {
                         .collect(),
                     unread: registries.refused.into_iter().map(|(_, r)| r).collect(),
                     keys: 0,
-                    withheld: Vec::new(),
+                    withheld: registries
+                        .near_refused
+                        .iter()
+                        .map(|k| super::keyname::display_key(k))
+                        .collect(),
                 },
             })
         };

@@ -17,9 +17,13 @@ pub struct Registries {
     pub units: Vec<Vec<Unit>>,
     /// One `meta` hash per queue left out of every entry because Redis
     /// refused reading it, with why: the read tells whose the queue is
-    /// (BullMQ's or Bull's, at a prefix both entries read). Counted, never
-    /// guessed.
+    /// (BullMQ's or Bull's, at a prefix both entries read); and each
+    /// registry set Redis refused (`NOPERM` on `SMEMBERS`), whose entry then
+    /// names no queue. Counted, never guessed.
     pub refused: Vec<(Vec<u8>, Reason)>,
+    /// The keys under a refused registry's prefix (found by a bounded
+    /// `SCAN`): the names its library's queues may have are among theirs.
+    pub near_refused: Vec<Vec<u8>>,
 }
 
 /// Reads every preset entry's registry (SMEMBERS, or SCAN with bounded
@@ -33,8 +37,27 @@ pub async fn registries(
     for spec in specs {
         let units = match &spec.preset {
             Preset::Rq { prefix } | Preset::Sidekiq { prefix, .. } | Preset::Asynq { prefix } => {
-                let members = smembers(conn, &registry_key(&spec.preset, prefix)).await?;
-                registry_units(&spec.preset, members)
+                let registry = registry_key(&spec.preset, prefix);
+                match smembers(conn, &registry).await {
+                    Ok(members) => registry_units(&spec.preset, members),
+                    // A refused registry names no queue, and leaves the
+                    // source up: which names its queues may have is
+                    // learnt from the keys under its prefix.
+                    Err(e) if e.code() == Some("NOPERM") => {
+                        let under = match registry.strip_suffix(b"queues") {
+                            Some(p) if !p.is_empty() => {
+                                key(&[&super::super::glob::escape(p), b"*"])
+                            }
+                            _ => b"queue:*".to_vec(),
+                        };
+                        found
+                            .near_refused
+                            .extend(scan(conn, &under, None, scan_count).await?);
+                        found.refused.push((registry, Reason::Auth));
+                        Vec::new()
+                    }
+                    Err(e) => return Err(e),
+                }
             }
             Preset::Bullmq { prefix, .. } => {
                 let p = super::super::glob::escape(prefix.as_bytes());
