@@ -561,13 +561,14 @@ pub fn winsorized_mean(durations: &VecDeque<f64>) -> Option<f64> {
 }
 
 /// A job's start and end from an `HMGET` of its two stamp fields, in
-/// unix seconds, when both are readable, positive and the end is not
-/// before the start.
+/// unix seconds, when both are readable, finite, positive and the end is
+/// not before the start.
 fn stamps(unit: TimeUnit, v: &Value) -> Option<(f64, f64)> {
     let stamps = reply::as_array(v)?;
     let stamp = |i: usize| {
         let text = reply::as_str(stamps.get(i)?)?;
-        unit.text_to_seconds(text).filter(|s| *s > 0.0)
+        unit.text_to_seconds(text)
+            .filter(|s| s.is_finite() && *s > 0.0)
     };
     let (start, end) = (stamp(0)?, stamp(1)?);
     (end >= start).then_some((start, end))
@@ -736,14 +737,21 @@ mod tests {
         let m = w.mean(0.0).unwrap();
         assert!((m.mean_seconds - 0.3).abs() < 1e-9, "{m:?}");
         assert_eq!((m.jobs, m.from), (2, ServiceSource::FinishedJobs));
-        // A job without both stamps, with an end before its start, or gone
-        // (nil fields) is skipped, never a 0.
+        // A job without both stamps, with an end before its start or not
+        // finite, or gone (nil fields) is skipped, never a 0.
         let l = layout();
-        let ids = [("a", 1.0e9), ("b", 1.0e9), ("c", 1.0e9), ("d", 1.0e9)];
-        assert_eq!(w.read(0.0, &l, &[scored(&ids), scored(&[])]).len(), 4);
+        let ids = [
+            ("a", 1.0e9),
+            ("b", 1.0e9),
+            ("c", 1.0e9),
+            ("d", 1.0e9),
+            ("e", 1.0e9),
+        ];
+        assert_eq!(w.read(0.0, &l, &[scored(&ids), scored(&[])]).len(), 5);
         for v in [
             hm("1000", ""),
             hm("2000", "1000"),
+            hm("1000", "inf"),
             Value::Array(vec![Value::Nil, Value::Nil]),
             refused(),
         ] {
