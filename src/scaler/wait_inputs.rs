@@ -37,12 +37,12 @@ pub fn unmeasured_kind(kind: SourceKind, preset: Option<PresetKind>) -> Option<&
 fn unmeasured_why(q: &QueueSample) -> &'static str {
     match q.preset.as_deref().map(|f| f.preset) {
         Some(PresetKind::Bullmq | PresetKind::Bull) => {
-            "no finished job with processedOn and finishedOn is kept (none finished yet, \
-             or the jobs are added with removeOnComplete/removeOnFail)"
+            "no job with processedOn and finishedOn kept finished in the last 10 minutes \
+             (none finished lately, or the jobs are added with removeOnComplete/removeOnFail)"
         }
         Some(PresetKind::Rq) => {
-            "no finished job with started_at and ended_at is kept (none finished yet, \
-             or the jobs are enqueued with result_ttl=0)"
+            "no job with started_at and ended_at kept finished in the last 10 minutes \
+             (none finished lately, or the jobs are enqueued with result_ttl=0)"
         }
         None if q.vhost().is_some() => {
             "it is measured from the ack counter while a backlog keeps every consumer \

@@ -128,8 +128,8 @@ pub(super) enum Follow {
     /// A count of busy jobs to add to `active` (Sidekiq's `busy`).
     AddActive,
     /// A finished job's start and end stamps (`HMGET`), for the queue's
-    /// service time in this unit.
-    Finished(TimeUnit),
+    /// service time (its window knows what each is for).
+    Finished,
 }
 
 /// One logical queue after round 1: its sample, and the follow-ups it needs.
@@ -285,7 +285,7 @@ pub(super) fn apply(s: &mut QueueSample, follow: Follow, v: &Value, now: f64) {
             *active = active.zip(count(v)).map(|(a, n)| a + n);
         }
         // Recorded into the queue's window by the poll, which owns it.
-        Follow::Finished(_) => {}
+        Follow::Finished => {}
     }
 }
 
@@ -544,9 +544,9 @@ impl PresetState {
                     (finished_layout(&entry.spec.preset, unit), unit)
                 {
                     match entry.service.get(name) {
-                        Some(w) if w.due(now) => cmds.extend(w.plan(&layout)),
+                        Some(w) if w.due(now) => cmds.extend(w.plan(&layout, now)),
                         Some(_) => {}
-                        None => cmds.extend(ServiceWindow::default().plan(&layout)),
+                        None => cmds.extend(ServiceWindow::default().plan(&layout, now)),
                     }
                 }
                 let slot = Slot::Queue {
@@ -603,8 +603,8 @@ impl PresetState {
                         } else {
                             window.read(now, &layout, finished_r)
                         };
-                        let unit = Follow::Finished(layout.unit);
-                        stage.follow.extend(jobs.into_iter().map(|c| (c, unit)));
+                        let f = Follow::Finished;
+                        stage.follow.extend(jobs.into_iter().map(|c| (c, f)));
                         m = Some((entry, name.clone()));
                     }
                     stages.push((entry, stage));
@@ -638,9 +638,9 @@ impl PresetState {
                 .extend(replies.iter().filter_map(reply_error));
             for ((i, f), v) in follow_meta.into_iter().zip(&replies) {
                 match (f, measured.get(i).and_then(Option::as_ref)) {
-                    (Follow::Finished(unit), Some((entry, name))) => {
+                    (Follow::Finished, Some((entry, name))) => {
                         if let Some(w) = self.entries[*entry].service.get_mut(name) {
-                            w.record(unit, v);
+                            w.record(v);
                         }
                     }
                     _ => apply(&mut stages[i].1.sample, f, v, now),
@@ -652,7 +652,7 @@ impl PresetState {
                 let mean = self.entries[*entry]
                     .service
                     .get(name)
-                    .and_then(|w| w.mean());
+                    .and_then(|w| w.mean(now));
                 facts(&mut stage.sample).service_time = mean;
             }
         }
