@@ -241,10 +241,15 @@ async fn zset_scores_of_minus_and_plus_infinity_never_reach_keda_as_huge_numbers
         &["ZADD", "ts:neg", "-inf", "corrupt", &ten_ago, "ok"],
     );
     run(&redis, &["ZADD", "ts:pos", "+inf", "never", &ten_ago, "ok"]);
+    run(
+        &redis,
+        &["ZADD", "ts:far", "-1e300", "corrupt", &ten_ago, "ok"],
+    );
     let zset = |k: &str| format!("- key: {k}\n  score: timestamp\n  score_unit: seconds\n");
-    let app = TestApp::start(&config(&redis.url, &(zset("ts:neg") + &zset("ts:pos")))).await;
+    let all = zset("ts:neg") + &zset("ts:pos") + &zset("ts:far");
+    let app = TestApp::start(&config(&redis.url, &all)).await;
     let mut c = client(&app).await;
-    for q in ["ts:neg", "ts:pos"] {
+    for q in ["ts:neg", "ts:pos", "ts:far"] {
         app.wait_value("queue_depth", &[("queue", q)], 2.0, WAIT)
             .await;
     }
@@ -260,7 +265,13 @@ async fn zset_scores_of_minus_and_plus_infinity_never_reach_keda_as_huge_numbers
     )
     .await
     .unwrap_err();
-    assert_unavailable(&e, &["max over the 2 queues matching \"ts:*\"", not_finite]);
+    assert_unavailable(&e, &["max over the 3 queues matching \"ts:*\"", not_finite]);
+    // A finite but absurd stamp: an age of 1e300 s is beyond the cap.
+    let e = metrics(&mut c, &age("ts:far")).await.unwrap_err();
+    assert_unavailable(
+        &e,
+        &["Age of queue \"ts:far\" in source main is 1e300, beyond the cap of 1e12"],
+    );
     let wait_time = |q: &'static str| {
         vec![
             ("queue", q),
