@@ -780,3 +780,40 @@ fn a_busy_port_exits_1_saying_its_cause_once() {
         );
     }
 }
+
+/// Issue 36: `age_buckets` with more than 64 bounds panicked in debug builds
+/// (a shift past a `u64` bit set) and wrapped silently in release, at the
+/// first histogram measurement. It is refused at load: exit 2, one line
+/// naming file, field and problem, by `check`, `once` and `serve`; 64
+/// bounds are accepted.
+#[test]
+fn more_than_64_age_buckets_are_refused_at_load_with_exit_2() {
+    let with = |n: usize| {
+        let bounds: Vec<String> = (1..=n).map(|s| format!("{s}s")).collect();
+        good("redis://127.0.0.1:1").replace(
+            "poll_interval: 1s",
+            &format!(
+                "poll_interval: 1s\n    age_buckets: [{}]",
+                bounds.join(", ")
+            ),
+        )
+    };
+    let (_dir, path) = write_config(&with(65));
+    let p = path.to_str().unwrap();
+    for args in [
+        vec!["check", "--config", p],
+        vec!["once", "--config", p],
+        vec!["--config", p],
+    ] {
+        let (code, out, err) = run(&args);
+        assert_eq!(code, 2, "{args:?}: {out}{err}");
+        assert_eq!(
+            err.trim_end(),
+            format!("{p}: sources[0].age_buckets: 65 bounds; at most 64"),
+            "{args:?}"
+        );
+    }
+    let (_dir, path) = write_config(&with(64));
+    let (code, out, err) = run(&["check", "--config", path.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}{err}");
+}

@@ -17,6 +17,7 @@
 //! - [`proto`]: code generated from `proto/externalscaler.proto`.
 
 pub mod ask;
+pub mod finite;
 pub mod metadata;
 pub mod names;
 pub mod query;

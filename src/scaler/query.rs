@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use crate::config::ScalerConfig;
+use crate::scaler::finite;
 use crate::scaler::metadata::{ListKey, Mode, Operation, ScalerQuery};
 use crate::scaler::wait::{self, ServiceFrom, WaitDecision, WaitInputs};
 use crate::scaler::wait_inputs;
@@ -124,8 +125,30 @@ impl NameIndexes {
     }
 }
 
-/// [`evaluate`] with the caller's name indexes.
+/// [`evaluate`] with the caller's name indexes. Every reading passes
+/// [`finite::answer`] here, so none KEDA receives is infinite or huge.
 pub fn evaluate_with(
+    query: &ScalerQuery,
+    snapshots: &[Arc<Snapshot>],
+    indexes: &NameIndexes,
+    config: &ScalerConfig,
+    now: SystemTime,
+) -> Result<Reading, QueryError> {
+    let reading = read(query, snapshots, indexes, config, now)?;
+    finite::answer(reading.value, || {
+        format!(
+            "{} of {:?} in source {}",
+            query.mode,
+            query.queue.text(),
+            reading.source
+        )
+    })
+    .map_err(QueryError::Unavailable)?;
+    Ok(reading)
+}
+
+/// The reading of [`evaluate_with`], before its value is checked.
+fn read(
     query: &ScalerQuery,
     snapshots: &[Arc<Snapshot>],
     indexes: &NameIndexes,
@@ -236,7 +259,15 @@ pub fn evaluate_with(
         let value = if q.queue_type == Some(QueueType::Missing) {
             empty_value(query, snapshot)
         } else {
-            queue_value(query, snapshot, q)
+            queue_value(query, snapshot, q).and_then(|v| {
+                finite::input(v, || {
+                    format!(
+                        "{} of queue {:?} in source {}",
+                        query.mode, q.name, snapshot.source
+                    )
+                })
+                .map_err(QueryError::Unavailable)
+            })
         };
         // One unknown queue makes the aggregate unknown: a partial sum
         // would under-report and scale down while jobs wait.
@@ -1209,6 +1240,46 @@ mod tests {
         );
         let r = evaluate(&q(&[("queue", "w"), ("vhost", "v2")]), &rabbit, &cfg(), now).unwrap();
         assert_eq!(r.value, 3.0);
+    }
+
+    #[test]
+    fn values_beyond_the_cap_never_reach_keda() {
+        let now = SystemTime::now();
+        let mut aged = sample("j:aged", 1);
+        aged.oldest_age_seconds = Some(f64::INFINITY);
+        let snaps = [snap(
+            "main",
+            vec![
+                sample("j:a", 600_000_000_000),
+                sample("j:b", 600_000_000_000),
+                aged,
+            ],
+            Some(Duration::ZERO),
+            now,
+        )];
+        let read = |pairs: &[(&str, &str)]| evaluate(&q(pairs), &snaps, &cfg(), now);
+        // Each queue is within the cap, their sum is not.
+        let max = read(&[("queue", "j:{a,b}"), ("operation", "max")]).unwrap();
+        assert_eq!(max.value, 6e11);
+        let e = read(&[("queue", "j:{a,b}")]).unwrap_err();
+        assert_eq!(
+            e,
+            QueryError::Unavailable(
+                "QueueLength of \"j:{a,b}\" in source main is 1.2e12, beyond the cap of 1e12: \
+                 the scaler sends KEDA only finite values from 0 to 1e12 (KEDA turns them into \
+                 int64 milli-units)"
+                    .into()
+            )
+        );
+        // An infinite input is named where it is read.
+        let e = read(&[("queue", "j:aged"), ("mode", "Age")]).unwrap_err();
+        let QueryError::Unavailable(m) = e else {
+            panic!("{e:?}")
+        };
+        assert!(
+            m.starts_with("Age of queue \"j:aged\" in source main is inf, not a finite number"),
+            "{m}"
+        );
     }
 
     #[test]
