@@ -412,10 +412,12 @@ mod tests {
     async fn retries_back_off_doubling_up_to_two_seconds_then_poll_on_the_interval() {
         let gaps = poll_gaps(7, Duration::from_secs(10), Duration::from_secs(30)).await;
         // 7 failures: 200, 400, 800, 1600, then capped at 2000 ms; after the
-        // first success, the poll interval.
+        // first success, the wait until the next wall-clock tick, at most
+        // the poll interval (the wall clock does not move in paused time,
+        // so the ticks themselves are tested on their own).
         assert!(gaps.len() >= 8, "{gaps:?}");
         assert_eq!(gaps[..7], [200, 400, 800, 1600, 2000, 2000, 2000]);
-        assert!(gaps[7..].iter().all(|g| *g == 10_000), "{gaps:?}");
+        assert!(gaps[7..].iter().all(|g| (1..=10_000).contains(g)), "{gaps:?}");
     }
 
     #[tokio::test(start_paused = true)]
