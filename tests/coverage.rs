@@ -181,36 +181,43 @@ async fn queues_an_unread_registry_may_name_are_unavailable() {
     list(&mut c, "rq:queue:high", 2);
     list(&mut c, "plain:list", 1);
     let url = redis.acl_user("qe", "pw", &[READ_ONLY_ACL, &["-smembers"]].concat());
-    // Zero config recognises RQ by its keys but cannot read the registry:
-    // the source is up, and any name may be one of RQ's queues.
-    let app = TestApp::start(&config(&url, "")).await;
-    app.until("the source up", WAIT, |s| s.source_up("main") == Some(1.0))
+    // Zero config recognises RQ by its keys but cannot read its registry;
+    // a configured preset cannot either, and both keep the source up
+    // (before, the configured one failed every poll).
+    for rest in ["", "queues:\n  - preset: rq\n  - key: plain:list\n"] {
+        let app = TestApp::start(&config(&url, rest)).await;
+        app.until("the source up, the refusal counted", WAIT, |s| {
+            s.source_up("main") == Some(1.0) && s.errors("main", "auth").is_some_and(|n| n >= 1.0)
+        })
         .await;
-    let mut c = client(&app).await;
-    for queue in ["high", "*", "low", "plain:list"] {
+        let mut c = client(&app).await;
+        // `high`, which a key under `rq:` names, may be one of RQ's queues;
+        // so may any glob selecting it.
+        for queue in ["high", "*", "h*"] {
+            assert_unavailable(
+                metrics(&mut c, &[("queue", queue)]).await,
+                &["Redis refused reading"],
+            );
+        }
         assert_unavailable(
-            metrics(&mut c, &[("queue", queue)]).await,
-            &["Redis refused reading"],
+            metrics(&mut c, &[("queue", "high")]).await,
+            &["\"rq:queues\"", "registry"],
         );
+        // A queue of RQ's with a job keeps it under `rq:`: a name no key
+        // there has holds none of RQ's jobs, so what was read answers.
+        assert_eq!(
+            metrics(&mut c, &[("queue", "plain:list")]).await.unwrap().1,
+            1.0
+        );
+        assert_eq!(metrics(&mut c, &[("queue", "p*")]).await.unwrap().1, 1.0);
+        // A name nothing has: empty where the config covers every name
+        // (zero config), else not found; in neither case a gap.
+        match metrics(&mut c, &[("queue", "low")]).await {
+            Ok((_, v)) => assert_eq!(v, 0.0),
+            Err(e) => assert_eq!(e.code(), Code::NotFound, "{e:?}"),
+        }
+        app.stop().await;
     }
-    assert_unavailable(
-        metrics(&mut c, &[("queue", "high")]).await,
-        &["\"rq:queues\"", "registry"],
-    );
-    app.stop().await;
-    // A configured preset whose registry is refused fails the poll: the
-    // source is down, and every answer says so.
-    let app = TestApp::start(&config(&url, "queues:\n  - preset: rq\n")).await;
-    app.until("the refusal counted", WAIT, |s| {
-        s.errors("main", "auth").is_some_and(|n| n >= 1.0)
-    })
-    .await;
-    let mut c = client(&app).await;
-    for queue in ["high", "*"] {
-        let e = metrics(&mut c, &[("queue", queue)]).await.unwrap_err();
-        assert_eq!(e.code(), Code::Unavailable, "{e:?}");
-    }
-    app.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -417,7 +417,10 @@ mod tests {
         // so the ticks themselves are tested on their own).
         assert!(gaps.len() >= 8, "{gaps:?}");
         assert_eq!(gaps[..7], [200, 400, 800, 1600, 2000, 2000, 2000]);
-        assert!(gaps[7..].iter().all(|g| (1..=10_000).contains(g)), "{gaps:?}");
+        assert!(
+            gaps[7..].iter().all(|g| (1..=10_000).contains(g)),
+            "{gaps:?}"
+        );
     }
 
     #[tokio::test(start_paused = true)]
