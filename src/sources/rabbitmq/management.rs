@@ -174,15 +174,26 @@ impl Management {
         Ok(out)
     }
 
-    /// Logs the vhosts that became unreadable (a warning: their queues are
-    /// unknown from now on) or readable again since the last poll.
+    /// Logs what became unreadable (a warning: those queues are unknown
+    /// from now on) or readable again since the last poll: a few lines
+    /// each, however many vhosts a broker has.
     fn log_unreadable(&mut self, config: &RabbitSourceConfig, gaps: &[Gap]) {
+        /// Lines logged per change and poll; the rest are counted.
+        const SHOWN: usize = 5;
         let now: BTreeSet<String> = gaps.iter().map(|g| g.cause.clone()).collect();
-        for cause in now.difference(&self.unreadable) {
+        let new: Vec<&String> = now.difference(&self.unreadable).collect();
+        for cause in new.iter().take(SHOWN) {
             tracing::warn!(source = %config.name, "{cause}; KEDA gets UNAVAILABLE for what it may hold");
         }
-        for cause in self.unreadable.difference(&now) {
+        if new.len() > SHOWN {
+            tracing::warn!(source = %config.name, "and {} more vhosts are unknown", new.len() - SHOWN);
+        }
+        let gone: Vec<&String> = self.unreadable.difference(&now).collect();
+        for cause in gone.iter().take(SHOWN) {
             tracing::info!(source = %config.name, "no longer so: {cause}");
+        }
+        if gone.len() > SHOWN {
+            tracing::info!(source = %config.name, "and {} more are known again", gone.len() - SHOWN);
         }
         self.unreadable = now;
     }
