@@ -100,6 +100,8 @@ impl Prometheus {
             .map(|s| s.as_ref().map_or(0, |node| node.queues.len()))
             .collect();
 
+        // The plugin reports the queues of every vhost (or of those asked
+        // for) whoever asks: no vhost is hidden from this method (access.rs).
         let mut out = PollOutput::new(Coverage::complete());
         let mut nodes = Vec::with_capacity(scrapes.len());
         for scrape in scrapes {
