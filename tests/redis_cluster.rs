@@ -1256,6 +1256,21 @@ async fn a_failover_is_followed_to_the_promoted_replica_and_nothing_wrong_is_sho
         .filter(|&i| ports.contains(&cluster.nodes[i].port))
         .collect();
     assert_eq!(primaries.len(), 3);
+    tokio::task::block_in_place(|| {
+        // Each replica done with its first sync (a replica still loading
+        // would not acknowledge in time).
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !primaries.iter().all(|&p| {
+            let info: String = redis::cmd("INFO")
+                .arg("replication")
+                .query(&mut cluster.node(p))
+                .expect("INFO replication");
+            info.contains("connected_slaves:1") && info.contains("state=online")
+        }) {
+            assert!(Instant::now() < deadline, "a replica never came online");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    });
     for &p in &primaries {
         let acked: i64 = redis::cmd("WAIT")
             .arg(1)
