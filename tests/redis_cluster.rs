@@ -994,6 +994,41 @@ async fn the_cluster_needs_read_connection_and_cluster_slots_and_nothing_more() 
     app.stop().await;
 }
 
+/// Waits until `GetMetrics` answers `want`; on timeout, panics with the
+/// last answer and the scrape's `source_up`, tracked keys and errors.
+async fn keda_hears(
+    app: &TestApp,
+    grpc: &scaler_common::Client,
+    pairs: &[(&str, &str)],
+    want: f64,
+    timeout: Duration,
+) {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let answer = scaler_common::metrics(&mut grpc.clone(), pairs).await;
+        if matches!(answer, Ok((_, f)) if f == want) {
+            return;
+        }
+        if Instant::now() > deadline {
+            let s = app.scrape().await;
+            let lines: Vec<&str> = s
+                .text()
+                .lines()
+                .filter(|l| {
+                    l.starts_with("queue_exporter_source_up")
+                        || l.starts_with("queue_exporter_tracked_keys")
+                        || (l.starts_with("queue_exporter_poll_errors_total") && !l.ends_with(" 0"))
+                })
+                .collect();
+            panic!(
+                "{pairs:?}: KEDA heard {answer:?}, not {want}, after {timeout:?}\n{}",
+                lines.join("\n")
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// `GetMetrics` asked `n` times, 100 ms apart: every answer must be an
 /// error with `code`, never a number.
 async fn never_a_number(
@@ -1105,9 +1140,9 @@ async fn a_cluster_formed_after_the_exporter_started_is_read_within_one_discover
     let written = Instant::now();
     // Within one discovery interval (1 s), plus a poll and slack for a
     // loaded machine.
-    scaler_common::wait_value_for(&grpc, &asks[0], 465.0, Duration::from_secs(8)).await;
+    keda_hears(&app, &grpc, &asks[0], 465.0, Duration::from_secs(12)).await;
     let took = written.elapsed();
-    scaler_common::wait_value_for(&grpc, &asks[2], 465.0, Duration::from_secs(8)).await;
+    keda_hears(&app, &grpc, &asks[2], 465.0, Duration::from_secs(12)).await;
     scaler_common::wait_value(&grpc, &asks[1], 7.0).await;
     let s = app
         .until("every key exact", Duration::from_secs(5), |s| {
