@@ -11,11 +11,11 @@
 //! Correctness while slots move: a command answered `MOVED` is sent to the
 //! new owner (and the slot map is re-read before the next batch); one answered
 //! `ASK` is sent to the importing node behind `ASKING` (and the map re-read
-//! too: the slot changes owner soon). A slot map that leaves slots without a
-//! primary is refused ([`Gap`]): the source is down rather than empty. Every reply handed up
-//! is therefore the key's real answer, from the node that holds it. A node
-//! that cannot be reached, and `CLUSTERDOWN`/`TRYAGAIN`, fail the whole batch
-//! (the source is down) instead of turning into unknown or zero values.
+//! too: the slot changes owner soon). Every reply handed up is therefore the
+//! key's real answer, from the node that holds it. A node that cannot be
+//! reached, and `CLUSTERDOWN`/`TRYAGAIN`, fail the whole batch (the source is
+//! down) instead of turning into unknown or zero values; so does a slot map
+//! that leaves slots without a primary ([`Gap`]), rather than an empty source.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
