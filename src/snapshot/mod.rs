@@ -395,11 +395,14 @@ pub enum Reason {
     NotFound,
     /// A local problem, such as an unreadable secret file.
     Config,
+    /// A Redis Cluster whose `CLUSTER SLOTS` leaves hash slots without a
+    /// primary (not formed yet, or slots deleted): keys there cannot be read.
+    ClusterSlots,
 }
 
 impl Reason {
     /// Every reason, in the order they are exported.
-    pub const ALL: [Reason; 10] = [
+    pub const ALL: [Reason; 11] = [
         Reason::Connect,
         Reason::Auth,
         Reason::Timeout,
@@ -410,6 +413,7 @@ impl Reason {
         Reason::TooLarge,
         Reason::NotFound,
         Reason::Config,
+        Reason::ClusterSlots,
     ];
 
     /// The label value.
@@ -425,6 +429,7 @@ impl Reason {
             Reason::TooLarge => "too_large",
             Reason::NotFound => "not_found",
             Reason::Config => "config",
+            Reason::ClusterSlots => "cluster_slots",
         }
     }
 }

@@ -97,6 +97,11 @@ pub enum SourceError {
     /// A local problem such as an unreadable secret file.
     #[error("configuration problem: {0}")]
     Config(String),
+    /// A Redis Cluster's `CLUSTER SLOTS` leaves slots without a primary:
+    /// the keys there cannot be read, so nothing is reported (an empty
+    /// source would read as empty queues).
+    #[error("Redis Cluster: {0}")]
+    ClusterSlots(String),
 }
 
 impl SourceError {
@@ -113,6 +118,7 @@ impl SourceError {
             SourceError::TooLarge { .. } => Reason::TooLarge,
             SourceError::NotFound(_) => Reason::NotFound,
             SourceError::Config(_) => Reason::Config,
+            SourceError::ClusterSlots(_) => Reason::ClusterSlots,
         }
     }
 }

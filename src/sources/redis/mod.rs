@@ -501,6 +501,9 @@ pub(crate) fn is_auth_error_code(code: &str) -> bool {
 /// Maps a client error to a [`SourceError`] whose reason label fits.
 /// `timeout` is the per-command response timeout, for the message.
 pub fn map_redis_error(e: redis::RedisError, target: &str, timeout: Duration) -> SourceError {
+    if cluster::is_gap(&e) {
+        return SourceError::ClusterSlots(e.detail().unwrap_or("slots without a primary").into());
+    }
     if e.code().is_some_and(is_auth_error_code)
         || e.kind() == redis::ErrorKind::AuthenticationFailed
     {
