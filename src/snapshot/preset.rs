@@ -158,6 +158,14 @@ pub struct PresetFacts {
     /// Worker time per job from recently finished jobs; `None` where the
     /// library keeps no such record or none finished lately.
     pub service_time: Option<super::ServiceTime>,
+    /// States the library has but keeps in its other unit, set by the
+    /// preset: on a queue, those it keeps only for all its queues together
+    /// in the shared unit (Sidekiq's `retry`, under `(all)`); on the shared
+    /// unit, those it keeps only per queue (`waiting`). Such a state asked
+    /// of this sample is not 0 but held elsewhere: readers refuse it and
+    /// name where it lives ([`PresetFacts::held_elsewhere`]), never reading
+    /// which library this is.
+    pub elsewhere: &'static [JobState],
 }
 
 /// What a preset sample stands for.
@@ -190,6 +198,17 @@ impl PresetFacts {
             .iter()
             .copied()
             .filter(|s| self.states.get(s) == Some(&None))
+            .collect()
+    }
+
+    /// Which of `states` this sample's library keeps only in its other
+    /// unit (see [`PresetFacts::elsewhere`]): asked here, they would read
+    /// as 0 while their jobs are counted in the other unit.
+    pub fn held_elsewhere(&self, states: &[JobState]) -> Vec<JobState> {
+        states
+            .iter()
+            .copied()
+            .filter(|s| self.elsewhere.contains(s) && !self.states.contains_key(s))
             .collect()
     }
 

@@ -213,6 +213,13 @@ pub(super) fn set_state(s: &mut QueueSample, state: JobState, v: Option<u64>) {
     facts(s).states.insert(state, v);
 }
 
+/// Records that `s`'s library keeps `states` only in its other unit (in
+/// the shared keys, for a queue; per queue, for the shared keys), so a
+/// reader asking them of `s` is told where they live instead of reading 0.
+pub(super) fn kept_elsewhere(s: &mut QueueSample, states: &'static [JobState]) {
+    facts(s).elsewhere = states;
+}
+
 /// Marks `s` as the keys a library's queues share (`(all)` and the like):
 /// no job waits in them, so readers leave them out of ages.
 pub(super) fn shared(s: &mut QueueSample) {

@@ -1,0 +1,146 @@
+//! Where a preset's jobs are counted, for the scaler's checks: which unit
+//! (one queue, or the keys the library's queues share, `(all)`) holds an
+//! asked `state`. Read from what the preset put in the snapshot
+//! ([`PresetFacts::elsewhere`]), never from a library's name: a state that
+//! a queue's library keeps only under `(all)` is refused when asked of the
+//! queue alone, rather than read as 0.
+//!
+//! Called by `query::check_presets` and `query::skip_for_mode`; pure.
+
+use crate::scaler::metadata::{Mode, Operation, ScalerQuery};
+use crate::scaler::query::QueryError;
+use crate::snapshot::{JobState, PresetFacts, PresetUnit, QueueSample, Snapshot};
+
+/// Refuses mode QueueLength (of `waiting` unless `state` says) when a
+/// matched preset sample's library keeps one of the asked states only in
+/// its other unit and no matched sample of that
+/// library and unit holds it: Sidekiq's `retry` on queue `default` would
+/// read 0 while `(all)` holds the retries. A glob that also matches the
+/// unit holding the state (`queue: "*"`) is answered, each job counted once
+/// where it lives; but only with `operation: sum`, since a `max` or `avg`
+/// over such a match would compare one queue's jobs with every queue's.
+pub fn check_state_units(
+    query: &ScalerQuery,
+    snapshot: &Snapshot,
+    queues: &[&QueueSample],
+) -> Result<(), QueryError> {
+    if query.mode != Mode::QueueLength {
+        return Ok(());
+    }
+    let states = asked(query);
+    for q in queues {
+        let Some(f) = q.preset.as_deref() else {
+            continue;
+        };
+        for state in f.held_elsewhere(states) {
+            if queues.iter().any(|s| holds(s, f, state)) {
+                continue;
+            }
+            let mut homes: Vec<&str> = snapshot
+                .queues
+                .iter()
+                .filter(|s| holds(s, f, state))
+                .map(|s| s.name.as_str())
+                .collect();
+            homes.sort_unstable();
+            homes.dedup();
+            return Err(held_elsewhere(snapshot, q, f, state, &homes));
+        }
+    }
+    if query.operation != Operation::Sum {
+        let counted: Vec<&PresetFacts> = queues
+            .iter()
+            .filter(|q| !skip_unit(query, q))
+            .filter_map(|q| q.preset.as_deref())
+            .collect();
+        let shared = counted.iter().find(|f| f.unit == PresetUnit::Shared);
+        if let Some(shared) = shared
+            && counted.iter().any(|f| f.unit == PresetUnit::Queue)
+        {
+            let name = queues
+                .iter()
+                .find(|q| q.preset.as_deref() == Some(*shared))
+                .map_or("", |q| q.name.as_str());
+            return Err(QueryError::InvalidArgument(format!(
+                "scalerMetadata.operation: {} over queue {:?} in source {} would compare single \
+                 queues with {name:?}, which holds {}'s jobs of every queue together; use \
+                 operation: sum (each job counted once, where it lives), or one trigger per queue",
+                query.operation.as_str(),
+                query.queue.text(),
+                snapshot.source,
+                shared.preset,
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The job states mode QueueLength counts on a preset queue: `waiting`
+/// unless `state` picks others.
+fn asked(query: &ScalerQuery) -> &[JobState] {
+    query.states.as_deref().unwrap_or(&[JobState::Waiting])
+}
+
+/// Whether `s` is a sample of `f`'s library, in the other unit, holding
+/// `state`.
+fn holds(s: &QueueSample, f: &PresetFacts, state: JobState) -> bool {
+    s.preset
+        .as_deref()
+        .is_some_and(|o| o.preset == f.preset && o.unit != f.unit && o.states.contains_key(&state))
+}
+
+/// The refusal of `state` asked of `q`, which holds none of its own, naming
+/// `homes`: the samples holding it (`(all)`), if the snapshot has any.
+fn held_elsewhere(
+    snapshot: &Snapshot,
+    q: &QueueSample,
+    f: &PresetFacts,
+    state: JobState,
+    homes: &[&str],
+) -> QueryError {
+    let lib = f.preset;
+    let queue = &q.name;
+    let source = &snapshot.source;
+    let shown: Vec<String> = homes.iter().map(|h| format!("{h:?}")).collect();
+    let homes = shown.join(" or ");
+    QueryError::InvalidArgument(match f.unit {
+        PresetUnit::Queue if homes.is_empty() => format!(
+            "scalerMetadata.state: {lib} keeps {state} jobs only for all its queues together, \
+             in keys source {source} does not report now, not per queue: queue {queue:?} has none \
+             of its own (it would read 0); remove {state} from state"
+        ),
+        PresetUnit::Queue => format!(
+            "scalerMetadata.state: {lib} keeps {state} jobs only for all its queues together, \
+             under queue {homes}, not per queue: queue {queue:?} in source {source} has none of \
+             its own (it would read 0); ask queue: {homes} with state: {state} in a trigger of \
+             its own, or a glob that also matches {homes} with operation: sum"
+        ),
+        PresetUnit::Shared => format!(
+            "scalerMetadata.state: {lib} keeps {state} jobs per queue, not under queue \
+             {queue:?} in source {source} (the keys its queues share; it would read 0); ask for \
+             {state} of a queue by its name, or a glob over its queues"
+        ),
+    })
+}
+
+/// Whether mode QueueLength leaves preset sample `q` out because it holds
+/// none of the asked states: the keys a library's queues share, unless a
+/// state they hold is asked (otherwise their 0 would count as a queue and
+/// pull an `avg` down), and a queue asked only for states its library keeps
+/// in the shared keys (counted there, matched by the same query, as
+/// [`check_state_units`] made sure). Told by the preset's marks, never by
+/// a missing `waiting` state, which may only mean its read was refused.
+pub fn skip_unit(query: &ScalerQuery, q: &QueueSample) -> bool {
+    let Some(f) = q.preset.as_deref() else {
+        return false;
+    };
+    let asked = asked(query);
+    match (f.unit, query.mode) {
+        (PresetUnit::Shared, Mode::Age | Mode::WaitTime) => true,
+        (unit, Mode::QueueLength) => {
+            !asked.iter().any(|s| f.states.contains_key(s))
+                && (unit == PresetUnit::Shared || !f.held_elsewhere(asked).is_empty())
+        }
+        _ => false,
+    }
+}
