@@ -875,13 +875,6 @@ async fn a_state_kept_only_under_all_is_refused_per_queue_and_counted_once_by_a_
     .unwrap_err();
     let m = refused(e, "active");
     assert!(m.contains(r#"under queue "(all)""#), "{m}");
-    // And (all) holds no queue's waiting jobs: asked alone, it is refused too.
-    let e = metrics(&mut c, &[("queue", "(all)"), ("preset", "sidekiq")])
-        .await
-        .unwrap_err();
-    let m = refused(e, "waiting");
-    assert!(m.contains("per queue"), "{m}");
-
     // Where the state lives, it is read.
     let all_retry = sk("(all)", "retry,delayed");
     assert_eq!(metrics(&mut c, &all_retry).await.unwrap().1, 3.0);
@@ -911,5 +904,92 @@ async fn a_state_kept_only_under_all_is_refused_per_queue_and_counted_once_by_a_
         );
         assert!(e.message().contains(r#""(all)""#), "{e:?}");
     }
+    app.stop().await;
+}
+
+/// A `key:` entry on a key a preset counts jobs in (docs/keda.md advised
+/// `counters: enqueued` on the queue's list for Sidekiq, RQ and Celery)
+/// showed the same jobs twice, `queue_depth{queue="rq:queue:high"} 1`
+/// beside RQ's `high` `waiting` 1, and `queue: "*"` summed both (issue 36).
+/// The key is counted once, as the preset queue, which gets the entry's
+/// counters: `/metrics` has no series of the key, the preset queue carries
+/// `queue_messages_published_total`, KEDA reads its publish rate, and the
+/// key's name is refused naming the queue to ask for. RQ's layout written
+/// key by key, as RQ 1.x/2.x writes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_entry_on_a_presets_list_is_counted_once_as_the_preset_queue_with_its_counters() {
+    let redis = RedisServer::start();
+    let mut conn = redis.conn();
+    rcmd(
+        &mut conn,
+        &["SADD", "rq:queues", "rq:queue:high", "rq:queue:low"],
+    );
+    rcmd(&mut conn, &["RPUSH", "rq:queue:high", "j1"]);
+    rcmd(&mut conn, &["RPUSH", "rq:queue:low", "j2", "j3"]);
+    rcmd(&mut conn, &["SET", "high:enqueued", "5"]);
+    rcmd(&mut conn, &["RPUSH", "plain", "p1"]);
+    let app = TestApp::start(&config(
+        &redis.url,
+        "- preset: rq\n- key: rq:queue:high\n  counters: { enqueued: high:enqueued }\n- key: plain\n",
+    ))
+    .await;
+    let s = app
+        .scrape_until(
+            "rq queues and the plain key",
+            Duration::from_secs(15),
+            |s| {
+                depth(s, "high", "rq", "waiting").is_some()
+                    && depth(s, "low", "rq", "waiting").is_some()
+                    && s.depth("plain").is_some()
+            },
+        )
+        .await;
+    assert_eq!(depth(&s, "high", "rq", "waiting"), Some(1.0), "{s}");
+    assert!(!s.text().contains("rq:queue:high"), "{s}");
+    let published = [("queue", "high"), ("preset", "rq")];
+    assert_eq!(
+        s.value("queue_messages_published_total", &published),
+        Some(5.0),
+        "{s}"
+    );
+    // sum(queue_depth) counts each job once: 1 + 2 in RQ's lists, 1 plain.
+    let total: f64 = s
+        .samples("queue_depth", &[("source", "main")])
+        .map(|x| match x.value {
+            prometheus_parse::Value::Gauge(v) => v,
+            _ => f64::NAN,
+        })
+        .sum();
+    assert_eq!(total, 4.0, "{s}");
+    assert_eq!(s.depth("plain"), Some(1.0));
+
+    let mut c = client(&app).await;
+    assert_eq!(metrics(&mut c, &[("queue", "*")]).await.unwrap().1, 4.0);
+    assert_eq!(metrics(&mut c, &[("queue", "high")]).await.unwrap().1, 1.0);
+    for q in ["rq:queue:high", "rq:queue:*"] {
+        let e = metrics(&mut c, &[("queue", q)]).await.unwrap_err();
+        assert_eq!(e.code(), tonic::Code::InvalidArgument, "{q}: {e:?}");
+        assert!(
+            e.message().contains(r#"set queue: "high" and preset: rq"#),
+            "{q}: {e:?}"
+        );
+    }
+    // The counter the entry asked for is the queue's: its publish rate.
+    rcmd(&mut conn, &["INCRBY", "high:enqueued", "20"]);
+    let rate = [
+        ("queue", "high"),
+        ("preset", "rq"),
+        ("mode", "PublishRate"),
+        ("window", "30s"),
+    ];
+    let got = wait_for("a publish rate on high", Duration::from_secs(10), || {
+        let mut c = c.clone();
+        async move {
+            let v = metrics(&mut c, &rate).await.ok()?.1;
+            (v > 0.0).then_some(v)
+        }
+    })
+    .await;
+    assert!(got > 0.0, "{got}");
     app.stop().await;
 }

@@ -287,8 +287,11 @@ fn check_presets(
     snapshot: &Snapshot,
     queues: &[&QueueSample],
 ) -> Result<(), QueryError> {
+    units::check_counted_keys(snapshot, queues)?;
     if query.states.is_some()
-        && let Some(plain) = queues.iter().find(|q| q.preset.is_none())
+        && let Some(plain) = queues
+            .iter()
+            .find(|q| q.preset.is_none() && q.counted_in().is_none())
     {
         return Err(QueryError::InvalidArgument(format!(
             "scalerMetadata.state: queue {:?} in source {} is not a library preset's queue \

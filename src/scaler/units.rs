@@ -5,6 +5,9 @@
 //! a queue's library keeps only under `(all)` is refused when asked of the
 //! queue alone, rather than read as 0.
 //!
+//! Likewise a configured key that a preset queue counts
+//! ([`QueueSample::counted_in`]) is answered as that queue, never beside it.
+//!
 //! Called by `query::check_presets` and `query::skip_for_mode`; pure.
 
 use crate::scaler::metadata::{Mode, Operation, ScalerQuery};
@@ -28,8 +31,11 @@ pub fn check_state_units(
         return Ok(());
     }
     let states = asked(query);
+    // Only a queue is refused: the shared keys asked for `waiting` hold
+    // none, truly, and where they share the queue's name (the
+    // priority-zset layout) a drained queue is that name's only sample.
     for q in queues {
-        let Some(f) = q.preset.as_deref() else {
+        let Some(f) = q.preset.as_deref().filter(|f| f.unit == PresetUnit::Queue) else {
             continue;
         };
         for state in f.held_elsewhere(states) {
@@ -75,6 +81,30 @@ pub fn check_state_units(
     Ok(())
 }
 
+/// Refuses a query matching a configured key that a preset queue counts
+/// (`- key: rq:queue:high` beside `preset: rq`) unless it also matches that
+/// queue, whose figures then count the key's jobs once: asked alone, the
+/// key is answered by naming the queue to ask for.
+pub fn check_counted_keys(snapshot: &Snapshot, queues: &[&QueueSample]) -> Result<(), QueryError> {
+    for q in queues {
+        let Some(by) = q.counted_in() else {
+            continue;
+        };
+        let counting = |s: &&&QueueSample| {
+            s.name == by.queue && s.preset.as_deref().is_some_and(|f| f.preset == by.preset)
+        };
+        if !queues.iter().any(|s| counting(&s)) {
+            return Err(QueryError::InvalidArgument(format!(
+                "scalerMetadata.queue: key {:?} in source {} holds jobs of {} queue {:?}, which \
+                 counts them (with the key's counters:), so that no job is counted twice; set \
+                 queue: {:?} and preset: {}",
+                q.name, snapshot.source, by.preset, by.queue, by.queue, by.preset
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// The job states mode QueueLength counts on a preset queue: `waiting`
 /// unless `state` picks others.
 fn asked(query: &ScalerQuery) -> &[JobState] {
@@ -103,27 +133,25 @@ fn held_elsewhere(
     let source = &snapshot.source;
     let shown: Vec<String> = homes.iter().map(|h| format!("{h:?}")).collect();
     let homes = shown.join(" or ");
-    QueryError::InvalidArgument(match f.unit {
-        PresetUnit::Queue if homes.is_empty() => format!(
+    QueryError::InvalidArgument(if homes.is_empty() {
+        format!(
             "scalerMetadata.state: {lib} keeps {state} jobs only for all its queues together, \
              in keys source {source} does not report now, not per queue: queue {queue:?} has none \
              of its own (it would read 0); remove {state} from state"
-        ),
-        PresetUnit::Queue => format!(
+        )
+    } else {
+        format!(
             "scalerMetadata.state: {lib} keeps {state} jobs only for all its queues together, \
              under queue {homes}, not per queue: queue {queue:?} in source {source} has none of \
              its own (it would read 0); ask queue: {homes} with state: {state} in a trigger of \
              its own, or a glob that also matches {homes} with operation: sum"
-        ),
-        PresetUnit::Shared => format!(
-            "scalerMetadata.state: {lib} keeps {state} jobs per queue, not under queue \
-             {queue:?} in source {source} (the keys its queues share; it would read 0); ask for \
-             {state} of a queue by its name, or a glob over its queues"
-        ),
+        )
     })
 }
 
-/// Whether mode QueueLength leaves preset sample `q` out because it holds
+/// Whether a mode leaves `q` out: a configured key a preset queue counts
+/// (that queue has its jobs), the shared keys in modes Age and WaitTime,
+/// and in mode QueueLength a preset sample that holds
 /// none of the asked states: the keys a library's queues share, unless a
 /// state they hold is asked (otherwise their 0 would count as a queue and
 /// pull an `avg` down), and a queue asked only for states its library keeps
@@ -131,6 +159,10 @@ fn held_elsewhere(
 /// [`check_state_units`] made sure). Told by the preset's marks, never by
 /// a missing `waiting` state, which may only mean its read was refused.
 pub fn skip_unit(query: &ScalerQuery, q: &QueueSample) -> bool {
+    if q.counted_in().is_some() {
+        // Matched with the queue that counts it ([`check_counted_keys`]).
+        return true;
+    }
     let Some(f) = q.preset.as_deref() else {
         return false;
     };

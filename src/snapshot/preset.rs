@@ -218,6 +218,17 @@ impl PresetFacts {
     }
 }
 
+/// The preset queue that counts a configured key's jobs (see
+/// `QueueType::Counted`): a `key:` entry on `rq:queue:high` beside
+/// `preset: rq` is counted as RQ's queue `high`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct CountedIn {
+    /// The preset whose queue reads the key.
+    pub preset: PresetKind,
+    /// That queue's `queue` label.
+    pub queue: String,
+}
+
 /// Lifetime job totals (library counters or configured `counters:` keys).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct JobTotals {

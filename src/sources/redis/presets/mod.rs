@@ -17,6 +17,7 @@ mod bullmq;
 mod celery;
 mod collide;
 mod consumed;
+mod counted;
 pub mod library_round;
 pub mod picture;
 mod priority_zset;
@@ -40,7 +41,7 @@ use super::keyname::display_key;
 use super::reply;
 use crate::config::{ALL_QUEUES, CounterKeys, Preset, PresetSpec, QueueSpec};
 use crate::snapshot::{
-    JobState, JobTotals, PresetFacts, PresetKind, PresetUnit, QueueSample, Reason,
+    CountedIn, JobState, JobTotals, PresetFacts, PresetKind, PresetUnit, QueueSample, Reason,
 };
 use crate::time::{TimeUnit, unix_seconds};
 pub use registry::registries;
@@ -107,8 +108,13 @@ pub enum Unit {
 pub struct PresetPoll {
     /// One sample per logical queue (and per source-wide group of keys).
     pub samples: Vec<QueueSample>,
-    /// What the `counters:` of plain `key:` entries read, by queue label.
+    /// What the `counters:` of plain `key:` entries read, by queue label
+    /// (those of keys a preset queue counts are on that queue instead).
     pub plain_totals: Vec<(String, CounterReading)>,
+    /// The `key:` entries' keys a preset queue counts jobs in, and that
+    /// queue: their own samples keep only their identity, so no job is
+    /// counted twice (`counted`).
+    pub counted: Vec<(String, CountedIn)>,
     /// One reason per reply Redis refused (wrong type, no permission).
     pub key_errors: Vec<Reason>,
 }
@@ -527,11 +533,17 @@ impl PresetState {
         let now = unix_seconds(now);
         let mut cmds = Vec::new();
         let mut slots: Vec<(Slot, std::ops::Range<usize>)> = Vec::new();
+        // Which `key:` entries' keys a preset queue counts (by the queue's
+        // position among the stages, which follow the queue slots' order).
+        let mut counted = counted::Counted::new(plain);
+        let mut queue_slots = 0;
         for (e, entry) in self.entries.iter().enumerate() {
             for (q, unit) in entry.queues.iter().enumerate() {
                 let start = cmds.len();
                 cmds.extend(plan(&entry.spec.preset, unit, now));
                 let sizes = cmds.len() - start;
+                counted.note(&cmds[start..], queue_slots);
+                queue_slots += 1;
                 if let (Some(layout), Unit::Queue(name)) =
                     (finished_layout(&entry.spec.preset, unit), unit)
                 {
@@ -573,6 +585,8 @@ impl PresetState {
         // Per stage that measures its service time: its entry and queue name.
         let mut measured: Vec<Option<(usize, Vec<u8>)>> = Vec::new();
         let mut entry_totals: Vec<(usize, CounterReading)> = Vec::new();
+        // Counters of `key:` entries a preset queue counts: (stage, entry).
+        let mut onto_queue: Vec<(usize, usize, CounterReading)> = Vec::new();
         for (slot, range) in slots {
             let r = replies.get(range).unwrap_or(&[]);
             match slot {
@@ -609,7 +623,10 @@ impl PresetState {
                 }
                 Slot::PlainCounters { spec } => {
                     if let (Some(c), Some(k)) = (&plain[spec].counters, plain[spec].key()) {
-                        out.plain_totals.push((k.to_string(), read_counters(c, r)));
+                        match counted.queue_of(k) {
+                            Some(stage) => onto_queue.push((stage, spec, read_counters(c, r))),
+                            None => out.plain_totals.push((k.to_string(), read_counters(c, r))),
+                        }
                     }
                 }
             }
@@ -658,6 +675,11 @@ impl PresetState {
                 totals.apply(&mut stage.sample);
             }
         }
+        for (stage, spec, reading) in onto_queue {
+            if let (Some((_, stage)), Some(keys)) = (stages.get_mut(stage), &plain[spec].counters) {
+                counted::apply_onto(keys, reading, &mut stage.sample);
+            }
+        }
         let names = collide::labels(
             &stages
                 .iter()
@@ -668,6 +690,14 @@ impl PresetState {
                 })
                 .collect::<Vec<_>>(),
         );
+        out.counted = counted
+            .keys(plain)
+            .filter_map(|(key, stage)| {
+                let preset = stages.get(stage)?.1.sample.preset.as_deref()?.preset;
+                let queue = names.get(stage)?.clone()?;
+                Some((key.to_string(), CountedIn { preset, queue }))
+            })
+            .collect();
         out.samples = stages
             .into_iter()
             .zip(names)
