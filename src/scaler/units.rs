@@ -149,15 +149,16 @@ fn held_elsewhere(
     })
 }
 
-/// Whether a mode leaves `q` out: a configured key a preset queue counts
-/// (that queue has its jobs), the shared keys in modes Age and WaitTime,
-/// and in mode QueueLength a preset sample that holds
-/// none of the asked states: the keys a library's queues share, unless a
-/// state they hold is asked (otherwise their 0 would count as a queue and
-/// pull an `avg` down), and a queue asked only for states its library keeps
-/// in the shared keys (counted there, matched by the same query, as
-/// [`check_state_units`] made sure). Told by the preset's marks, never by
-/// a missing `waiting` state, which may only mean its read was refused.
+/// Whether a mode leaves `q` out of its aggregate:
+/// - a configured key a preset queue counts (that queue has its jobs);
+/// - the keys a library's queues share, in modes Age and WaitTime (no job
+///   waits there), and in QueueLength unless a state they hold is asked
+///   (their 0 would count as a queue and pull an `avg` down);
+/// - in QueueLength, a queue asked only for states its library keeps in the
+///   shared keys (counted there: [`check_state_units`] made sure they match).
+///
+/// Told by the preset's marks, never by a missing `waiting` state, which
+/// may only mean its read was refused.
 pub fn skip_unit(query: &ScalerQuery, q: &QueueSample) -> bool {
     if q.counted_in().is_some() {
         // Matched with the queue that counts it ([`check_counted_keys`]).
