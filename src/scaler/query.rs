@@ -287,7 +287,7 @@ fn check_presets(
     snapshot: &Snapshot,
     queues: &[&QueueSample],
 ) -> Result<(), QueryError> {
-    units::check_counted_keys(snapshot, queues)?;
+    units::check_counted_keys(snapshot, queues).map_err(refused)?;
     if query.states.is_some()
         && let Some(plain) = queues
             .iter()
@@ -299,7 +299,7 @@ fn check_presets(
             plain.name, snapshot.source
         )));
     }
-    units::check_state_units(query, snapshot, queues)?;
+    units::check_state_units(query, snapshot, queues).map_err(refused)?;
     if query.queue.is_glob() && !queues.iter().all(|q| q.name == query.queue.text()) {
         return Ok(());
     }
@@ -325,6 +325,11 @@ fn check_presets(
         )));
     }
     Ok(())
+}
+
+/// A refusal of [`units`] as the scaler's error.
+fn refused(r: units::Refusal) -> QueryError {
+    QueryError::InvalidArgument(r.0)
 }
 
 /// Preset samples a mode leaves out: the keys a library's queues share

@@ -11,8 +11,14 @@
 //! Called by `query::check_presets` and `query::skip_for_mode`; pure.
 
 use crate::scaler::metadata::{Mode, Operation, ScalerQuery};
-use crate::scaler::query::QueryError;
 use crate::snapshot::{JobState, PresetFacts, PresetUnit, QueueSample, Snapshot};
+
+/// Why a query is refused: its text names the metadata key
+/// (`scalerMetadata.state: …`); the caller answers it as
+/// `INVALID_ARGUMENT`. Its own type, so this file need not import `query`.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{0}")]
+pub struct Refusal(pub String);
 
 /// Refuses mode QueueLength (of `waiting` unless `state` says) when a
 /// matched preset sample's library keeps one of the asked states only in
@@ -26,7 +32,7 @@ pub fn check_state_units(
     query: &ScalerQuery,
     snapshot: &Snapshot,
     queues: &[&QueueSample],
-) -> Result<(), QueryError> {
+) -> Result<(), Refusal> {
     if query.mode != Mode::QueueLength {
         return Ok(());
     }
@@ -67,7 +73,7 @@ pub fn check_state_units(
                 .iter()
                 .find(|q| q.preset.as_deref() == Some(*shared))
                 .map_or("", |q| q.name.as_str());
-            return Err(QueryError::InvalidArgument(format!(
+            return Err(Refusal(format!(
                 "scalerMetadata.operation: {} over queue {:?} in source {} would compare single \
                  queues with {name:?}, which holds {}'s jobs of every queue together; use \
                  operation: sum (each job counted once, where it lives), or one trigger per queue",
@@ -85,7 +91,7 @@ pub fn check_state_units(
 /// (`- key: rq:queue:high` beside `preset: rq`) unless it also matches that
 /// queue, whose figures then count the key's jobs once: asked alone, the
 /// key is answered by naming the queue to ask for.
-pub fn check_counted_keys(snapshot: &Snapshot, queues: &[&QueueSample]) -> Result<(), QueryError> {
+pub fn check_counted_keys(snapshot: &Snapshot, queues: &[&QueueSample]) -> Result<(), Refusal> {
     for q in queues {
         let Some(by) = q.counted_in() else {
             continue;
@@ -94,7 +100,7 @@ pub fn check_counted_keys(snapshot: &Snapshot, queues: &[&QueueSample]) -> Resul
             s.name == by.queue && s.preset.as_deref().is_some_and(|f| f.preset == by.preset)
         };
         if !queues.iter().any(|s| counting(&s)) {
-            return Err(QueryError::InvalidArgument(format!(
+            return Err(Refusal(format!(
                 "scalerMetadata.queue: key {:?} in source {} holds jobs of {} queue {:?}, which \
                  counts them (with the key's counters:), so that no job is counted twice; set \
                  queue: {:?} and preset: {}",
@@ -127,13 +133,13 @@ fn held_elsewhere(
     f: &PresetFacts,
     state: JobState,
     homes: &[&str],
-) -> QueryError {
+) -> Refusal {
     let lib = f.preset;
     let queue = &q.name;
     let source = &snapshot.source;
     let shown: Vec<String> = homes.iter().map(|h| format!("{h:?}")).collect();
     let homes = shown.join(" or ");
-    QueryError::InvalidArgument(if homes.is_empty() {
+    Refusal(if homes.is_empty() {
         format!(
             "scalerMetadata.state: {lib} keeps {state} jobs only for all its queues together, \
              in keys source {source} does not report now, not per queue: queue {queue:?} has none \
