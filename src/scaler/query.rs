@@ -13,10 +13,9 @@ use crate::config::ScalerConfig;
 use crate::scaler::finite;
 use crate::scaler::metadata::{ListKey, Mode, Operation, ScalerQuery};
 use crate::scaler::wait::{self, ServiceFrom, WaitDecision, WaitInputs};
-use crate::scaler::wait_inputs;
+use crate::scaler::{units, wait_inputs};
 use crate::snapshot::{
-    JobState, NameQuery, PresetKind, PresetUnit, QueueSample, QueueType, Reach, Snapshot,
-    SourceKind, Vouched,
+    JobState, NameQuery, PresetKind, QueueSample, QueueType, Reach, Snapshot, SourceKind, Vouched,
 };
 
 /// The answer to a query.
@@ -317,15 +316,19 @@ fn in_aggregate(query: &ScalerQuery, matched: usize, e: QueryError) -> QueryErro
     }
 }
 
-/// Refuses `state` on plain keys, and an exact name that several presets
-/// (or a preset and a plain key) report, unless `preset` picks one.
+/// Refuses `state` on plain keys, a state asked where its library does not
+/// keep it ([`units::check_state_units`]), and an exact name that several
+/// presets (or a preset and a plain key) report, unless `preset` picks one.
 fn check_presets(
     query: &ScalerQuery,
     snapshot: &Snapshot,
     queues: &[&QueueSample],
 ) -> Result<(), QueryError> {
+    units::check_counted_keys(snapshot, queues).map_err(refused)?;
     if query.states.is_some()
-        && let Some(plain) = queues.iter().find(|q| q.preset.is_none())
+        && let Some(plain) = queues
+            .iter()
+            .find(|q| q.preset.is_none() && q.counted_in().is_none())
     {
         return Err(QueryError::InvalidArgument(format!(
             "scalerMetadata.state: queue {:?} in source {} is not a library preset's queue \
@@ -333,6 +336,7 @@ fn check_presets(
             plain.name, snapshot.source
         )));
     }
+    units::check_state_units(query, snapshot, queues).map_err(refused)?;
     if query.queue.is_glob() && !queues.iter().all(|q| q.name == query.queue.text()) {
         return Ok(());
     }
@@ -360,23 +364,17 @@ fn check_presets(
     Ok(())
 }
 
-/// Preset samples of keys the library's queues share (`(all)`, the
-/// priority-zset shared keys; marked [`PresetUnit::Shared`] by the preset)
-/// are not queues: they hold no waiting jobs and have no age. Mode Age
-/// leaves them out, and so does QueueLength unless it asks for a state they
-/// hold (Sidekiq's `(all)` holds `scheduled`, `retry`, `dead`): otherwise
-/// their 0 would count as a queue and pull an `avg` down. Told by the mark,
-/// never by a missing `waiting` state, which may only mean its read was
-/// refused.
+/// A refusal of [`units`] as the scaler's error.
+fn refused(r: units::Refusal) -> QueryError {
+    QueryError::InvalidArgument(r.0)
+}
+
+/// Preset samples a mode leaves out: the keys a library's queues share
+/// (`(all)`) in modes Age and WaitTime and when QueueLength asks none of
+/// their states, and a queue asked only for states kept in those keys
+/// ([`units::skip_unit`]).
 fn skip_for_mode(query: &ScalerQuery, q: &QueueSample) -> bool {
-    let Some(f) = q.preset.as_ref().filter(|f| f.unit == PresetUnit::Shared) else {
-        return false;
-    };
-    match query.mode {
-        Mode::Age | Mode::WaitTime => true,
-        Mode::QueueLength => !asked_states(query).iter().any(|s| f.states.contains_key(s)),
-        _ => false,
-    }
+    units::skip_unit(query, q)
 }
 
 /// The job states a QueueLength query counts on a preset queue: `waiting`
@@ -755,7 +753,7 @@ fn group_lag(query: &ScalerQuery, s: &Snapshot, q: &QueueSample) -> Result<f64, 
 mod tests {
     use super::*;
     use crate::scaler::metadata::parse;
-    use crate::snapshot::{CounterPoint, Counters, GroupSample, SourceKind};
+    use crate::snapshot::{CounterPoint, Counters, GroupSample, PresetUnit, SourceKind};
     use std::collections::HashMap;
 
     fn q(pairs: &[(&str, &str)]) -> ScalerQuery {
@@ -863,7 +861,7 @@ mod tests {
             eval(&[
                 ("queue", "default"),
                 ("preset", "sidekiq"),
-                ("state", "retry")
+                ("state", "completed")
             ])
             .unwrap()
             .value,

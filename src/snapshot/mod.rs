@@ -23,7 +23,7 @@ mod service;
 pub use coverage::{Coverage, EveryName, ExactNames, Gap, HiddenNames, VhostNames, Vouched};
 pub use history::{CounterHistory, CounterPoint, JobFlow};
 pub use poll::{POLL_DURATION_BUCKETS, PollRecord};
-pub use preset::{JobState, JobTotals, PresetFacts, PresetKind, PresetUnit};
+pub use preset::{CountedIn, JobState, JobTotals, PresetFacts, PresetKind, PresetUnit};
 pub use scope::{AnyName, NameQuery, QueueScope, Reach};
 pub use service::{ServiceSource, ServiceTime};
 
@@ -203,6 +203,11 @@ pub enum QueueType {
     /// Any other type name the backend reports: RabbitMQ's `classic` or
     /// `quorum`, or a Redis type we cannot measure such as `string`.
     Other(String),
+    /// A configured key whose jobs a library preset counts in one of its
+    /// queues: the sample is only a mark naming that queue, so no job is
+    /// counted twice (see [`QueueSample::count_in`]). Held here, not in a
+    /// field of its own, so that every sample stays at 200 bytes.
+    Counted(Box<CountedIn>),
 }
 
 impl QueueType {
@@ -216,6 +221,7 @@ impl QueueType {
             QueueType::Stream => "stream",
             QueueType::Missing => "none",
             QueueType::Other(t) => t,
+            QueueType::Counted(_) => "counted",
         }
     }
 }
@@ -302,6 +308,28 @@ impl QueueSample {
     /// Sets the counters; empty ones take no memory.
     pub fn set_counters(&mut self, counters: Counters) {
         self.counters = (!counters.is_empty()).then(|| Box::new(counters));
+    }
+
+    /// Makes this sample of a configured key the mark that `by`, a preset
+    /// queue, counts its jobs ([`QueueType::Counted`]): only its name and
+    /// labels stay (its jobs, age and `counters:` are that queue's), so no
+    /// reader counts a job twice. `/metrics` leaves such a sample out; the
+    /// scaler names the queue that counts it.
+    pub fn count_in(&mut self, by: CountedIn) {
+        *self = QueueSample {
+            name: std::mem::take(&mut self.name),
+            labels: std::mem::take(&mut self.labels),
+            queue_type: Some(QueueType::Counted(Box::new(by))),
+            ..QueueSample::default()
+        };
+    }
+
+    /// The preset queue that counts this configured key's jobs, if one does.
+    pub fn counted_in(&self) -> Option<&CountedIn> {
+        match &self.queue_type {
+            Some(QueueType::Counted(by)) => Some(by),
+            _ => None,
+        }
     }
 
     /// The counters, to be filled in one by one.

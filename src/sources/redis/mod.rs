@@ -567,6 +567,12 @@ impl Source for RedisSource {
                 reading.apply(q);
             }
         }
+        // A `key:` entry on a key a preset queue counts is that queue's.
+        for (name, by) in preset.counted {
+            for q in out.queues.iter_mut().filter(|q| q.name == name) {
+                q.count_in(by.clone());
+            }
+        }
         out.queues.extend(preset.samples);
         out.stats.tracked_keys = (self.tracked.len() + self.presets.tracked()) as u64;
         out.stats.dropped_keys = self.dropped + self.presets.dropped();

@@ -17,6 +17,7 @@ mod bullmq;
 mod celery;
 mod collide;
 mod consumed;
+mod counted;
 pub mod library_round;
 pub mod picture;
 mod priority_zset;
@@ -40,7 +41,7 @@ use super::keyname::display_key;
 use super::reply;
 use crate::config::{ALL_QUEUES, CounterKeys, Preset, PresetSpec, QueueSpec};
 use crate::snapshot::{
-    JobState, JobTotals, PresetFacts, PresetKind, PresetUnit, QueueSample, Reason,
+    CountedIn, JobState, JobTotals, PresetFacts, PresetKind, PresetUnit, QueueSample, Reason,
 };
 use crate::time::{TimeUnit, unix_seconds};
 pub use registry::registries;
@@ -110,8 +111,13 @@ pub enum Unit {
 pub struct PresetPoll {
     /// One sample per logical queue (and per source-wide group of keys).
     pub samples: Vec<QueueSample>,
-    /// What the `counters:` of plain `key:` entries read, by queue label.
+    /// What the `counters:` of plain `key:` entries read, by queue label
+    /// (those of keys a preset queue counts are on that queue instead).
     pub plain_totals: Vec<(String, CounterReading)>,
+    /// The `key:` entries' keys a preset queue counts jobs in, and that
+    /// queue: their own samples keep only their identity, so no job is
+    /// counted twice (`counted`).
+    pub counted: Vec<(String, CountedIn)>,
     /// One reason per reply Redis refused (wrong type, no permission).
     pub key_errors: Vec<Reason>,
 }
@@ -214,6 +220,13 @@ pub(super) fn facts(s: &mut QueueSample) -> &mut PresetFacts {
 /// `/metrics`, `UNAVAILABLE` for KEDA), never 0 and never "not a state".
 pub(super) fn set_state(s: &mut QueueSample, state: JobState, v: Option<u64>) {
     facts(s).states.insert(state, v);
+}
+
+/// Records that `s`'s library keeps `states` only in its other unit (in
+/// the shared keys, for a queue; per queue, for the shared keys), so a
+/// reader asking them of `s` is told where they live instead of reading 0.
+pub(super) fn kept_elsewhere(s: &mut QueueSample, states: &'static [JobState]) {
+    facts(s).elsewhere = states;
 }
 
 /// Marks `s` as the keys a library's queues share (`(all)` and the like):
@@ -535,11 +548,17 @@ impl PresetState {
         let now = unix_seconds(now);
         let mut cmds = Vec::new();
         let mut slots: Vec<(Slot, std::ops::Range<usize>)> = Vec::new();
+        // Which `key:` entries' keys a preset queue counts (by the queue's
+        // position among the stages, which follow the queue slots' order).
+        let mut counted = counted::Counted::new(plain);
+        let mut queue_slots = 0;
         for (e, entry) in self.entries.iter().enumerate() {
             for (q, unit) in entry.queues.iter().enumerate() {
                 let start = cmds.len();
                 cmds.extend(plan(&entry.spec.preset, unit, now));
                 let sizes = cmds.len() - start;
+                counted.note(&cmds[start..], queue_slots);
+                queue_slots += 1;
                 if let (Some(layout), Unit::Queue(name)) =
                     (finished_layout(&entry.spec.preset, unit), unit)
                 {
@@ -581,6 +600,8 @@ impl PresetState {
         // Per stage that measures its service time: its entry and queue name.
         let mut measured: Vec<Option<(usize, Vec<u8>)>> = Vec::new();
         let mut entry_totals: Vec<(usize, CounterReading)> = Vec::new();
+        // Counters of `key:` entries a preset queue counts: (stage, entry).
+        let mut onto_queue: Vec<(usize, usize, CounterReading)> = Vec::new();
         for (slot, range) in slots {
             let r = replies.get(range).unwrap_or(&[]);
             match slot {
@@ -617,7 +638,10 @@ impl PresetState {
                 }
                 Slot::PlainCounters { spec } => {
                     if let (Some(c), Some(k)) = (&plain[spec].counters, plain[spec].key()) {
-                        out.plain_totals.push((k.to_string(), read_counters(c, r)));
+                        match counted.queue_of(k) {
+                            Some(stage) => onto_queue.push((stage, spec, read_counters(c, r))),
+                            None => out.plain_totals.push((k.to_string(), read_counters(c, r))),
+                        }
                     }
                 }
             }
@@ -666,6 +690,11 @@ impl PresetState {
                 totals.apply(&mut stage.sample);
             }
         }
+        for (stage, spec, reading) in onto_queue {
+            if let (Some((_, stage)), Some(keys)) = (stages.get_mut(stage), &plain[spec].counters) {
+                counted::apply_onto(keys, reading, &mut stage.sample);
+            }
+        }
         let names = collide::labels(
             &stages
                 .iter()
@@ -676,6 +705,14 @@ impl PresetState {
                 })
                 .collect::<Vec<_>>(),
         );
+        out.counted = counted
+            .keys(plain)
+            .filter_map(|(key, stage)| {
+                let preset = stages.get(stage)?.1.sample.preset.as_deref()?.preset;
+                let queue = names.get(stage)?.clone()?;
+                Some((key.to_string(), CountedIn { preset, queue }))
+            })
+            .collect();
         out.samples = stages
             .into_iter()
             .zip(names)
