@@ -553,6 +553,7 @@ mod tests {
             "LRANGE",
             "SISMEMBER",
             "SMEMBERS",
+            "SSCAN",
             "llen",
         ] {
             let mut c = redis::cmd(name);
