@@ -189,3 +189,58 @@ async fn a_bare_queues_set_with_nothing_else_of_sidekiqs_is_no_sidekiq() {
     assert_eq!(s.depth("retry"), None, "{s}");
     app.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn library_rounds_make_the_same_bounded_reads_and_scan_only_when_a_set_comes_under_the_cap() {
+    let redis = RedisServer::start();
+    for q in 1..=8 {
+        let name = format!("s{q}");
+        redis.run::<()>(&[b"SADD", b"queues", name.as_bytes()]);
+        let list = format!("queue:{name}");
+        redis.run::<()>(&[b"RPUSH", list.as_bytes(), b"{}"]);
+    }
+    for q in 1..=2 {
+        bullmq_queue(&redis, &format!("q{q}"));
+    }
+    // A round every 100 ms, a keyspace scan only the first.
+    let extra = "    max_keys: 5\n    discovery_interval: 100ms\n    keyspace_scan_interval: 1h\n";
+    let mut source = zero_config_redis_source(&redis.url, extra);
+    let first = source.poll().await.expect("poll");
+    // One set over the cap (8 members, `max_keys` 5), not read; the two
+    // `meta` hashes read.
+    assert_eq!(first.stats.dropped_keys, 1, "{:?}", first.stats);
+    redis.reset_stats();
+    let mut rounds = first.stats.discovery_rounds.expect("rounds");
+    for _ in 0..3 {
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        let out = source.poll().await.expect("poll");
+        rounds = out.stats.discovery_rounds.expect("rounds");
+        // The same picture at each round: nothing read whole, nothing new.
+        assert_eq!(out.stats.dropped_keys, 1, "{:?}", out.stats);
+        let mut names: Vec<&str> = out.queues.iter().map(|q| q.name.as_str()).collect();
+        names.sort_unstable();
+        assert_eq!(names, ["q1", "q2"]);
+    }
+    assert_eq!((rounds.full, rounds.remembered), (1, 0), "{rounds:?}");
+    assert!(rounds.libraries >= 3, "{rounds:?}");
+    assert_eq!(calls(&redis, "smembers"), 0);
+    assert_eq!(calls(&redis, "scan"), 3, "one bullmq pass a round");
+
+    // The set comes under the cap: the next round scans, and reads it.
+    for q in 3..=8 {
+        let name = format!("s{q}");
+        redis.run::<()>(&[b"SREM", b"queues", name.as_bytes()]);
+        let list = format!("queue:{name}");
+        redis.run::<()>(&[b"DEL", list.as_bytes()]);
+    }
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let out = source.poll().await.expect("poll");
+    let rounds = out.stats.discovery_rounds.expect("rounds");
+    assert_eq!(rounds.full + rounds.remembered, 2, "{rounds:?}");
+    assert_eq!(out.stats.dropped_keys, 0, "{:?}", out.stats);
+    assert!(
+        out.queues.iter().any(|q| q.name == "s1"),
+        "{:?}",
+        out.queues
+    );
+}
