@@ -244,3 +244,42 @@ async fn library_rounds_make_the_same_bounded_reads_and_scan_only_when_a_set_com
         out.queues
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn preset_entries_registries_and_meta_hashes_have_the_same_bounds() {
+    let redis = RedisServer::start();
+    // Sidekiq's registry over the cap, and four BullMQ queues: with
+    // `max_keys: 3`, the registry counts one mark, two `meta` hashes more.
+    for q in 1..=4 {
+        let name = format!("s{q}");
+        redis.run::<()>(&[b"SADD", b"queues", name.as_bytes()]);
+        bullmq_queue(&redis, &format!("q{q}"));
+    }
+    let queues = "max_keys: 3\nqueues:\n  - preset: sidekiq\n  - preset: bullmq\n";
+    let app = TestApp::start(&config(&redis.url, queues)).await;
+    let s = app
+        .until("two BullMQ queues", WAIT, |s| {
+            s.value("queue_depth", &[("queue", "q2"), ("preset", "bullmq")]) == Some(1.0)
+        })
+        .await;
+    assert_eq!(
+        s.value("queue_depth", &[("queue", "q3"), ("preset", "bullmq")]),
+        None,
+        "{s}"
+    );
+    // (Sidekiq's poll reads `SMEMBERS processes`; discovery reads no set whole.)
+    assert!(calls(&redis, "scard") >= 1, "{:?}", redis.commandstats());
+    // The registry's members are unknown, so no name has a number.
+    let mut c = client(&app).await;
+    for q in ["s1", "q3", "q1"] {
+        let e = metrics(&mut c, &[("queue", q)]).await.unwrap_err();
+        assert_unavailable(
+            &e,
+            &[
+                "\"queues\" (4 members, over the cap of 3)",
+                "\"bull:q3:meta\" (beyond max_keys 3)",
+            ],
+        );
+    }
+    app.stop().await;
+}
