@@ -618,6 +618,7 @@ mod tests {
             "LRANGE",
             "SISMEMBER",
             "SMEMBERS",
+            "SSCAN",
             "llen",
         ] {
             let mut c = redis::cmd(name);

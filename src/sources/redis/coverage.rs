@@ -77,19 +77,50 @@ impl Unread {
         });
     }
 
-    /// Records what a round could not tell for unread library marks.
+    /// Records what a round could not tell for unread library marks
+    /// (refused, or not read for a bound).
     pub fn set_library(&mut self, left_out: &LeftOut) {
         self.library.clear();
+        let over: Vec<String> = left_out
+            .over
+            .iter()
+            .map(|(mark, bound)| format!("{mark:?} ({bound})"))
+            .collect();
         if !left_out.withheld.is_empty() {
+            let why = match (left_out.unread.is_empty(), over.is_empty()) {
+                (false, true) => "Redis refused reading a queue library's mark".to_string(),
+                (true, _) => format!(
+                    "a queue library's mark was not read for discovery's bounds ({})",
+                    over_examples(&over)
+                ),
+                (false, false) => format!(
+                    "Redis refused reading a queue library's mark and others were not read \
+                     for discovery's bounds ({})",
+                    over_examples(&over)
+                ),
+            };
             self.library.push(Gap::new(
                 ExactNames(left_out.withheld.iter().cloned().collect()),
                 format!(
-                    "Redis refused reading a queue library's mark, so {} keys it may own are \
-                     held back, neither the library's nor plain ({})",
+                    "{why}, so {} keys it may own are held back, neither the library's nor \
+                     plain ({})",
                     left_out.withheld.len(),
                     examples(left_out.withheld.iter())
                 ),
             ));
+        }
+        let hides = &left_out.over_hides;
+        if hides.any || !hides.names.is_empty() {
+            let cause = format!(
+                "{} queue library marks were not read for discovery's bounds ({}), so which \
+                 queues those libraries hold is unknown",
+                over.len(),
+                over_examples(&over)
+            );
+            self.library.push(match hides.any {
+                true => Gap::new(EveryName, cause),
+                false => Gap::new(ExactNames(hides.names.iter().cloned().collect()), cause),
+            });
         }
         if !left_out.names_unknown.is_empty() {
             // A library's queue that holds a job keeps it in a key under
@@ -170,6 +201,15 @@ fn name_runs(key: &str) -> Vec<String> {
         }
     }
     names
+}
+
+/// Up to three marks not read with their bound, then "…" if there are more.
+fn over_examples(over: &[String]) -> String {
+    let mut shown: Vec<&str> = over.iter().take(3).map(String::as_str).collect();
+    if over.len() > 3 {
+        shown.push("…");
+    }
+    shown.join(", ")
 }
 
 /// Up to three names, quoted, then "…" if there are more.

@@ -255,6 +255,15 @@ impl RedisSource {
                 "Redis refused reading some queue libraries' marks (a BullMQ meta hash, a registry set, a kombu binding); the queues and keys they may own are reported neither as the library's nor as plain keys"
             );
         }
+        if found.left_out.over != self.discovery.left_out.over && !found.left_out.over.is_empty() {
+            let (mark, bound) = &found.left_out.over[0];
+            tracing::warn!(
+                source = %self.config.name,
+                marks = found.left_out.over.len(),
+                first = %format!("{mark:?}: {bound}"),
+                "some queue libraries' marks were not read for discovery's bounds (beyond max_keys marks a round reads, or a set over max_keys members); they are counted in queue_exporter_dropped_keys and the queues and keys they may own are unknown"
+            );
+        }
         self.unread.set_library(&found.left_out);
         self.discovery.left_out = found.left_out;
         // One `max_keys` budget per source: key and pattern entries first,
@@ -575,7 +584,9 @@ impl Source for RedisSource {
         }
         out.queues.extend(preset.samples);
         out.stats.tracked_keys = (self.tracked.len() + self.presets.tracked()) as u64;
-        out.stats.dropped_keys = self.dropped + self.presets.dropped();
+        // Library marks not read for a bound count as keys dropped.
+        let marks_over = self.discovery.left_out.over.len() as u64;
+        out.stats.dropped_keys = self.dropped + self.presets.dropped() + marks_over;
         out.stats.discovery_rounds = Some(self.discovery.finished);
         out.stats.age_parse_failures = result.age_parse_failures;
         out.stats.unchanged_keys = result.unchanged_keys;

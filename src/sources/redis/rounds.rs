@@ -118,8 +118,13 @@ impl DiscoveryTask {
                 return zero_config(&mut conn, &config, &known, round).await;
             }
             let plain = discovery::discover(&mut conn, &config, &known).await?;
-            let registries =
-                presets::registries(&config.presets, &mut conn, config.scan_count).await?;
+            let registries = presets::registries(
+                &config.presets,
+                &mut conn,
+                config.scan_count,
+                config.max_keys,
+            )
+            .await?;
             Ok(Found {
                 plain: Plain::Found(plain),
                 presets: registries.units,
@@ -138,6 +143,14 @@ impl DiscoveryTask {
                         .near_refused
                         .iter()
                         .map(|k| super::keyname::display_key(k))
+                        .collect(),
+                    over_hides: presets::recognise::hides(
+                        registries.over.iter().map(|(k, _)| k.as_slice()),
+                    ),
+                    over: registries
+                        .over
+                        .iter()
+                        .map(|(k, b)| (super::keyname::display_key(k), *b))
                         .collect(),
                 },
             })

@@ -12,6 +12,7 @@
 //! Discovery reads each library's registry every `discovery_interval`.
 
 mod asynq;
+mod bounded;
 mod bull;
 mod bullmq;
 mod celery;
