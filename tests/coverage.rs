@@ -142,7 +142,11 @@ async fn keys_held_back_for_an_unread_kombu_binding_are_unavailable_never_zero()
     list(&mut c, "plain:list", 3);
     list(&mut c, "app:a", 16);
     rcmd(&mut c, &["ZADD", "app:z", "1", "a", "2", "b"]);
-    let url = redis.acl_user("qe", "pw", &[READ_ONLY_ACL, &["-smembers"]].concat());
+    let url = redis.acl_user(
+        "qe",
+        "pw",
+        &[READ_ONLY_ACL, &["-smembers", "-scard", "-sscan"]].concat(),
+    );
     let app = TestApp::start(&config(&url, "")).await;
     app.until("the zset read", WAIT, |s| {
         s.value("queue_depth", &[("queue", "app:z")]).is_some()
@@ -180,7 +184,11 @@ async fn queues_an_unread_registry_may_name_are_unavailable() {
     rcmd(&mut c, &["SADD", "rq:queues", "rq:queue:high"]);
     list(&mut c, "rq:queue:high", 2);
     list(&mut c, "plain:list", 1);
-    let url = redis.acl_user("qe", "pw", &[READ_ONLY_ACL, &["-smembers"]].concat());
+    let url = redis.acl_user(
+        "qe",
+        "pw",
+        &[READ_ONLY_ACL, &["-smembers", "-scard", "-sscan"]].concat(),
+    );
     // Zero config recognises RQ by its keys but cannot read its registry;
     // a configured preset cannot either, and both keep the source up
     // (before, the configured one failed every poll).
@@ -229,9 +237,13 @@ async fn preset_queues_beyond_max_keys_are_unavailable() {
         rcmd(&mut c, &["SADD", "rq:queues", &key]);
         list(&mut c, &key, n);
     }
+    list(&mut c, "plain:a", 1);
+    list(&mut c, "plain:b", 1);
+    // Two keys first, then room for two of RQ's three queues (its registry,
+    // of 3 members, is within max_keys and read).
     let app = TestApp::start(&config(
         &redis.url,
-        "max_keys: 2\nqueues:\n  - preset: rq\n",
+        "max_keys: 4\nqueues:\n  - key: plain:a\n  - key: plain:b\n  - preset: rq\n",
     ))
     .await;
     app.until("two RQ queues read", WAIT, |s| {
@@ -243,7 +255,7 @@ async fn preset_queues_beyond_max_keys_are_unavailable() {
     assert_eq!(metrics(&mut c, &[("queue", "a")]).await.unwrap().1, 1.0);
     assert_unavailable(
         metrics(&mut c, &[("queue", "c")]).await,
-        &["preset queues beyond max_keys 2", "\"c\""],
+        &["preset queues beyond max_keys 4", "\"c\""],
     );
     assert_unavailable(metrics(&mut c, &[("queue", "*")]).await, &["max_keys"]);
     app.stop().await;

@@ -313,16 +313,18 @@ mod tests {
     }
 
     #[test]
-    fn an_unread_binding_hides_its_lists_and_an_unread_registry_every_name() {
+    fn an_unread_binding_hides_its_lists_and_an_unread_registry_the_names_under_it() {
         let mut unread = Unread::default();
         let any = |_: &str| true;
         unread.set_library(&LeftOut {
+            unread: vec![crate::snapshot::Reason::Auth],
             withheld: vec!["celery".into()],
             ..LeftOut::default()
         });
         assert!(unread.coverage().vouch(&query("celery", &any)).is_err());
         assert!(unread.coverage().vouch(&query("other", &any)).is_ok());
         unread.set_library(&LeftOut {
+            unread: vec![crate::snapshot::Reason::Auth],
             names_unknown: vec!["rq:queues".into()],
             withheld: vec!["rq:queue:high".into(), "asynq:{low}:pending".into()],
             ..LeftOut::default()
