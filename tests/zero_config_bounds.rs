@@ -248,11 +248,14 @@ async fn library_rounds_make_the_same_bounded_reads_and_scan_only_when_a_set_com
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn preset_entries_registries_and_meta_hashes_have_the_same_bounds() {
     let redis = RedisServer::start();
-    // Sidekiq's registry over the cap, and four BullMQ queues: with
-    // `max_keys: 3`, the registry counts one mark, two `meta` hashes more.
-    for q in 1..=4 {
+    // Sidekiq's registry over a configured registry's cap (10 ×
+    // `max_keys`), and four BullMQ queues: with `max_keys: 3`, the registry
+    // counts one mark, two `meta` hashes more.
+    for q in 1..=31 {
         let name = format!("s{q}");
         redis.run::<()>(&[b"SADD", b"queues", name.as_bytes()]);
+    }
+    for q in 1..=4 {
         bullmq_queue(&redis, &format!("q{q}"));
     }
     let queues = "max_keys: 3\nqueues:\n  - preset: sidekiq\n  - preset: bullmq\n";
@@ -276,7 +279,7 @@ async fn preset_entries_registries_and_meta_hashes_have_the_same_bounds() {
         assert_unavailable(
             &e,
             &[
-                "\"queues\" (4 members, over the cap of 3)",
+                "\"queues\" (31 members, over the cap of 30)",
                 "\"bull:q3:meta\" (beyond max_keys 3)",
             ],
         );

@@ -30,6 +30,16 @@ pub struct Registries {
     pub over: Vec<(Vec<u8>, Bound)>,
 }
 
+/// The most members a configured preset's registry is read to: ten times
+/// `max_keys`, so an entry naming more queues than `max_keys` leaves still
+/// tracks the first by name and counts the rest, while a set far larger
+/// (an app's own set mistaken for a registry) costs at most this many
+/// members a round. Zero config, which cannot tell a registry from an
+/// app's set, reads a set only to `max_keys`.
+pub(super) fn registry_cap(max_keys: usize) -> usize {
+    max_keys.saturating_mul(10)
+}
+
 /// Reads every preset entry's registry (bounded `SSCAN`, or SCAN with
 /// bounded COUNT), reading at most `max_keys` marks in all (registries and
 /// `meta` hashes) and a registry only if it holds at most `max_keys`
@@ -50,7 +60,9 @@ pub async fn registries(
                     Some(left) => {
                         marks_left = left;
                         let sets = std::slice::from_ref(&registry);
-                        read_sets(conn, sets, scan_count, max_keys).await?.pop()
+                        read_sets(conn, sets, scan_count, registry_cap(max_keys))
+                            .await?
+                            .pop()
                     }
                     None => Some(SetRead::Over(Bound::MaxKeys(max_keys))),
                 };
