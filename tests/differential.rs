@@ -29,8 +29,12 @@
 //!   same value within tolerance); a missing one is accepted only where a
 //!   restriction can touch its queue.
 //!
-//! `QE_DIFF_SEEDS=N` runs seeds 1..=N (default 16), `QE_DIFF_SEED=S` seed S
-//! alone; a failing seed prints its one-line reproduction. See
+//! The RabbitMQ half does the same over queues in several throw-away vhosts
+//! and a `monitoring` user that may read only some of them, for each method.
+//!
+//! `QE_DIFF_SEEDS=N` runs Redis seeds 1..=N (default 16), `QE_DIFF_SEED=S`
+//! seed S alone (`QE_DIFF_RABBIT_SEEDS`, `QE_DIFF_RABBIT_SEED`: RabbitMQ,
+//! default 3); a failing seed prints its one-line reproduction. See
 //! docs/testing.md.
 mod differential_support;
 mod scaler_common;
@@ -40,6 +44,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use differential_support::Scenario;
+use differential_support::rabbit::RabbitScenario;
 use scaler_common::{Client, client};
 use support::*;
 
@@ -107,9 +112,13 @@ impl Sel {
 
 /// One question asked of both exporters.
 struct Question {
+    /// `source` metadata.
+    source: String,
     sel: Sel,
     /// `preset` metadata, for a preset queue's exact name.
     preset: Option<String>,
+    /// `vhost` metadata (RabbitMQ).
+    vhost: Option<String>,
     mode: Mode,
 }
 
@@ -136,9 +145,12 @@ type Answer = Result<f64, (tonic::Code, String)>;
 
 async fn ask(c: &Client, q: &Question) -> Answer {
     let text = q.sel.text();
-    let mut pairs: Vec<(&str, &str)> = vec![("source", "main"), ("queue", &text)];
+    let mut pairs: Vec<(&str, &str)> = vec![("source", &q.source), ("queue", &text)];
     if let Some(p) = &q.preset {
         pairs.push(("preset", p));
+    }
+    if let Some(v) = &q.vhost {
+        pairs.push(("vhost", v));
     }
     match q.mode {
         Mode::QueueLength => {}
@@ -199,12 +211,17 @@ fn judge(t: &mut Tally, q: &Question, touched: bool, r: &Answer, s: &Answer) {
     t.subject_errors += usize::from(s.is_err());
     t.reference_errors += usize::from(r.is_err());
     let what = format!(
-        "{:?} queue={}{}{}",
+        "{:?} source={} queue={}{}{}{}",
         q.mode,
+        q.source,
         q.sel.text(),
         q.preset
             .as_ref()
             .map(|p| format!(" preset={p}"))
+            .unwrap_or_default(),
+        q.vhost
+            .as_ref()
+            .map(|v| format!(" vhost={v}"))
             .unwrap_or_default(),
         if touched {
             ""
@@ -241,8 +258,8 @@ fn judge(t: &mut Tally, q: &Question, touched: bool, r: &Answer, s: &Answer) {
 }
 
 /// The `queue_*` series of a scrape (not the exporter's own), keyed by
-/// name and labels, with their value and `queue` label.
-fn queue_series(s: &Scrape) -> BTreeMap<String, (f64, String)> {
+/// name and labels, with their value and labels.
+fn queue_series(s: &Scrape) -> BTreeMap<String, (f64, BTreeMap<String, String>)> {
     let mut out = BTreeMap::new();
     for x in parse_classic(s.text()).samples {
         if !x.metric.starts_with("queue_") || x.metric.starts_with("queue_exporter_") {
@@ -259,8 +276,7 @@ fn queue_series(s: &Scrape) -> BTreeMap<String, (f64, String)> {
             | prometheus_parse::Value::Untyped(v) => v,
             _ => f64::NAN,
         };
-        let queue = labels.get("queue").cloned().unwrap_or_default();
-        out.insert(format!("{}{labels:?}", x.metric), (v, queue));
+        out.insert(format!("{}{labels:?}", x.metric), (v, labels));
     }
     out
 }
@@ -270,7 +286,14 @@ fn is_age_value(key: &str) -> bool {
     key.contains("age_seconds") && !key.contains("_bucket") && !key.contains("count")
 }
 
-fn compare_series(t: &mut Tally, sc: &Scenario, r: &Scrape, s: &Scrape) {
+/// Compares the `queue_*` series; `touched` says whether a restriction may
+/// touch a series (by its labels).
+fn compare_series(
+    t: &mut Tally,
+    touched: &dyn Fn(&BTreeMap<String, String>) -> bool,
+    r: &Scrape,
+    s: &Scrape,
+) {
     let (r, s) = (queue_series(r), queue_series(s));
     for (key, (sv, _)) in &s {
         t.series += 1;
@@ -291,16 +314,14 @@ fn compare_series(t: &mut Tally, sc: &Scenario, r: &Scrape, s: &Scrape) {
             }
         }
     }
-    for (key, (rv, queue)) in &r {
+    for (key, (rv, labels)) in &r {
         if s.contains_key(key) {
             continue;
         }
         t.series_absent += 1;
-        let sel = Sel::Exact(queue.clone());
-        let touched = sc.touches(&|n| sel.selects(n), &|g| sel.may_select_group(g));
-        if !touched {
+        if !touched(labels) {
             t.findings.push(format!(
-                "/metrics: {key} = {rv} is missing from the subject, and nothing restricts queue {queue:?}"
+                "/metrics: {key} = {rv} is missing from the subject, and nothing restricts it"
             ));
         }
     }
@@ -360,8 +381,10 @@ fn questions(
     for (sel, preset) in sels {
         for mode in [Mode::QueueLength, Mode::Age, Mode::WaitTime, Mode::IsActive] {
             out.push(Question {
+                source: "main".into(),
                 sel: sel.clone(),
                 preset: preset.clone(),
+                vhost: None,
                 mode,
             });
         }
@@ -474,7 +497,11 @@ async fn run(seed: u64) -> (Scenario, Tally) {
         subject_state,
         ..Tally::default()
     };
-    compare_series(&mut t, &sc, &rs, &ss);
+    let series_touched = |labels: &BTreeMap<String, String>| {
+        let sel = Sel::Exact(labels.get("queue").cloned().unwrap_or_default());
+        sc.touches(&|n| sel.selects(n), &|g| sel.may_select_group(g))
+    };
+    compare_series(&mut t, &series_touched, &rs, &ss);
     let mut rng = differential_support::Rng::new(seed.wrapping_mul(31));
     for q in questions(&sc, &rs, &ss, &mut rng) {
         let touched = sc.touches(&|n| q.sel.selects(n), &|g| q.sel.may_select_group(g));
@@ -487,7 +514,8 @@ async fn run(seed: u64) -> (Scenario, Tally) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_restricted_exporter_answers_the_reference_number_or_an_error_never_another_number() {
+async fn a_restricted_redis_exporter_answers_the_reference_number_or_an_error_never_another_number()
+{
     let seeds = seeds();
     let mut total = Tally::default();
     let mut failed: Vec<(u64, String)> = Vec::new();
@@ -529,7 +557,7 @@ async fn a_restricted_exporter_answers_the_reference_number_or_an_error_never_an
                 msg.push_str(&format!("    … and {} more\n", t.findings.len() - shown));
             }
             msg.push_str(&format!(
-                "  reproduce: QE_DIFF_SEED={seed} cargo test --test differential -- --nocapture\n"
+                "  reproduce: QE_DIFF_SEED={seed} cargo test --test differential redis -- --nocapture\n"
             ));
             eprintln!("{msg}");
             failed.push((seed, msg));
@@ -558,6 +586,179 @@ async fn a_restricted_exporter_answers_the_reference_number_or_an_error_never_an
     assert!(
         failed.is_empty(),
         "{} of {} seeds found wrong answers:\n{}",
+        failed.len(),
+        seeds.len(),
+        failed
+            .iter()
+            .map(|(_, m)| m.as_str())
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}
+
+/// The RabbitMQ seeds to run, from `QE_DIFF_RABBIT_SEED` or
+/// `QE_DIFF_RABBIT_SEEDS` (default 3).
+fn rabbit_seeds() -> Vec<u64> {
+    if let Ok(s) = std::env::var("QE_DIFF_RABBIT_SEED") {
+        return vec![s.trim().parse().expect("QE_DIFF_RABBIT_SEED: a number")];
+    }
+    let n = std::env::var("QE_DIFF_RABBIT_SEEDS")
+        .ok()
+        .map(|s| s.trim().parse().expect("QE_DIFF_RABBIT_SEEDS: a number"))
+        .unwrap_or(3);
+    (1..=n).collect()
+}
+
+/// Waits until every queue of `sc` shows its messages in `app`'s
+/// management and prometheus sources (their statistics lag the publishes).
+async fn rabbit_settle(app: &TestApp, sc: &RabbitScenario) {
+    app.scrape_until(
+        "every queue's depth in the management and prometheus sources",
+        Duration::from_secs(90),
+        |s| {
+            sc.vhosts.iter().zip(&sc.queues).all(|(v, qs)| {
+                qs.iter().all(|(q, n)| {
+                    ["mgmt-all", "prom"].iter().all(|src| {
+                        s.value(
+                            "queue_depth",
+                            &[("source", src), ("vhost", &v.name), ("queue", q)],
+                        ) == Some(*n as f64)
+                    })
+                })
+            })
+        },
+    )
+    .await;
+}
+
+/// Runs one RabbitMQ scenario.
+async fn run_rabbit(seed: u64) -> (String, Tally) {
+    let sc = RabbitScenario::build(seed).await;
+    let reference = TestApp::start(&sc.config("guest", "guest")).await;
+    let subject = TestApp::start(&sc.config(&sc.user.name, &sc.password)).await;
+    rabbit_settle(&reference, &sc).await;
+    // Three more polls of each after the reference saw every message.
+    reference
+        .wait_polls("mgmt-all", 3, Duration::from_secs(30))
+        .await;
+    subject
+        .wait_polls("mgmt-all", 3, Duration::from_secs(30))
+        .await;
+    subject.wait_polls("prom", 2, Duration::from_secs(30)).await;
+
+    let (rc, scl) = (client(&reference).await, client(&subject).await);
+    let rs = reference.scrape().await;
+    let ss = subject.scrape().await;
+    let mut t = Tally {
+        subject_state: format!(
+            "subject source_up: {:?}",
+            ss.samples("queue_exporter_source_up", &[])
+                .map(|x| format!(
+                    "{}={:?}",
+                    x.labels.get("source").unwrap_or_default(),
+                    x.value
+                ))
+                .collect::<Vec<_>>()
+        ),
+        ..Tally::default()
+    };
+    let series_touched = |labels: &BTreeMap<String, String>| {
+        sc.touches(
+            labels.get("source").map_or("", String::as_str),
+            labels.get("vhost").map(String::as_str),
+        )
+    };
+    compare_series(&mut t, &series_touched, &rs, &ss);
+
+    let mut sources: Vec<String> = vec!["mgmt-all".into(), "mgmt-listed".into(), "prom".into()];
+    sources.extend((0..sc.vhosts.len()).map(|i| format!("amqp-{i}")));
+    let mut vhost_choices: Vec<Option<String>> = vec![None];
+    vhost_choices.extend(sc.vhosts.iter().map(|v| Some(v.name.clone())));
+    for source in &sources {
+        let mut sels: BTreeSet<(String, Option<String>)> = BTreeSet::new();
+        for scrape in [&rs, &ss] {
+            for x in scrape.samples("queue_depth", &[("source", source)]) {
+                if let Some(q) = x.labels.get("queue") {
+                    let v = x.labels.get("vhost").map(str::to_string);
+                    sels.insert((q.to_string(), v));
+                    sels.insert((q.to_string(), None));
+                }
+            }
+        }
+        let mut questions: Vec<(Sel, Option<String>)> =
+            sels.into_iter().map(|(q, v)| (Sel::Exact(q), v)).collect();
+        for v in &vhost_choices {
+            questions.push((Sel::Prefix(sc.prefix.clone()), v.clone()));
+            questions.push((Sel::Prefix(format!("{}jobs.", sc.prefix)), v.clone()));
+            questions.push((Sel::Exact(format!("{}nope", sc.prefix)), v.clone()));
+        }
+        for (sel, vhost) in questions {
+            for mode in [Mode::QueueLength, Mode::Age, Mode::IsActive] {
+                let q = Question {
+                    source: source.clone(),
+                    sel: sel.clone(),
+                    preset: None,
+                    vhost: vhost.clone(),
+                    mode,
+                };
+                let touched = sc.touches(source, vhost.as_deref());
+                let (ra, sa) = (ask(&rc, &q).await, ask(&scl, &q).await);
+                judge(&mut t, &q, touched, &ra, &sa);
+            }
+        }
+    }
+    reference.stop().await;
+    subject.stop().await;
+    (sc.describe(), t)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rabbitmq_user_refused_some_vhosts_answers_the_reference_number_or_an_error() {
+    let seeds = rabbit_seeds();
+    let mut total = Tally::default();
+    let mut failed: Vec<(u64, String)> = Vec::new();
+    for &seed in &seeds {
+        eprintln!("differential (rabbitmq): seed {seed}");
+        let (describe, t) = run_rabbit(seed).await;
+        total.add(&t);
+        if std::env::var_os("QE_DIFF_VERBOSE").is_some() || !t.findings.is_empty() {
+            let mut msg = format!(
+                "{describe}\n  {}\n  {} answers, {} subject errors, {} wrong:\n",
+                t.subject_state,
+                t.answers,
+                t.subject_errors,
+                t.findings.len()
+            );
+            for f in &t.findings {
+                msg.push_str(&format!("    - {f}\n"));
+            }
+            msg.push_str(&format!(
+                "  reproduce: QE_DIFF_RABBIT_SEED={seed} cargo test --test differential rabbitmq -- --nocapture\n"
+            ));
+            eprintln!("{msg}");
+            if !t.findings.is_empty() {
+                failed.push((seed, msg));
+            }
+        }
+    }
+    eprintln!(
+        "differential (rabbitmq): {} scenarios, {} KEDA answers compared ({} subject errors = {:.1} %), {} numbers compared where nothing restricts; {} subject series compared, {} reference series absent from the subject; seeds with wrong answers: {:?}",
+        seeds.len(),
+        total.answers,
+        total.subject_errors,
+        100.0 * total.subject_errors as f64 / total.answers.max(1) as f64,
+        total.untouched_numbers,
+        total.series,
+        total.series_absent,
+        failed.iter().map(|(s, _)| *s).collect::<Vec<_>>(),
+    );
+    assert!(
+        total.untouched_numbers > 0,
+        "no number was compared where nothing restricts the name: the test proves nothing"
+    );
+    assert!(
+        failed.is_empty(),
+        "{} of {} RabbitMQ seeds found wrong answers:\n{}",
         failed.len(),
         seeds.len(),
         failed

@@ -18,6 +18,8 @@
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
 
+pub mod rabbit;
+
 /// A small deterministic PRNG (SplitMix64): the same seed builds the same
 /// scenario on every machine, with no crate.
 pub struct Rng(u64);
