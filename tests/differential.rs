@@ -772,3 +772,68 @@ async fn a_rabbitmq_user_refused_some_vhosts_answers_the_reference_number_or_an_
             .join("\n")
     );
 }
+
+/// The judge itself: an exporter that errs everywhere, invents a number,
+/// or calls an existing queue a typo is caught; an `UNAVAILABLE` where a
+/// restriction may touch the name is not.
+#[test]
+fn the_judge_fails_an_exporter_that_errs_everywhere_or_invents_a_number() {
+    let q = |mode| Question {
+        source: "main".into(),
+        sel: Sel::Prefix("g:".into()),
+        preset: None,
+        vhost: None,
+        mode,
+    };
+    let unavailable: Answer = Err((tonic::Code::Unavailable, "unknown".into()));
+    let not_found: Answer = Err((tonic::Code::NotFound, "no queue".into()));
+    let cases: Vec<(Mode, bool, Answer, Answer, bool)> = vec![
+        // (mode, touched, reference, subject, wrong?)
+        (
+            Mode::QueueLength,
+            false,
+            Ok(12.0),
+            unavailable.clone(),
+            true,
+        ),
+        (
+            Mode::QueueLength,
+            true,
+            Ok(12.0),
+            unavailable.clone(),
+            false,
+        ),
+        (Mode::QueueLength, true, Ok(78.0), Ok(15.0), true),
+        (Mode::QueueLength, true, Ok(12.0), Ok(12.0), false),
+        (Mode::QueueLength, true, Ok(12.0), not_found.clone(), true),
+        (Mode::QueueLength, true, unavailable.clone(), Ok(0.0), true),
+        (
+            Mode::QueueLength,
+            false,
+            not_found.clone(),
+            unavailable.clone(),
+            true,
+        ),
+        (
+            Mode::QueueLength,
+            true,
+            not_found,
+            unavailable.clone(),
+            false,
+        ),
+        (Mode::Age, false, Ok(600.0), Ok(603.0), false),
+        (Mode::Age, false, Ok(600.0), Ok(540.0), true),
+        (Mode::WaitTime, false, Ok(4.0), Ok(4.1), false),
+        (Mode::WaitTime, false, Ok(4.0), Ok(5.0), true),
+    ];
+    for (i, (mode, touched, r, s, wrong)) in cases.into_iter().enumerate() {
+        let mut t = Tally::default();
+        judge(&mut t, &q(mode), touched, &r, &s);
+        assert_eq!(
+            t.findings.len(),
+            usize::from(wrong),
+            "case {i}: {:?}",
+            t.findings
+        );
+    }
+}
