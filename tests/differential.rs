@@ -29,12 +29,14 @@
 //!   same value within tolerance); a missing one is accepted only where a
 //!   restriction can touch its queue.
 //!
+//! The same Redis scenarios also run on a private 3-primary Redis Cluster.
 //! The RabbitMQ half does the same over queues in several throw-away vhosts
 //! and a `monitoring` user that may read only some of them, for each method.
 //!
 //! `QE_DIFF_SEEDS=N` runs Redis seeds 1..=N (default 16), `QE_DIFF_SEED=S`
 //! seed S alone (`QE_DIFF_RABBIT_SEEDS`, `QE_DIFF_RABBIT_SEED`: RabbitMQ,
-//! default 3); a failing seed prints its one-line reproduction. See
+//! default 3; `QE_DIFF_CLUSTER_SEEDS`, `QE_DIFF_CLUSTER_SEED`: Cluster,
+//! default 2); a failing seed prints its one-line reproduction. See
 //! docs/testing.md.
 mod differential_support;
 mod scaler_common;
@@ -44,6 +46,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use differential_support::Scenario;
+use differential_support::backend::Backend;
 use differential_support::rabbit::RabbitScenario;
 use scaler_common::{Client, client};
 use support::*;
@@ -431,26 +434,17 @@ async fn settle(app: &TestApp) -> Scrape {
 }
 
 /// Runs one scenario; returns its tally (findings included).
-async fn run(seed: u64) -> (Scenario, Tally) {
+async fn run(seed: u64, cluster: bool) -> (Scenario, Tally) {
     let sc = Scenario::build(seed);
-    let redis = RedisServer::start();
-    let mut conn = redis.conn();
-    for w in &sc.writes {
-        let mut c = redis::cmd(&w[0]);
-        for a in &w[1..] {
-            c.arg(a.as_bytes());
-        }
-        let _: redis::Value = c
-            .query(&mut conn)
-            .unwrap_or_else(|e| panic!("seed {seed}: {w:?}: {e}"));
-    }
-    let acl: Vec<&str> = sc.acl.iter().map(String::as_str).collect();
-    let subject_url = redis.acl_user("subject", "pw", &acl);
-    let reference = TestApp::start(&exporter_config(&sc, &redis.url, 100_000)).await;
+    let backend = Backend::start(cluster);
+    backend.write(&sc.writes);
+    let admin_url = backend.admin_url();
+    let subject_url = backend.subject_url(&sc.acl);
+    let reference = TestApp::start(&exporter_config(&sc, &admin_url, 100_000)).await;
     // QE_DIFF_CONTROL: the subject as the reference, to show the comparison
     // itself finds nothing where nothing differs.
     let subject = if std::env::var_os("QE_DIFF_CONTROL").is_some() {
-        TestApp::start(&exporter_config(&sc, &redis.url, 100_000)).await
+        TestApp::start(&exporter_config(&sc, &admin_url, 100_000)).await
     } else {
         TestApp::start(&exporter_config(&sc, &subject_url, sc.max_keys)).await
     };
@@ -513,10 +507,9 @@ async fn run(seed: u64) -> (Scenario, Tally) {
     (sc, t)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_restricted_redis_exporter_answers_the_reference_number_or_an_error_never_another_number()
-{
-    let seeds = seeds();
+/// Runs Redis `seeds` (on a cluster when `cluster`) and fails on any wrong
+/// answer; `repro` is the command line that runs one seed, before the seed.
+async fn run_seeds(seeds: Vec<u64>, cluster: bool, repro: &str) {
     let mut total = Tally::default();
     let mut failed: Vec<(u64, String)> = Vec::new();
     let started = std::time::Instant::now();
@@ -525,7 +518,7 @@ async fn a_restricted_redis_exporter_answers_the_reference_number_or_an_error_ne
         if std::env::var_os("QE_DIFF_VERBOSE").is_some() {
             eprintln!("{}", Scenario::build(seed).describe());
         }
-        let (sc, t) = run(seed).await;
+        let (sc, t) = run(seed, cluster).await;
         total.add(&t);
         if std::env::var_os("QE_DIFF_VERBOSE").is_some() {
             eprintln!(
@@ -557,7 +550,8 @@ async fn a_restricted_redis_exporter_answers_the_reference_number_or_an_error_ne
                 msg.push_str(&format!("    … and {} more\n", t.findings.len() - shown));
             }
             msg.push_str(&format!(
-                "  reproduce: QE_DIFF_SEED={seed} cargo test --test differential redis -- --nocapture\n"
+                "  reproduce: {repro}{seed} cargo test --test differential {} -- --nocapture\n",
+                if cluster { "cluster" } else { "redis" }
             ));
             eprintln!("{msg}");
             failed.push((seed, msg));
@@ -594,6 +588,29 @@ async fn a_restricted_redis_exporter_answers_the_reference_number_or_an_error_ne
             .collect::<Vec<_>>()
             .join("\n")
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restricted_redis_exporter_answers_the_reference_number_or_an_error_never_another_number()
+{
+    run_seeds(seeds(), false, "QE_DIFF_SEED=").await;
+}
+
+/// The same scenarios on a 3-primary Redis Cluster: `QE_DIFF_CLUSTER_SEEDS`
+/// (default 2) or `QE_DIFF_CLUSTER_SEED`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restricted_cluster_exporter_answers_the_reference_number_or_an_error() {
+    let seeds = match std::env::var("QE_DIFF_CLUSTER_SEED") {
+        Ok(s) => vec![s.trim().parse().expect("QE_DIFF_CLUSTER_SEED: a number")],
+        Err(_) => {
+            let n: u64 = std::env::var("QE_DIFF_CLUSTER_SEEDS")
+                .ok()
+                .map(|s| s.trim().parse().expect("QE_DIFF_CLUSTER_SEEDS: a number"))
+                .unwrap_or(2);
+            (1..=n).collect()
+        }
+    };
+    run_seeds(seeds, true, "QE_DIFF_CLUSTER_SEED=").await;
 }
 
 /// The RabbitMQ seeds to run, from `QE_DIFF_RABBIT_SEED` or

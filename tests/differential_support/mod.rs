@@ -18,6 +18,7 @@
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
 
+pub mod backend;
 pub mod rabbit;
 
 /// A small deterministic PRNG (SplitMix64): the same seed builds the same
