@@ -771,14 +771,25 @@ impl Scenario {
     }
 
     /// Whether a restriction or a drop may touch a name a query selects.
+    /// `missing`: the query is an exact name no key has. A drop touches the
+    /// names it selects, and also a missing name in its group: an exporter
+    /// may record drops by prefix (`n:`) rather than by name, and then
+    /// cannot vouch that `n:zz-missing` was not among them.
     pub fn touches(
         &self,
         selects: &dyn Fn(&str) -> bool,
         may_select_group: &dyn Fn(char) -> bool,
+        missing: bool,
     ) -> bool {
         self.global
             || self.restricted.iter().any(|g| may_select_group(*g))
             || self.dropped.iter().any(|n| selects(n))
+            || (missing
+                && self
+                    .dropped
+                    .iter()
+                    .filter_map(|n| n.chars().next())
+                    .any(may_select_group))
     }
 
     /// The scenario in a few lines, for a failure message.
