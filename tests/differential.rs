@@ -480,6 +480,19 @@ async fn run(seed: u64, cluster: bool) -> (Scenario, Tally) {
     let (rc, scl) = (client(&reference).await, client(&subject).await);
     let rs = reference.scrape().await;
     let ss = subject.scrape().await;
+    if std::env::var_os("QE_DIFF_VERBOSE").is_some() {
+        let names: BTreeSet<String> = rs
+            .samples("queue_depth", &[])
+            .filter_map(|x| {
+                let q = x.labels.get("queue")?;
+                Some(match x.labels.get("preset") {
+                    Some(p) => format!("{q} ({p})"),
+                    None => q.to_string(),
+                })
+            })
+            .collect();
+        eprintln!("  the reference reports: {names:?}");
+    }
     let subject_state = format!(
         "subject source_up {:?}, poll errors {:?}",
         ss.source_up("main"),

@@ -655,13 +655,12 @@ impl Scenario {
         // keys counted in key order after them).
         let (first, ordered): (usize, Vec<String>) = if self.zero_config {
             // Library queues first, then plain keys in key order. Keys of
-            // restricted groups may be counted whatever their type.
+            // restricted groups may be counted whatever their type or
+            // library (an unrecognised library's lists are plain keys).
             let mut v: Vec<String> = self
                 .keys
                 .iter()
-                .filter(|k| {
-                    k.is_plain_queue() || (k.lib.is_none() && self.restricted.contains(&k.group()))
-                })
+                .filter(|k| k.is_plain_queue() || self.restricted.contains(&k.group()))
                 .map(|k| k.name.clone())
                 .collect();
             v.sort();
