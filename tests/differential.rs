@@ -176,6 +176,28 @@ async fn ask(c: &Client, q: &Question) -> Answer {
     r.map_err(|s| (s.code(), s.message().to_string()))
 }
 
+/// How many wrong answers of each kind (the reason after the last `: `,
+/// or the kind of `/metrics` difference).
+fn kinds(findings: &[String]) -> String {
+    let mut by: BTreeMap<&str, usize> = BTreeMap::new();
+    for f in findings {
+        let kind = if !f.starts_with("/metrics") {
+            f.rsplit(": ").next().unwrap_or_default()
+        } else if f.contains("is missing from the subject") {
+            "/metrics: a series missing where nothing restricts it"
+        } else if f.contains("does not have") {
+            "/metrics: a series only the subject shows"
+        } else {
+            "/metrics: another value"
+        };
+        *by.entry(kind).or_default() += 1;
+    }
+    by.iter()
+        .map(|(k, n)| format!("{n} × {k}"))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
 fn show(a: &Answer) -> String {
     match a {
         Ok(v) => format!("{v}"),
@@ -558,18 +580,22 @@ async fn run_seeds(seeds: Vec<u64>, cluster: bool, repro: &str) {
         }
         if !t.findings.is_empty() {
             let mut msg = format!(
-                "{}\n  {}\n  {} wrong answers:\n",
+                "{}\n  {}\n  {} wrong answers ({}):\n",
                 sc.describe(),
                 t.subject_state,
-                t.findings.len()
+                t.findings.len(),
+                kinds(&t.findings)
             );
-            // All of them with QE_DIFF_VERBOSE, else the first 40.
+            // All of them with QE_DIFF_VERBOSE, else the first 40, KEDA's
+            // answers before /metrics series.
             let shown = if std::env::var_os("QE_DIFF_VERBOSE").is_some() {
                 usize::MAX
             } else {
                 40
             };
-            for f in t.findings.iter().take(shown) {
+            let mut sorted: Vec<&String> = t.findings.iter().collect();
+            sorted.sort_by_key(|f| f.starts_with("/metrics"));
+            for f in sorted.into_iter().take(shown) {
                 msg.push_str(&format!("    - {f}\n"));
             }
             if t.findings.len() > shown {
@@ -770,11 +796,12 @@ async fn a_rabbitmq_user_refused_some_vhosts_answers_the_reference_number_or_an_
         total.add(&t);
         if std::env::var_os("QE_DIFF_VERBOSE").is_some() || !t.findings.is_empty() {
             let mut msg = format!(
-                "{describe}\n  {}\n  {} answers, {} subject errors, {} wrong:\n",
+                "{describe}\n  {}\n  {} answers, {} subject errors, {} wrong ({}):\n",
                 t.subject_state,
                 t.answers,
                 t.subject_errors,
-                t.findings.len()
+                t.findings.len(),
+                kinds(&t.findings)
             );
             for f in &t.findings {
                 msg.push_str(&format!("    - {f}\n"));
