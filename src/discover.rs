@@ -26,7 +26,8 @@ pub async fn discover(config: RedisSourceConfig) -> Result<String, SourceError> 
     let head = SourceHead {
         name: config.name.clone(),
         url: config.url.redacted(),
-        credentials_left_out: config.url.redacted() != config.url.as_str(),
+        credentials_left_out: config.url.redacted() != config.url.as_str()
+            || config.password.is_some(),
         password_file: config
             .password_file
             .as_ref()
@@ -51,7 +52,8 @@ struct SourceHead {
     name: String,
     /// The URL as printed: without user or password.
     url: String,
-    /// The URL carried a user or password, which is not printed.
+    /// The URL carried a user or password, or `password:` was set; neither
+    /// is printed.
     credentials_left_out: bool,
     /// `password_file`, printed as given.
     password_file: Option<String>,
@@ -68,7 +70,7 @@ impl SourceHead {
         out.push_str("    type: redis\n");
         if self.credentials_left_out {
             out.push_str(
-                "    # The URL's user and password are not printed: put them back, or use password_file.\n",
+                "    # The user and password are not printed: put them back (in the URL or password:), or use password_file.\n",
             );
         }
         out.push_str(&format!("    url: {}\n", quote(&self.url)));

@@ -182,10 +182,25 @@ fn main() -> ExitCode {
     )) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", once_each(&e));
             ExitCode::FAILURE
         }
     }
+}
+
+/// `e` and its causes on one line, each cause printed once: many errors
+/// already say their source in their own text (`cannot listen on ADDR:
+/// Address already in use`), which `{:#}` would repeat after it.
+fn once_each(e: &anyhow::Error) -> String {
+    let mut line = e.to_string();
+    for cause in e.chain().skip(1) {
+        let cause = cause.to_string();
+        if !line.contains(&cause) {
+            line.push_str(": ");
+            line.push_str(&cause);
+        }
+    }
+    line
 }
 
 /// `discover`: the Redis of `--url` (or of source `--source` in
@@ -264,8 +279,9 @@ fn discover(
     }
 }
 
-/// `ask`: prints the scaler's three answers; exit 1 if it answered an error
-/// (what KEDA would get), 2 if the arguments are not `key=value`.
+/// `ask`: prints the scaler's three answers, each with its own status; exit
+/// 1 if any was an error (what KEDA would get) or the scaler could not be
+/// reached, 2 if the arguments are not `key=value`.
 fn ask(grpc: &str, metadata: &[String]) -> ExitCode {
     use queue_exporter::scaler::ask;
     let metadata = match ask::parse_metadata(metadata) {
@@ -275,16 +291,26 @@ fn ask(grpc: &str, metadata: &[String]) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let answer = tokio::runtime::Runtime::new()
+    let answers = tokio::runtime::Runtime::new()
         .map_err(|e| e.to_string())
         .and_then(|rt| {
             rt.block_on(ask::ask(grpc, metadata))
                 .map_err(|e| e.to_string())
         });
-    match answer {
-        Ok(text) => {
-            print!("{text}");
-            ExitCode::SUCCESS
+    match answers {
+        Ok(answers) => {
+            print!("{}", answers.text);
+            if answers.failed == 0 {
+                ExitCode::SUCCESS
+            } else {
+                // The statuses are on stdout, beside the answers; this
+                // only says why the exit code is 1.
+                eprintln!(
+                    "ask: {} of the calls answered an error, as KEDA would hear it",
+                    answers.failed
+                );
+                ExitCode::FAILURE
+            }
         }
         Err(e) => {
             eprintln!("ask: {e}");

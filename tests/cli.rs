@@ -754,3 +754,66 @@ fn check_connect_says_the_cause_on_the_summary_line() {
     );
     assert!(!err.contains("sources.main"), "{err}");
 }
+
+/// Issue 40, item 5: a busy port, HTTP or gRPC, is exit 1 and one line
+/// that says the cause once (it read `Address already in use (os error
+/// 98): Address already in use (os error 98)`).
+#[test]
+fn a_busy_port_exits_1_saying_its_cause_once() {
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let busy = busy.local_addr().unwrap();
+    let free = format!("127.0.0.1:{}", free_port());
+    for (http, grpc) in [
+        (busy.to_string(), "off".to_string()),
+        (free, busy.to_string()),
+    ] {
+        let (_dir, path) = write_config(&good(&dead_url()).replace(
+            "listen: { grpc: null }",
+            &format!("listen: {{ http: \"{http}\", grpc: \"{grpc}\" }}"),
+        ));
+        let (code, stdout, stderr) = run(&["serve", "--config", path.to_str().unwrap()]);
+        assert_eq!(code, 1, "{stdout}{stderr}");
+        assert_eq!(
+            stderr.trim_end(),
+            format!("error: cannot listen on {busy}: Address already in use (os error 98)"),
+            "http {http}, grpc {grpc}"
+        );
+    }
+}
+
+/// Issue 36: `age_buckets` with more than 64 bounds panicked in debug builds
+/// (a shift past a `u64` bit set) and wrapped silently in release, at the
+/// first histogram measurement. It is refused at load: exit 2, one line
+/// naming file, field and problem, by `check`, `once` and `serve`; 64
+/// bounds are accepted.
+#[test]
+fn more_than_64_age_buckets_are_refused_at_load_with_exit_2() {
+    let with = |n: usize| {
+        let bounds: Vec<String> = (1..=n).map(|s| format!("{s}s")).collect();
+        good("redis://127.0.0.1:1").replace(
+            "poll_interval: 1s",
+            &format!(
+                "poll_interval: 1s\n    age_buckets: [{}]",
+                bounds.join(", ")
+            ),
+        )
+    };
+    let (_dir, path) = write_config(&with(65));
+    let p = path.to_str().unwrap();
+    for args in [
+        vec!["check", "--config", p],
+        vec!["once", "--config", p],
+        vec!["--config", p],
+    ] {
+        let (code, out, err) = run(&args);
+        assert_eq!(code, 2, "{args:?}: {out}{err}");
+        assert_eq!(
+            err.trim_end(),
+            format!("{p}: sources[0].age_buckets: 65 bounds; at most 64"),
+            "{args:?}"
+        );
+    }
+    let (_dir, path) = write_config(&with(64));
+    let (code, out, err) = run(&["check", "--config", path.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}{err}");
+}

@@ -1,12 +1,14 @@
 //! `queue-exporter ask`: the binary asks a running exporter's scaler over
 //! real gRPC and prints what KEDA would hear, or the error KEDA would get.
 
+mod scaler_common;
 mod support;
 
 use std::process::Command;
 use std::time::Duration;
 
-use support::{RedisServer, Scrape, TestApp, wait_for};
+use queue_exporter::scaler::proto::GetMetricsRequest;
+use support::{RedisServer, Scrape, TestApp, http_get, wait_for};
 
 const BIN: &str = env!("CARGO_BIN_EXE_queue-exporter");
 
@@ -86,10 +88,134 @@ async fn ask_reports_the_scalers_error_and_exits_1() {
 
     let (code, out, err) = ask(vec!["--grpc".into(), grpc, "mode=Sideways".into()]).await;
     assert_eq!(code, 1, "stdout: {out}");
-    assert!(out.is_empty(), "{out}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 3, "{out}");
+    for (line, call) in lines
+        .iter()
+        .zip(["IsActive", "GetMetricSpec", "GetMetrics"])
+    {
+        assert!(
+            line.starts_with(&format!("{call}: error InvalidArgument: ")),
+            "{out}"
+        );
+    }
+    assert_eq!(
+        err.trim(),
+        "ask: 3 of the calls answered an error, as KEDA would hear it"
+    );
+    app.stop().await;
+}
+
+/// Issue 40, item 4: KEDA makes all three calls, so `ask` shows all three,
+/// each with its own status: here `IsActive` and `GetMetrics` cannot read
+/// the oldest age of a list with no `age:` (`UNAVAILABLE`), while
+/// `GetMetricSpec`, which needs only the metadata, answers.
+#[tokio::test(flavor = "multi_thread")]
+async fn ask_shows_all_three_answers_each_with_its_own_status() {
+    let redis = RedisServer::start();
+    redis.run::<()>(&[b"RPUSH", b"jobs", b"j"]);
+    let app = app_with_list(&redis).await;
+    let grpc = app.app().grpc_addr.expect("gRPC on").to_string();
+
+    let (code, out, err) = ask(vec![
+        "--grpc".into(),
+        grpc,
+        "queue=jobs".into(),
+        "mode=Age".into(),
+        "value=60".into(),
+    ])
+    .await;
+    assert_eq!(code, 1, "stdout: {out}\nstderr: {err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 3, "{out}");
     assert!(
-        err.starts_with("ask: IsActive: InvalidArgument: "),
-        "stderr: {err}"
+        lines[0].starts_with("IsActive: error Unavailable: "),
+        "{out}"
+    );
+    assert!(
+        lines[1].starts_with("GetMetricSpec: ") && lines[1].ends_with(" target 60"),
+        "{out}"
+    );
+    assert!(
+        lines[2].starts_with("GetMetrics: error Unavailable: "),
+        "{out}"
+    );
+    assert_eq!(
+        err.trim(),
+        "ask: 2 of the calls answered an error, as KEDA would hear it"
+    );
+    app.stop().await;
+}
+
+/// Issue 40, item 3: an `ask` is a dry run. Its calls (answered or
+/// refused) appear neither on `/scalers` nor in
+/// `queue_exporter_scaler_desired_replicas`, and are not counted in
+/// `queue_exporter_grpc_requests_total` (which `QueueExporterScalerErrors`
+/// reads); the same calls from a KEDA client without the mark are.
+#[tokio::test(flavor = "multi_thread")]
+async fn ask_leaves_no_trace_in_the_scalers_state() {
+    let redis = RedisServer::start();
+    redis.run::<()>(&[b"RPUSH", b"jobs", b"j"]);
+    let app = app_with_list(&redis).await;
+    let grpc = app.app().grpc_addr.expect("gRPC on");
+    for metadata in [
+        vec!["queue=jobs", "mode=QueueLength", "value=5"],
+        vec!["queue=jobs", "mode=QueueLength", "value=1"],
+        vec!["queue=jobs", "mode=Sideways"],
+    ] {
+        let mut args = vec!["--grpc".to_string(), grpc.to_string()];
+        args.extend(metadata.iter().map(|m| m.to_string()));
+        ask(args).await;
+    }
+    // A KEDA client (no mark): one good and one refused GetMetrics.
+    let mut c = scaler_common::connect(grpc).await;
+    let good = scaler_common::obj(&[("queue", "jobs"), ("mode", "QueueLength"), ("value", "5")]);
+    c.get_metrics(GetMetricsRequest {
+        scaled_object_ref: Some(good),
+        metric_name: String::new(),
+    })
+    .await
+    .unwrap();
+    let mut bad = scaler_common::obj(&[("mode", "Sideways")]);
+    bad.name = "typo-worker".into();
+    c.get_metrics(GetMetricsRequest {
+        scaled_object_ref: Some(bad),
+        metric_name: String::new(),
+    })
+    .await
+    .unwrap_err();
+
+    let (status, body, _) = http_get(&format!("{}/api/v1/scalers", app.base), &[]).await;
+    assert_eq!(status, 200, "{body}");
+    let json: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let mut shown: Vec<&str> = json["scalers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["scaledobject"].as_str().unwrap())
+        .collect();
+    shown.sort();
+    assert_eq!(shown, ["typo-worker", "worker"], "{json:#}");
+    let scrape = Scrape::parse(&app.metrics().await);
+    let desired: Vec<_> = scrape
+        .samples("queue_exporter_scaler_desired_replicas", &[])
+        .map(|s| s.labels.get("scaledobject").unwrap_or_default().to_string())
+        .collect();
+    assert_eq!(desired, ["worker"]);
+    let requests: f64 = scrape
+        .samples("queue_exporter_grpc_requests_total", &[])
+        .map(|s| match s.value {
+            prometheus_parse::Value::Counter(v) | prometheus_parse::Value::Untyped(v) => v,
+            ref other => panic!("{other:?}"),
+        })
+        .sum();
+    assert_eq!(requests, 2.0, "only KEDA's two calls count");
+    assert_eq!(
+        scrape.value(
+            "queue_exporter_grpc_requests_total",
+            &[("method", "GetMetrics"), ("code", "INVALID_ARGUMENT")]
+        ),
+        Some(1.0)
     );
     app.stop().await;
 }
@@ -118,4 +244,58 @@ async fn ask_refuses_an_argument_that_is_not_key_value() {
         err.trim(),
         "ask: metadata argument \"queue\" is not key=value"
     );
+}
+
+/// Hashes and sets have no ready count (docs/metrics.md, the
+/// `queue_messages_ready` row; docs/unknown-values.md): `Ready` on them is
+/// `UNAVAILABLE`, never their size, while `QueueLength` answers.
+#[tokio::test(flavor = "multi_thread")]
+async fn ready_on_a_hash_or_a_set_is_unavailable() {
+    let redis = RedisServer::start();
+    redis.run::<()>(&[b"HSET", b"h", b"a", b"1", b"b", b"2"]);
+    redis.run::<()>(&[b"SADD", b"s", b"a", b"b", b"c"]);
+    let app = TestApp::start(&format!(
+        "sources:\n  - name: main\n    type: redis\n    url: {}\n    poll_interval: 100ms\n    queues:\n      - key: h\n      - key: s\n",
+        redis.url
+    ))
+    .await;
+    wait_for("h and s polled", Duration::from_secs(10), || async {
+        let s = Scrape::parse(&app.metrics().await);
+        (s.depth("h") == Some(2.0) && s.depth("s") == Some(3.0)).then_some(())
+    })
+    .await;
+    let scrape = Scrape::parse(&app.metrics().await);
+    for key in ["h", "s"] {
+        assert!(
+            !scrape.has("queue_messages_ready", &[("queue", key)]),
+            "{key}"
+        );
+    }
+    let grpc = app.app().grpc_addr.expect("gRPC on").to_string();
+    for (key, depth) in [("h", "2"), ("s", "3")] {
+        let ask_mode = |mode: &str| {
+            vec![
+                "--grpc".to_string(),
+                grpc.clone(),
+                format!("queue={key}"),
+                format!("mode={mode}"),
+                "value=1".into(),
+            ]
+        };
+        let (code, out, _) = ask(ask_mode("Ready")).await;
+        assert_eq!(code, 1, "{out}");
+        let lines: Vec<&str> = out.lines().collect();
+        assert!(
+            lines[0].starts_with("IsActive: error Unavailable: "),
+            "{out}"
+        );
+        assert!(
+            lines[2].starts_with("GetMetrics: error Unavailable: "),
+            "{out}"
+        );
+        let (code, out, err) = ask(ask_mode("QueueLength")).await;
+        assert_eq!(code, 0, "{out}{err}");
+        assert!(out.ends_with(&format!(" = {depth}\n")), "{out}");
+    }
+    app.stop().await;
 }

@@ -241,3 +241,160 @@ fn a_bad_source_override_is_one_line_naming_the_variable() {
         assert!(!stderr.contains("hunter2"), "{stderr}");
     }
 }
+
+/// Issue 40, item 1: a container with no config file can turn the gRPC
+/// listener off from the environment. `off` is the documented spelling;
+/// `none`, `null`, `~` and the empty text (what people try, since YAML's
+/// `null` cannot be written there) say the same; anything else that is not
+/// an address is one line naming the variable, exit 2.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_grpc_listener_is_turned_off_from_the_environment() {
+    let body = format!(
+        "sources:\n  - name: main\n    type: redis\n    url: redis://127.0.0.1:{}\n    queues: [{{ key: work }}]\n",
+        free_port()
+    );
+    // The file asks for a gRPC listener on `exp.grpc`; the variable wins.
+    let mut exp = Exporter::start(&body, &[], &[("QUEUE_EXPORTER__LISTEN__GRPC", "off")]).await;
+    // `/healthz` answers only after both listeners were bound.
+    assert!(
+        std::net::TcpStream::connect(exp.grpc).is_err(),
+        "something listens on the gRPC port; stderr:\n{}",
+        exp.stderr()
+    );
+    let stderr = exp.stderr();
+    assert!(stderr.contains("serving /metrics"), "{stderr}");
+    assert!(
+        !stderr.contains("serving the KEDA external scaler"),
+        "{stderr}"
+    );
+    assert!(exp.terminate().success());
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_file(&dir, "config.yaml", &body);
+    let path = path.to_str().unwrap();
+    for off in ["OFF", "none", "null", "~", ""] {
+        let (code, stdout, stderr) = run_bin(
+            &["check", "--config", path],
+            &[("QUEUE_EXPORTER__LISTEN__GRPC", off)],
+        );
+        assert_eq!(code, 0, "{off:?}: {stdout}{stderr}");
+    }
+    let (code, _, stderr) = run_bin(
+        &["check", "--config", path],
+        &[("QUEUE_EXPORTER__LISTEN__GRPC", "nowhere")],
+    );
+    assert_eq!(code, 2, "{stderr}");
+    assert_eq!(
+        stderr.trim_end(),
+        "environment variable QUEUE_EXPORTER__LISTEN__GRPC: listen.grpc: invalid socket address \"nowhere\" (host:port, or off to disable the listener)"
+    );
+}
+
+/// Issue 40, item 2: a Redis source takes `password:` (from the file or
+/// `…__PASSWORD`), so the password stays out of the URL; it reaches a
+/// `requirepass` server and shows in no output at log level trace. Beside
+/// a URL that carries a password, or beside `password_file`, it is one
+/// config error line, exit 2.
+#[test]
+fn a_redis_password_field_keeps_the_password_out_of_the_url() {
+    let pw = secret("redis-field");
+    let redis = RedisServer::start();
+    redis.run::<()>(&[b"RPUSH", b"work", b"a", b"b"]);
+    redis.run::<()>(&[b"CONFIG", b"SET", b"requirepass", pw.as_bytes()]);
+    let dir = tempfile::tempdir().unwrap();
+    let entry = |extra: &str| {
+        format!(
+            "listen: {{ grpc: off }}\nsources:\n  - name: main\n    type: redis\n    url: redis://127.0.0.1:{}\n{extra}    queues: [{{ key: work }}]\n",
+            redis.port
+        )
+    };
+    let in_file = write_file(
+        &dir,
+        "in-file.yaml",
+        &entry(&format!("    password: {pw}\n")),
+    );
+    let bare = write_file(&dir, "bare.yaml", &entry(""));
+    let pw_file = write_file(&dir, "pw", &pw);
+    let both = write_file(
+        &dir,
+        "both.yaml",
+        &entry(&format!(
+            "    password: {pw}\n    password_file: {}\n",
+            pw_file.display()
+        )),
+    );
+    let env = [("QUEUE_EXPORTER__SOURCES__MAIN__PASSWORD", pw.as_str())];
+    let mut outputs = Vec::new();
+
+    // Without it, Redis refuses.
+    let (code, stdout, stderr) = run_bin(&["once", "--config", bare.to_str().unwrap()], &[]);
+    assert_eq!(code, 1, "{stdout}{stderr}");
+    assert!(stderr.contains("(auth)"), "{stderr}");
+
+    for (file, env) in [(&in_file, &[][..]), (&bare, &env[..])] {
+        let file = file.to_str().unwrap();
+        for args in [
+            vec![
+                "check",
+                "--connect",
+                "--config",
+                file,
+                "--log-level",
+                "trace",
+            ],
+            vec!["once", "--config", file, "--log-level", "trace"],
+        ] {
+            let (code, stdout, stderr) = run_bin(&args, env);
+            assert_eq!(code, 0, "{args:?} {env:?}: {stdout}{stderr}");
+            if args[0] == "once" {
+                assert!(
+                    stdout.contains(r#"queue_depth{source="main",queue="work"} 2"#),
+                    "{stdout}"
+                );
+            }
+            outputs.push((format!("{args:?} stdout"), stdout));
+            outputs.push((format!("{args:?} stderr"), stderr));
+        }
+    }
+
+    // A wrong one is an auth failure, not echoed.
+    let wrong = secret("wrong");
+    let (code, stdout, stderr) = run_bin(
+        &["check", "--connect", "--config", bare.to_str().unwrap()],
+        &[("QUEUE_EXPORTER__SOURCES__MAIN__PASSWORD", &wrong)],
+    );
+    assert_eq!(code, 1, "{stdout}{stderr}");
+    assert!(
+        stderr.contains("cannot poll source main (auth)"),
+        "{stderr}"
+    );
+    outputs.push(("wrong stderr".into(), stderr.replace(&wrong, "")));
+    assert!(!stderr.contains(&wrong), "{stderr}");
+
+    // In one place only.
+    let url_with_pw = format!("redis://:{pw}@127.0.0.1:{}", redis.port);
+    let url_too = [("QUEUE_EXPORTER__SOURCES__MAIN__URL", url_with_pw.as_str())];
+    for (file, env, want) in [
+        (
+            &in_file,
+            &url_too[..],
+            "sources[0].password: the url carries a password too; give it in one place (remove it from the url)",
+        ),
+        (
+            &both,
+            &[][..],
+            "sources[0].password_file: set password or password_file, not both",
+        ),
+    ] {
+        let (code, stdout, stderr) = run_bin(&["check", "--config", file.to_str().unwrap()], env);
+        assert_eq!(code, 2, "{stdout}{stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        assert!(stderr.trim_end().ends_with(want), "{stderr}");
+        outputs.push(("conflict stderr".into(), stderr));
+    }
+    assert!(
+        outputs.iter().any(|(_, t)| t.lines().count() > 20),
+        "trace logging produced almost nothing"
+    );
+    assert_hidden(&pw, &outputs);
+}

@@ -145,9 +145,14 @@ fn is_custom(doc: &Value) -> bool {
 #[test]
 fn kustomize_builds_the_base_every_overlay_and_the_examples() {
     let base = kustomize("deploy/kubernetes/base");
+    let services: Vec<&str> = base
+        .iter()
+        .filter(|d| kind(d) == "Service")
+        .map(name)
+        .collect();
+    assert_eq!(services, ["queue-exporter", "queue-exporter-scaler"]);
     for k in [
         "Deployment",
-        "Service",
         "PodDisruptionBudget",
         "ConfigMap",
         "Secret",
@@ -717,6 +722,19 @@ fn check_exporter_pod(docs: &[Value], pod: &Value, what: &str) {
     );
     assert_eq!(service_ports.get("grpc"), Some(&&json!("grpc")));
 
+    // The scaler's Service selects this pod too, and is headless, so its
+    // name resolves to every replica and KEDA's round robin reaches each.
+    let scaler = find(docs, "Service", "queue-exporter-scaler");
+    for (k, v) in scaler["spec"]["selector"].as_object().unwrap() {
+        assert_eq!(
+            labels.get(k),
+            Some(v),
+            "{what}: scaler Service selector {k}"
+        );
+    }
+    assert_eq!(scaler["spec"]["clusterIP"], "None", "{what}: headless");
+    assert_eq!(scaler["spec"]["ports"][0]["targetPort"], "grpc");
+
     // The ServiceMonitor selects the Service and scrapes its metrics port.
     let monitor = only(docs, "ServiceMonitor");
     let service_labels = service["metadata"]["labels"].as_object().unwrap();
@@ -905,7 +923,8 @@ fn the_sidecar_redis_admits_the_exporters_read_only_user() {
 fn every_scaled_object_targets_an_example_deployment_and_the_base_service() {
     let examples = kustomize("deploy/kubernetes/examples");
     let base = kustomize("deploy/kubernetes/base");
-    let service = find(&base, "Service", "queue-exporter");
+    let service = find(&base, "Service", "queue-exporter-scaler");
+    assert_eq!(service["spec"]["clusterIP"], "None");
     let grpc_port = service["spec"]["ports"]
         .as_array()
         .unwrap()
@@ -934,11 +953,11 @@ fn every_scaled_object_targets_an_example_deployment_and_the_base_service() {
         );
         for t in d["spec"]["triggers"].as_array().unwrap() {
             let address = t["metadata"]["scalerAddress"].as_str().unwrap();
-            let host = format!("queue-exporter.{NAMESPACE}.svc");
+            let host = format!("queue-exporter-scaler.{NAMESPACE}.svc");
             assert!(
                 address == format!("{host}:{grpc_port}")
                     || address == format!("{host}.cluster.local:{grpc_port}"),
-                "{}: scalerAddress {address} is not the base Service's grpc port",
+                "{}: scalerAddress {address} is not the base's headless scaler Service",
                 name(d)
             );
             if let Some(q) = t["metadata"]["queue"]

@@ -492,6 +492,325 @@ fn every_command_and_flag_is_in_the_command_table_of_configuration_md() {
     );
 }
 
+// ------------------------------------------------------------ exit codes
+
+/// Runs the binary with `args`, `stdin` as its input, and at most 20 s;
+/// returns (exit code, stderr).
+fn run_for_code(args: &[&str], env: &[(&str, &str)], stdin: &str) -> (i32, String) {
+    use std::io::Write as _;
+    use std::process::{Command, Stdio};
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_queue-exporter"));
+    cmd.args(args)
+        .env_remove("RUST_LOG")
+        .env_remove("QUEUE_EXPORTER_CONFIG")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.spawn().unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            child.kill().unwrap();
+            panic!("{args:?} still ran after 20 s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A port nothing listens on.
+fn dead_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// One run of the binary for the exit-code table.
+struct ExitCase<'a> {
+    /// Words of its row in the table.
+    cause: &'a str,
+    args: Vec<&'a str>,
+    env: Vec<(&'a str, &'a str)>,
+    stdin: &'a str,
+    /// The exit code the row is in.
+    code: i32,
+}
+
+#[test]
+fn every_exit_code_is_in_the_table_of_configuration_md_and_each_cause_printed_once() {
+    let page = parse_doc(&read(&root().join("docs/configuration.md")));
+    let lines = section(
+        &page,
+        "what-do-the-exit-codes-mean",
+        "docs/configuration.md",
+    );
+    // `code` → its row's text.
+    let rows: HashMap<i32, String> = lines
+        .iter()
+        .filter_map(|l| {
+            let mut cells = l.strip_prefix("| `")?.splitn(2, "` |");
+            let code = cells.next()?.parse().ok()?;
+            Some((code, cells.next()?.to_string()))
+        })
+        .collect();
+    let codes: BTreeSet<i32> = rows.keys().copied().collect();
+    assert_eq!(codes, BTreeSet::from([0, 1, 2]), "{lines:?}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, text: &str| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, text).unwrap();
+        p.to_str().unwrap().to_string()
+    };
+    let dead = dead_port();
+    let good = write(
+        "good.yaml",
+        &format!(
+            "listen: {{ grpc: off }}\nsources:\n  - name: main\n    type: redis\n    url: redis://127.0.0.1:{dead}\n    timeout: 1s\n    queues: [{{ key: work }}]\n"
+        ),
+    );
+    let bad = write(
+        "bad.yaml",
+        "sources:\n  - name: main\n    type: redis\n    poll_interval: often\n",
+    );
+    // A listener holds this port while `serve` tries it.
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let busy = busy.local_addr().unwrap().to_string();
+    let dead_grpc = format!("127.0.0.1:{dead}");
+    let dead_url = format!("redis://127.0.0.1:{dead}");
+    // Each: what the row says, the command, its environment, its stdin, the code.
+    let cases = [
+        ExitCase {
+            cause: "`check` found the config valid",
+            args: vec!["check", "--config", &good],
+            env: vec![],
+            stdin: "",
+            code: 0,
+        },
+        ExitCase {
+            cause: "`hash-password` printed",
+            args: vec!["hash-password", "--cost", "4"],
+            env: vec![],
+            stdin: "pw\n",
+            code: 0,
+        },
+        ExitCase {
+            cause: "`check --connect` or `once` could not poll a source",
+            args: vec!["check", "--connect", "--config", &good],
+            env: vec![],
+            stdin: "",
+            code: 1,
+        },
+        ExitCase {
+            cause: "`check --connect` or `once` could not poll a source",
+            args: vec!["once", "--config", &good],
+            env: vec![],
+            stdin: "",
+            code: 1,
+        },
+        ExitCase {
+            cause: "could not bind a listener",
+            args: vec!["serve", "--config", &good, "--listen-http", &busy],
+            env: vec![],
+            stdin: "",
+            code: 1,
+        },
+        ExitCase {
+            cause: "`discover` could not read Redis",
+            args: vec!["discover", "--url", &dead_url],
+            env: vec![],
+            stdin: "",
+            code: 1,
+        },
+        ExitCase {
+            cause: "`ask` could not reach the scaler",
+            args: vec!["ask", "--grpc", &dead_grpc, "queue=work"],
+            env: vec![],
+            stdin: "",
+            code: 1,
+        },
+        ExitCase {
+            cause: "a bad config",
+            args: vec!["check", "--config", &bad],
+            env: vec![],
+            stdin: "",
+            code: 2,
+        },
+        ExitCase {
+            cause: "environment override",
+            args: vec!["check", "--config", &good],
+            env: vec![("QUEUE_EXPORTER__LOG__FORMAT", "xml")],
+            stdin: "",
+            code: 2,
+        },
+        ExitCase {
+            cause: "an unknown command, flag or flag value",
+            args: vec!["check", "--bogus"],
+            env: vec![],
+            stdin: "",
+            code: 2,
+        },
+        ExitCase {
+            cause: "`ask` metadata that is not `key=value`",
+            args: vec!["ask", "queue"],
+            env: vec![],
+            stdin: "",
+            code: 2,
+        },
+        ExitCase {
+            cause: "`discover` without `--url` or `--source`",
+            args: vec!["discover"],
+            env: vec![],
+            stdin: "",
+            code: 2,
+        },
+        ExitCase {
+            cause: "`hash-password` given no password",
+            args: vec!["hash-password"],
+            env: vec![],
+            stdin: "",
+            code: 2,
+        },
+    ];
+    let mut wrong = Vec::new();
+    for ExitCase {
+        cause,
+        args,
+        env,
+        stdin,
+        code: want,
+    } in &cases
+    {
+        let (code, stderr) = run_for_code(args, env, stdin);
+        if code != *want {
+            wrong.push(format!("{args:?} exited {code}, not {want}: {stderr}"));
+        }
+        if !rows[want].contains(cause) {
+            wrong.push(format!("the row of code {want} does not say {cause:?}"));
+        }
+        // Each cause once: no message repeats its own cause
+        // (`…: Address already in use (os error 98): Address already in use (os error 98)`).
+        for line in stderr.lines() {
+            let parts: Vec<&str> = line.split(": ").collect();
+            if parts.windows(2).any(|w| w[0] == w[1])
+                || parts.iter().filter(|p| p.contains("(os error")).count() > 1
+            {
+                wrong.push(format!("{args:?} repeats a cause: {line}"));
+            }
+        }
+        if args[0] == "serve" {
+            assert!(stderr.contains("Address already in use"), "{stderr}");
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+// ------------------------------------------------------------ sizes
+
+/// An `N MB` / `N.N MB` figure (not MiB or KB).
+fn mb_figure() -> Regex {
+    Regex::new(r"\b\d+(?:\.\d+)? MB\b").unwrap()
+}
+
+/// The sentences (and table cells) of Markdown `lines`, joined across
+/// line breaks.
+fn sentences(lines: &[&String]) -> Vec<String> {
+    let joined = lines
+        .iter()
+        .map(|l| l.as_str())
+        .collect::<Vec<_>>()
+        .join(" ");
+    Regex::new(r"[.;!?](?:\s|$)|\|")
+        .unwrap()
+        .split(&joined)
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn the_binary_and_image_sizes_are_stated_only_in_container_md() {
+    let container = root().join("docs/container.md");
+    let page = parse_doc(&read(&container));
+    let table = section(&page, "how-big-is-it", "docs/container.md");
+    let release = table
+        .iter()
+        .find(|l| l.starts_with("| `release`"))
+        .expect("a release row in docs/container.md#how-big-is-it");
+    let figure = mb_figure();
+    assert_eq!(
+        figure.find_iter(release).count(),
+        2,
+        "binary and image: {release}"
+    );
+    assert!(
+        read(&root().join("scripts/binary-size")).contains("| \\`release\\` (fat LTO"),
+        "scripts/binary-size prints the row it measures"
+    );
+
+    // Elsewhere, a size in MB within a few words of the binary, the image
+    // or the code (in one sentence) states what only that table may.
+    let about_size =
+        Regex::new(r"(?i)\b(binary|binaries|image|stripped|executable|its code|release build)\b")
+            .unwrap();
+    let mut elsewhere = Vec::new();
+    for path in markdown_files() {
+        let doc = parse_doc(&read(&path));
+        let own_table: BTreeSet<&String> = if path == container {
+            table.iter().collect()
+        } else {
+            BTreeSet::new()
+        };
+        let text: Vec<&String> = doc
+            .lines
+            .iter()
+            .filter(|l| !own_table.contains(l))
+            .collect();
+        for sentence in sentences(&text) {
+            // The libraries' sizes in the image are parts of it, not its size.
+            if path == container && sentence.contains("glibc") {
+                continue;
+            }
+            let figures: Vec<usize> = figure.find_iter(&sentence).map(|m| m.start()).collect();
+            let near = about_size
+                .find_iter(&sentence)
+                .filter(|w| {
+                    !sentence[w.start()..]
+                        .to_lowercase()
+                        .starts_with("binary search")
+                })
+                .any(|w| figures.iter().any(|f| f.abs_diff(w.start()) < 80));
+            if near {
+                elsewhere.push(format!(
+                    "{}: {}",
+                    path.strip_prefix(root()).unwrap().display(),
+                    sentence.trim()
+                ));
+            }
+        }
+    }
+    assert!(
+        elsewhere.is_empty(),
+        "the binary's and image's sizes belong in docs/container.md#how-big-is-it only \
+         (link there; scripts/binary-size measures them):\n{}",
+        elsewhere.join("\n")
+    );
+}
+
 // ------------------------------------------------------------ metrics
 
 /// A queue sample with every value known, as no single backend has it.

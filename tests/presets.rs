@@ -235,6 +235,13 @@ async fn sidekiq_queues_global_sets_latency_and_a_dead_process() {
     );
     let retry = [("queue", "(all)"), ("state", "retry,delayed")];
     assert_eq!(metrics(&mut c, &retry).await.unwrap().1, 4.0);
+    // Retries are Sidekiq's, not a queue's: asked of `default`, refused,
+    // naming where they are (issue 36: it answered 0).
+    let e = metrics(&mut c, &[("queue", "default"), ("state", "retry")])
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+    assert!(e.message().contains(r#"under queue "(all)""#), "{e:?}");
     assert!(active(&mut c, &[("queue", "critical")]).await.unwrap());
     app.stop().await;
 }
@@ -275,6 +282,12 @@ async fn celery_priority_lists_sum_into_waiting() {
         11.0
     );
     assert!(active(&mut c, &[("queue", "emails")]).await.unwrap());
+    // Reserved tasks are kombu's, not a queue's (`unacked`, under `(all)`).
+    let e = metrics(&mut c, &[("queue", "celery"), ("state", "active")])
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+    assert!(e.message().contains(r#"under queue "(all)""#), "{e:?}");
 
     // Drained: kombu deletes the lists; a configured queue reads 0.
     let mut conn = redis.conn();
@@ -782,4 +795,201 @@ fn a_bad_preset_entry_is_one_line_naming_the_field() {
         );
         assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
     }
+}
+
+/// Sidekiq keeps `retry`, `delayed` (`schedule`), `failed` (`dead`) and
+/// `active` (`processes`) only for all its queues together, under `(all)`;
+/// kombu keeps `active` (`unacked`) likewise. Asked of one queue such a
+/// state is refused, naming `(all)`, never read as 0 (issue 36: the docs'
+/// own `state: waiting,retry` on `default` answered 3 while 2 jobs waited
+/// for a retry); a glob that also matches `(all)` counts each job once,
+/// where it lives, with `operation: sum` only. Layouts written key by key,
+/// as Sidekiq 6 and kombu write them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_state_kept_only_under_all_is_refused_per_queue_and_counted_once_by_a_glob() {
+    let redis = RedisServer::start();
+    let mut conn = redis.conn();
+    rcmd(&mut conn, &["SADD", "queues", "default", "critical"]);
+    rcmd(&mut conn, &["LPUSH", "queue:default", "{}", "{}", "{}"]);
+    rcmd(&mut conn, &["LPUSH", "queue:critical", "{}"]);
+    let later = format!("{}", wall() + 3600.0);
+    rcmd(&mut conn, &["ZADD", "retry", &later, "r1", &later, "r2"]);
+    rcmd(&mut conn, &["ZADD", "schedule", &later, "s1"]);
+    rcmd(&mut conn, &["LPUSH", "celery", "m1", "m2"]);
+    rcmd(&mut conn, &["HSET", "unacked", "t1", "{}"]);
+    let app = TestApp::start(&config(
+        &redis.url,
+        "- preset: sidekiq\n- preset: celery\n  queues: [celery]\n",
+    ))
+    .await;
+    let s = app
+        .scrape_until("sidekiq and celery", Duration::from_secs(15), |s| {
+            depth(s, "critical", "sidekiq", "waiting").is_some()
+                && depth(s, "(all)", "celery", "active").is_some()
+        })
+        .await;
+    assert_eq!(depth(&s, "(all)", "sidekiq", "retry"), Some(2.0), "{s}");
+    assert_eq!(depth(&s, "default", "sidekiq", "retry"), None, "{s}");
+    let mut c = client(&app).await;
+    let sk = |queue: &'static str, state: &'static str| {
+        vec![("queue", queue), ("preset", "sidekiq"), ("state", state)]
+    };
+    let refused = |e: tonic::Status, state: &str| {
+        assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+        let m = e.message();
+        assert!(m.starts_with("scalerMetadata.state: "), "{m}");
+        assert!(m.contains(&format!("keeps {state} jobs")), "{m}");
+        m.to_string()
+    };
+
+    // The docs' old example, and each state Sidekiq keeps under (all).
+    for (queue, state) in [
+        ("default", "waiting,retry"),
+        ("default", "retry"),
+        ("default", "delayed"),
+        ("default", "failed"),
+        ("critical", "active"),
+        // A glob that matches queues only.
+        ("crit*", "retry"),
+    ] {
+        let e = metrics(&mut c, &sk(queue, state)).await.unwrap_err();
+        let m = refused(e, state.trim_start_matches("waiting,"));
+        assert!(m.contains(r#"under queue "(all)""#), "{m}");
+        let e = active(&mut c, &sk(queue, state)).await.unwrap_err();
+        assert_eq!(
+            e.code(),
+            tonic::Code::InvalidArgument,
+            "IsActive {queue} {state}"
+        );
+    }
+    // Celery's unacked tasks are kept for all queues together, too.
+    let e = metrics(
+        &mut c,
+        &[
+            ("queue", "celery"),
+            ("preset", "celery"),
+            ("state", "active"),
+        ],
+    )
+    .await
+    .unwrap_err();
+    let m = refused(e, "active");
+    assert!(m.contains(r#"under queue "(all)""#), "{m}");
+    // Where the state lives, it is read.
+    let all_retry = sk("(all)", "retry,delayed");
+    assert_eq!(metrics(&mut c, &all_retry).await.unwrap().1, 3.0);
+    assert_eq!(
+        metrics(&mut c, &sk("default", "waiting")).await.unwrap().1,
+        3.0
+    );
+    // A glob over the queues and (all): each job counted once, where it lives.
+    let every = sk("*", "waiting,retry");
+    assert_eq!(metrics(&mut c, &every).await.unwrap().1, 3.0 + 1.0 + 2.0);
+    let only_retry = [("operation", "max")]
+        .into_iter()
+        .chain(sk("*", "retry"))
+        .collect::<Vec<_>>();
+    assert_eq!(metrics(&mut c, &only_retry).await.unwrap().1, 2.0);
+    // max/avg would compare one queue with every queue's retries.
+    for op in ["max", "avg"] {
+        let q = [("operation", op)]
+            .into_iter()
+            .chain(sk("*", "waiting,retry"))
+            .collect::<Vec<_>>();
+        let e = metrics(&mut c, &q).await.unwrap_err();
+        assert_eq!(e.code(), tonic::Code::InvalidArgument, "{op}: {e:?}");
+        assert!(
+            e.message().starts_with("scalerMetadata.operation: "),
+            "{e:?}"
+        );
+        assert!(e.message().contains(r#""(all)""#), "{e:?}");
+    }
+    app.stop().await;
+}
+
+/// A `key:` entry on a key a preset counts jobs in (docs/keda.md advised
+/// `counters: enqueued` on the queue's list for Sidekiq, RQ and Celery)
+/// showed the same jobs twice, `queue_depth{queue="rq:queue:high"} 1`
+/// beside RQ's `high` `waiting` 1, and `queue: "*"` summed both (issue 36).
+/// The key is counted once, as the preset queue, which gets the entry's
+/// counters: `/metrics` has no series of the key, the preset queue carries
+/// `queue_messages_published_total`, KEDA reads its publish rate, and the
+/// key's name is refused naming the queue to ask for. RQ's layout written
+/// key by key, as RQ 1.x/2.x writes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_entry_on_a_presets_list_is_counted_once_as_the_preset_queue_with_its_counters() {
+    let redis = RedisServer::start();
+    let mut conn = redis.conn();
+    rcmd(
+        &mut conn,
+        &["SADD", "rq:queues", "rq:queue:high", "rq:queue:low"],
+    );
+    rcmd(&mut conn, &["RPUSH", "rq:queue:high", "j1"]);
+    rcmd(&mut conn, &["RPUSH", "rq:queue:low", "j2", "j3"]);
+    rcmd(&mut conn, &["SET", "high:enqueued", "5"]);
+    rcmd(&mut conn, &["RPUSH", "plain", "p1"]);
+    let app = TestApp::start(&config(
+        &redis.url,
+        "- preset: rq\n- key: rq:queue:high\n  counters: { enqueued: high:enqueued }\n- key: plain\n",
+    ))
+    .await;
+    let s = app
+        .scrape_until(
+            "rq queues and the plain key",
+            Duration::from_secs(15),
+            |s| {
+                depth(s, "high", "rq", "waiting").is_some()
+                    && depth(s, "low", "rq", "waiting").is_some()
+                    && s.depth("plain").is_some()
+            },
+        )
+        .await;
+    assert_eq!(depth(&s, "high", "rq", "waiting"), Some(1.0), "{s}");
+    assert!(!s.text().contains("rq:queue:high"), "{s}");
+    let published = [("queue", "high"), ("preset", "rq")];
+    assert_eq!(
+        s.value("queue_messages_published_total", &published),
+        Some(5.0),
+        "{s}"
+    );
+    // sum(queue_depth) counts each job once: 1 + 2 in RQ's lists, 1 plain.
+    let total: f64 = s
+        .samples("queue_depth", &[("source", "main")])
+        .map(|x| match x.value {
+            prometheus_parse::Value::Gauge(v) => v,
+            _ => f64::NAN,
+        })
+        .sum();
+    assert_eq!(total, 4.0, "{s}");
+    assert_eq!(s.depth("plain"), Some(1.0));
+
+    let mut c = client(&app).await;
+    assert_eq!(metrics(&mut c, &[("queue", "*")]).await.unwrap().1, 4.0);
+    assert_eq!(metrics(&mut c, &[("queue", "high")]).await.unwrap().1, 1.0);
+    for q in ["rq:queue:high", "rq:queue:*"] {
+        let e = metrics(&mut c, &[("queue", q)]).await.unwrap_err();
+        assert_eq!(e.code(), tonic::Code::InvalidArgument, "{q}: {e:?}");
+        assert!(
+            e.message().contains(r#"set queue: "high" and preset: rq"#),
+            "{q}: {e:?}"
+        );
+    }
+    // The counter the entry asked for is the queue's: its publish rate.
+    rcmd(&mut conn, &["INCRBY", "high:enqueued", "20"]);
+    let rate = [
+        ("queue", "high"),
+        ("preset", "rq"),
+        ("mode", "PublishRate"),
+        ("window", "30s"),
+    ];
+    let got = wait_for("a publish rate on high", Duration::from_secs(10), || {
+        let mut c = c.clone();
+        async move {
+            let v = metrics(&mut c, &rate).await.ok()?.1;
+            (v > 0.0).then_some(v)
+        }
+    })
+    .await;
+    assert!(got > 0.0, "{got}");
+    app.stop().await;
 }

@@ -70,6 +70,27 @@ async fn misbehave(uri: Uri) -> Response {
             );
             Body::from_stream(chunks).into_response()
         }
+        // Every vhost polled: `/api/vhosts` names `priv` and `empty`
+        // beside the fixture's vhosts, and `amq.direct` is listed in all
+        // but `priv` (the user may not read it).
+        "vhosts" | "noexchanges" | "novhosts" if rest.starts_with("api/vhosts") => {
+            if mode == "novhosts" {
+                return (StatusCode::INTERNAL_SERVER_ERROR, "boom").into_response();
+            }
+            let items = ["/", "a/b c", "priv", "empty"].map(|v| serde_json::json!({ "name": v }));
+            serde_json::json!({"items": items, "page": 1, "page_count": 1})
+                .to_string()
+                .into_response()
+        }
+        "vhosts" | "noexchanges" if rest.starts_with("api/exchanges") => {
+            if mode == "noexchanges" || !query.contains("amq") {
+                return (StatusCode::INTERNAL_SERVER_ERROR, "boom").into_response();
+            }
+            let items = ["/", "a/b c", "empty"].map(|v| serde_json::json!({ "vhost": v }));
+            serde_json::json!({"items": items, "page": 1, "page_count": 1})
+                .to_string()
+                .into_response()
+        }
         "regex400" if query.contains("use_regex") => {
             (StatusCode::BAD_REQUEST, "{\"error\":\"bad_request\"}").into_response()
         }
@@ -358,6 +379,59 @@ async fn a_queue_named_oddly_and_a_string_where_a_number_belongs() {
     assert_eq!(weird.broker().state.as_deref(), Some("flow"));
     assert!(weird.counters().is_empty());
     assert_eq!(out.stats.queues_per_vhost.get("a/b c"), Some(&1));
+}
+
+/// The causes of the coverage gaps of one management poll over every
+/// vhost of the fake server's `mode`, which lists the fixture's 3 queues.
+async fn gap_causes(base: &str, mode: &str) -> Vec<String> {
+    let mut source = rabbit_source(&entry("r", "management", &format!("{base}/{mode}"), ""));
+    let out = source.poll().await.expect("poll");
+    assert_eq!(out.queues.len(), 3, "{mode}");
+    assert!(
+        out.partial_errors.is_empty(),
+        "{mode}: {:?}",
+        out.partial_errors
+    );
+    let causes: Vec<String> = out
+        .coverage
+        .gaps()
+        .iter()
+        .map(|g| g.cause.clone())
+        .collect();
+    for c in &causes {
+        assert!(!c.contains(SECRET), "{c}");
+    }
+    causes
+}
+
+#[tokio::test]
+async fn over_every_vhost_a_vhost_listed_but_not_readable_is_a_gap_and_so_is_not_knowing() {
+    let base = server().await;
+    // `priv` is listed and has no readable `amq.direct`; `empty` has one:
+    // the user may read it, it just holds no queue.
+    assert_eq!(
+        gap_causes(&base, "vhosts").await,
+        ["user \"guest\" may not read vhost \"priv\" (no permission), so its queues are unknown"]
+    );
+    // Which vhosts the user may read is unknown: each listed vhost without
+    // a listed queue is.
+    let causes = gap_causes(&base, "noexchanges").await;
+    assert_eq!(causes.len(), 2, "{causes:?}");
+    for (cause, vhost) in causes.iter().zip(["empty", "priv"]) {
+        assert!(
+            cause.starts_with(&format!(
+                "the exporter could not tell whether user \"guest\" may read vhost \"{vhost}\""
+            )),
+            "{cause}"
+        );
+    }
+    // No vhost list: any vhost may be one the user may not read.
+    let causes = gap_causes(&base, "novhosts").await;
+    assert_eq!(causes.len(), 1, "{causes:?}");
+    assert!(
+        causes[0].starts_with("the exporter could not list the vhosts"),
+        "{causes:?}"
+    );
 }
 
 #[tokio::test]

@@ -15,6 +15,10 @@
 //! - one node killed: the source is down (no zeros), back: up and right;
 //! - the ACL `-@all +@read +@connection +cluster|slots ~*` is enough, and
 //!   without `+cluster|slots` the source says `auth`.
+//! - topology changes, each seen within one `discovery_interval`: a cluster
+//!   formed after the exporter started (before: down for `cluster_slots`,
+//!   KEDA `UNAVAILABLE`, never 0), a primary added with slots migrated to
+//!   it, a failover to a replica.
 mod reliability_support;
 mod scaler_common;
 mod support;
@@ -24,7 +28,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use reliability_support::{Proxy, ProxyMode};
-use support::{RedisServer, Scrape, TestApp};
+use support::{RedisServer, Scrape, TestApp, polls};
 
 /// A 3-primary cluster on free ports, killed on drop.
 struct Cluster {
@@ -38,38 +42,31 @@ impl Cluster {
     /// Starts three nodes (with an append-only file, so a killed node comes
     /// back with its keys) and joins them with `redis-cli --cluster create`.
     fn start() -> Cluster {
+        let cluster = Cluster::unformed(3);
+        cluster.create(0);
+        cluster
+    }
+
+    /// Starts `n` cluster-enabled nodes that know nothing of each other:
+    /// no slot is assigned, so `CLUSTER SLOTS` names no primary.
+    fn unformed(n: usize) -> Cluster {
         let dir = tempfile::tempdir().expect("tempdir");
-        let nodes: Vec<RedisServer> = (0..3)
-            .map(|i| {
-                let data = dir.path().join(format!("node-{i}"));
-                std::fs::create_dir(&data).expect("node dir");
-                let conf = dir.path().join(format!("nodes-{i}.conf"));
-                RedisServer::start_with(&[
-                    "--cluster-enabled",
-                    "yes",
-                    "--cluster-config-file",
-                    path(&conf),
-                    "--cluster-node-timeout",
-                    "1000",
-                    "--dir",
-                    path(&data),
-                    "--appendonly",
-                    "yes",
-                    // Every write is on disk before its reply, so a node
-                    // killed right after the test wrote comes back with it.
-                    "--appendfsync",
-                    "always",
-                ])
-            })
-            .collect();
-        let addrs: Vec<String> = nodes
+        let nodes = (0..n).map(|i| spawn_node(dir.path(), i)).collect();
+        Cluster { nodes, _dir: dir }
+    }
+
+    /// Joins every node with `redis-cli --cluster create`, with `replicas`
+    /// replicas per primary, and waits until the cluster is ok.
+    fn create(&self, replicas: usize) {
+        let addrs: Vec<String> = self
+            .nodes
             .iter()
             .map(|n| format!("127.0.0.1:{}", n.port))
             .collect();
         let out = Command::new("redis-cli")
             .args(["--cluster", "create"])
             .args(&addrs)
-            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
             .output()
             .expect("redis-cli");
         assert!(
@@ -78,9 +75,71 @@ impl Cluster {
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );
-        let cluster = Cluster { nodes, _dir: dir };
-        cluster.wait_ok();
-        cluster
+        self.wait_ok();
+    }
+
+    /// Starts one more node and adds it as a primary without slots
+    /// (`redis-cli --cluster add-node`); returns its index.
+    fn add_primary(&mut self) -> usize {
+        let i = self.nodes.len();
+        let node = spawn_node(self._dir.path(), i);
+        let out = Command::new("redis-cli")
+            .args(["--cluster", "add-node"])
+            .arg(format!("127.0.0.1:{}", node.port))
+            .arg(format!("127.0.0.1:{}", self.nodes[0].port))
+            .output()
+            .expect("redis-cli");
+        assert!(
+            out.status.success(),
+            "redis-cli --cluster add-node: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        self.nodes.push(node);
+        // Until every node knows it and they agree (reshard refuses to
+        // start before).
+        let known = format!("cluster_known_nodes:{}", self.nodes.len());
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let all_know = (0..self.nodes.len()).all(|n| {
+                redis::cmd("CLUSTER")
+                    .arg("INFO")
+                    .query::<String>(&mut self.node(n))
+                    .is_ok_and(|info| info.contains(&known) && info.contains("cluster_state:ok"))
+            });
+            let agree = all_know
+                && Command::new("redis-cli")
+                    .args(["--cluster", "check"])
+                    .arg(format!("127.0.0.1:{}", self.nodes[0].port))
+                    .output()
+                    .expect("redis-cli")
+                    .status
+                    .success();
+            if agree {
+                break;
+            }
+            assert!(Instant::now() < deadline, "the nodes never agreed");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        i
+    }
+
+    /// Moves `slots` slots from every other primary to node `to`, with
+    /// their keys (`redis-cli --cluster reshard --cluster-from all`).
+    fn reshard_to(&self, to: usize, slots: usize) {
+        let out = Command::new("redis-cli")
+            .args(["--cluster", "reshard"])
+            .arg(format!("127.0.0.1:{}", self.nodes[0].port))
+            .args(["--cluster-from", "all", "--cluster-to", &self.id(to)])
+            .args(["--cluster-slots", &slots.to_string(), "--cluster-yes"])
+            .output()
+            .expect("redis-cli");
+        assert!(
+            out.status.success(),
+            "redis-cli --cluster reshard: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 
     /// Waits until every node says `cluster_state:ok` and sees 3 primaries.
@@ -222,6 +281,29 @@ impl Cluster {
             .query(&mut self.node(i))
             .expect("DBSIZE")
     }
+}
+
+/// Node `i` of a cluster in `dir`: cluster-enabled, with an append-only
+/// file fsynced on every write, so a node killed right after the test wrote
+/// comes back with its keys.
+fn spawn_node(dir: &Path, i: usize) -> RedisServer {
+    let data = dir.join(format!("node-{i}"));
+    std::fs::create_dir(&data).expect("node dir");
+    let conf = dir.join(format!("nodes-{i}.conf"));
+    RedisServer::start_with(&[
+        "--cluster-enabled",
+        "yes",
+        "--cluster-config-file",
+        path(&conf),
+        "--cluster-node-timeout",
+        "1000",
+        "--dir",
+        path(&data),
+        "--appendonly",
+        "yes",
+        "--appendfsync",
+        "always",
+    ])
 }
 
 fn path(p: &Path) -> &str {
@@ -909,5 +991,389 @@ async fn the_cluster_needs_read_connection_and_cluster_slots_and_nothing_more() 
             .collect();
         assert!(refused.is_empty(), "node {i} refused qe: {refused:?}");
     }
+    app.stop().await;
+}
+
+/// Waits until `GetMetrics` answers `want`; on timeout, panics with the
+/// last answer and the scrape's `source_up`, tracked keys and errors.
+async fn keda_hears(
+    app: &TestApp,
+    grpc: &scaler_common::Client,
+    pairs: &[(&str, &str)],
+    want: f64,
+    timeout: Duration,
+) {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let answer = scaler_common::metrics(&mut grpc.clone(), pairs).await;
+        if matches!(answer, Ok((_, f)) if f == want) {
+            return;
+        }
+        if Instant::now() > deadline {
+            let s = app.scrape().await;
+            let lines: Vec<&str> = s
+                .text()
+                .lines()
+                .filter(|l| {
+                    l.starts_with("queue_exporter_source_up")
+                        || l.starts_with("queue_exporter_tracked_keys")
+                        || (l.starts_with("queue_exporter_poll_errors_total") && !l.ends_with(" 0"))
+                })
+                .collect();
+            panic!(
+                "{pairs:?}: KEDA heard {answer:?}, not {want}, after {timeout:?}\n{}",
+                lines.join("\n")
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// `GetMetrics` asked `n` times, 100 ms apart: every answer must be an
+/// error with `code`, never a number.
+async fn never_a_number(
+    grpc: &scaler_common::Client,
+    pairs: &[(&str, &str)],
+    code: tonic::Code,
+    n: usize,
+) {
+    for _ in 0..n {
+        match scaler_common::metrics(&mut grpc.clone(), pairs).await {
+            Err(s) => assert_eq!(s.code(), code, "{s:?}"),
+            Ok(v) => panic!("KEDA heard {v:?} for {pairs:?}"),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_formed_after_the_exporter_started_is_read_within_one_discovery_interval() {
+    // Three cluster nodes that are not joined yet: `CLUSTER SLOTS` names
+    // no primary, and no slot is served.
+    let cluster = Cluster::unformed(3);
+    // `cl` with a pattern, `zc` in zero config: both through node 0.
+    let yaml = format!(
+        r#"
+        listen: {{ grpc: 127.0.0.1:0 }}
+        sources:
+          - name: cl
+            type: redis
+            url: {url}
+            poll_interval: 200ms
+            discovery_interval: 1s
+            queues:
+              - pattern: "cq:*"
+          - name: zc
+            type: redis
+            url: {url}
+            poll_interval: 200ms
+            discovery_interval: 1s
+        "#,
+        url = cluster.url(0),
+    );
+    let app = TestApp::start(&yaml).await;
+    let grpc = scaler_common::client(&app).await;
+    let asks = [
+        [("queue", "cq:*"), ("source", "cl")],
+        [("queue", "cq:7"), ("source", "cl")],
+        [("queue", "cq:*"), ("source", "zc")],
+    ];
+    // Down for `cluster_slots` (and for nothing else), no queue shown, and
+    // KEDA hears UNAVAILABLE, never 0.
+    let down = |what: &'static str| {
+        let app = &app;
+        let grpc = &grpc;
+        let asks = &asks;
+        async move {
+            let at = polls(&app.scrape().await, "cl");
+            let s = app
+                .until(what, Duration::from_secs(30), |s| {
+                    ["cl", "zc"].iter().all(|src| {
+                        s.source_up(src) == Some(0.0)
+                            && s.errors(src, "cluster_slots").is_some_and(|e| e > 0.0)
+                    }) && polls(s, "cl") > at + 1
+                })
+                .await;
+            for src in ["cl", "zc"] {
+                assert!(
+                    !s.text().contains(&format!("source=\"{src}\",queue=")),
+                    "{s}"
+                );
+                assert_eq!(s.errors(src, "backend"), Some(0.0), "{s}");
+            }
+            for pairs in asks {
+                never_a_number(grpc, pairs, tonic::Code::Unavailable, 3).await;
+            }
+        }
+    };
+    down("down for cluster_slots before any slot is assigned").await;
+
+    // Each node takes its third of the slots but has met no other: node
+    // 0's map names one primary and leaves two thirds without one. Today's
+    // main took that map and answered 0 for `cq:*`.
+    let thirds = [(0, 5460), (5461, 10922), (10923, 16383)];
+    for (i, (first, last)) in thirds.into_iter().enumerate() {
+        let (first, last) = (first.to_string(), last.to_string());
+        cluster.run(i, &["CLUSTER", "ADDSLOTSRANGE", &first, &last]);
+    }
+    down("down for cluster_slots with a third of the slots").await;
+
+    // The nodes meet: the cluster is formed. 30 lists holding 1..=30
+    // items (465) are written, on every node.
+    tokio::task::block_in_place(|| {
+        for i in 1..3 {
+            let port = cluster.nodes[i].port.to_string();
+            cluster.run(0, &["CLUSTER", "MEET", "127.0.0.1", &port]);
+        }
+        cluster.wait_ok();
+    });
+    let mut c = cluster.client();
+    let mut want: Vec<(String, f64)> = Vec::new();
+    for i in 1..=30 {
+        let key = format!("cq:{i}");
+        set_list(&mut c, &key, i);
+        want.push((key, i as f64));
+    }
+    for i in 0..3 {
+        assert!(cluster.dbsize(i) > 0, "node {i} holds no key");
+    }
+    let written = Instant::now();
+    // Within one discovery interval (1 s), plus a poll and slack for a
+    // loaded machine.
+    keda_hears(&app, &grpc, &asks[0], 465.0, Duration::from_secs(12)).await;
+    let took = written.elapsed();
+    keda_hears(&app, &grpc, &asks[2], 465.0, Duration::from_secs(12)).await;
+    scaler_common::wait_value(&grpc, &asks[1], 7.0).await;
+    let s = app
+        .until("every key exact", Duration::from_secs(5), |s| {
+            all_exact(s, "cl", &want) && all_exact(s, "zc", &want)
+        })
+        .await;
+    eprintln!("keys written after forming read by KEDA {took:?} later");
+    assert_eq!(s.source_up("cl"), Some(1.0));
+    assert_eq!(
+        s.value("queue_exporter_tracked_keys", &[("source", "cl")]),
+        Some(30.0)
+    );
+    app.stop().await;
+}
+
+/// Every scrape watched: while up, each key of `want` it shows has its
+/// exact depth (`all` also requires each to be shown); while down, none
+/// is shown.
+fn never_wrong(seen: &[(Instant, Scrape)], want: &[(String, f64)], all: bool) {
+    assert!(seen.len() >= 3, "only {} scrapes", seen.len());
+    for (_, s) in seen {
+        match s.source_up("cl") {
+            Some(1.0) => {
+                let bad: Vec<String> = wrong(s, "cl", want)
+                    .into_iter()
+                    .filter(|w| all || !w.ends_with("got None"))
+                    .collect();
+                assert!(bad.is_empty(), "up with wrong depths: {bad:?}");
+            }
+            _ => assert!(
+                want.iter().all(|(k, _)| depth(s, "cl", k).is_none()),
+                "a depth shown while down:\n{s}"
+            ),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_primary_added_later_with_slots_migrated_to_it_is_scanned_within_one_discovery_interval()
+{
+    let mut cluster = Cluster::start();
+    let mut c = cluster.client();
+    let mut want: Vec<(String, f64)> = Vec::new();
+    for i in 0..40 {
+        let key = format!("ad:{i}");
+        set_list(&mut c, &key, i % 5 + 1);
+        want.push((key, (i % 5 + 1) as f64));
+    }
+    drop(c);
+    let yaml = format!(
+        r#"
+        listen: {{ grpc: 127.0.0.1:0 }}
+        sources:
+          - name: cl
+            type: redis
+            url: {url}
+            poll_interval: 200ms
+            discovery_interval: 1s
+            queues:
+              - pattern: "ad:*"
+        "#,
+        url = cluster.url(0),
+    );
+    let app = TestApp::start(&yaml).await;
+    app.until("initial depths", Duration::from_secs(30), |s| {
+        all_exact(s, "cl", &want)
+    })
+    .await;
+    let watcher = app.watch_scrapes(Duration::from_millis(50));
+
+    // A fourth primary joins and takes a quarter of the slots, with the
+    // keys in them.
+    let new = tokio::task::block_in_place(|| {
+        let new = cluster.add_primary();
+        cluster.reshard_to(new, 4096);
+        cluster.wait_ok();
+        new
+    });
+    assert!(cluster.dbsize(new) > 0, "no key moved to the new primary");
+    // Keys written since, in slots only the new primary serves.
+    let port = cluster.nodes[new].port;
+    let its = cluster.ranges(0);
+    let fresh: Vec<String> = (0..)
+        .map(|j| format!("ad:new:{j}"))
+        .filter(|k| {
+            let slot = cluster.slot(k);
+            its.iter()
+                .any(|(s, e, p)| (*s..=*e).contains(&slot) && *p == port)
+        })
+        .take(10)
+        .collect();
+    let mut direct = cluster.node(new);
+    for (j, key) in fresh.iter().enumerate() {
+        set_list_direct(&mut direct, key, j + 1);
+        want.push((key.clone(), (j + 1) as f64));
+    }
+    let written = Instant::now();
+    // Within one discovery interval (1 s), plus a poll and slack.
+    let s = app
+        .until("the new primary's keys", Duration::from_secs(8), |s| {
+            all_exact(s, "cl", &want)
+        })
+        .await;
+    eprintln!(
+        "keys written on the added primary shown {:?} later",
+        written.elapsed()
+    );
+    assert_eq!(
+        s.value("queue_exporter_tracked_keys", &[("source", "cl")]),
+        Some(50.0)
+    );
+    let total: f64 = want.iter().map(|(_, d)| d).sum();
+    let grpc = scaler_common::client(&app).await;
+    scaler_common::wait_value(&grpc, &[("queue", "ad:*"), ("source", "cl")], total).await;
+    never_wrong(&watcher.finish().await, &want, false);
+    app.stop().await;
+}
+
+/// [`set_list`] on one node's own connection (its slot must be there).
+fn set_list_direct(c: &mut redis::Connection, key: &str, n: usize) {
+    let items: Vec<String> = (0..n).map(|i| format!("job-{i}")).collect();
+    let _: () = redis::cmd("RPUSH")
+        .arg(key)
+        .arg(items)
+        .query(c)
+        .expect("RPUSH");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failover_is_followed_to_the_promoted_replica_and_nothing_wrong_is_shown_meanwhile() {
+    // Three primaries, each with a replica.
+    let mut cluster = Cluster::unformed(6);
+    cluster.create(1);
+    let mut c = cluster.client();
+    let mut want: Vec<(String, f64)> = Vec::new();
+    for i in 0..30 {
+        let key = format!("fo:{i}");
+        set_list(&mut c, &key, i % 6 + 1);
+        want.push((key, (i % 6 + 1) as f64));
+    }
+    drop(c);
+    // The primaries, and every write on their replica before the kill.
+    let ports: std::collections::BTreeSet<u16> =
+        cluster.ranges(0).into_iter().map(|r| r.2).collect();
+    let primaries: Vec<usize> = (0..6)
+        .filter(|&i| ports.contains(&cluster.nodes[i].port))
+        .collect();
+    assert_eq!(primaries.len(), 3);
+    tokio::task::block_in_place(|| {
+        // Each replica done with its first sync (a replica still loading
+        // would not acknowledge in time).
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !primaries.iter().all(|&p| {
+            let info: String = redis::cmd("INFO")
+                .arg("replication")
+                .query(&mut cluster.node(p))
+                .expect("INFO replication");
+            info.contains("connected_slaves:1") && info.contains("state=online")
+        }) {
+            assert!(Instant::now() < deadline, "a replica never came online");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    });
+    for &p in &primaries {
+        let acked: i64 = redis::cmd("WAIT")
+            .arg(1)
+            .arg(5000)
+            .query(&mut cluster.node(p))
+            .expect("WAIT");
+        assert_eq!(acked, 1, "node {p}'s replica did not acknowledge");
+    }
+    let slot = cluster.slot("fo:0");
+    let victim = cluster.owner(slot);
+    let survivor = *primaries.iter().find(|&&p| p != victim).unwrap();
+    // The exporter knows the cluster through the node that will die.
+    let yaml = format!(
+        r#"
+        listen: {{ grpc: 127.0.0.1:0 }}
+        sources:
+          - name: cl
+            type: redis
+            url: {url}
+            poll_interval: 200ms
+            discovery_interval: 1s
+            timeout: 1s
+            queues:
+              - pattern: "fo:*"
+        "#,
+        url = cluster.url(victim),
+    );
+    let app = TestApp::start(&yaml).await;
+    app.until("initial depths", Duration::from_secs(30), |s| {
+        all_exact(s, "cl", &want)
+    })
+    .await;
+    let watcher = app.watch_scrapes(Duration::from_millis(50));
+
+    cluster.nodes[victim].stop();
+    let victim_port = cluster.nodes[victim].port;
+    // The replica takes over (cluster-node-timeout 1 s): the survivor's map
+    // names a new owner for the slot, and the cluster is ok again.
+    let promoted = tokio::task::block_in_place(|| {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let map = cluster.ranges(survivor);
+            let owner = map.iter().find(|(s, e, _)| (*s..=*e).contains(&slot));
+            let info: String = redis::cmd("CLUSTER")
+                .arg("INFO")
+                .query(&mut cluster.node(survivor))
+                .expect("CLUSTER INFO");
+            if owner.is_some_and(|o| o.2 != victim_port) && info.contains("cluster_state:ok") {
+                return Instant::now();
+            }
+            assert!(Instant::now() < deadline, "no replica was promoted");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    });
+    // Within one discovery interval (1 s) of the promotion, plus slack.
+    app.until(
+        "up and exact after the failover",
+        Duration::from_secs(8),
+        |s| s.source_up("cl") == Some(1.0) && all_exact(s, "cl", &want),
+    )
+    .await;
+    eprintln!(
+        "failover followed {:?} after the promotion",
+        promoted.elapsed()
+    );
+    let total: f64 = want.iter().map(|(_, d)| d).sum();
+    let grpc = scaler_common::client(&app).await;
+    scaler_common::wait_value(&grpc, &[("queue", "fo:*"), ("source", "cl")], total).await;
+    never_wrong(&watcher.finish().await, &want, true);
     app.stop().await;
 }

@@ -1,11 +1,13 @@
 //! The scaler over the RabbitMQ source, against the real broker on
 //! 127.0.0.1 (AMQP 5672, management API 15672, guest/guest). Each test makes
 //! its own vhosts and deletes them afterwards.
+mod reliability_support;
 mod scaler_common;
 mod support;
 
 use std::time::Duration;
 
+use reliability_support::RabbitUser;
 use scaler_common::*;
 use support::*;
 use tonic::Code;
@@ -213,4 +215,228 @@ async fn rabbitmq_publish_rate_over_a_window() {
     );
     app.stop().await;
     drop(vhosts);
+}
+
+/// Issue 36, case 5: a user tagged `monitoring`, with access to vhost `pub`
+/// (read everything, configure and write nothing) and none to `priv`.
+/// `pub` holds `jobs.a` (3 messages) and `jobs.b` (1), `priv` holds `jobs.a`
+/// (9): 13 wait under `jobs.*`, of which this user can list 4.
+struct HiddenVhost {
+    /// `qe-t4pub-{pid}`, readable.
+    public: RabbitVhost,
+    /// `qe-t4priv-{pid}`, listed to the user but not readable.
+    private: RabbitVhost,
+    /// The monitoring user.
+    user: RabbitUser,
+}
+
+/// The monitoring user's password.
+const MONITOR_PASSWORD: &str = "t4-monitor-pass";
+
+impl HiddenVhost {
+    async fn create() -> HiddenVhost {
+        let pid = std::process::id();
+        let public = RabbitVhost::create_named(&format!("qe-t4pub-{pid}")).await;
+        let private = RabbitVhost::create_named(&format!("qe-t4priv-{pid}")).await;
+        for (vh, queue, n) in [
+            (&public, "jobs.a", 3),
+            (&public, "jobs.b", 1),
+            (&private, "jobs.a", 9),
+        ] {
+            api(
+                reqwest::Method::PUT,
+                &format!("/queues/{}/{}", pct(&vh.name), pct(queue)),
+                Some(serde_json::json!({"durable": true, "auto_delete": false})),
+            )
+            .await;
+            publish(&vh.name, queue, n).await;
+        }
+        let user =
+            RabbitUser::create(&format!("qe-t4mon-{pid}"), MONITOR_PASSWORD, "monitoring").await;
+        user.permit(&public.name, "^$", "^$", ".*").await;
+        HiddenVhost {
+            public,
+            private,
+            user,
+        }
+    }
+
+    /// One source of each method, all logging in as the monitoring user:
+    /// `all` (management, every vhost), `listed` (management, both vhosts
+    /// configured), `prom` (the prometheus plugin, both vhosts), and the
+    /// AMQP method on each vhost (`amqp-pub`, `amqp-priv`: one vhost each).
+    fn config(&self) -> String {
+        let (user, pw) = (&self.user.name, MONITOR_PASSWORD);
+        let (public, private) = (&self.public.name, &self.private.name);
+        format!(
+            r#"
+            listen: {{ grpc: 127.0.0.1:0 }}
+            sources:
+              - name: all
+                type: rabbitmq
+                url: http://127.0.0.1:15672
+                username: {user}
+                password: {pw}
+                poll_interval: 500ms
+              - name: listed
+                type: rabbitmq
+                url: http://127.0.0.1:15672
+                username: {user}
+                password: {pw}
+                vhosts: ["{public}", "{private}"]
+                poll_interval: 500ms
+              - name: prom
+                type: rabbitmq
+                method: prometheus
+                url: http://127.0.0.1:15692
+                vhosts: ["{public}", "{private}"]
+                poll_interval: 500ms
+              - name: amqp-pub
+                type: rabbitmq
+                method: amqp
+                url: amqp://{user}:{pw}@127.0.0.1:5672/{public_enc}
+                queues: [jobs.a, jobs.b]
+                poll_interval: 500ms
+              - name: amqp-priv
+                type: rabbitmq
+                method: amqp
+                url: amqp://{user}:{pw}@127.0.0.1:5672/{private_enc}
+                queues: [jobs.a]
+                poll_interval: 500ms
+            "#,
+            public_enc = pct(public),
+            private_enc = pct(private),
+        )
+    }
+}
+
+/// `GetMetrics` must be `UNAVAILABLE`; returns its message.
+async fn unavailable(c: &mut Client, pairs: &[(&str, &str)]) -> String {
+    match metrics(c, pairs).await {
+        Err(e) if e.code() == Code::Unavailable => e.message().to_string(),
+        other => panic!("{pairs:?}: want UNAVAILABLE, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_vhost_the_user_may_not_read_is_unavailable_never_a_smaller_sum() {
+    let h = HiddenVhost::create().await;
+    let (public, private) = (h.public.name.as_str(), h.private.name.as_str());
+    let app = TestApp::start(&h.config()).await;
+    let mut c = client(&app).await;
+    let from = |source: &'static str, rest: &[(&'static str, &'static str)]| {
+        let mut pairs = vec![("source", source), ("queue", "jobs.*")];
+        pairs.extend_from_slice(rest);
+        pairs
+    };
+    // The truth, from the plugin that reads every vhost (statistics lag up
+    // to 5 s): 13 under jobs.*, 4 in the readable vhost, 9 in the other.
+    wait_value_for(&c, &from("prom", &[]), 13.0, STATS_WAIT).await;
+    for source in ["all", "prom"] {
+        let mut pairs = from(source, &[]);
+        pairs.push(("vhost", public));
+        wait_value_for(&c, &pairs, 4.0, STATS_WAIT).await;
+    }
+    let mut in_private = from("prom", &[]);
+    in_private.push(("vhost", private));
+    assert_eq!(metrics(&mut c, &in_private).await.unwrap().1, 9.0);
+
+    // Management over every vhost: RabbitMQ lists `priv` to this user but
+    // not its queues. Anything `priv` may hold is unknown: jobs.* (it
+    // answered 4 before), jobs.a (3), and everything asked in `priv`.
+    let why = format!(
+        "user \"{}\" may not read vhost \"{private}\" (no permission), so its queues are unknown",
+        h.user.name
+    );
+    let m = unavailable(&mut c, &from("all", &[])).await;
+    assert!(
+        m.contains("may not read vhost") && m.contains("(no permission)"),
+        "{m}"
+    );
+    let m = unavailable(&mut c, &[("source", "all"), ("queue", "jobs.a")]).await;
+    assert!(m.contains("may not read vhost"), "{m}");
+    let mut pairs = from("all", &[]);
+    pairs.push(("vhost", private));
+    let m = unavailable(&mut c, &pairs).await;
+    assert!(m.contains(&why), "{m}");
+    let e = active(&mut c, &from("all", &[])).await.unwrap_err();
+    assert_eq!(e.code(), Code::Unavailable, "{e:?}");
+    assert_eq!(
+        metrics(
+            &mut c,
+            &[("source", "all"), ("queue", "jobs.a"), ("vhost", public)]
+        )
+        .await
+        .unwrap()
+        .1,
+        3.0
+    );
+
+    // Management over both vhosts, configured: `priv`'s listing is refused
+    // (counted as `auth`), `pub` is still read, and jobs.* names `priv`.
+    let mut pairs = from("listed", &[]);
+    pairs.push(("vhost", public));
+    wait_value_for(&c, &pairs, 4.0, STATS_WAIT).await;
+    let m = unavailable(&mut c, &from("listed", &[])).await;
+    assert!(m.contains(&why), "{m}");
+
+    // AMQP reads one vhost per source: `pub`'s source answers (mode Ready:
+    // a passive declare has no depth), `priv`'s cannot open its vhost and
+    // is down, so it answers nothing.
+    let ready = [("mode", "Ready")];
+    wait_value_for(&c, &from("amqp-pub", &ready), 4.0, STATS_WAIT).await;
+    let mut pairs = from("amqp-pub", &ready);
+    pairs.push(("vhost", public));
+    assert_eq!(metrics(&mut c, &pairs).await.unwrap().1, 4.0);
+    unavailable(&mut c, &from("amqp-priv", &ready)).await;
+
+    // /metrics: the management sources show `pub`'s queues and nothing of
+    // `priv`; the plugin shows both.
+    let s = app.scrape().await;
+    for source in ["all", "listed"] {
+        let depth = |vhost: &str, queue: &str| {
+            s.value(
+                "queue_depth",
+                &[("source", source), ("vhost", vhost), ("queue", queue)],
+            )
+        };
+        assert_eq!(depth(public, "jobs.a"), Some(3.0), "{source}\n{s}");
+        assert_eq!(depth(public, "jobs.b"), Some(1.0), "{source}\n{s}");
+        assert!(
+            !s.text()
+                .lines()
+                .any(|l| l.contains(&format!("source=\"{source}\""))
+                    && l.contains(&format!("vhost=\"{private}\""))),
+            "{source} shows something of {private}:\n{s}"
+        );
+        assert_eq!(
+            s.value("queue_exporter_source_up", &[("source", source)]),
+            Some(1.0)
+        );
+    }
+    assert_eq!(
+        s.value(
+            "queue_depth",
+            &[("source", "prom"), ("vhost", private), ("queue", "jobs.a")]
+        ),
+        Some(9.0)
+    );
+    // A vhost nobody configured is not an error; a configured one the user
+    // may not read is counted at every poll.
+    let auth = |source: &str| {
+        s.value(
+            "queue_exporter_poll_errors_total",
+            &[("source", source), ("reason", "auth")],
+        )
+    };
+    assert_eq!(auth("all"), Some(0.0), "{s}");
+    assert!(auth("listed").is_some_and(|n| n >= 1.0), "{s}");
+    assert!(auth("amqp-priv").is_some_and(|n| n >= 1.0), "{s}");
+    assert_eq!(
+        s.value("queue_exporter_source_up", &[("source", "amqp-priv")]),
+        Some(0.0)
+    );
+
+    app.stop().await;
+    drop(h);
 }

@@ -223,3 +223,161 @@ async fn rabbitmq_amqp_depth_is_unavailable_and_ready_is_read() {
     app.stop().await;
     drop(conn);
 }
+
+/// Issue 36: a zset score of `-inf` made the oldest age infinite, and KEDA
+/// received it (turned into int64 milli-units, it wraps). Every value KEDA
+/// receives is finite and at most 1e12: `Age` (and `IsActive`, and
+/// `WaitTime`'s oldest age) of such a zset is `UNAVAILABLE` naming the
+/// queue and the input, and so is an aggregate over it. A score of `+inf`
+/// is a member due never (Redis orders it last, and `ZRANGEBYSCORE -inf
+/// now`, which every library's scheduler moves due jobs by, never returns
+/// it): it counts as scheduled, and the answers stay finite and true.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zset_scores_of_minus_and_plus_infinity_never_reach_keda_as_huge_numbers() {
+    let redis = RedisServer::start();
+    let ten_ago = format!("{}", wall() - 10.0);
+    run(
+        &redis,
+        &["ZADD", "ts:neg", "-inf", "corrupt", &ten_ago, "ok"],
+    );
+    run(&redis, &["ZADD", "ts:pos", "+inf", "never", &ten_ago, "ok"]);
+    run(
+        &redis,
+        &["ZADD", "ts:far", "-1e300", "corrupt", &ten_ago, "ok"],
+    );
+    let zset = |k: &str| format!("- key: {k}\n  score: timestamp\n  score_unit: seconds\n");
+    let all = zset("ts:neg") + &zset("ts:pos") + &zset("ts:far");
+    let app = TestApp::start(&config(&redis.url, &all)).await;
+    let mut c = client(&app).await;
+    for q in ["ts:neg", "ts:pos", "ts:far"] {
+        app.wait_value("queue_depth", &[("queue", q)], 2.0, WAIT)
+            .await;
+    }
+    let age = |q: &'static str| vec![("queue", q), ("mode", "Age")];
+    let not_finite = "Age of queue \"ts:neg\" in source main is inf, not a finite number";
+    let e = metrics(&mut c, &age("ts:neg")).await.unwrap_err();
+    assert_unavailable(&e, &[not_finite, "-inf"]);
+    let e = active(&mut c, &age("ts:neg")).await.unwrap_err();
+    assert_unavailable(&e, &[not_finite]);
+    let e = metrics(
+        &mut c,
+        &[("queue", "ts:*"), ("mode", "Age"), ("operation", "max")],
+    )
+    .await
+    .unwrap_err();
+    assert_unavailable(&e, &["max over the 3 queues matching \"ts:*\"", not_finite]);
+    // A finite but absurd stamp: an age of 1e300 s is beyond the cap.
+    let e = metrics(&mut c, &age("ts:far")).await.unwrap_err();
+    assert_unavailable(
+        &e,
+        &["Age of queue \"ts:far\" in source main is 1e300, beyond the cap of 1e12"],
+    );
+    let wait_time = |q: &'static str| {
+        vec![
+            ("queue", q),
+            ("mode", "WaitTime"),
+            ("targetWait", "10s"),
+            ("processingTime", "1s"),
+            ("window", "1s"),
+        ]
+    };
+    let e = metrics(&mut c, &wait_time("ts:neg")).await.unwrap_err();
+    assert_unavailable(
+        &e,
+        &["WaitTime of queue \"ts:neg\" in source main: its oldest age (seconds) is inf"],
+    );
+    // +inf: due never, so scheduled; the other member is 10 s old.
+    let (_, age_pos) = metrics(&mut c, &age("ts:pos")).await.unwrap();
+    assert!((9.0..60.0).contains(&age_pos), "{age_pos}");
+    let (_, scheduled) = metrics(&mut c, &[("queue", "ts:pos"), ("mode", "Scheduled")])
+        .await
+        .unwrap();
+    assert_eq!(scheduled, 1.0);
+    app.stop().await;
+}
+
+/// Issue 36: corrupt BullMQ stamps (`finishedOn` 1e300 ms) made the
+/// measured service time 1e297 s, and a `WaitTime` trigger without
+/// `processingTime` asked KEDA for that many replicas. The scaler refuses
+/// any input beyond 1e12 before it computes: `UNAVAILABLE` naming the
+/// queue and its service time, never a number.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bullmq_stamps_of_1e300_never_reach_keda_as_huge_numbers() {
+    let redis = RedisServer::start();
+    let ms = (wall() * 1e3) as u64;
+    run(
+        &redis,
+        &["HSET", "bull:email:meta", "opts.maxLenEvents", "10000"],
+    );
+    run(&redis, &["SET", "bull:email:id", "8"]);
+    for id in ["1", "2", "3"] {
+        run(&redis, &["LPUSH", "bull:email:wait", id]);
+        let k = format!("bull:email:{id}");
+        run(
+            &redis,
+            &["HSET", &k, "timestamp", &(ms - 5_000).to_string()],
+        );
+    }
+    for id in ["6", "7", "8"] {
+        let k = format!("bull:email:{id}");
+        let started = (ms - 1_000).to_string();
+        run(
+            &redis,
+            &["HSET", &k, "processedOn", &started, "finishedOn", "1e300"],
+        );
+        run(
+            &redis,
+            &["ZADD", "bull:email:completed", &ms.to_string(), id],
+        );
+    }
+    // Jobs keep arriving (BullMQ's `id` counter rises), so the service
+    // time matters: with 1e297 s per job, the steady term is astronomic.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let adder = {
+        let stop = stop.clone();
+        let mut conn = redis.conn();
+        std::thread::spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let _: i64 = redis::cmd("INCR")
+                    .arg("bull:email:id")
+                    .query(&mut conn)
+                    .unwrap();
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        })
+    };
+    let app = TestApp::start(&config(&redis.url, "- preset: bullmq\n")).await;
+    let mut c = client(&app).await;
+    let trigger = [
+        ("queue", "email"),
+        ("mode", "WaitTime"),
+        ("targetWait", "10s"),
+        ("window", "1s"),
+    ];
+    // Once two polls give the arrival rate, the service time decides.
+    let answer = wait_for(
+        "a WaitTime answer that reads the service time",
+        WAIT,
+        || {
+            let mut c = c.clone();
+            async move {
+                match metrics(&mut c, &trigger).await {
+                    Ok(v) => Some(Ok(v)),
+                    Err(e) if e.message().contains("service time") => Some(Err(e)),
+                    Err(_) => None,
+                }
+            }
+        },
+    )
+    .await;
+    let e = answer.expect_err("a number from a 1e300 ms stamp");
+    assert_unavailable(
+        &e,
+        &["WaitTime of queue \"email\" in source main", "service time"],
+    );
+    let e = active(&mut c, &trigger).await.unwrap_err();
+    assert_eq!(e.code(), Code::Unavailable, "{e:?}");
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    adder.join().unwrap();
+    app.stop().await;
+}

@@ -3,6 +3,7 @@
 //! asked about, with its metadata (secrets redacted), its last answers, the
 //! WaitTime model's inputs and the history; the page shows the same, and a
 //! real headless Chromium (Debian's `chromium`) renders it.
+mod reliability_support;
 mod scaler_common;
 mod support;
 
@@ -194,4 +195,93 @@ fn chromium(args: &[&str]) -> Vec<u8> {
         String::from_utf8_lossy(&out.stderr)
     );
     out.stdout
+}
+
+/// Issue 36, case 6: a refused map was stored whole (200 `IsActive` calls
+/// with 1 MB maps took the exporter from 13 MB to 216 MB RSS, and
+/// `/api/v1/scalers` returned 200 MB). Now what is kept of a map is
+/// bounded per value and per map, the labels (ScaledObject name, `queue`
+/// as written) are cut, and the store as a whole is bounded: 40 maps of
+/// nearly 4 MB each (the gRPC limit), sent over the real client to the
+/// real binary, leave its RSS and the JSON small.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_4_mb_maps_leave_memory_and_the_json_bounded() {
+    use reliability_support::Exporter;
+    let redis = RedisServer::start();
+    let exp = Exporter::start(
+        &format!(
+            "sources:\n  - name: main\n    type: redis\n    url: {}\n    poll_interval: 1s\n    queues: [{{ key: orders }}]\n",
+            redis.url
+        ),
+        &[],
+        &[],
+    )
+    .await;
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", exp.grpc))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut c =
+        queue_exporter::scaler::proto::external_scaler_client::ExternalScalerClient::new(channel)
+            .max_encoding_message_size(8 << 20)
+            .max_decoding_message_size(8 << 20);
+    // One small request first, so the baseline includes the gRPC stack.
+    let small = object("warm-up", &[("queue", "orders"), ("mode", "Lenght")]);
+    assert!(c.is_active(small).await.is_err());
+    let before = exp.status().rss_kib;
+    const CALLS: usize = 40;
+    // 62 values of 64,000 bytes: 3.97 MB with `queue` and `connection`.
+    let filler = "v".repeat(64_000);
+    for i in 0..CALLS {
+        let mut m: std::collections::HashMap<String, String> = (0..62)
+            .map(|k| (format!("pad{k:02}"), format!("{i}{filler}")))
+            .collect();
+        // Half of them: a 1 MB `queue` (a label as written) instead of keys.
+        if i % 2 == 0 {
+            m.retain(|k, _| k.as_str() < "pad46");
+            m.insert("queue".into(), format!("{i}{}", "q".repeat(1 << 20)));
+        } else {
+            m.insert("queue".into(), "orders".into());
+        }
+        m.insert("connection".into(), "redis://:hunter2@h".repeat(3000));
+        let r = ScaledObjectRef {
+            name: format!("so-{i}-{}", "n".repeat(100_000)),
+            namespace: "shop".into(),
+            scaler_metadata: m,
+        };
+        let e = c.is_active(r).await.unwrap_err();
+        assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+    }
+    let after = exp.status().rss_kib;
+    let (status, body, _) = http_get(&format!("{}/api/v1/scalers", exp.base), &[]).await;
+    assert_eq!(status, 200);
+    let json: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let scalers = json["scalers"].as_array().unwrap();
+    assert_eq!(scalers.len(), CALLS + 1);
+    // About 160 MB were sent; a few KiB per trigger are kept.
+    assert!(
+        body.len() < CALLS * 16 * 1024,
+        "/api/v1/scalers is {} bytes",
+        body.len()
+    );
+    for s in scalers {
+        assert!(s.to_string().len() < 16 * 1024, "{}", s.to_string().len());
+    }
+    let grown_mib = after.saturating_sub(before) / 1024;
+    eprintln!(
+        "{CALLS} refused maps: RSS {before} KiB → {after} KiB, /api/v1/scalers {} bytes",
+        body.len()
+    );
+    assert!(
+        grown_mib < 48,
+        "RSS grew by {grown_mib} MiB ({before} KiB → {after} KiB)"
+    );
+    let (_, html, _) = http_get(&format!("{}/scalers", exp.base), &[]).await;
+    assert!(
+        html.len() < CALLS * 16 * 1024,
+        "/scalers is {} bytes",
+        html.len()
+    );
+    assert!(!body.contains("hunter2") && !html.contains("hunter2"));
 }

@@ -416,3 +416,97 @@ fn check_refuses_a_redis_url_that_cannot_be_parsed() {
     assert_eq!(code, 2, "{stdout}{stderr}");
     assert!(stderr.contains("sources[0].url"), "{stderr}");
 }
+
+/// Issue 36, case 6: KEDA replaces a `*FromEnv` value with the environment
+/// variable's value before it calls an external scaler, and adds every
+/// TriggerAuthentication parameter to the same map. `/scalers` and
+/// `/api/v1/scalers` therefore show values only for the keys the scaler
+/// reads (and KEDA's harmless `scalerAddress`); every other key, every
+/// `*FromEnv` key and every TriggerAuthentication parameter shows as
+/// `(redacted)`, whether the map was answered or refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_scalers_pages_show_values_only_for_the_keys_the_scaler_reads() {
+    let pw = secret("keda");
+    let redis = RedisServer::start();
+    redis.run::<()>(&[b"RPUSH", b"orders", b"a", b"b"]);
+    let exp = Exporter::start(
+        &format!(
+            "sources:\n  - name: main\n    type: redis\n    url: {}\n    poll_interval: 200ms\n    queues: [{{ key: orders }}]\n",
+            redis.url
+        ),
+        &[],
+        &[],
+    )
+    .await;
+    let mut c = scaler_common::connect(exp.grpc).await;
+    let resolved = format!("redis://:{pw}@redis.shop:6379");
+    let keda = |name: &str, extra: &[(&str, &str)]| {
+        let mut pairs = vec![
+            ("queue", "orders"),
+            ("mode", "QueueLength"),
+            ("value", "5"),
+            ("scalerAddress", "queue-exporter.keda:9732"),
+            // `hostFromEnv: REDIS_URL`, as KEDA sends it: resolved.
+            ("hostFromEnv", resolved.as_str()),
+            ("caCert", pw.as_str()),
+        ];
+        pairs.extend_from_slice(extra);
+        queue_exporter::scaler::proto::ScaledObjectRef {
+            name: name.into(),
+            namespace: "shop".into(),
+            scaler_metadata: scaler_common::meta(&pairs),
+        }
+    };
+    let answered = keda("answered", &[]);
+    wait_for("the answered trigger", Duration::from_secs(15), || {
+        let mut c = c.clone();
+        let r = answered.clone();
+        async move { c.is_active(r).await.ok() }
+    })
+    .await;
+    // TriggerAuthentication parameters: not keys this scaler reads, so the
+    // map is refused, and still recorded for the page.
+    let refused = keda(
+        "refused",
+        &[("connection", resolved.as_str()), ("password", pw.as_str())],
+    );
+    let e = c.is_active(refused).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+
+    let (status, body, _) = http_get(&format!("{}/api/v1/scalers", exp.base), &[]).await;
+    assert_eq!(status, 200, "{body}");
+    let json: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let scalers = json["scalers"].as_array().unwrap();
+    assert_eq!(scalers.len(), 2, "{json:#}");
+    for s in scalers {
+        let m = &s["metadata"];
+        assert_eq!(
+            (&m["queue"], &m["mode"], &m["value"]),
+            (&"orders".into(), &"QueueLength".into(), &"5".into()),
+            "{s:#}"
+        );
+        assert_eq!(m["scalerAddress"], "queue-exporter.keda:9732", "{s:#}");
+        for k in ["hostFromEnv", "caCert"] {
+            assert_eq!(m[k], "(redacted)", "{k}: {s:#}");
+        }
+    }
+    let r = scalers
+        .iter()
+        .find(|s| s["scaledobject"] == "refused")
+        .unwrap();
+    for k in ["connection", "password"] {
+        assert_eq!(r["metadata"][k], "(redacted)", "{k}: {r:#}");
+    }
+    let error = r["is_active"]["error"].as_str().unwrap();
+    assert!(error.contains("\"connection\", \"password\""), "{error}");
+    let (_, html, _) = http_get(&format!("{}/scalers", exp.base), &[]).await;
+    assert!(html.contains("shop/refused"), "{html}");
+    assert_hidden(
+        &pw,
+        &[
+            ("/api/v1/scalers".into(), body),
+            ("/scalers".into(), html),
+            ("gRPC error".into(), format!("{e:?}")),
+        ],
+    );
+}

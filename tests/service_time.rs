@@ -197,3 +197,81 @@ async fn rq_jobs_of_200ms_measure_0_2s_and_unkept_results_leave_it_unknown() {
     );
     app.stop().await;
 }
+
+/// Issue 36, case 4: BullMQ stamps are whole milliseconds, so a job shorter
+/// than 1 ms has `processedOn == finishedOn`. It counts as the stamps'
+/// resolution (1 ms), never 0: 1,000 jobs waiting behind jobs that all
+/// took under 1 ms ask for 1000 · 0.001 / 10 = 0.1, not for 0 replicas.
+/// (The fixture keeps only such jobs finished, as a quiet machine would.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bullmq_jobs_shorter_than_its_millisecond_stamps_count_as_1ms_never_0() {
+    let redis = RedisServer::start();
+    let Some(out) = Library::Bullmq.run("node/bullmq_instant_fixture.js", &[&redis.url]) else {
+        return;
+    };
+    // Started after the fixture: it reads only the jobs kept.
+    let app = TestApp::start(&config(&redis.url, "- preset: bullmq\n")).await;
+    eprintln!("fixture: {out}");
+    let out: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    // The case is there: the finished jobs kept all have equal stamps.
+    assert!(out["equal"].as_u64().unwrap() >= 10, "{out}");
+    let s = app
+        .scrape_until("instant measured with its backlog", WAIT, |s| {
+            service_time(s, "instant", "bullmq").is_some()
+                && depth(s, "instant", "bullmq", "waiting") == Some(1000.0)
+        })
+        .await;
+    let measured = service_time(&s, "instant", "bullmq").unwrap();
+    eprintln!("measured service time: {measured} s");
+    assert!((measured - 0.001).abs() < 1e-12, "{measured}\n{s}");
+    let c = client(&app).await;
+    // 1,000 jobs of the measured time to start within 10 s: at least 0.1.
+    wait_value(&c, &trigger("instant", "bullmq"), 1000.0 * measured / 10.0).await;
+    app.stop().await;
+}
+
+/// Issue 36: RQ scores `rq:finished:<q>` by expiry (when the job finished
+/// plus its `result_ttl`), not by when it finished. One job kept for a day
+/// sits far above jobs kept the default 500 s; those that finish after it
+/// are measured all the same, at once, not a day later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rq_jobs_finishing_after_one_kept_a_day_are_measured() {
+    let redis = RedisServer::start();
+    let app = TestApp::start(&config(&redis.url, "- preset: rq\n")).await;
+    let Some(day) = Library::Rq
+        .run_async("rq_ttl_fixture.py", &[&redis.url, "day"])
+        .await
+    else {
+        return;
+    };
+    eprintln!("fixture: {day}");
+    // The day-long job (a no-op) is measured first.
+    let s = app
+        .scrape_until("the job kept a day measured", WAIT, |s| {
+            service_time(s, "ttl", "rq").is_some()
+        })
+        .await;
+    let first = service_time(&s, "ttl", "rq").unwrap();
+    assert!(first < JOB / 2.0, "{first}\n{s}");
+    // Then 20 jobs of 200 ms, kept the default 500 s: their registry
+    // scores are a day below the first job's.
+    let later = Library::Rq
+        .run_async("rq_ttl_fixture.py", &[&redis.url, "default"])
+        .await
+        .unwrap();
+    eprintln!("fixture: {later}");
+    let s = app
+        .scrape_until("the default-TTL jobs measured", WAIT, |s| {
+            service_time(s, "ttl", "rq").is_some_and(|t| t >= 0.9 * JOB)
+                && depth(s, "ttl", "rq", "waiting") == Some(20.0)
+        })
+        .await;
+    let measured = service_time(&s, "ttl", "rq").unwrap();
+    eprintln!("measured service time: {measured} s (jobs of {JOB} s)");
+    // 20 jobs of 200 ms and one no-op: whichever estimator, about 0.2.
+    assert!(
+        (0.9 * JOB..=*TOLERANCE.end()).contains(&measured),
+        "{measured}\n{s}"
+    );
+    app.stop().await;
+}

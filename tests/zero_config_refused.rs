@@ -1,6 +1,6 @@
 //! A library's mark that Redis will not let the exporter read (an ACL that
 //! allows `SCAN` and the queue keys but refuses `HMGET` of a BullMQ `meta`
-//! hash or `SMEMBERS` of a registry or kombu binding table) tells nothing
+//! hash or `SCARD`/`SSCAN` of a registry or kombu binding table) tells nothing
 //! about whose keys those beside it are. Those keys are then reported
 //! neither as the library's queues nor as plain keys, the refusal is
 //! counted (`reason="auth"`), the source stays up, and the rest is
@@ -153,13 +153,13 @@ async fn a_registry_redis_refuses_leaves_that_librarys_keys_out() {
     rcmd(&mut c, &["RPUSH", "rq:queue:high", "a", "b"]);
     rcmd(&mut c, &["HSET", "rq:job:a", "status", "queued"]);
     rcmd(&mut c, &["RPUSH", "plain:list", "x"]);
-    // SMEMBERS of Sidekiq's keys only: `rq:queues` is refused.
+    // Set reads of Sidekiq's keys only: `rq:queues` is refused.
     let url = redis.acl_user(
         "qe",
         "pw",
         &[
             READ_ONLY_ACL,
-            &["-smembers", "(+smembers ~queues ~processes)"],
+            &["-scard", "-sscan", "(+scard +sscan ~queues ~processes)"],
         ]
         .concat(),
     );
@@ -192,7 +192,7 @@ async fn a_kombu_binding_redis_refuses_leaves_every_list_out_since_any_may_be_ce
     rcmd(&mut c, &["RPUSH", "celery", "m1", "m2"]);
     rcmd(&mut c, &["RPUSH", "plain:list", "x"]);
     rcmd(&mut c, &["ZADD", "plain:zset", "1", "a"]);
-    let url = redis.acl_user("qe", "pw", &[READ_ONLY_ACL, &["-smembers"]].concat());
+    let url = redis.acl_user("qe", "pw", &[READ_ONLY_ACL, &["-scard", "-sscan"]].concat());
     let app = TestApp::start(&config(&url, "")).await;
     // `celery` may be a Celery queue (whose depth is more than its list's
     // length when it has priorities), and so may `plain:list`: neither is

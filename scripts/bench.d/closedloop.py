@@ -383,7 +383,9 @@ class Run:
         if out.returncode != 0:
             self.errors += 1
             if self.errors <= 3:
-                log(f"{self.backend.label} {self.name}: ask failed: {out.stderr.strip()[:300]}")
+                # The statuses are on stdout, one line per call; stderr
+                # says how many failed (or why the scaler was unreachable).
+                log(f"{self.backend.label} {self.name}: ask failed: {(out.stdout + out.stderr).strip()[:300]}")
             return None
         active, target, value = None, None, None
         for line in out.stdout.splitlines():

@@ -40,11 +40,11 @@ pub use preset::{
 };
 pub use rabbitmq::{ClientTlsConfig, NameRegex, RabbitMethod, RabbitSourceConfig, RabbitStats};
 pub use redis::{
-    AgeSpec, CaptureLabels, JsonField, KeyType, ListEnd, QueueSpec, QueueTarget, RESERVED_LABELS,
-    RedisSourceConfig, RedisTlsConfig, RedisUrl, ScoreMode, SentinelSpec, UrlKind,
+    AgeSpec, CaptureLabels, JsonField, KeyType, ListEnd, MAX_AGE_BUCKETS, QueueSpec, QueueTarget,
+    RESERVED_LABELS, RedisSourceConfig, RedisTlsConfig, RedisUrl, ScoreMode, SentinelSpec, UrlKind,
     default_age_buckets, default_age_histogram_interval,
 };
-pub use secret::{Redacted, read_secret_file};
+pub use secret::{Password, Redacted, read_secret_file};
 pub use sections::{GrpcTlsConfig, ListenConfig, LogConfig, LogFormat, ScalerConfig};
 pub use source::{SourceConfig, default_local_sources};
 pub use web::{

@@ -16,6 +16,26 @@ pub fn read_secret_file(path: &Path) -> std::io::Result<String> {
     Ok(s)
 }
 
+/// A password written in the config or an environment override. `Debug`
+/// shows `***`, so a config printed for debugging never carries it; only
+/// [`Password::expose`] hands out the text, where a connection is made.
+#[derive(Clone, PartialEq, Eq, serde::Deserialize)]
+#[serde(transparent)]
+pub struct Password(String);
+
+impl Password {
+    /// The password itself, for the connection that sends it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Password {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("***")
+    }
+}
+
 /// Hides the password (and user info) of a URL for logs and errors.
 pub struct Redacted<'a>(pub &'a str);
 
@@ -45,6 +65,13 @@ mod tests {
             Redacted("redis://host:6379").to_string(),
             "redis://host:6379"
         );
+    }
+
+    #[test]
+    fn a_password_never_shows_in_debug() {
+        let p: Password = serde_json::from_value(serde_json::json!("s3cret")).unwrap();
+        assert_eq!(p.expose(), "s3cret");
+        assert_eq!(format!("{p:?}"), "***");
     }
 
     #[test]

@@ -17,8 +17,36 @@ use super::duration::de_opt_duration;
 pub struct ListenConfig {
     /// `/metrics`, `/healthz`, `/readyz` and the landing page.
     pub http: SocketAddr,
-    /// The KEDA external-scaler gRPC service; `null` disables it.
+    /// The KEDA external-scaler gRPC service; `None` (YAML `null`, or
+    /// `off`, which an environment variable can say) disables it.
+    #[serde(deserialize_with = "de_listener")]
     pub grpc: Option<SocketAddr>,
+}
+
+/// The words that turn a listener off, compared ignoring case. `off` is the
+/// documented one; `none`, `null`, `~` and the empty text are what people
+/// try from the environment, where YAML's `null` cannot be written, and none
+/// of them is an address.
+const LISTENER_OFF: [&str; 5] = ["off", "none", "null", "~", ""];
+
+/// A listener's address, or `None` for YAML `null` or one of
+/// [`LISTENER_OFF`].
+fn de_listener<'de, D>(d: D) -> Result<Option<SocketAddr>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    let Some(text) = Option::<String>::deserialize(d)? else {
+        return Ok(None);
+    };
+    let text = text.trim();
+    if LISTENER_OFF.iter().any(|w| text.eq_ignore_ascii_case(w)) {
+        return Ok(None);
+    }
+    text.parse().map(Some).map_err(|_| {
+        serde::de::Error::custom(format!(
+            "invalid socket address {text:?} (host:port, or off to disable the listener)"
+        ))
+    })
 }
 
 impl Default for ListenConfig {

@@ -66,12 +66,16 @@ fn counters<L: EncodeLabelSet, V: EncodeCounterValue>(
 
 impl SnapshotCollector {
     /// Every queue of every source that is up. Queues of a source that is
-    /// down are not shown: they would look fresh while they are not.
+    /// down are not shown: they would look fresh while they are not. Nor are
+    /// configured keys a preset queue counts (`counted_in`): that queue's
+    /// series have their jobs.
     fn queues(&self) -> impl Iterator<Item = (&str, &QueueSample)> + '_ {
-        self.snapshots
-            .iter()
-            .filter(|s| s.up)
-            .flat_map(|s| s.queues.iter().map(move |q| (&*s.source, q)))
+        self.snapshots.iter().filter(|s| s.up).flat_map(|s| {
+            s.queues
+                .iter()
+                .filter(|q| q.counted_in().is_none())
+                .map(move |q| (&*s.source, q))
+        })
     }
 
     fn queue_gauge<V: EncodeGaugeValue>(

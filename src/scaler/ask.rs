@@ -13,6 +13,7 @@ use tonic::transport::Endpoint;
 
 use super::proto::external_scaler_client::ExternalScalerClient;
 use super::proto::{GetMetricsRequest, ScaledObjectRef};
+use super::service::ASK_HEADER;
 
 /// How long the whole conversation may take; the scaler answers from memory,
 /// so anything slower means it is not there.
@@ -42,27 +43,47 @@ pub enum AskError {
         #[source]
         source: tonic::transport::Error,
     },
-    /// The scaler answered one of the calls with an error status: what KEDA
-    /// would log (and, with a `fallback`, act on).
-    #[error("{call}: {code:?}: {message}")]
-    Status {
-        /// The RPC that failed.
-        call: &'static str,
-        /// The gRPC status code.
-        code: tonic::Code,
-        /// The scaler's message.
-        message: String,
-    },
 }
 
-impl AskError {
-    fn status(call: &'static str, status: tonic::Status) -> Self {
-        AskError::Status {
-            call,
-            code: status.code(),
-            message: status.message().to_owned(),
-        }
+/// What the scaler answered the three calls, one line each, and how many
+/// of them were an error status (what KEDA would log and, with a
+/// `fallback`, act on).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Answers {
+    /// `IsActive: …`, `GetMetricSpec: …`, `GetMetrics: …`, each an answer
+    /// or its status.
+    pub text: String,
+    /// How many calls answered an error status.
+    pub failed: usize,
+}
+
+impl Answers {
+    /// Adds `call`'s line: its answer, or the status it got.
+    fn line(&mut self, call: &str, result: Result<String, tonic::Status>) {
+        // Writing to a String cannot fail.
+        let _ = match result {
+            Ok(answer) => writeln!(self.text, "{call}: {answer}"),
+            Err(status) => {
+                self.failed += 1;
+                writeln!(
+                    self.text,
+                    "{call}: error {:?}: {}",
+                    status.code(),
+                    status.message()
+                )
+            }
+        };
     }
+}
+
+/// A request marked as `ask`'s ([`ASK_HEADER`]), so the scaler keeps it out
+/// of production state.
+fn marked<T>(message: T) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    request
+        .metadata_mut()
+        .insert(ASK_HEADER, tonic::metadata::MetadataValue::from_static("1"));
+    request
 }
 
 /// Splits `key=value` arguments into trigger metadata (the first `=` splits,
@@ -77,10 +98,14 @@ pub fn parse_metadata(args: &[String]) -> Result<HashMap<String, String>, AskErr
         .collect()
 }
 
-/// Calls `IsActive`, `GetMetricSpec` and `GetMetrics` (for each metric the
-/// spec names) at `addr` (`host:port`, plain HTTP/2) with `metadata`, and
-/// returns what they answered, one line each.
-pub async fn ask(addr: &str, metadata: HashMap<String, String>) -> Result<String, AskError> {
+/// Calls `IsActive`, `GetMetricSpec` and `GetMetrics` at `addr`
+/// (`host:port`, plain HTTP/2) with `metadata`, as KEDA does, and returns
+/// what each answered, one line each: a failed call does not stop the
+/// others (KEDA makes all three). `GetMetrics` asks for the metric the spec
+/// named, or, when the spec failed, for none in particular (the scaler
+/// then answers for the metadata alone). Each request is marked as an ask
+/// ([`ASK_HEADER`]): the scaler records none of them.
+pub async fn ask(addr: &str, metadata: HashMap<String, String>) -> Result<Answers, AskError> {
     let endpoint = Endpoint::from_shared(format!("http://{addr}"))
         .map_err(|source| AskError::Address {
             addr: addr.to_owned(),
@@ -102,42 +127,57 @@ pub async fn ask(addr: &str, metadata: HashMap<String, String>) -> Result<String
         scaler_metadata: metadata,
     };
 
-    let mut out = String::new();
-    let active = client
-        .is_active(object.clone())
-        .await
-        .map_err(|s| AskError::status("IsActive", s))?
-        .into_inner();
-    // Writing to a String cannot fail.
-    let _ = writeln!(out, "IsActive: {}", active.result);
+    let mut answers = Answers {
+        text: String::new(),
+        failed: 0,
+    };
+    let active = client.is_active(marked(object.clone())).await;
+    answers.line(
+        "IsActive",
+        active.map(|r| r.into_inner().result.to_string()),
+    );
     let spec = client
-        .get_metric_spec(object.clone())
+        .get_metric_spec(marked(object.clone()))
         .await
-        .map_err(|s| AskError::status("GetMetricSpec", s))?
-        .into_inner();
-    for metric in &spec.metric_specs {
-        let _ = writeln!(
-            out,
-            "GetMetricSpec: {} target {}",
-            metric.metric_name, metric.target_size_float
-        );
+        .map(tonic::Response::into_inner);
+    let names: Vec<String> = match &spec {
+        Ok(spec) => spec
+            .metric_specs
+            .iter()
+            .map(|m| m.metric_name.clone())
+            .collect(),
+        Err(_) => vec![String::new()],
+    };
+    answers.line(
+        "GetMetricSpec",
+        spec.map(|spec| {
+            spec.metric_specs
+                .iter()
+                .map(|m| format!("{} target {}", m.metric_name, m.target_size_float))
+                .collect::<Vec<_>>()
+                .join(", ")
+        }),
+    );
+    for metric_name in names {
         let values = client
-            .get_metrics(GetMetricsRequest {
+            .get_metrics(marked(GetMetricsRequest {
                 scaled_object_ref: Some(object.clone()),
-                metric_name: metric.metric_name.clone(),
-            })
-            .await
-            .map_err(|s| AskError::status("GetMetrics", s))?
-            .into_inner();
-        for value in &values.metric_values {
-            let _ = writeln!(
-                out,
-                "GetMetrics: {} = {}",
-                value.metric_name, value.metric_value_float
-            );
-        }
+                metric_name,
+            }))
+            .await;
+        answers.line(
+            "GetMetrics",
+            values.map(|v| {
+                v.into_inner()
+                    .metric_values
+                    .iter()
+                    .map(|v| format!("{} = {}", v.metric_name, v.metric_value_float))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            }),
+        );
     }
-    Ok(out)
+    Ok(answers)
 }
 
 #[cfg(test)]

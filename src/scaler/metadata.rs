@@ -18,6 +18,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::scaler::finite;
 pub use crate::scaler::selector::QueueSelector;
 use crate::scaler::wait::WaitParams;
 use crate::snapshot::{CounterHistory, JobState, PresetKind, QueueSample, Snapshot};
@@ -457,11 +458,16 @@ pub fn parse(meta: &HashMap<String, String>) -> Result<ScalerQuery, MetadataErro
         None if mode == Mode::WaitTime => 1.0,
         None => DEFAULT_TARGET,
         Some(v) => match v.parse::<f64>() {
-            Ok(t) if t.is_finite() && t > 0.0 => t,
+            // Sent to KEDA in the metric spec: within the cap every value
+            // KEDA receives keeps to.
+            Ok(t) if t.is_finite() && t > 0.0 && t <= finite::MAX_VALUE => t,
             _ => {
                 return Err(invalid(
                     "value",
-                    format!("must be a number > 0 (the per-replica target), got {v:?}"),
+                    format!(
+                        "must be a number > 0 and at most {:e} (the per-replica target), got {v:?}",
+                        finite::MAX_VALUE
+                    ),
                 ));
             }
         },
@@ -768,6 +774,11 @@ mod tests {
             (vec![("queue", "w"), ("value", "-1")], "value", "> 0"),
             (vec![("queue", "w"), ("value", "0")], "value", "> 0"),
             (vec![("queue", "w"), ("value", "NaN")], "value", "> 0"),
+            (
+                vec![("queue", "w"), ("value", "1e13")],
+                "value",
+                "at most 1e12",
+            ),
             (
                 vec![("queue", "w"), ("mode", "Length")],
                 "mode",

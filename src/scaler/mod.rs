@@ -11,12 +11,14 @@
 //! - [`service`]: the tonic service (unary RPCs and push streams).
 //! - [`record`]: each answer handed to the telemetry's decision store.
 //! - [`tls`]: loading the listener's certificates.
+//! - [`units`]: which unit of a preset (a queue, or `(all)`) holds an asked state.
 //! - [`wait`]: the `WaitTime` model (replicas from backlog, age, arrivals, service time).
 //! - [`wait_inputs`]: that model's inputs, read from a snapshot.
 //! - [`ask`]: the `ask` command, a client of a running scaler.
 //! - [`proto`]: code generated from `proto/externalscaler.proto`.
 
 pub mod ask;
+pub mod finite;
 pub mod metadata;
 pub mod names;
 pub mod query;
@@ -24,6 +26,7 @@ pub mod record;
 pub mod selector;
 pub mod service;
 pub mod tls;
+pub mod units;
 pub mod wait;
 pub mod wait_inputs;
 

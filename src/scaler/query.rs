@@ -10,12 +10,12 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use crate::config::ScalerConfig;
+use crate::scaler::finite;
 use crate::scaler::metadata::{ListKey, Mode, Operation, ScalerQuery};
 use crate::scaler::wait::{self, ServiceFrom, WaitDecision, WaitInputs};
-use crate::scaler::wait_inputs;
+use crate::scaler::{units, wait_inputs};
 use crate::snapshot::{
-    JobState, NameQuery, PresetKind, PresetUnit, QueueSample, QueueType, Reach, Snapshot,
-    SourceKind,
+    JobState, NameQuery, PresetKind, QueueSample, QueueType, Reach, Snapshot, SourceKind, Vouched,
 };
 
 /// The answer to a query.
@@ -32,6 +32,9 @@ pub struct Reading {
     /// Mode WaitTime: the model's inputs and answer (`value` is its
     /// replicas); `None` for every other mode.
     pub wait: Option<WaitDecision>,
+    /// The source's coverage vouched for every name the query selects:
+    /// no reading exists without asking it ([`vouch`]).
+    pub vouched: Vouched,
 }
 
 impl Reading {
@@ -121,8 +124,30 @@ impl NameIndexes {
     }
 }
 
-/// [`evaluate`] with the caller's name indexes.
+/// [`evaluate`] with the caller's name indexes. Every reading passes
+/// [`finite::answer`] here, so none KEDA receives is infinite or huge.
 pub fn evaluate_with(
+    query: &ScalerQuery,
+    snapshots: &[Arc<Snapshot>],
+    indexes: &NameIndexes,
+    config: &ScalerConfig,
+    now: SystemTime,
+) -> Result<Reading, QueryError> {
+    let reading = read(query, snapshots, indexes, config, now)?;
+    finite::answer(reading.value, || {
+        format!(
+            "{} of {:?} in source {}",
+            query.mode,
+            query.queue.text(),
+            reading.source
+        )
+    })
+    .map_err(QueryError::Unavailable)?;
+    Ok(reading)
+}
+
+/// The reading of [`evaluate_with`], before its value is checked.
+fn read(
     query: &ScalerQuery,
     snapshots: &[Arc<Snapshot>],
     indexes: &NameIndexes,
@@ -177,6 +202,7 @@ pub fn evaluate_with(
     };
 
     let data_age = fresh_age(snapshot, config, now)?;
+    let vouched = vouch(query, snapshot)?;
 
     if !query.queue.is_glob() || queues.iter().all(|q| q.name == query.queue.text()) {
         let mut vhosts: Vec<&str> = queues.iter().filter_map(|q| q.vhost()).collect();
@@ -220,6 +246,7 @@ pub fn evaluate_with(
             matched: kept.len(),
             data_age,
             wait: Some(decision),
+            vouched,
         });
     }
 
@@ -231,7 +258,15 @@ pub fn evaluate_with(
         let value = if q.queue_type == Some(QueueType::Missing) {
             empty_value(query, snapshot)
         } else {
-            queue_value(query, snapshot, q)
+            queue_value(query, snapshot, q).and_then(|v| {
+                finite::input(v, || {
+                    format!(
+                        "{} of queue {:?} in source {}",
+                        query.mode, q.name, snapshot.source
+                    )
+                })
+                .map_err(QueryError::Unavailable)
+            })
         };
         // One unknown queue makes the aggregate unknown: a partial sum
         // would under-report and scale down while jobs wait.
@@ -249,6 +284,7 @@ pub fn evaluate_with(
         matched: values.0.len(),
         data_age,
         wait: None,
+        vouched,
     })
 }
 
@@ -280,15 +316,19 @@ fn in_aggregate(query: &ScalerQuery, matched: usize, e: QueryError) -> QueryErro
     }
 }
 
-/// Refuses `state` on plain keys, and an exact name that several presets
-/// (or a preset and a plain key) report, unless `preset` picks one.
+/// Refuses `state` on plain keys, a state asked where its library does not
+/// keep it ([`units::check_state_units`]), and an exact name that several
+/// presets (or a preset and a plain key) report, unless `preset` picks one.
 fn check_presets(
     query: &ScalerQuery,
     snapshot: &Snapshot,
     queues: &[&QueueSample],
 ) -> Result<(), QueryError> {
+    units::check_counted_keys(snapshot, queues).map_err(refused)?;
     if query.states.is_some()
-        && let Some(plain) = queues.iter().find(|q| q.preset.is_none())
+        && let Some(plain) = queues
+            .iter()
+            .find(|q| q.preset.is_none() && q.counted_in().is_none())
     {
         return Err(QueryError::InvalidArgument(format!(
             "scalerMetadata.state: queue {:?} in source {} is not a library preset's queue \
@@ -296,6 +336,7 @@ fn check_presets(
             plain.name, snapshot.source
         )));
     }
+    units::check_state_units(query, snapshot, queues).map_err(refused)?;
     if query.queue.is_glob() && !queues.iter().all(|q| q.name == query.queue.text()) {
         return Ok(());
     }
@@ -323,23 +364,17 @@ fn check_presets(
     Ok(())
 }
 
-/// Preset samples of keys the library's queues share (`(all)`, the
-/// priority-zset shared keys; marked [`PresetUnit::Shared`] by the preset)
-/// are not queues: they hold no waiting jobs and have no age. Mode Age
-/// leaves them out, and so does QueueLength unless it asks for a state they
-/// hold (Sidekiq's `(all)` holds `scheduled`, `retry`, `dead`): otherwise
-/// their 0 would count as a queue and pull an `avg` down. Told by the mark,
-/// never by a missing `waiting` state, which may only mean its read was
-/// refused.
+/// A refusal of [`units`] as the scaler's error.
+fn refused(r: units::Refusal) -> QueryError {
+    QueryError::InvalidArgument(r.0)
+}
+
+/// Preset samples a mode leaves out: the keys a library's queues share
+/// (`(all)`) in modes Age and WaitTime and when QueueLength asks none of
+/// their states, and a queue asked only for states kept in those keys
+/// ([`units::skip_unit`]).
 fn skip_for_mode(query: &ScalerQuery, q: &QueueSample) -> bool {
-    let Some(f) = q.preset.as_ref().filter(|f| f.unit == PresetUnit::Shared) else {
-        return false;
-    };
-    match query.mode {
-        Mode::Age | Mode::WaitTime => true,
-        Mode::QueueLength => !asked_states(query).iter().any(|s| f.states.contains_key(s)),
-        _ => false,
-    }
+    units::skip_unit(query, q)
 }
 
 /// The job states a QueueLength query counts on a preset queue: `waiting`
@@ -374,13 +409,38 @@ fn combine(operation: Operation, values: Known<'_>) -> f64 {
 /// How far `snapshot`'s configuration reaches over the query's names.
 fn reach(query: &ScalerQuery, snapshot: &Snapshot) -> Reach {
     let selects = |name: &str| query.queue.matches(name);
-    snapshot.scope.reach(&NameQuery {
+    snapshot.scope.reach(&name_query(query, &selects))
+}
+
+/// The query's names as scopes and coverage take them.
+fn name_query<'a>(query: &'a ScalerQuery, selects: &'a dyn Fn(&str) -> bool) -> NameQuery<'a> {
+    NameQuery {
         text: query.queue.text(),
         is_glob: query.queue.is_glob(),
         literal_prefix: query.queue.literal_prefix(),
-        selects: &selects,
+        selects,
         vhost: query.vhost.as_deref(),
-    })
+    }
+}
+
+/// Whether `snapshot`'s last poll read every name the query selects:
+/// `UNAVAILABLE` naming what it left unread otherwise. A sum over a glob
+/// missing one unread key would under-report, and an unread name is not
+/// an empty queue.
+fn vouch(query: &ScalerQuery, snapshot: &Snapshot) -> Result<Vouched, QueryError> {
+    let selects = |name: &str| query.queue.matches(name);
+    snapshot
+        .coverage
+        .vouch(&name_query(query, &selects))
+        .map_err(|gap| {
+            QueryError::Unavailable(format!(
+                "{} of {:?} in source {} is unknown: {}",
+                query.mode,
+                query.queue.text(),
+                snapshot.source,
+                gap.cause
+            ))
+        })
 }
 
 /// The answer when no queue in the data matches. A source whose
@@ -400,6 +460,12 @@ fn read_absent(
         .map(|s| (*s, reach(query, s)))
         .filter(|(_, r)| *r != Reach::Never)
         .collect();
+    // A name the last poll may have left unread is unknown, not absent.
+    for (s, _) in &reached {
+        if s.last_success.is_some() {
+            vouch(query, s)?;
+        }
+    }
     let covering: Vec<&Arc<Snapshot>> = reached
         .iter()
         .filter(|(_, r)| *r == Reach::All)
@@ -417,6 +483,7 @@ fn read_absent(
                 return Err(processing_time_required(query.queue.text(), snapshot, why));
             }
             let data_age = fresh_age(snapshot, config, now)?;
+            let vouched = vouch(query, snapshot)?;
             let value = empty_value(query, snapshot)?;
             // Nothing waits, and the source's readings span the window
             // (empty_value checked) with no arrivals at these names.
@@ -442,6 +509,7 @@ fn read_absent(
                 matched: 0,
                 data_age,
                 wait,
+                vouched,
             });
         }
         several => {
@@ -685,7 +753,7 @@ fn group_lag(query: &ScalerQuery, s: &Snapshot, q: &QueueSample) -> Result<f64, 
 mod tests {
     use super::*;
     use crate::scaler::metadata::parse;
-    use crate::snapshot::{CounterPoint, Counters, GroupSample, SourceKind};
+    use crate::snapshot::{CounterPoint, Counters, GroupSample, PresetUnit, SourceKind};
     use std::collections::HashMap;
 
     fn q(pairs: &[(&str, &str)]) -> ScalerQuery {
@@ -793,7 +861,7 @@ mod tests {
             eval(&[
                 ("queue", "default"),
                 ("preset", "sidekiq"),
-                ("state", "retry")
+                ("state", "completed")
             ])
             .unwrap()
             .value,
@@ -940,6 +1008,39 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn a_name_the_poll_left_unread_is_unavailable_even_where_the_scope_covers_it() {
+        use crate::snapshot::{Coverage, ExactNames, Gap};
+        let now = SystemTime::now();
+        let s = scoped(
+            snap("main", vec![sample("jobs:a", 2)], Some(Duration::ZERO), now),
+            Reach::All,
+        );
+        let mut s = (*s).clone();
+        s.coverage = Arc::new(Coverage::with_gaps(vec![Gap::new(
+            ExactNames(["jobs:b".to_string()].into()),
+            "1 key beyond max_keys",
+        )]));
+        let snaps = [Arc::new(s)];
+        for text in ["jobs:b", "jobs:*", "j*"] {
+            for mode in ["QueueLength", "Age"] {
+                let e = evaluate(&q(&[("queue", text), ("mode", mode)]), &snaps, &cfg(), now)
+                    .unwrap_err();
+                assert!(
+                    matches!(&e, QueryError::Unavailable(m) if m.contains("1 key beyond max_keys")),
+                    "{text} {mode}: {e}"
+                );
+            }
+        }
+        // A read name, an absent covered name and a glob no gap reaches answer.
+        let read = evaluate(&q(&[("queue", "jobs:a")]), &snaps, &cfg(), now).unwrap();
+        assert_eq!(read.value, 2.0);
+        let empty = evaluate(&q(&[("queue", "mail:x")]), &snaps, &cfg(), now).unwrap();
+        assert_eq!((empty.value, empty.matched), (0.0, 0));
+        let glob = evaluate(&q(&[("queue", "jobs:a*")]), &snaps, &cfg(), now).unwrap();
+        assert_eq!(glob.value, 2.0);
     }
 
     #[test]
@@ -1137,6 +1238,46 @@ mod tests {
         );
         let r = evaluate(&q(&[("queue", "w"), ("vhost", "v2")]), &rabbit, &cfg(), now).unwrap();
         assert_eq!(r.value, 3.0);
+    }
+
+    #[test]
+    fn values_beyond_the_cap_never_reach_keda() {
+        let now = SystemTime::now();
+        let mut aged = sample("j:aged", 1);
+        aged.oldest_age_seconds = Some(f64::INFINITY);
+        let snaps = [snap(
+            "main",
+            vec![
+                sample("j:a", 600_000_000_000),
+                sample("j:b", 600_000_000_000),
+                aged,
+            ],
+            Some(Duration::ZERO),
+            now,
+        )];
+        let read = |pairs: &[(&str, &str)]| evaluate(&q(pairs), &snaps, &cfg(), now);
+        // Each queue is within the cap, their sum is not.
+        let max = read(&[("queue", "j:{a,b}"), ("operation", "max")]).unwrap();
+        assert_eq!(max.value, 6e11);
+        let e = read(&[("queue", "j:{a,b}")]).unwrap_err();
+        assert_eq!(
+            e,
+            QueryError::Unavailable(
+                "QueueLength of \"j:{a,b}\" in source main is 1.2e12, beyond the cap of 1e12: \
+                 the scaler sends KEDA only finite values from 0 to 1e12 (KEDA turns them into \
+                 int64 milli-units)"
+                    .into()
+            )
+        );
+        // An infinite input is named where it is read.
+        let e = read(&[("queue", "j:aged"), ("mode", "Age")]).unwrap_err();
+        let QueryError::Unavailable(m) = e else {
+            panic!("{e:?}")
+        };
+        assert!(
+            m.starts_with("Age of queue \"j:aged\" in source main is inf, not a finite number"),
+            "{m}"
+        );
     }
 
     #[test]

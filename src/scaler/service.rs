@@ -31,6 +31,35 @@ use crate::scaler::record;
 use crate::shutdown::Shutdown;
 use crate::telemetry::{GrpcLabels, MethodLabels, Telemetry};
 
+/// The gRPC request header that marks a call as `queue-exporter ask`'s dry
+/// run ([`Caller::Ask`]). KEDA never sends it.
+pub const ASK_HEADER: &str = "x-queue-exporter-ask";
+
+/// Who made a unary call, which decides what it leaves behind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Caller {
+    /// KEDA, or any client that does not say it is `ask`: its answers are
+    /// recorded (`/scalers`, `queue_exporter_scaler_desired_replicas`) and
+    /// counted (`queue_exporter_grpc_requests_total`, which
+    /// `QueueExporterScalerErrors` reads).
+    Keda,
+    /// `queue-exporter ask` ([`ASK_HEADER`]): answered the same way, but a
+    /// dry run leaves no trace: neither recorded nor counted, so trying
+    /// metadata pages no one and overwrites no ScaledObject's decision.
+    Ask,
+}
+
+impl Caller {
+    /// The caller of `request`.
+    fn of<T>(request: &Request<T>) -> Caller {
+        if request.metadata().contains_key(ASK_HEADER) {
+            Caller::Ask
+        } else {
+            Caller::Keda
+        }
+    }
+}
+
 /// A boxed server stream, as tonic wants for streaming responses.
 type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
 
@@ -264,15 +293,18 @@ impl Inner {
         }
     }
 
-    /// Records a finished unary RPC and wraps its answer.
+    /// Counts a finished unary RPC (unless `ask` made it) and wraps its answer.
     fn unary<T>(
         &self,
         method: &'static str,
+        caller: Caller,
         started: Instant,
         result: Result<T, Status>,
     ) -> Result<Response<T>, Status> {
-        let code = result.as_ref().map_or_else(Status::code, |_| Code::Ok);
-        self.record(method, code, Some(started));
+        if caller == Caller::Keda {
+            let code = result.as_ref().map_or_else(Status::code, |_| Code::Ok);
+            self.record(method, code, Some(started));
+        }
         result.map(Response::new)
     }
 
@@ -380,6 +412,7 @@ fn spec_for(query: &ScalerQuery) -> GetMetricSpecResponse {
 /// Logs one decision at debug level.
 fn log_decision(
     method: &'static str,
+    caller: Caller,
     who: &str,
     query: &ScalerQuery,
     result: &Result<Reading, Status>,
@@ -387,6 +420,7 @@ fn log_decision(
     match result {
         Ok(r) => tracing::debug!(
             method,
+            ask = caller == Caller::Ask,
             scaled_object = who,
             queue = query.queue.text(),
             mode = query.mode.as_str(),
@@ -407,6 +441,7 @@ fn log_decision(
         ),
         Err(s) => tracing::debug!(
             method,
+            ask = caller == Caller::Ask,
             scaled_object = who,
             queue = query.queue.text(),
             mode = query.mode.as_str(),
@@ -426,22 +461,27 @@ impl ExternalScaler for Scaler {
     ) -> Result<Response<IsActiveResponse>, Status> {
         const METHOD: &str = "IsActive";
         let started = Instant::now();
+        let caller = Caller::of(&request);
         let r = request.into_inner();
         let result = match self.inner.parse(&r.scaler_metadata) {
             Ok(query) => {
                 let reading = self.inner.read(&query);
-                log_decision(METHOD, &who(&r), &query, &reading);
-                record::record(&self.inner.telemetry, METHOD, &r, &query, &reading);
+                log_decision(METHOD, caller, &who(&r), &query, &reading);
+                if caller == Caller::Keda {
+                    record::record(&self.inner.telemetry, METHOD, &r, &query, &reading);
+                }
                 reading.map(|v| IsActiveResponse {
                     result: v.is_active(&query),
                 })
             }
             Err(status) => {
-                record::record_refused(&self.inner.telemetry, METHOD, &r, &status);
+                if caller == Caller::Keda {
+                    record::record_refused(&self.inner.telemetry, METHOD, &r, &status);
+                }
                 Err(status)
             }
         };
-        self.inner.unary(METHOD, started, result)
+        self.inner.unary(METHOD, caller, started, result)
     }
 
     type StreamIsActiveStream = BoxStream<IsActiveResponse>;
@@ -477,11 +517,12 @@ impl ExternalScaler for Scaler {
     ) -> Result<Response<GetMetricSpecResponse>, Status> {
         const METHOD: &str = "GetMetricSpec";
         let started = Instant::now();
+        let caller = Caller::of(&request);
         let result = self
             .inner
             .parse(&request.get_ref().scaler_metadata)
             .map(|q| spec_for(&q));
-        self.inner.unary(METHOD, started, result)
+        self.inner.unary(METHOD, caller, started, result)
     }
 
     async fn get_metrics(
@@ -490,9 +531,10 @@ impl ExternalScaler for Scaler {
     ) -> Result<Response<GetMetricsResponse>, Status> {
         const METHOD: &str = "GetMetrics";
         let started = Instant::now();
+        let caller = Caller::of(&request);
         let req = request.into_inner();
-        let result = get_metrics(&self.inner, &req);
-        self.inner.unary(METHOD, started, result)
+        let result = get_metrics(&self.inner, caller, &req);
+        self.inner.unary(METHOD, caller, started, result)
     }
 
     type StreamMetricSpecStream = BoxStream<GetMetricSpecResponse>;
@@ -519,14 +561,20 @@ impl ExternalScaler for Scaler {
 }
 
 /// `GetMetrics`: one value, named like the spec, both fields set.
-fn get_metrics(inner: &Inner, req: &GetMetricsRequest) -> Result<GetMetricsResponse, Status> {
+fn get_metrics(
+    inner: &Inner,
+    caller: Caller,
+    req: &GetMetricsRequest,
+) -> Result<GetMetricsResponse, Status> {
     const METHOD: &str = "GetMetrics";
     let r = req
         .scaled_object_ref
         .as_ref()
         .ok_or_else(|| Status::invalid_argument("scaledObjectRef: required"))?;
     let query = inner.parse(&r.scaler_metadata).inspect_err(|status| {
-        record::record_refused(&inner.telemetry, METHOD, r, status);
+        if caller == Caller::Keda {
+            record::record_refused(&inner.telemetry, METHOD, r, status);
+        }
     })?;
     let name = names::metric_name(&query);
     let asked = names::normalize_requested(&req.metric_name);
@@ -537,8 +585,10 @@ fn get_metrics(inner: &Inner, req: &GetMetricsRequest) -> Result<GetMetricsRespo
         ))));
     }
     let reading = inner.read(&query);
-    log_decision(METHOD, &who(r), &query, &reading);
-    record::record(&inner.telemetry, METHOD, r, &query, &reading);
+    log_decision(METHOD, caller, &who(r), &query, &reading);
+    if caller == Caller::Keda {
+        record::record(&inner.telemetry, METHOD, r, &query, &reading);
+    }
     let value = reading?.value;
     Ok(GetMetricsResponse {
         metric_values: vec![MetricValue {
@@ -620,7 +670,13 @@ impl ActiveWatch {
                     let active = r.is_active(&self.query);
                     let was = self.last.replace(active);
                     if was != Some(active) {
-                        log_decision("StreamIsActive", &self.who, &self.query, &reading);
+                        log_decision(
+                            "StreamIsActive",
+                            Caller::Keda,
+                            &self.who,
+                            &self.query,
+                            &reading,
+                        );
                     }
                     if active && was != Some(true) {
                         return Some(Ok(IsActiveResponse { result: true }));
@@ -629,7 +685,13 @@ impl ActiveWatch {
                 // The stream stays open: the queue may appear or the source
                 // recover. Log each new problem once, not on every publish.
                 Err(e) if self.last_error.as_deref() != Some(e.message()) => {
-                    log_decision("StreamIsActive", &self.who, &self.query, &reading);
+                    log_decision(
+                        "StreamIsActive",
+                        Caller::Keda,
+                        &self.who,
+                        &self.query,
+                        &reading,
+                    );
                     self.last_error = Some(e.message().to_string());
                 }
                 Err(_) => {}

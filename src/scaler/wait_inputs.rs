@@ -6,6 +6,7 @@
 
 use std::time::Duration;
 
+use crate::scaler::finite;
 use crate::scaler::wait::{ServiceFrom, WaitInputs, WaitParams};
 use crate::snapshot::{
     JobState, PresetKind, QueueSample, QueueType, ServiceTime, Snapshot, SourceKind,
@@ -37,12 +38,12 @@ pub fn unmeasured_kind(kind: SourceKind, preset: Option<PresetKind>) -> Option<&
 fn unmeasured_why(q: &QueueSample) -> &'static str {
     match q.preset.as_deref().map(|f| f.preset) {
         Some(PresetKind::Bullmq | PresetKind::Bull) => {
-            "no finished job with processedOn and finishedOn is kept (none finished yet, \
-             or the jobs are added with removeOnComplete/removeOnFail)"
+            "no job with processedOn and finishedOn kept finished in the last 10 minutes \
+             (none finished lately, or the jobs are added with removeOnComplete/removeOnFail)"
         }
         Some(PresetKind::Rq) => {
-            "no finished job with started_at and ended_at is kept (none finished yet, \
-             or the jobs are enqueued with result_ttl=0)"
+            "no job with started_at and ended_at kept finished in the last 10 minutes \
+             (none finished lately, or the jobs are enqueued with result_ttl=0)"
         }
         None if q.vhost().is_some() => {
             "it is measured from the ack counter while a backlog keeps every consumer \
@@ -83,6 +84,15 @@ pub fn gather(
                 q.name, s.source
             )
         };
+        // An input the model would compute with: finite, 0 to the cap.
+        let checked = |v: f64, what: &str| {
+            finite::input(v, || {
+                format!(
+                    "WaitTime of queue {:?} in source {}: its {what}",
+                    q.name, s.source
+                )
+            })
+        };
         let missing = q.queue_type == Some(QueueType::Missing);
         let backlog = match (&q.preset, missing) {
             (_, true) => 0,
@@ -106,16 +116,17 @@ pub fn gather(
         let age = if backlog == 0 {
             0.0
         } else {
-            q.oldest_age_seconds.ok_or_else(|| {
+            let age = q.oldest_age_seconds.ok_or_else(|| {
                 unknown(
                     "oldest age",
                     " (lists need `age:` in the exporter config, zsets `score: timestamp`, \
                      RabbitMQ messages a timestamp property)",
                 )
-            })?
+            })?;
+            checked(age, "oldest age (seconds)")?
         };
         let arrivals = match s.history.arrival_rate(&q.id(), window) {
-            Some(r) => r,
+            Some(r) => checked(r, "arrival rate (jobs per second)")?,
             None if missing && s.history.spans(window) => 0.0,
             None => {
                 return Err(unknown(
@@ -132,7 +143,10 @@ pub fn gather(
         if params.processing_time.is_none() {
             let starts = arrivals + backlog as f64 / wait;
             match q.service_time() {
-                Some(t) => measured.push((t, starts)),
+                Some(t) => {
+                    checked(t.mean_seconds, "measured service time (seconds per job)")?;
+                    measured.push((t, starts));
+                }
                 // A queue with no work asks nothing of its service time.
                 None if starts <= 0.0 => {}
                 None => {

@@ -168,24 +168,36 @@ impl CounterHistory {
         let stored = Arc::new(self.store(point));
         let newest = stored.at;
         let mut kept: VecDeque<Arc<StoredPoint>> = VecDeque::with_capacity(self.points.len() + 1);
-        // Oldest first: keep a reading when it lies at least one step (by
-        // its age) after the last one kept; the newest is always kept.
-        let mut last_kept: Option<SystemTime> = None;
+        // Oldest first: keep the first reading of each wall-clock step (one
+        // second while young, 15 s after); the newest is always kept. The
+        // steps are wall-clock ones, not counted from the oldest reading, so
+        // two replicas polling at the same instants keep the same readings
+        // whenever either started, and their rates agree.
+        let mut last_step: Option<u64> = None;
         for p in &self.points {
             let age = newest.duration_since(p.at).unwrap_or(Duration::ZERO);
             if age > Self::RETENTION {
                 continue;
             }
             let step = if age <= Self::FINE_SPAN {
-                Duration::from_millis(900)
+                Duration::from_secs(1)
             } else {
-                Self::COARSE_STEP - Duration::from_millis(500)
+                Self::COARSE_STEP
             };
-            let far_enough =
-                last_kept.is_none_or(|l| p.at.duration_since(l).unwrap_or(Duration::ZERO) >= step);
-            if far_enough {
+            let since_epoch =
+                p.at.duration_since(SystemTime::UNIX_EPOCH)
+                    .unwrap_or_default();
+            // Step numbers of the two spans never collide: fine ones are
+            // seconds, coarse ones are marked by the top bit.
+            let n = since_epoch.as_secs() / step.as_secs();
+            let n = if step == Self::COARSE_STEP {
+                n | 1 << 63
+            } else {
+                n
+            };
+            if last_step != Some(n) {
                 kept.push_back(p.clone());
-                last_kept = Some(p.at);
+                last_step = Some(n);
             }
         }
         kept.push_back(stored);
@@ -255,6 +267,11 @@ impl CounterHistory {
             index,
             blocks,
         }
+    }
+
+    /// When the newest reading was taken, if there is one.
+    pub fn newest(&self) -> Option<SystemTime> {
+        self.points.back().map(|p| p.at)
     }
 
     /// How many readings are kept.
@@ -391,6 +408,33 @@ mod tests {
         // A single reading gives no rate.
         let one = CounterHistory::default().with_point(point(1, 5));
         assert_eq!(one.rate(&q, Duration::from_secs(60), |c| c.published), None);
+    }
+
+    #[test]
+    fn replicas_started_apart_keep_the_same_readings_and_rates() {
+        let q = QueueId {
+            vhost: None,
+            name: "q".into(),
+        };
+        // Both poll on the same 250 ms ticks; one started 37 s later.
+        let build = |first_tick: u64| {
+            let mut h = CounterHistory::default();
+            for i in first_tick..4_000u64 {
+                let mut p = point(0, i * 3);
+                p.at = SystemTime::UNIX_EPOCH + Duration::from_millis(1_000_000 + i * 250);
+                h = h.with_point(p);
+            }
+            h
+        };
+        let (a, b) = (build(0), build(148));
+        for window in [10u64, 60, 300] {
+            let w = Duration::from_secs(window);
+            assert_eq!(
+                a.rate(&q, w, |c| c.published),
+                b.rate(&q, w, |c| c.published),
+                "window {window}s"
+            );
+        }
     }
 
     #[test]

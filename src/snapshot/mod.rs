@@ -13,15 +13,17 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+mod coverage;
 mod history;
 mod poll;
 mod preset;
 mod scope;
 mod service;
 
+pub use coverage::{Coverage, EveryName, ExactNames, Gap, HiddenNames, VhostNames, Vouched};
 pub use history::{CounterHistory, CounterPoint, JobFlow};
 pub use poll::{POLL_DURATION_BUCKETS, PollRecord};
-pub use preset::{JobState, JobTotals, PresetFacts, PresetKind, PresetUnit};
+pub use preset::{CountedIn, JobState, JobTotals, PresetFacts, PresetKind, PresetUnit};
 pub use scope::{AnyName, NameQuery, QueueScope, Reach};
 pub use service::{ServiceSource, ServiceTime};
 
@@ -80,6 +82,10 @@ pub struct Snapshot {
     /// Which queue names the source's configuration can ever report; the
     /// scaler uses it to tell a drained queue (0) from a typo (`NOT_FOUND`).
     pub scope: Arc<dyn QueueScope>,
+    /// What the last successful poll left unread (keys beyond `max_keys`,
+    /// keys held back, vhosts it may not read): the scaler answers a
+    /// number only for names it vouches for.
+    pub coverage: Arc<Coverage>,
 }
 
 impl Snapshot {
@@ -99,6 +105,9 @@ impl Snapshot {
             polls: Arc::new(PollRecord::default()),
             history: Arc::new(CounterHistory::default()),
             scope: Arc::new(AnyName),
+            // Nothing polled yet: no reader answers before a successful
+            // poll (it has no data age), which sets the poll's coverage.
+            coverage: Arc::new(Coverage::complete()),
         }
     }
 
@@ -194,6 +203,11 @@ pub enum QueueType {
     /// Any other type name the backend reports: RabbitMQ's `classic` or
     /// `quorum`, or a Redis type we cannot measure such as `string`.
     Other(String),
+    /// A configured key whose jobs a library preset counts in one of its
+    /// queues: the sample is only a mark naming that queue, so no job is
+    /// counted twice (see [`QueueSample::count_in`]). Held here, not in a
+    /// field of its own, so that every sample stays at 200 bytes.
+    Counted(Box<CountedIn>),
 }
 
 impl QueueType {
@@ -207,6 +221,7 @@ impl QueueType {
             QueueType::Stream => "stream",
             QueueType::Missing => "none",
             QueueType::Other(t) => t,
+            QueueType::Counted(_) => "counted",
         }
     }
 }
@@ -293,6 +308,28 @@ impl QueueSample {
     /// Sets the counters; empty ones take no memory.
     pub fn set_counters(&mut self, counters: Counters) {
         self.counters = (!counters.is_empty()).then(|| Box::new(counters));
+    }
+
+    /// Makes this sample of a configured key the mark that `by`, a preset
+    /// queue, counts its jobs ([`QueueType::Counted`]): only its name and
+    /// labels stay (its jobs, age and `counters:` are that queue's), so no
+    /// reader counts a job twice. `/metrics` leaves such a sample out; the
+    /// scaler names the queue that counts it.
+    pub fn count_in(&mut self, by: CountedIn) {
+        *self = QueueSample {
+            name: std::mem::take(&mut self.name),
+            labels: std::mem::take(&mut self.labels),
+            queue_type: Some(QueueType::Counted(Box::new(by))),
+            ..QueueSample::default()
+        };
+    }
+
+    /// The preset queue that counts this configured key's jobs, if one does.
+    pub fn counted_in(&self) -> Option<&CountedIn> {
+        match &self.queue_type {
+            Some(QueueType::Counted(by)) => Some(by),
+            _ => None,
+        }
     }
 
     /// The counters, to be filled in one by one.
@@ -386,11 +423,14 @@ pub enum Reason {
     NotFound,
     /// A local problem, such as an unreadable secret file.
     Config,
+    /// A Redis Cluster whose `CLUSTER SLOTS` leaves hash slots without a
+    /// primary (not formed yet, or slots deleted): keys there cannot be read.
+    ClusterSlots,
 }
 
 impl Reason {
     /// Every reason, in the order they are exported.
-    pub const ALL: [Reason; 10] = [
+    pub const ALL: [Reason; 11] = [
         Reason::Connect,
         Reason::Auth,
         Reason::Timeout,
@@ -401,6 +441,7 @@ impl Reason {
         Reason::TooLarge,
         Reason::NotFound,
         Reason::Config,
+        Reason::ClusterSlots,
     ];
 
     /// The label value.
@@ -416,6 +457,7 @@ impl Reason {
             Reason::TooLarge => "too_large",
             Reason::NotFound => "not_found",
             Reason::Config => "config",
+            Reason::ClusterSlots => "cluster_slots",
         }
     }
 }

@@ -158,6 +158,14 @@ pub struct PresetFacts {
     /// Worker time per job from recently finished jobs; `None` where the
     /// library keeps no such record or none finished lately.
     pub service_time: Option<super::ServiceTime>,
+    /// States the library has but keeps in its other unit, set by the
+    /// preset: on a queue, those it keeps only for all its queues together
+    /// in the shared unit (Sidekiq's `retry`, under `(all)`); on the shared
+    /// unit, those it keeps only per queue (`waiting`). Such a state asked
+    /// of this sample is not 0 but held elsewhere: readers refuse it and
+    /// name where it lives ([`PresetFacts::held_elsewhere`]), never reading
+    /// which library this is.
+    pub elsewhere: &'static [JobState],
 }
 
 /// What a preset sample stands for.
@@ -193,10 +201,32 @@ impl PresetFacts {
             .collect()
     }
 
+    /// Which of `states` this sample's library keeps only in its other
+    /// unit (see [`PresetFacts::elsewhere`]): asked here, they would read
+    /// as 0 while their jobs are counted in the other unit.
+    pub fn held_elsewhere(&self, states: &[JobState]) -> Vec<JobState> {
+        states
+            .iter()
+            .copied()
+            .filter(|s| self.elsewhere.contains(s) && !self.states.contains_key(s))
+            .collect()
+    }
+
     /// The known depth of `state`, if the library has it and it was read.
     pub fn known(&self, state: JobState) -> Option<u64> {
         self.states.get(&state).copied().flatten()
     }
+}
+
+/// The preset queue that counts a configured key's jobs (see
+/// `QueueType::Counted`): a `key:` entry on `rq:queue:high` beside
+/// `preset: rq` is counted as RQ's queue `high`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct CountedIn {
+    /// The preset whose queue reads the key.
+    pub preset: PresetKind,
+    /// That queue's `queue` label.
+    pub queue: String,
 }
 
 /// Lifetime job totals (library counters or configured `counters:` keys).

@@ -5,7 +5,9 @@
 /// How long workers spend per job, measured from the backend's records.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ServiceTime {
-    /// Mean worker seconds per job over the jobs measured.
+    /// Mean worker seconds per job over the jobs measured (for finished
+    /// jobs a winsorized mean, so one stuck job does not set it; a job
+    /// shorter than its stamps' resolution counts as that, never 0).
     pub mean_seconds: f64,
     /// How many jobs (or, for a rate, acknowledgements) the mean is over:
     /// a mean of few is shown as such, so a reader can weigh it.

@@ -12,11 +12,11 @@ use std::time::{Duration, Instant, SystemTime};
 use crate::hub::SnapshotPublisher;
 use crate::shutdown::Shutdown;
 use crate::snapshot::{
-    CounterPoint, JobFlow, QueueSample, QueueScope, Reason, Snapshot, SourceStats,
+    CounterPoint, Coverage, JobFlow, QueueSample, QueueScope, Reason, Snapshot, SourceStats,
 };
 
 /// What a successful poll produced.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct PollOutput {
     /// Every tracked queue.
     pub queues: Vec<QueueSample>,
@@ -25,6 +25,20 @@ pub struct PollOutput {
     /// One reason per queue whose problem did not fail the poll, such as a
     /// RabbitMQ queue that is gone ([`Reason::NotFound`]).
     pub partial_errors: Vec<Reason>,
+    /// What the poll left unread; no default, so each source says it.
+    pub coverage: Coverage,
+}
+
+impl PollOutput {
+    /// An output with no queues yet, vouching for what `coverage` says.
+    pub fn new(coverage: Coverage) -> Self {
+        PollOutput {
+            queues: Vec::new(),
+            stats: SourceStats::default(),
+            partial_errors: Vec::new(),
+            coverage,
+        }
+    }
 }
 
 /// Why a poll failed. Each variant maps to a `reason` label of
@@ -83,6 +97,11 @@ pub enum SourceError {
     /// A local problem such as an unreadable secret file.
     #[error("configuration problem: {0}")]
     Config(String),
+    /// A Redis Cluster's `CLUSTER SLOTS` leaves slots without a primary:
+    /// the keys there cannot be read, so nothing is reported (an empty
+    /// source would read as empty queues).
+    #[error("Redis Cluster: {0}")]
+    ClusterSlots(String),
 }
 
 impl SourceError {
@@ -99,6 +118,7 @@ impl SourceError {
             SourceError::TooLarge { .. } => Reason::TooLarge,
             SourceError::NotFound(_) => Reason::NotFound,
             SourceError::Config(_) => Reason::Config,
+            SourceError::ClusterSlots(_) => Reason::ClusterSlots,
         }
     }
 }
@@ -124,6 +144,14 @@ const MIN_BACKOFF: Duration = Duration::from_millis(100);
 
 /// Polls `source` every `poll_interval` until shutdown, publishing a snapshot
 /// after every attempt.
+///
+/// Polls after the first fall on the source's ticks: the wall-clock
+/// multiples of `poll_interval`, shifted by a phase derived from the
+/// source's name ([`phase_of`]). Two replicas of the exporter then read
+/// the backend at the same instants and stamp their counter readings with
+/// the same tick, so KEDA, round-robining over them, hears the same answer
+/// from both; sources of other names poll at other phases, so many
+/// exporters on one backend do not all hit it in the same millisecond.
 pub async fn run<S: Source>(
     mut source: S,
     publisher: SnapshotPublisher,
@@ -131,10 +159,13 @@ pub async fn run<S: Source>(
     mut shutdown: Shutdown,
 ) {
     let name = publisher.current().source.clone();
+    let phase = phase_of(&name, poll_interval);
     let mut backoff = MIN_BACKOFF;
+    // The first poll runs at once; later ones on a tick, stamped with it.
+    let mut tick: Option<SystemTime> = None;
     loop {
-        let started = Instant::now();
-        let (snapshot, ok) = poll_once(&mut source, &publisher).await;
+        let (snapshot, outcome) = poll_once_stamped(&mut source, &publisher, tick).await;
+        let ok = outcome.is_ok();
         let up = snapshot.up;
         publisher.publish(snapshot);
         if ok {
@@ -142,9 +173,13 @@ pub async fn run<S: Source>(
         } else if !up {
             backoff = backoff.saturating_mul(2).min(MAX_BACKOFF);
         }
+        let now = SystemTime::now();
         let wait = if up {
-            poll_interval.saturating_sub(started.elapsed())
+            let wait = until_next_tick(now, poll_interval, phase);
+            tick = Some(now + wait);
+            wait
         } else {
+            tick = None;
             backoff.min(poll_interval.max(MIN_BACKOFF))
         };
         tokio::select! {
@@ -155,6 +190,30 @@ pub async fn run<S: Source>(
             }
         }
     }
+}
+
+/// The offset of a source's poll ticks within `interval`: a hash of its
+/// name (FNV-1a), the same in every replica, different across sources.
+pub fn phase_of(name: &str, interval: Duration) -> Duration {
+    let hash = name.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    });
+    let nanos = interval.as_nanos().max(1);
+    // Less than `interval`, which fits a u64 of nanoseconds (bounded at load).
+    Duration::from_nanos((u128::from(hash) % nanos) as u64)
+}
+
+/// How long from `now` until the next tick (`k × interval + phase` since
+/// the Unix epoch) strictly after it.
+pub fn until_next_tick(now: SystemTime, interval: Duration, phase: Duration) -> Duration {
+    let interval = interval.as_nanos().max(1);
+    let now = now
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_nanos();
+    let since_tick = (now + interval - phase.as_nanos() % interval) % interval;
+    // At most `interval`, which fits a u64 of nanoseconds (bounded at load).
+    Duration::from_nanos((interval - since_tick) as u64)
 }
 
 /// Runs one poll and builds the next snapshot from the current one.
@@ -172,6 +231,17 @@ pub async fn poll_once<S: Source>(
 pub async fn poll_once_reporting<S: Source>(
     source: &mut S,
     publisher: &SnapshotPublisher,
+) -> (Snapshot, Result<(), SourceError>) {
+    poll_once_stamped(source, publisher, None).await
+}
+
+/// [`poll_once_reporting`] for a poll that ran on `tick`: its counter
+/// readings are stamped with the tick rather than the end of the poll, so
+/// replicas polling on the same ticks compute rates over the same instants.
+async fn poll_once_stamped<S: Source>(
+    source: &mut S,
+    publisher: &SnapshotPublisher,
+    tick: Option<SystemTime>,
 ) -> (Snapshot, Result<(), SourceError>) {
     let prev = publisher.current();
     let started = Instant::now();
@@ -196,7 +266,12 @@ pub async fn poll_once_reporting<S: Source>(
             if !prev.up {
                 tracing::info!(source = %prev.source, queues = out.queues.len(), "source is up");
             }
-            next.history = Arc::new(prev.history.with_point(counter_point(now, &out.queues)));
+            // A tick earlier than the newest reading (a clock step back)
+            // stamps nothing: readings stay in order.
+            let stamp = tick
+                .filter(|t| prev.history.newest().is_none_or(|n| *t > n))
+                .unwrap_or(now);
+            next.history = Arc::new(prev.history.with_point(counter_point(stamp, &out.queues)));
             next.up = true;
             next.layout = crate::snapshot::next_layout(&prev.queues, prev.layout, &out.queues);
             // `Arc::new`, not `Arc::from`: the list is not copied (2.3 MB at
@@ -209,6 +284,7 @@ pub async fn poll_once_reporting<S: Source>(
             let mut stats = out.stats;
             stats.age_parse_failures += prev.stats.age_parse_failures;
             next.stats = stats;
+            next.coverage = Arc::new(out.coverage);
             Ok(())
         }
         Err(e) => {
@@ -255,6 +331,43 @@ mod tests {
     use crate::snapshot::SourceKind;
     use std::sync::Mutex;
 
+    #[test]
+    fn ticks_fall_on_wall_clock_multiples_shifted_by_the_phase() {
+        let at = |ms: u64| SystemTime::UNIX_EPOCH + Duration::from_millis(ms);
+        let p = Duration::from_millis(500);
+        let phase = Duration::from_millis(120);
+        assert_eq!(
+            until_next_tick(at(10_000), p, phase),
+            Duration::from_millis(120)
+        );
+        assert_eq!(
+            until_next_tick(at(10_119), p, phase),
+            Duration::from_millis(1)
+        );
+        // Exactly on a tick: the next one, a whole interval on.
+        assert_eq!(until_next_tick(at(10_120), p, phase), p);
+        assert_eq!(
+            until_next_tick(at(10_400), p, phase),
+            Duration::from_millis(220)
+        );
+        // Two replicas that finished their polls at different moments wait
+        // for the same instant.
+        let a = at(10_130) + until_next_tick(at(10_130), p, phase);
+        let b = at(10_390) + until_next_tick(at(10_390), p, phase);
+        assert_eq!(a, b);
+    }
+
+    #[test]
+    fn the_phase_is_the_names_in_every_replica_and_spreads_sources() {
+        let p = Duration::from_secs(1);
+        assert_eq!(phase_of("main", p), phase_of("main", p));
+        assert!(phase_of("main", p) < p);
+        let phases: std::collections::BTreeSet<Duration> = (0..50)
+            .map(|i| phase_of(&format!("source-{i}"), p))
+            .collect();
+        assert!(phases.len() > 45, "{phases:?}");
+    }
+
     /// Fails its first `failures` polls, then succeeds; records when it was polled.
     struct Flaky {
         failures: usize,
@@ -271,7 +384,7 @@ mod tests {
                     cause: "refused".into(),
                 })
             } else {
-                Ok(PollOutput::default())
+                Ok(PollOutput::new(Coverage::complete()))
             }
         }
         fn poll_timeout(&self) -> Duration {
@@ -305,10 +418,15 @@ mod tests {
     async fn retries_back_off_doubling_up_to_two_seconds_then_poll_on_the_interval() {
         let gaps = poll_gaps(7, Duration::from_secs(10), Duration::from_secs(30)).await;
         // 7 failures: 200, 400, 800, 1600, then capped at 2000 ms; after the
-        // first success, the poll interval.
+        // first success, the wait until the next wall-clock tick, at most
+        // the poll interval (the wall clock does not move in paused time,
+        // so the ticks themselves are tested on their own).
         assert!(gaps.len() >= 8, "{gaps:?}");
         assert_eq!(gaps[..7], [200, 400, 800, 1600, 2000, 2000, 2000]);
-        assert!(gaps[7..].iter().all(|g| *g == 10_000), "{gaps:?}");
+        assert!(
+            gaps[7..].iter().all(|g| (1..=10_000).contains(g)),
+            "{gaps:?}"
+        );
     }
 
     #[tokio::test(start_paused = true)]

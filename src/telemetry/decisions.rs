@@ -6,7 +6,10 @@
 //! RPC counters do, and is filled by the scaler while it answers (from the
 //! snapshot, as always). Bounded: an entry KEDA has not asked about for
 //! [`Decisions::EXPIRE`] is removed with its series, on the next request or
-//! scrape, and at most [`Decisions::MAX_ENTRIES`] are kept.
+//! scrape, and at most [`Decisions::MAX_ENTRIES`] are kept, of at most
+//! [`bounds::MAX_BYTES`] together (each string cut as [`bounds`] says).
+
+pub mod bounds;
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
@@ -84,6 +87,9 @@ pub struct Entry {
     /// Which metadata `metadata` was made from (the caller's identity of
     /// the map), so a repeated request does not rebuild it.
     metadata_of: u64,
+    /// What this entry is counted as against [`bounds::MAX_BYTES`]
+    /// ([`bounds::weight`] of its labels and metadata).
+    weight: usize,
     /// When KEDA last asked.
     pub last_asked: SystemTime,
     /// The last `GetMetrics` answer.
@@ -164,14 +170,17 @@ impl Decisions {
     /// gauges: an error removes the trigger's series, since an unknown
     /// value is absent, never a stale or a 0. `metadata` is called only
     /// when the entry is new or `metadata_of` (the caller's identity of the
-    /// metadata map) changed.
+    /// metadata map) changed. Labels, metadata and error are cut to
+    /// [`bounds`] whatever the caller sent.
     pub fn record(
         &self,
         labels: DecisionLabels,
         metadata_of: u64,
         metadata: impl FnOnce() -> Vec<(String, String)>,
-        answer: Answer,
+        mut answer: Answer,
     ) {
+        let labels = bounds::labels(labels);
+        answer.error = bounds::error(answer.error);
         let now = answer.at;
         let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
         let second = now.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs();
@@ -196,6 +205,7 @@ impl Decisions {
                 labels: labels.clone(),
                 metadata: Vec::new(),
                 metadata_of: 0,
+                weight: 0,
                 last_asked: now,
                 metrics: None,
                 activity: None,
@@ -207,9 +217,14 @@ impl Decisions {
             return;
         };
         if entry.metadata_of != metadata_of || entry.metadata.is_empty() {
-            entry.metadata = metadata();
+            entry.metadata = bounds::metadata(metadata());
             entry.metadata_of = metadata_of;
+            entry.weight = bounds::weight(&labels, &entry.metadata);
+            self.fit_bytes(&mut entries, &labels);
         }
+        let Some(entry) = entries.get_mut(&labels) else {
+            return;
+        };
         entry.last_asked = now;
         if answer.method == "IsActive" {
             entry.activity = Some(answer);
@@ -274,6 +289,25 @@ impl Decisions {
         let mut out: Vec<Entry> = entries.values().cloned().collect();
         out.sort_by(|a, b| a.labels.cmp(&b.labels));
         out
+    }
+
+    /// Drops the entries asked about longest ago, other than `keep`, while
+    /// all together weigh more than [`bounds::MAX_BYTES`]. Runs only when
+    /// an entry's metadata is (re)made, not on every answer.
+    fn fit_bytes(&self, entries: &mut HashMap<DecisionLabels, Entry>, keep: &DecisionLabels) {
+        let mut total: usize = entries.values().map(|e| e.weight).sum();
+        while total > bounds::MAX_BYTES {
+            let oldest = entries
+                .values()
+                .filter(|e| &e.labels != keep)
+                .min_by_key(|e| e.last_asked)
+                .map(|e| e.labels.clone());
+            let Some(oldest) = oldest else { return };
+            if let Some(e) = entries.remove(&oldest) {
+                total -= e.weight;
+            }
+            self.remove_series(&oldest);
+        }
     }
 
     /// Drops entries not asked about within [`Self::EXPIRE`], with their series.
@@ -410,5 +444,39 @@ mod tests {
         }
         let h = &d.entries(t0 + Duration::from_secs(3600))[0].history;
         assert!((59..=61).contains(&h.len()), "{}", h.len());
+    }
+
+    #[test]
+    fn huge_maps_and_labels_are_cut_and_the_store_keeps_to_its_bytes() {
+        let d = Decisions::default();
+        let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
+        let big = "x".repeat(1024);
+        let huge = || -> Vec<(String, String)> {
+            (0..64)
+                .map(|i| (format!("{i}{big}"), big.clone()))
+                .collect()
+        };
+        for i in 0..1_000u64 {
+            let l = DecisionLabels {
+                namespace: big.clone(),
+                scaledobject: format!("so{i}{big}"),
+                queue: big.clone(),
+                mode: big.clone(),
+            };
+            let mut a = answer(t0 + Duration::from_millis(i), None);
+            a.error = Some(big.clone());
+            d.record(l, 0, huge, a);
+        }
+        let all = d.entries(t0 + Duration::from_secs(3));
+        let total: usize = all.iter().map(|e| e.weight).sum();
+        assert!(total <= bounds::MAX_BYTES, "{total}");
+        assert!(all.len() > 300 && all.len() < 1_000, "{}", all.len());
+        // The newest is kept, cut.
+        let newest = all.iter().max_by_key(|e| e.last_asked).unwrap();
+        assert!(newest.labels.scaledobject.starts_with("so999"));
+        assert!(newest.labels.scaledobject.len() <= bounds::MAX_NAME_BYTES);
+        assert_eq!(newest.metadata.len(), bounds::MAX_PAIRS);
+        let error = newest.metrics.as_ref().unwrap().error.as_ref().unwrap();
+        assert!(error.len() <= bounds::MAX_ERROR_BYTES);
     }
 }

@@ -596,16 +596,19 @@ impl Scenario {
         let mut refused: Vec<&str> = Vec::new();
         if self.seed.is_multiple_of(8) {
             // Issue 36's case 2: zero config under an ACL that refuses
-            // SMEMBERS of the kombu bindings (and of RQ's registry).
-            refused.push("smembers");
-            self.acl.push("-smembers".into());
+            // reading the kombu bindings (and RQ's registry): discovery
+            // reads sets with SCARD and SSCAN.
             let mut out = vec!['_', 'r'];
             out.extend(hidden.iter().copied());
             out.sort();
             out.dedup();
-            self.acl.push(format!("(+smembers {})", class(&out)));
+            for command in ["scard", "sscan", "smembers"] {
+                refused.push(command);
+                self.acl.push(format!("-{command}"));
+                self.acl.push(format!("(+{command} {})", class(&out)));
+            }
             self.story
-                .push("smembers refused in groups ['_', 'r'] (case 2)".into());
+                .push("set reads refused in groups ['_', 'r'] (case 2)".into());
             self.restricted.extend(['_', 'r']);
         }
         for _ in 0..rng.range(0, 3) {

@@ -22,6 +22,7 @@ pub use queue::{
 pub use url::{RedisUrl, SentinelSpec, UrlKind};
 
 use super::duration::{Bounds, de_duration, de_durations, de_opt_duration};
+use super::secret::Password;
 
 /// A Redis source.
 #[derive(Debug, Clone, Deserialize)]
@@ -42,6 +43,11 @@ pub struct RedisSourceConfig {
     /// File holding the password; overrides the URL's. Trailing newline ignored.
     #[serde(default)]
     pub password_file: Option<PathBuf>,
+    /// The password, kept out of the URL (as KEDA's and redis_exporter's
+    /// users write it, often from an environment variable). Refused beside
+    /// `password_file` or a URL that carries a password: one place only.
+    #[serde(default)]
+    pub password: Option<Password>,
     /// CA and client certificate for `rediss://` (none: the built-in web
     /// roots and no client certificate). Boxed: rarely set, and three paths
     /// would grow every source by their size.
@@ -129,6 +135,7 @@ impl RedisSourceConfig {
             url: RedisUrl::default(),
             cluster: false,
             password_file: None,
+            password: None,
             tls: None,
             poll_interval: default_poll_interval(),
             discovery_interval: default_discovery_interval(),
@@ -187,6 +194,21 @@ impl RedisSourceConfig {
                 return Err((
                     at(field),
                     "only applies to zero config (a source without queues:); this source lists its queues"
+                        .into(),
+                ));
+            }
+        }
+        if self.password.is_some() {
+            if self.password_file.is_some() {
+                return Err((
+                    at("password_file"),
+                    "set password or password_file, not both".into(),
+                ));
+            }
+            if self.url.info().redis_settings().password().is_some() {
+                return Err((
+                    at("password"),
+                    "the url carries a password too; give it in one place (remove it from the url)"
                         .into(),
                 ));
             }
@@ -257,6 +279,15 @@ impl RedisSourceConfig {
         for (field, d, bounds) in durations {
             bounds.check(d).map_err(|m| (at(field), m))?;
         }
+        if self.age_buckets.len() > MAX_AGE_BUCKETS {
+            return Err((
+                at("age_buckets"),
+                format!(
+                    "{} bounds; at most {MAX_AGE_BUCKETS}",
+                    self.age_buckets.len()
+                ),
+            ));
+        }
         for (j, d) in self.age_buckets.iter().enumerate() {
             Bounds::YEAR
                 .check(*d)
@@ -306,6 +337,11 @@ fn default_plain_keys() -> bool {
 fn default_scan_count() -> u32 {
     1000
 }
+/// Most `age_buckets` bounds: a histogram measurement keeps which bounds it
+/// asked by window in one `u64` bit set (`histogram::HistogramPlan`), and
+/// each bound costs a command per zset per measurement.
+pub const MAX_AGE_BUCKETS: usize = 64;
+
 /// Default age histogram bounds: 1 s to 1 day. Each bound below the oldest
 /// item's age costs one ZCOUNT per timestamp zset per poll.
 pub fn default_age_buckets() -> Vec<Duration> {
@@ -384,6 +420,27 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.starts_with("config.yaml: sources[0].plain_keys: "), "{e}");
+    }
+
+    #[test]
+    fn at_most_64_age_buckets_are_accepted() {
+        let redis = |n: usize| {
+            let bounds: Vec<String> = (1..=n).map(|s| format!("{s}s")).collect();
+            format!(
+                "sources:\n  - name: r\n    type: redis\n    age_buckets: [{}]\n",
+                bounds.join(", ")
+            )
+        };
+        let c = load_yaml(&redis(super::MAX_AGE_BUCKETS)).unwrap();
+        let SourceConfig::Redis(r) = &c.sources[0] else {
+            panic!("redis")
+        };
+        assert_eq!(r.age_buckets.len(), 64);
+        let e = load_yaml(&redis(65)).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "config.yaml: sources[0].age_buckets: 65 bounds; at most 64"
+        );
     }
 
     #[test]

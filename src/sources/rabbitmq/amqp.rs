@@ -29,11 +29,12 @@ use lapin::types::FieldTable;
 use lapin::uri::{AMQPScheme, AMQPUri};
 use lapin::{AsyncTcpStream, Channel, Connection, ConnectionProperties, ErrorKind};
 
+use super::access;
 use super::credentials::{self, Credentials};
 use super::filter::QueueFilter;
 use super::sample;
 use crate::config::{RabbitSourceConfig, Redacted};
-use crate::snapshot::QueueSample;
+use crate::snapshot::{Coverage, QueueSample};
 use crate::sources::{PollOutput, SourceError};
 
 /// Channels declaring at once; each works through the queue list in turn.
@@ -132,6 +133,7 @@ impl Amqp {
         filter: &QueueFilter,
     ) -> Result<PollOutput, SourceError> {
         let creds = credentials::resolve(config)?;
+        let who = access::who(creds.as_ref());
         let target = Redacted(&config.url).to_string();
         let secret = creds
             .as_ref()
@@ -185,39 +187,60 @@ impl Amqp {
         if let Some(live) = self.conn.as_deref_mut() {
             live.channels = kept;
         }
-        let mut out = PollOutput::default();
+        Ok(self.report(&config.name, &vhost, &who, &names, outcomes))
+    }
+
+    /// The poll's output from what each passive declare said: a found
+    /// queue's figures, a missing one counted as `not_found`, a refused one
+    /// counted as `auth` and recorded as a coverage gap (a glob over it
+    /// would otherwise sum the others only).
+    fn report(
+        &mut self,
+        source: &str,
+        vhost: &str,
+        who: &str,
+        names: &[&str],
+        outcomes: Vec<Option<DeclareOutcome>>,
+    ) -> PollOutput {
+        let mut queues = Vec::new();
+        let mut partial_errors = Vec::new();
+        let mut gaps = Vec::new();
         let mut unseen = HashSet::new();
         for (name, outcome) in names.iter().zip(outcomes) {
             match outcome {
                 Some(DeclareOutcome::Found { ready, consumers }) => {
                     let mut q = QueueSample::named(*name);
-                    q.broker_mut().vhost = vhost.clone();
+                    q.broker_mut().vhost = vhost.to_string();
                     // A passive declare reports ready messages only: depth
                     // (ready + unacked) stays unknown rather than invented.
                     q.ready = Some(u64::from(ready));
                     q.broker_mut().consumers = Some(u64::from(consumers));
-                    out.queues.push(q);
+                    queues.push(q);
                 }
                 Some(DeclareOutcome::Missing) => {
                     if !self.unseen.contains(*name) {
-                        tracing::warn!(source = %config.name, queue = %name, vhost = %vhost, "queue not found; counted as not_found while it is missing");
+                        tracing::warn!(source = %source, queue = %name, vhost = %vhost, "queue not found; counted as not_found while it is missing");
                     }
                     unseen.insert(name.to_string());
-                    out.partial_errors.push(Reason::NotFound);
+                    partial_errors.push(Reason::NotFound);
                 }
                 Some(DeclareOutcome::Refused) => {
                     if !self.unseen.contains(*name) {
-                        tracing::warn!(source = %config.name, queue = %name, vhost = %vhost, "access to queue refused; counted as auth");
+                        tracing::warn!(source = %source, queue = %name, vhost = %vhost, "access to queue refused; counted as auth, and unknown to KEDA");
                     }
                     unseen.insert(name.to_string());
-                    out.partial_errors.push(Reason::Auth);
+                    partial_errors.push(Reason::Auth);
+                    gaps.push(access::refused_queue(who, vhost, name));
                 }
                 None => {}
             }
         }
         self.unseen = unseen;
-        out.stats = sample::stats(&out.queues, std::slice::from_ref(&vhost));
-        Ok(out)
+        let mut out = PollOutput::new(Coverage::with_gaps(gaps));
+        out.stats = sample::stats(&queues, &[vhost.to_string()]);
+        out.queues = queues;
+        out.partial_errors = partial_errors;
+        out
     }
 
     /// The live connection, connecting first if there is none (or if the
@@ -536,4 +559,58 @@ fn amqp_uri(
         uri.authority.userinfo.password = c.password.clone();
     }
     Ok(uri)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::snapshot::NameQuery;
+
+    #[test]
+    fn a_refused_queue_is_counted_and_unknown_to_a_glob_a_missing_one_only_counted() {
+        let mut amqp = Amqp::default();
+        let names = ["jobs.a", "jobs.b", "jobs.c"];
+        let outcomes = vec![
+            Some(DeclareOutcome::Found {
+                ready: 3,
+                consumers: 1,
+            }),
+            Some(DeclareOutcome::Refused),
+            Some(DeclareOutcome::Missing),
+        ];
+        let out = amqp.report("s", "v", "user \"u\"", &names, outcomes);
+        let found: Vec<(&str, Option<u64>)> = out
+            .queues
+            .iter()
+            .map(|q| (q.name.as_str(), q.ready))
+            .collect();
+        assert_eq!(found, [("jobs.a", Some(3))]);
+        assert_eq!(out.queues[0].depth, None);
+        assert_eq!(out.partial_errors, [Reason::Auth, Reason::NotFound]);
+
+        let query = |text: &'static str, vhost: Option<&'static str>| {
+            let selects: &'static dyn Fn(&str) -> bool = if text.ends_with('*') {
+                &|n: &str| n.starts_with("jobs.")
+            } else {
+                &|n: &str| n == "jobs.b"
+            };
+            NameQuery {
+                text,
+                is_glob: text.ends_with('*'),
+                literal_prefix: text.trim_end_matches('*'),
+                selects,
+                vhost,
+            }
+        };
+        let gap = out.coverage.vouch(&query("jobs.*", None)).unwrap_err();
+        assert_eq!(
+            gap.cause,
+            "user \"u\" may not read queue \"jobs.b\" in vhost \"v\" (RabbitMQ refused its \
+             passive declare), so it is unknown"
+        );
+        assert!(out.coverage.vouch(&query("jobs.b", Some("v"))).is_err());
+        // A missing queue is no gap: RabbitMQ keeps a drained queue, so it
+        // is not there (NOT_FOUND), not unknown.
+        assert_eq!(out.coverage.gaps().len(), 1);
+    }
 }

@@ -3,21 +3,27 @@
 //! uses. With `stats: totals` it takes the fast path
 //! (`disable_stats=true&enable_queue_totals=true`), which skips the stats
 //! database: depth, ready and unacked only.
+//!
+//! Each poll also says which vhosts the user may not read (`access`): a
+//! configured vhost whose listing is refused, or, over every vhost, one
+//! that `/api/vhosts` names but no readable vhost's listing covers.
 
 use crate::snapshot::Reason;
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::SystemTime;
 
 use futures_util::future::join_all;
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer};
 
+use super::access;
 use super::client::{self, FetchError, HttpClient};
 use super::credentials::{self, Credentials};
 use super::filter::QueueFilter;
 use super::sample::{self, HeadTimestamp};
 use crate::config::{RabbitSourceConfig, RabbitStats};
-use crate::snapshot::{BrokerFacts, Counters, QueueSample};
+use crate::snapshot::{BrokerFacts, Counters, Coverage, Gap, QueueSample};
 use crate::sources::{PollOutput, SourceError};
 
 /// Largest page the management API accepts; 501 is a 400.
@@ -43,6 +49,9 @@ pub struct Management {
     /// False once the server rejected `include` as a server-side regex
     /// (Erlang's regex dialect differs from Rust's); then filtering is local only.
     server_filter_broken: bool,
+    /// The vhosts the last poll found the user may not read, so that a
+    /// change is logged once rather than at every poll.
+    unreadable: BTreeSet<String>,
 }
 
 impl Management {
@@ -80,10 +89,13 @@ impl Management {
         }
 
         let now = SystemTime::now();
-        let mut out = PollOutput::default();
+        let mut out = PollOutput::new(Coverage::complete());
         let mut seen: HashMap<(String, String), usize> = HashMap::new();
-        let mut missing = 0;
         let mut answered_vhosts = Vec::new();
+        // Vhosts a queue was listed from: the user may read each.
+        let mut listed: HashSet<String> = HashSet::new();
+        let mut refused: Vec<String> = Vec::new();
+        let mut first_refusal = None;
         let mut first_error = None;
         for (vhost, result) in results {
             match result {
@@ -92,6 +104,9 @@ impl Management {
                         answered_vhosts.push(v.to_string());
                     }
                     for item in items {
+                        if !listed.contains(&item.vhost) {
+                            listed.insert(item.vhost.clone());
+                        }
                         if !filter.keeps(&item.vhost, &item.name) {
                             continue;
                         }
@@ -110,8 +125,12 @@ impl Management {
                 }
                 Err(ListError::VhostNotFound(v)) => {
                     tracing::debug!(source = %config.name, vhost = %v, "vhost not found");
-                    missing += 1;
                     out.partial_errors.push(Reason::NotFound);
+                }
+                Err(ListError::VhostRefused(v, e)) => {
+                    refused.push(v);
+                    out.partial_errors.push(Reason::Auth);
+                    first_refusal.get_or_insert(e);
                 }
                 Err(ListError::Source(e)) => {
                     first_error.get_or_insert(e);
@@ -128,14 +147,55 @@ impl Management {
         if let Some(e) = first_error {
             return Err(e);
         }
-        if missing > 0 && missing == listings.len() {
+        // Not one configured vhost answered: the source reads nothing (and
+        // a wrong password is refused everywhere).
+        if answered_vhosts.is_empty() && !listings.contains(&None) {
+            if let Some(e) = first_refusal {
+                return Err(e);
+            }
             return Err(SourceError::NotFound(
                 "none of the configured vhosts exists".into(),
             ));
         }
+        let who = access::who(creds.as_ref());
+        let gaps = if config.vhosts.is_empty() {
+            let listed: HashSet<&str> = listed.iter().map(String::as_str).collect();
+            request.unlisted_vhost_gaps(&who, &listed).await
+        } else {
+            refused
+                .iter()
+                .map(|v| access::unreadable_vhost(&who, v))
+                .collect()
+        };
+        self.log_unreadable(config, &gaps);
+        out.coverage = Coverage::with_gaps(gaps);
         sample::sort_by_vhost_and_name(&mut out.queues);
         out.stats = sample::stats(&out.queues, &answered_vhosts);
         Ok(out)
+    }
+
+    /// Logs what became unreadable (a warning: those queues are unknown
+    /// from now on) or readable again since the last poll: a few lines
+    /// each, however many vhosts a broker has.
+    fn log_unreadable(&mut self, config: &RabbitSourceConfig, gaps: &[Gap]) {
+        /// Lines logged per change and poll; the rest are counted.
+        const SHOWN: usize = 5;
+        let now: BTreeSet<String> = gaps.iter().map(|g| g.cause.clone()).collect();
+        let new: Vec<&String> = now.difference(&self.unreadable).collect();
+        for cause in new.iter().take(SHOWN) {
+            tracing::warn!(source = %config.name, "{cause}; KEDA gets UNAVAILABLE for what it may hold");
+        }
+        if new.len() > SHOWN {
+            tracing::warn!(source = %config.name, "and {} more vhosts are unknown", new.len() - SHOWN);
+        }
+        let gone: Vec<&String> = self.unreadable.difference(&now).collect();
+        for cause in gone.iter().take(SHOWN) {
+            tracing::info!(source = %config.name, "no longer so: {cause}");
+        }
+        if gone.len() > SHOWN {
+            tracing::info!(source = %config.name, "and {} more are known again", gone.len() - SHOWN);
+        }
+        self.unreadable = now;
     }
 }
 
@@ -147,6 +207,9 @@ type Listed = Result<Vec<ApiQueue>, ListError>;
 enum ListError {
     /// The vhost does not exist (404 on `/api/queues/{vhost}`).
     VhostNotFound(String),
+    /// The user may not read the vhost (401 or 403 on
+    /// `/api/queues/{vhost}`), and the error if no vhost answers.
+    VhostRefused(String, SourceError),
     /// Anything else; fails the poll.
     Source(SourceError),
 }
@@ -181,6 +244,9 @@ impl Request<'_> {
                 Err(FetchError::Status(404)) if vhost.is_some() => {
                     return Err(ListError::VhostNotFound(vhost.unwrap_or_default().into()));
                 }
+                Err(e @ FetchError::Status(401 | 403)) if let Some(v) = vhost => {
+                    return Err(ListError::VhostRefused(v.into(), e.into_source_error(&url)));
+                }
                 Err(FetchError::Status(400)) if page == 1 && server_filter.is_some() => {
                     self.regex_rejected.store(true, Ordering::Relaxed);
                     server_filter = None;
@@ -190,32 +256,83 @@ impl Request<'_> {
                 Err(FetchError::Status(400)) if page > 1 => break,
                 Err(e) => return Err(ListError::Source(e.into_source_error(&url))),
             };
-            let listing = parse_listing(&body).map_err(|e| {
-                ListError::Source(SourceError::Malformed(format!(
-                    "{}: {e}",
-                    client::display_url(&url)
-                )))
-            })?;
-            match listing {
-                // A server without pagination support sends everything at once.
-                Listing::All(all) => return Ok(all),
-                Listing::Page(p) => {
-                    items.extend(p.items);
-                    if p.page_count > MAX_PAGES {
-                        return Err(ListError::Source(SourceError::Malformed(format!(
-                            "page_count {} from {}",
-                            p.page_count,
-                            client::display_url(&url)
-                        ))));
-                    }
-                    if page >= p.page_count {
-                        break;
-                    }
-                    page += 1;
-                }
+            if !take_page(&body, &url, page, &mut items).map_err(ListError::Source)? {
+                break;
             }
+            page += 1;
         }
         Ok(items)
+    }
+
+    /// Every item of the paged listing at `path` (asking for `params`),
+    /// which takes no vhost and no name filter.
+    async fn all<T: DeserializeOwned>(
+        &self,
+        path: &[&str],
+        params: &[(&str, &str)],
+    ) -> Result<Vec<T>, SourceError> {
+        let mut items = Vec::new();
+        let mut page = 1u64;
+        loop {
+            let mut url = client::join(self.base, path);
+            url.query_pairs_mut()
+                .append_pair("page", &page.to_string())
+                .append_pair("page_size", &PAGE_SIZE.to_string())
+                .extend_pairs(params);
+            let body = match self.client.get(&url, self.creds).await {
+                Ok(b) => b,
+                // The list shrank between two pages: what we have is complete.
+                Err(FetchError::Status(400)) if page > 1 => break,
+                Err(e) => return Err(e.into_source_error(&url)),
+            };
+            if !take_page(&body, &url, page, &mut items)? {
+                break;
+            }
+            page += 1;
+        }
+        Ok(items)
+    }
+
+    /// The vhosts the user can see listed (`/api/vhosts`) but may not
+    /// read, when every vhost is polled, as gaps. `listed`: the vhosts a
+    /// queue was listed from, which the user may read. One request, and a
+    /// second only when some listed vhost had no queue listed.
+    async fn unlisted_vhost_gaps(&self, who: &str, listed: &HashSet<&str>) -> Vec<Gap> {
+        let visible: Vec<Named> = match self
+            .all(
+                &["api", "vhosts"],
+                &[("columns", "name"), ("disable_stats", "true")],
+            )
+            .await
+        {
+            Ok(v) => v,
+            Err(e) => return vec![access::vhosts_unlisted(who, &e.to_string())],
+        };
+        let visible: Vec<String> = visible.into_iter().map(|v| v.name).collect();
+        let unproven = access::unproven(&visible, listed);
+        if unproven.is_empty() {
+            return Vec::new();
+        }
+        // Every vhost has `amq.direct`, listed only where the user may read.
+        let readable = self
+            .all::<InVhost>(
+                &["api", "exchanges"],
+                &[
+                    ("columns", "vhost"),
+                    ("name", "^amq\\.direct$"),
+                    ("use_regex", "true"),
+                    ("disable_stats", "true"),
+                ],
+            )
+            .await
+            .map(|found| {
+                found
+                    .into_iter()
+                    .map(|e| e.vhost)
+                    .collect::<HashSet<String>>()
+            })
+            .map_err(|e| e.to_string());
+        access::vhost_gaps(who, &unproven, readable.as_ref().map_err(String::as_str))
     }
 
     fn page_url(
@@ -251,9 +368,39 @@ impl Request<'_> {
     }
 }
 
+/// Adds the items of `body`, page `page` of a listing from `url`, to
+/// `items`; true if more pages follow.
+fn take_page<T: DeserializeOwned>(
+    body: &[u8],
+    url: &reqwest::Url,
+    page: u64,
+    items: &mut Vec<T>,
+) -> Result<bool, SourceError> {
+    let listing = parse_listing(body)
+        .map_err(|e| SourceError::Malformed(format!("{}: {e}", client::display_url(url))))?;
+    match listing {
+        // A server without pagination support sends everything at once.
+        Listing::All(all) => {
+            items.extend(all);
+            Ok(false)
+        }
+        Listing::Page(p) => {
+            items.extend(p.items);
+            if p.page_count > MAX_PAGES {
+                return Err(SourceError::Malformed(format!(
+                    "page_count {} from {}",
+                    p.page_count,
+                    client::display_url(url)
+                )));
+            }
+            Ok(page < p.page_count)
+        }
+    }
+}
+
 /// Parses one response: a page object, or a plain array from a server that
 /// ignores pagination.
-fn parse_listing(body: &[u8]) -> Result<Listing, serde_json::Error> {
+fn parse_listing<T: DeserializeOwned>(body: &[u8]) -> Result<Listing<T>, serde_json::Error> {
     let first = body.iter().find(|b| !b.is_ascii_whitespace());
     if first == Some(&b'[') {
         serde_json::from_slice(body).map(Listing::All)
@@ -262,22 +409,36 @@ fn parse_listing(body: &[u8]) -> Result<Listing, serde_json::Error> {
     }
 }
 
-/// One response of `/api/queues`.
+/// One response of a listing (`/api/queues`, `/api/vhosts`, `/api/exchanges`).
 #[derive(Debug)]
-enum Listing {
+enum Listing<T> {
     /// A paginated answer.
-    Page(Page),
+    Page(Page<T>),
     /// A plain array (servers that ignore pagination).
-    All(Vec<ApiQueue>),
+    All(Vec<T>),
 }
 
-/// A page of queues.
+/// A page of a listing.
 #[derive(Debug, Deserialize)]
-struct Page {
-    /// The queues on this page.
-    items: Vec<ApiQueue>,
+struct Page<T> {
+    /// The items on this page.
+    items: Vec<T>,
     /// How many pages the listing has.
     page_count: u64,
+}
+
+/// A vhost in `/api/vhosts`.
+#[derive(Debug, Deserialize)]
+struct Named {
+    /// Its name.
+    name: String,
+}
+
+/// An exchange in `/api/exchanges`, by the vhost it is in.
+#[derive(Debug, Deserialize)]
+struct InVhost {
+    /// The exchange's vhost.
+    vhost: String,
 }
 
 /// One queue as the management API reports it. Every figure is optional:
@@ -429,7 +590,7 @@ mod tests {
             {"name":"e","vhost":"v","type":"classic","messages":0,"messages_ready":0,
              "head_message_timestamp":null}
         ],"page":1,"page_count":1,"page_size":500,"total_count":3}"#;
-        let Listing::Page(p) = parse_listing(body.as_bytes()).unwrap() else {
+        let Listing::<ApiQueue>::Page(p) = parse_listing(body.as_bytes()).unwrap() else {
             panic!("not a page")
         };
         let now = SystemTime::now();
@@ -458,10 +619,10 @@ mod tests {
     #[test]
     fn plain_arrays_and_garbage() {
         assert!(matches!(
-            parse_listing(br#" [{"name":"a","vhost":"/"}]"#),
+            parse_listing::<ApiQueue>(br#" [{"name":"a","vhost":"/"}]"#),
             Ok(Listing::All(_))
         ));
-        assert!(parse_listing(br#"{"items":"nope"}"#).is_err());
-        assert!(parse_listing(b"<html>").is_err());
+        assert!(parse_listing::<ApiQueue>(br#"{"items":"nope"}"#).is_err());
+        assert!(parse_listing::<ApiQueue>(b"<html>").is_err());
     }
 }

@@ -9,6 +9,7 @@
 //!
 //! Only GETs and passive declares are ever sent: the source never writes.
 
+mod access;
 mod amqp;
 mod client;
 mod credentials;

@@ -37,6 +37,7 @@ use super::credentials::{self, Credentials};
 use super::filter::QueueFilter;
 use super::sample::{self, HeadTimestamp};
 use crate::config::{RabbitSourceConfig, RabbitStats};
+use crate::snapshot::Coverage;
 use crate::snapshot::QueueSample;
 use crate::sources::{PollOutput, SourceError};
 
@@ -99,7 +100,9 @@ impl Prometheus {
             .map(|s| s.as_ref().map_or(0, |node| node.queues.len()))
             .collect();
 
-        let mut out = PollOutput::default();
+        // The plugin reports the queues of every vhost (or of those asked
+        // for) whoever asks: no vhost is hidden from this method (access.rs).
+        let mut out = PollOutput::new(Coverage::complete());
         let mut nodes = Vec::with_capacity(scrapes.len());
         for scrape in scrapes {
             let node = scrape?;

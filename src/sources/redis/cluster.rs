@@ -10,10 +10,12 @@
 //!
 //! Correctness while slots move: a command answered `MOVED` is sent to the
 //! new owner (and the slot map is re-read before the next batch); one answered
-//! `ASK` is sent to the importing node behind `ASKING`. Every reply handed up
-//! is therefore the key's real answer, from the node that holds it. A node
-//! that cannot be reached, and `CLUSTERDOWN`/`TRYAGAIN`, fail the whole batch
-//! (the source is down) instead of turning into unknown or zero values.
+//! `ASK` is sent to the importing node behind `ASKING` (and the map re-read
+//! too: the slot changes owner soon). Every reply handed up is therefore the
+//! key's real answer, from the node that holds it. A node that cannot be
+//! reached, and `CLUSTERDOWN`/`TRYAGAIN`, fail the whole batch (the source is
+//! down) instead of turning into unknown or zero values; so does a slot map
+//! that leaves slots without a primary ([`Gap`]), rather than an empty source.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -114,11 +116,60 @@ impl Topology {
         Some(Topology { primaries, owner })
     }
 
+    /// The slots no primary serves: how many, and the first run of them
+    /// (`first..=last`). `None` when every slot has a primary.
+    pub fn uncovered(&self) -> Option<Gap> {
+        let start = self.owner.iter().position(|&o| o == UNASSIGNED)?;
+        let run = self.owner[start..]
+            .iter()
+            .take_while(|&&o| o == UNASSIGNED)
+            .count();
+        Some(Gap {
+            slots: self.owner.iter().filter(|&&o| o == UNASSIGNED).count(),
+            // Both below `SLOTS` (16384), so they fit a u16.
+            first: start as u16,
+            last: (start + run - 1) as u16,
+        })
+    }
+
     /// The primary serving `slot`, if any.
     pub fn owner(&self, slot: u16) -> Option<&NodeAddr> {
         let i = *self.owner.get(usize::from(slot))?;
         self.primaries.get(usize::from(i))
     }
+}
+
+/// Slots a `CLUSTER SLOTS` reply left without a primary (a cluster not
+/// formed yet, slots deleted, or an owner whose address is unknown).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Gap {
+    /// How many of the 16384 slots have no primary.
+    pub slots: usize,
+    /// The first slot of the first run without a primary.
+    pub first: u16,
+    /// The last slot of that run.
+    pub last: u16,
+}
+
+/// The error of a slot map with a [`Gap`], as `answering` sent it. Its kind,
+/// `ClusterConnectionNotFound`, is made nowhere else in the sources (the
+/// `redis` crate's own cluster client, its only other maker, is not used),
+/// so [`is_gap`] tells it apart from every other error.
+fn gap_error(gap: Gap, answering: &NodeAddr) -> RedisError {
+    RedisError::from((
+        ErrorKind::ClusterConnectionNotFound,
+        "CLUSTER SLOTS leaves slots without a primary",
+        format!(
+            "{} of {SLOTS} slots have no primary in the slot map from {answering} (first {}-{}); the cluster is not formed, or slots were deleted",
+            gap.slots, gap.first, gap.last
+        ),
+    ))
+}
+
+/// Whether `e` says the slot map leaves slots without a primary (made by
+/// [`gap_error`]).
+pub fn is_gap(e: &RedisError) -> bool {
+    e.kind() == ErrorKind::ClusterConnectionNotFound
 }
 
 /// The hash slot of `key`: CRC16 (XMODEM) of the key, or of its hash tag
@@ -160,7 +211,8 @@ pub fn key_of(cmd: &redis::Cmd) -> Option<&[u8]> {
 enum Redirect {
     /// The slot has a new owner: ask it, and re-read the slot map.
     Moved(NodeAddr),
-    /// The key is being imported by this node: ask it behind `ASKING`.
+    /// The key is being imported by this node: ask it behind `ASKING`, and
+    /// re-read the slot map.
     Ask(NodeAddr),
 }
 
@@ -324,22 +376,29 @@ impl ClusterConn {
             candidates.push(self.inner.seed.clone());
         }
         let mut last_error = None;
+        // A node that answered with slots left without a primary: reported
+        // over any other node's failure, as it says what is unknown.
+        let mut gap = None;
         for addr in candidates {
             let mut conn = self.node(&addr)?;
             let mut cmd = redis::cmd("CLUSTER");
             cmd.arg("SLOTS");
             match cmd.query_async::<Value>(&mut conn).await {
                 Ok(reply) => {
-                    let Some(t) =
-                        Topology::parse(&reply, &addr).filter(|t| !t.primaries.is_empty())
-                    else {
+                    let Some(t) = Topology::parse(&reply, &addr) else {
                         last_error = Some(RedisError::from((
-                            ErrorKind::Client,
-                            "CLUSTER SLOTS named no primary",
+                            ErrorKind::Parse,
+                            "CLUSTER SLOTS reply is not an array",
                             addr.to_string(),
                         )));
                         continue;
                     };
+                    if let Some(g) = t.uncovered() {
+                        // Another node may know the whole map (a node that
+                        // has just joined); none does: the source is down.
+                        gap.get_or_insert_with(|| gap_error(g, &addr));
+                        continue;
+                    }
                     let t = Arc::new(t);
                     if current.as_ref().is_some_and(|old| **old != *t) {
                         tracing::debug!(primaries = t.primaries.len(), "cluster slot map changed");
@@ -355,8 +414,10 @@ impl ClusterConn {
                 Err(e) => last_error = Some(e),
             }
         }
+        // The old map stays only as the list of nodes to ask next time:
+        // stale, so no command is routed by it.
         self.mark_stale();
-        Err(last_error.unwrap_or_else(|| {
+        Err(gap.or(last_error).unwrap_or_else(|| {
             RedisError::from((ErrorKind::Client, "no cluster node to ask for the slot map"))
         }))
     }
@@ -412,7 +473,11 @@ impl ClusterConn {
                             self.mark_stale();
                             route.entry((to, false)).or_default().push(i);
                         }
-                        Some(Redirect::Ask(to)) => route.entry((to, true)).or_default().push(i),
+                        Some(Redirect::Ask(to)) => {
+                            // A slot is being migrated: its owner changes soon.
+                            self.mark_stale();
+                            route.entry((to, true)).or_default().push(i);
+                        }
                         None => replies[i] = v,
                     }
                 }
@@ -553,6 +618,7 @@ mod tests {
             "LRANGE",
             "SISMEMBER",
             "SMEMBERS",
+            "SSCAN",
             "llen",
         ] {
             let mut c = redis::cmd(name);
@@ -584,6 +650,64 @@ mod tests {
         assert_eq!(t.owner(16001), None);
         assert_eq!(t.owner(16384), None);
         assert!(Topology::parse(&Value::Nil, &me).is_none());
+        // The `?` range has no usable primary: a gap, so the map is refused.
+        let gap = Gap {
+            slots: 383,
+            first: 16001,
+            last: 16383,
+        };
+        assert_eq!(t.uncovered(), Some(gap));
+        let e = gap_error(gap, &me);
+        assert!(is_gap(&e));
+        assert!(e.to_string().contains("383 of 16384 slots"), "{e}");
+        assert!(!is_gap(&RedisError::from((ErrorKind::Client, "other"))));
+    }
+
+    #[test]
+    fn a_slot_map_leaving_slots_without_a_primary_has_a_gap_and_a_whole_one_has_none() {
+        let me = node("10.0.0.9", 7000);
+        let host = || Value::BulkString(b"10.0.0.1".to_vec());
+        // A node not joined yet: no slot at all.
+        let empty = Topology::parse(&Value::Array(Vec::new()), &me).unwrap();
+        assert!(empty.primaries.is_empty());
+        assert_eq!(
+            empty.uncovered(),
+            Some(Gap {
+                slots: 16384,
+                first: 0,
+                last: 16383
+            })
+        );
+        // A node that has its own slots but has met no other yet.
+        let alone = Value::Array(vec![range(0, 5460, Value::BulkString(Vec::new()), 7000)]);
+        let alone = Topology::parse(&alone, &me).unwrap();
+        assert_eq!(alone.primaries, vec![me.clone()]);
+        assert_eq!(
+            alone.uncovered(),
+            Some(Gap {
+                slots: 16384 - 5461,
+                first: 5461,
+                last: 16383
+            })
+        );
+        // A hole in the middle.
+        let holed = Value::Array(vec![
+            range(0, 99, host(), 7001),
+            range(200, 16383, host(), 7002),
+        ]);
+        assert_eq!(
+            Topology::parse(&holed, &me).unwrap().uncovered(),
+            Some(Gap {
+                slots: 100,
+                first: 100,
+                last: 199
+            })
+        );
+        let whole = Value::Array(vec![
+            range(0, 8000, host(), 7001),
+            range(8001, 16383, host(), 7002),
+        ]);
+        assert_eq!(Topology::parse(&whole, &me).unwrap().uncovered(), None);
     }
 
     #[test]

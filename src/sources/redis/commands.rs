@@ -135,13 +135,11 @@ pub async fn scan_where(
     keep: &(dyn Fn(&[u8]) -> bool + Sync),
 ) -> redis::RedisResult<Vec<Vec<u8>>> {
     let pages = ScanPages::new(conn, pattern, key_type, count).await?;
+    // A failed page has made a cluster re-read its slot map already.
     let result = pages.kept(keep).await;
     match conn {
         Conn::Single(_) | Conn::Tracking(_) => result,
-        Conn::Cluster(c) => {
-            if result.is_err() {
-                c.mark_stale();
-            }
+        Conn::Cluster(_) => {
             // A key in a slot being migrated may be on two nodes for a moment.
             let mut keys = result?;
             keys.sort_unstable();
@@ -171,6 +169,9 @@ pub struct ScanPages {
     calls: FuturesUnordered<ScanCall>,
     /// What every call asks beside its cursor.
     args: ScanArgs,
+    /// The cluster walked, if any: a failed call makes it re-read its slot
+    /// map (a node gone, or a failover), whoever walks the pages.
+    cluster: Option<ClusterConn>,
 }
 
 /// A SCAN call on its server: the server back, with the reply.
@@ -234,7 +235,15 @@ impl ScanPages {
             count,
         };
         let calls = nodes.into_iter().map(|n| args.call(n, 0)).collect();
-        Ok(ScanPages { calls, args })
+        let cluster = match conn {
+            Conn::Cluster(c) => Some(c.clone()),
+            Conn::Single(_) | Conn::Tracking(_) => None,
+        };
+        Ok(ScanPages {
+            calls,
+            args,
+            cluster,
+        })
     }
 
     /// The next SCAN reply's names (possibly none: SCAN may return an empty
@@ -245,7 +254,15 @@ impl ScanPages {
         let Some((node, reply)) = self.calls.next().await else {
             return Ok(None);
         };
-        let (next, page) = reply?;
+        let (next, page) = match reply {
+            Ok(r) => r,
+            Err(e) => {
+                if let Some(c) = &self.cluster {
+                    c.mark_stale();
+                }
+                return Err(e);
+            }
+        };
         SCANNED.fetch_add(
             u64::from(self.args.count),
             std::sync::atomic::Ordering::Relaxed,

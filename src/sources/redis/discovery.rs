@@ -31,7 +31,16 @@ pub struct Discovered {
     pub collisions: u64,
     /// One reason per `TYPE` Redis refused (its key is tracked, type unknown).
     pub refused: Vec<Reason>,
+    /// The keys not tracked (beyond `max_keys`, or colliding), by `queue`
+    /// label and `queues:` entry, at most [`NAMED_BEYOND`] of them: no
+    /// poll reads them, so the scaler must not answer for their names.
+    pub beyond: Vec<(String, usize)>,
 }
+
+/// How many untracked keys a round names; past it, coverage falls back to
+/// the patterns they fell under (`coverage::gaps`). 100,000 names are a few
+/// MB, kept once per round.
+pub const NAMED_BEYOND: usize = 100_000;
 
 /// Keys a round found, before they are tracked: what [`find`] learnt, which
 /// zero config's recognition may still take keys out of (`presets::recognise`).
@@ -261,16 +270,32 @@ pub fn track(found: Candidates, config: &RedisSourceConfig, limit: usize) -> Dis
     // other counts as dropped.
     let mut names = std::collections::HashSet::with_capacity(tracked.len());
     let before = tracked.len();
-    tracked.retain(|k| names.insert(k.name.clone()));
+    let mut beyond = Vec::new();
+    tracked.retain(|k| {
+        let first = names.insert(k.name.clone());
+        if !first && beyond.len() < NAMED_BEYOND {
+            beyond.push((k.name.clone(), k.spec));
+        }
+        first
+    });
     let collisions = (before - tracked.len()) as u64;
     let total = tracked.len();
     let dropped = total.saturating_sub(limit) as u64 + collisions;
+    let room = NAMED_BEYOND.saturating_sub(beyond.len());
+    beyond.extend(
+        tracked
+            .iter()
+            .skip(limit)
+            .take(room)
+            .map(|k| (k.name.clone(), k.spec)),
+    );
     tracked.truncate(limit);
     Discovered {
         tracked,
         dropped,
         collisions,
         refused,
+        beyond,
     }
 }
 

@@ -40,6 +40,9 @@ use super::bucket_ask::{self, Ask, Cost};
 use super::cmd::cmd;
 use super::reply;
 use crate::snapshot::AgeHistogram;
+
+// Every bucket index has its bit in `HistogramPlan::windows`.
+const _: () = assert!(crate::config::MAX_AGE_BUCKETS <= u64::BITS as usize);
 use crate::time::TimeUnit;
 
 /// What polls have learned about one key's histogram.
@@ -88,7 +91,9 @@ pub struct HistogramPlan {
     /// How many buckets after the `young` ones were asked; the rest are implied.
     pub queried: usize,
     /// Bit `i` set: bucket `i` was asked with a window (`ZRANGE .. REV
-    /// LIMIT`), not a head count (`ZCOUNT`).
+    /// LIMIT`), not a head count (`ZCOUNT`). Config load refuses more
+    /// than [`crate::config::MAX_AGE_BUCKETS`] bounds, so `i` fits
+    /// (checked at compile time below).
     pub windows: u64,
     /// Only asks that cannot miss (see [`bucket_ask::choose`]).
     pub exact: bool,

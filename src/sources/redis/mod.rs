@@ -14,6 +14,7 @@ mod budget;
 mod cluster;
 mod cmd;
 mod commands;
+mod coverage;
 mod discovery;
 pub mod glob;
 mod histogram;
@@ -57,6 +58,9 @@ pub struct RedisSource {
     tracked: Vec<TrackedKey>,
     /// Keys found beyond `max_keys` at the last discovery.
     dropped: u64,
+    /// What the last rounds left unread: the coverage each poll publishes.
+    /// Boxed, as the fields below.
+    unread: Box<coverage::Unread>,
     /// Discovery rounds: when the last one finished, and the one running.
     /// Boxed: a `RedisSource` stays about as large as a `RabbitSource`.
     discovery: Box<Rounds>,
@@ -97,6 +101,7 @@ impl RedisSource {
             sentinels,
             tracked: Vec::new(),
             dropped: 0,
+            unread: Box::default(),
             discovery: Box::default(),
             tracking: None,
             histogram_budget: Box::default(),
@@ -200,6 +205,7 @@ impl RedisSource {
                     "discovery round did not finish in time; polling the keys known so far"
                 );
                 self.discovery.last = Some(Instant::now());
+                self.unread.set_unfinished(d);
                 return Ok(vec![Reason::Timeout]);
             }
             Ok(Err(DiscoveryFailure::Deadline(d))) => return Err(SourceError::Timeout(d)),
@@ -229,8 +235,10 @@ impl RedisSource {
             RoundKind::Remembered => self.discovery.finished.remembered += 1,
             RoundKind::Libraries => self.discovery.finished.libraries += 1,
         }
+        self.unread.set_finished();
         let mut refused = match found.plain {
             Plain::Found(plain) => {
+                self.unread.set_plain(&plain, &self.config);
                 discovery::adopt(plain, &self.config, &mut self.tracked, &mut self.dropped)
             }
             Plain::Kept { now_owned } => {
@@ -247,11 +255,23 @@ impl RedisSource {
                 "Redis refused reading some queue libraries' marks (a BullMQ meta hash, a registry set, a kombu binding); the queues and keys they may own are reported neither as the library's nor as plain keys"
             );
         }
+        if found.left_out.over != self.discovery.left_out.over && !found.left_out.over.is_empty() {
+            let (mark, bound) = &found.left_out.over[0];
+            tracing::warn!(
+                source = %self.config.name,
+                marks = found.left_out.over.len(),
+                first = %format!("{mark:?}: {bound}"),
+                "some queue libraries' marks were not read for discovery's bounds (beyond max_keys marks a round reads, or a set over max_keys members); they are counted in queue_exporter_dropped_keys and the queues and keys they may own are unknown"
+            );
+        }
+        self.unread.set_library(&found.left_out);
         self.discovery.left_out = found.left_out;
         // One `max_keys` budget per source: key and pattern entries first,
         // then the presets' logical queues.
         let budget = self.config.max_keys.saturating_sub(self.tracked.len());
         self.presets.adopt(found.presets, budget, &self.config.name);
+        self.unread
+            .set_presets(self.presets.dropped_names(), self.config.max_keys);
         self.discovery.last = Some(Instant::now());
         if self.config.recognise {
             self.log_picture();
@@ -309,10 +329,14 @@ impl RedisSource {
         if let Some((host, port)) = self.sentinels.as_ref().and_then(|s| s.current.as_ref()) {
             info = cluster::at_addr(&info, host, *port);
         }
-        if let Some(path) = &self.config.password_file {
-            let password = read_secret_file(path).map_err(|e| {
+        let password = match (&self.config.password_file, &self.config.password) {
+            (Some(path), _) => Some(read_secret_file(path).map_err(|e| {
                 SourceError::Config(format!("cannot read password_file {}: {e}", path.display()))
-            })?;
+            })?),
+            (None, Some(p)) => Some(p.expose().to_owned()),
+            (None, None) => None,
+        };
+        if let Some(password) = password {
             let settings = info.redis_settings().clone().set_password(password);
             info = info.set_redis_settings(settings);
         }
@@ -486,6 +510,9 @@ pub(crate) fn is_auth_error_code(code: &str) -> bool {
 /// Maps a client error to a [`SourceError`] whose reason label fits.
 /// `timeout` is the per-command response timeout, for the message.
 pub fn map_redis_error(e: redis::RedisError, target: &str, timeout: Duration) -> SourceError {
+    if cluster::is_gap(&e) {
+        return SourceError::ClusterSlots(e.detail().unwrap_or("slots without a primary").into());
+    }
     if e.code().is_some_and(is_auth_error_code)
         || e.kind() == redis::ErrorKind::AuthenticationFailed
     {
@@ -536,10 +563,8 @@ impl Source for RedisSource {
                 return Err(self.map_error(e));
             }
         };
-        let mut out = PollOutput {
-            queues: result.queues,
-            ..PollOutput::default()
-        };
+        let mut out = PollOutput::new(self.unread.coverage());
+        out.queues = result.queues;
         // Presets: logical queues, and `counters:` totals of plain keys.
         let preset = self
             .presets
@@ -551,9 +576,17 @@ impl Source for RedisSource {
                 reading.apply(q);
             }
         }
+        // A `key:` entry on a key a preset queue counts is that queue's.
+        for (name, by) in preset.counted {
+            for q in out.queues.iter_mut().filter(|q| q.name == name) {
+                q.count_in(by.clone());
+            }
+        }
         out.queues.extend(preset.samples);
         out.stats.tracked_keys = (self.tracked.len() + self.presets.tracked()) as u64;
-        out.stats.dropped_keys = self.dropped + self.presets.dropped();
+        // Library marks not read for a bound count as keys dropped.
+        let marks_over = self.discovery.left_out.over.len() as u64;
+        out.stats.dropped_keys = self.dropped + self.presets.dropped() + marks_over;
         out.stats.discovery_rounds = Some(self.discovery.finished);
         out.stats.age_parse_failures = result.age_parse_failures;
         out.stats.unchanged_keys = result.unchanged_keys;

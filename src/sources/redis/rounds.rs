@@ -118,8 +118,13 @@ impl DiscoveryTask {
                 return zero_config(&mut conn, &config, &known, round).await;
             }
             let plain = discovery::discover(&mut conn, &config, &known).await?;
-            let registries =
-                presets::registries(&config.presets, &mut conn, config.scan_count).await?;
+            let registries = presets::registries(
+                &config.presets,
+                &mut conn,
+                config.scan_count,
+                config.max_keys,
+            )
+            .await?;
             Ok(Found {
                 plain: Plain::Found(plain),
                 presets: registries.units,
@@ -127,8 +132,26 @@ impl DiscoveryTask {
                 memory: Memory::default(),
                 kind: RoundKind::Full,
                 left_out: presets::picture::LeftOut {
+                    names_unknown: registries
+                        .refused
+                        .iter()
+                        .map(|(k, _)| super::keyname::display_key(k))
+                        .collect(),
                     unread: registries.refused.into_iter().map(|(_, r)| r).collect(),
                     keys: 0,
+                    withheld: registries
+                        .near_refused
+                        .iter()
+                        .map(|k| super::keyname::display_key(k))
+                        .collect(),
+                    over_hides: presets::recognise::hides(
+                        registries.over.iter().map(|(k, _)| k.as_slice()),
+                    ),
+                    over: registries
+                        .over
+                        .iter()
+                        .map(|(k, b)| (super::keyname::display_key(k), *b))
+                        .collect(),
                 },
             })
         };

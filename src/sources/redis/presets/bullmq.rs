@@ -69,13 +69,16 @@ pub fn due_score_bound(now: f64) -> u64 {
 
 /// Where queue `q` keeps finished jobs: `completed` and `failed`, scored by
 /// `finishedOn` (ms); the job hash has `processedOn` (when a worker took it,
-/// this attempt) and `finishedOn`. Empty with `removeOnComplete`/`removeOnFail`.
+/// this attempt) and `finishedOn`, both whole milliseconds (`Date.now()`),
+/// so a job under 1 ms has them equal. Empty with `removeOnComplete`/`removeOnFail`.
 pub fn finished(prefix: &str, q: &[u8]) -> super::service::FinishedLayout {
     super::service::FinishedLayout {
         sets: [k(prefix, q, b"completed"), k(prefix, q, b"failed")],
         job_prefix: k(prefix, q, b""),
+        scores: super::service::Scores::End,
         fields: ["processedOn", "finishedOn"],
         unit: TimeUnit::Milliseconds,
+        resolution: 0.001,
     }
 }
 

@@ -10,6 +10,13 @@ use redis::Value;
 use super::{Stage, Unit, below, count, key, preset_sample, set_state, shared_sample, sum};
 use crate::snapshot::{JobState, PresetKind};
 
+/// The states kombu keeps for all queues together, under `(all)`: the
+/// `unacked` hash (reserved and running tasks: active).
+pub const SHARED_STATES: &[JobState] = &[JobState::Active];
+
+/// The states kept per queue: its lists (waiting).
+pub const QUEUE_STATES: &[JobState] = &[JobState::Waiting];
+
 /// Round 1: one LLEN per priority step; two commands for `(all)`.
 pub fn plan(
     prefix: &str,
@@ -44,6 +51,7 @@ pub fn plan(
 pub fn read(unit: &Unit, r: &[Value]) -> Stage {
     let Unit::Queue(q) = unit else {
         let mut s = shared_sample(PresetKind::Celery);
+        super::kept_elsewhere(&mut s, QUEUE_STATES);
         let at = |i: usize| r.get(i).unwrap_or(&Value::Nil);
         // Reserved (prefetched) tasks, and running ones under acks_late.
         set_state(&mut s, JobState::Active, count(at(0)));
@@ -51,6 +59,7 @@ pub fn read(unit: &Unit, r: &[Value]) -> Stage {
         return Stage::done(s);
     };
     let mut s = preset_sample(PresetKind::Celery, q);
+    super::kept_elsewhere(&mut s, SHARED_STATES);
     let all: Vec<&Value> = r.iter().collect();
     set_state(&mut s, JobState::Waiting, sum(&all));
     Stage::done(s)
@@ -107,6 +116,27 @@ mod tests {
                 .arg("-inf")
                 .arg("(1400")
                 .get_packed_command()
+        );
+    }
+
+    /// Each unit holds exactly the states it says, and names the other's
+    /// as kept elsewhere (what the scaler refuses when asked of it alone).
+    #[test]
+    fn each_unit_holds_its_states_and_names_the_others_as_elsewhere() {
+        let shared = read(&Unit::Shared, &[int(5), int(2)])
+            .sample
+            .preset
+            .unwrap();
+        let queue = read(&Unit::Queue(b"q".to_vec()), &[int(4)])
+            .sample
+            .preset
+            .unwrap();
+        let held = |f: &crate::snapshot::PresetFacts| f.states.keys().copied().collect::<Vec<_>>();
+        assert_eq!(held(&shared), SHARED_STATES);
+        assert_eq!(held(&queue), QUEUE_STATES);
+        assert_eq!(
+            (shared.elsewhere, queue.elsewhere),
+            (QUEUE_STATES, SHARED_STATES)
         );
     }
 }

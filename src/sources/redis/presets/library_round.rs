@@ -29,10 +29,12 @@ use std::time::{Duration, Instant};
 
 use super::super::commands::{Conn, pipelined};
 use super::super::discovery::Candidate;
+use super::super::keyname::display_key;
 use super::super::tracked::KeyState;
+use super::bounded::{Bound, read_sets};
 use super::consumed::consumed;
-use super::picture::LeftOut;
-use super::recognise::{Marks, Seen, marks_named, seen};
+use super::picture::{LeftOut, withheld_names};
+use super::recognise::{Marks, Seen, hides, marks_named, seen};
 use super::{Unit, bullmq, registries};
 use crate::config::{Preset, PresetSpec, RedisSourceConfig};
 
@@ -69,8 +71,12 @@ pub struct Learnt {
     sets: BTreeMap<Vec<u8>, Vec<Vec<u8>>>,
     /// The marks Redis refused reading at the scan.
     unread: BTreeSet<Vec<u8>>,
-    /// How many keys the scan left out for those refusals.
-    withheld: usize,
+    /// The marks the scan did not read for a bound: those beyond
+    /// `max_keys` stay unread until the next scan; the sets over the cap
+    /// are asked their size again (a change means a scan).
+    over: BTreeMap<Vec<u8>, Bound>,
+    /// The keys the scan left out for those refusals, by `queue` label.
+    withheld: Vec<String>,
     /// When the scan finished: the next is due `keyspace_scan_interval`
     /// after.
     scanned_at: Instant,
@@ -81,12 +87,17 @@ pub struct Learnt {
 impl Learnt {
     /// What a scan that recognised `entries` from `seen` learnt, leaving
     /// `withheld` keys out for the marks it could not read.
-    pub(super) fn new(entries: &[(PresetSpec, Vec<Unit>)], seen: &Seen, withheld: usize) -> Self {
+    pub(super) fn new(
+        entries: &[(PresetSpec, Vec<Unit>)],
+        seen: &Seen,
+        withheld: &BTreeSet<Vec<u8>>,
+    ) -> Self {
         Learnt {
             entries: entries.to_vec(),
             sets: seen.library_set_members(entries, &FIXED_MARKS),
             unread: seen.unread.keys().cloned().collect(),
-            withheld,
+            over: seen.bounded.clone(),
+            withheld: withheld_names(withheld),
             scanned_at: Instant::now(),
             took: Duration::ZERO,
         }
@@ -147,9 +158,18 @@ pub async fn library_round(
     let mut names: BTreeSet<Vec<u8>> = learnt.sets.keys().cloned().collect();
     names.extend(FIXED_MARKS.iter().map(|m| m.to_vec()));
     names.extend(learnt.unread.iter().cloned());
-    let seen = read_marks(conn, marks_named(names.into_iter().collect())).await?;
+    let beyond_max_keys = |m: &Vec<u8>| matches!(learnt.over.get(m), Some(Bound::MaxKeys(_)));
+    names.extend(learnt.over.keys().cloned());
+    names.retain(|m| !beyond_max_keys(m));
+    let seen = read_marks(conn, marks_named(names.into_iter().collect()), config).await?;
     let unread: BTreeSet<&Vec<u8>> = seen.unread.keys().collect();
-    if seen.set_members() != learnt.sets || unread != learnt.unread.iter().collect() {
+    let over: BTreeSet<&Vec<u8>> = seen.bounded.keys().collect();
+    let over_then: BTreeSet<&Vec<u8>> =
+        learnt.over.keys().filter(|m| !beyond_max_keys(m)).collect();
+    if seen.set_members() != learnt.sets
+        || unread != learnt.unread.iter().collect()
+        || over != over_then
+    {
         return Ok(None);
     }
     let bullmq: Vec<PresetSpec> = learnt
@@ -158,7 +178,13 @@ pub async fn library_round(
         .filter(|(s, _)| matches!(s.preset, Preset::Bullmq { .. }))
         .map(|(s, _)| s.clone())
         .collect();
-    let read = registries(&bullmq, &mut conn.clone(), config.scan_count).await?;
+    let read = registries(
+        &bullmq,
+        &mut conn.clone(),
+        config.scan_count,
+        config.max_keys,
+    )
+    .await?;
     // A `meta` refused since the scan: whose keys are beside it is unknown.
     if read.refused.iter().any(|(m, _)| !learnt.unread.contains(m)) {
         return Ok(None);
@@ -187,31 +213,50 @@ pub async fn library_round(
         })
         .collect();
     let now_owned = consumed(&entries, &tracked);
+    let mut over: BTreeMap<&[u8], Bound> = learnt
+        .over
+        .iter()
+        .filter(|(m, _)| beyond_max_keys(m))
+        .map(|(m, b)| (m.as_slice(), *b))
+        .collect();
+    over.extend(seen.bounded.iter().map(|(m, b)| (m.as_slice(), *b)));
+    over.extend(read.over.iter().map(|(m, b)| (m.as_slice(), *b)));
+    let over_hides = hides(over.keys().copied());
     Ok(Some(LibraryRound {
         entries,
         now_owned,
         left_out: LeftOut {
             unread: seen.unread.values().copied().collect(),
-            keys: learnt.withheld,
+            keys: learnt.withheld.len(),
+            withheld: learnt.withheld.clone(),
+            names_unknown: seen.names_unknown(),
+            over: over.into_iter().map(|(m, b)| (display_key(m), b)).collect(),
+            over_hides,
         },
     }))
 }
 
-/// Reads every mark in one pipeline: `SMEMBERS` of each set, `HMGET
-/// version opts.maxLenEvents` of each `meta` hash.
-pub(super) async fn read_marks(conn: &Conn, marks: Marks) -> redis::RedisResult<Seen> {
-    let mut cmds: Vec<redis::Cmd> = marks
-        .sets
-        .iter()
-        .map(|s| super::cmd("SMEMBERS", s))
-        .collect();
-    cmds.extend(marks.metas.iter().map(|m| bullmq::marks_cmd(m)));
+/// Reads every mark: the sets by bounded `SSCAN`, each whole only if it
+/// holds at most `max_keys` members ([`read_sets`]), beside one pipeline of
+/// `HMGET version opts.maxLenEvents` of each `meta` hash, `GET` of each
+/// Bull `id` and `TYPE` of Sidekiq's signs.
+pub(super) async fn read_marks(
+    conn: &Conn,
+    marks: Marks,
+    config: &RedisSourceConfig,
+) -> redis::RedisResult<Seen> {
+    let mut cmds: Vec<redis::Cmd> = marks.metas.iter().map(|m| bullmq::marks_cmd(m)).collect();
     cmds.extend(marks.bull_ids.iter().map(|id| super::cmd("GET", id)));
-    if cmds.is_empty() {
-        return Ok(Seen::default());
-    }
-    let replies = pipelined(conn, cmds).await?;
-    Ok(seen(marks, &replies))
+    cmds.extend(marks.signs.iter().map(|k| super::cmd("TYPE", k)));
+    let others = async {
+        match cmds.is_empty() {
+            true => Ok(Vec::new()),
+            false => pipelined(conn, cmds).await,
+        }
+    };
+    let sets = read_sets(conn, &marks.sets, config.scan_count, config.max_keys);
+    let (sets, replies) = futures_util::future::try_join(sets, others).await?;
+    Ok(seen(marks, sets, &replies))
 }
 
 #[cfg(test)]
@@ -223,7 +268,8 @@ mod tests {
             entries: Vec::new(),
             sets: BTreeMap::new(),
             unread: BTreeSet::new(),
-            withheld: 0,
+            over: BTreeMap::new(),
+            withheld: Vec::new(),
             scanned_at: Instant::now(),
             took: d,
         }

@@ -12,11 +12,13 @@
 //! Discovery reads each library's registry every `discovery_interval`.
 
 mod asynq;
+mod bounded;
 mod bull;
 mod bullmq;
 mod celery;
 mod collide;
 mod consumed;
+mod counted;
 pub mod library_round;
 pub mod picture;
 mod priority_zset;
@@ -40,7 +42,7 @@ use super::keyname::display_key;
 use super::reply;
 use crate::config::{ALL_QUEUES, CounterKeys, Preset, PresetSpec, QueueSpec};
 use crate::snapshot::{
-    JobState, JobTotals, PresetFacts, PresetKind, PresetUnit, QueueSample, Reason,
+    CountedIn, JobState, JobTotals, PresetFacts, PresetKind, PresetUnit, QueueSample, Reason,
 };
 use crate::time::{TimeUnit, unix_seconds};
 pub use registry::registries;
@@ -56,6 +58,9 @@ pub struct PresetState {
     /// Logical queues the registries named beyond the source's `max_keys`
     /// at the last discovery (counted in `dropped_keys`, logged on change).
     dropped: u64,
+    /// Their `queue` labels (`(all)` for a shared unit): no poll reads
+    /// them, so the scaler answers no number for these names.
+    dropped_names: Vec<String>,
 }
 
 /// One preset entry and what discovery found for it.
@@ -107,8 +112,13 @@ pub enum Unit {
 pub struct PresetPoll {
     /// One sample per logical queue (and per source-wide group of keys).
     pub samples: Vec<QueueSample>,
-    /// What the `counters:` of plain `key:` entries read, by queue label.
+    /// What the `counters:` of plain `key:` entries read, by queue label
+    /// (those of keys a preset queue counts are on that queue instead).
     pub plain_totals: Vec<(String, CounterReading)>,
+    /// The `key:` entries' keys a preset queue counts jobs in, and that
+    /// queue: their own samples keep only their identity, so no job is
+    /// counted twice (`counted`).
+    pub counted: Vec<(String, CountedIn)>,
     /// One reason per reply Redis refused (wrong type, no permission).
     pub key_errors: Vec<Reason>,
 }
@@ -125,8 +135,8 @@ pub(super) enum Follow {
     /// A count of busy jobs to add to `active` (Sidekiq's `busy`).
     AddActive,
     /// A finished job's start and end stamps (`HMGET`), for the queue's
-    /// service time in this unit.
-    Finished(TimeUnit),
+    /// service time (its window knows what each is for).
+    Finished,
 }
 
 /// One logical queue after round 1: its sample, and the follow-ups it needs.
@@ -213,6 +223,13 @@ pub(super) fn set_state(s: &mut QueueSample, state: JobState, v: Option<u64>) {
     facts(s).states.insert(state, v);
 }
 
+/// Records that `s`'s library keeps `states` only in its other unit (in
+/// the shared keys, for a queue; per queue, for the shared keys), so a
+/// reader asking them of `s` is told where they live instead of reading 0.
+pub(super) fn kept_elsewhere(s: &mut QueueSample, states: &'static [JobState]) {
+    facts(s).elsewhere = states;
+}
+
 /// Marks `s` as the keys a library's queues share (`(all)` and the like):
 /// no job waits in them, so readers leave them out of ages.
 pub(super) fn shared(s: &mut QueueSample) {
@@ -282,7 +299,7 @@ pub(super) fn apply(s: &mut QueueSample, follow: Follow, v: &Value, now: f64) {
             *active = active.zip(count(v)).map(|(a, n)| a + n);
         }
         // Recorded into the queue's window by the poll, which owns it.
-        Follow::Finished(_) => {}
+        Follow::Finished => {}
     }
 }
 
@@ -431,6 +448,7 @@ impl PresetState {
         PresetState {
             entries: specs.iter().cloned().map(Entry::new).collect(),
             dropped: 0,
+            dropped_names: Vec::new(),
         }
     }
 
@@ -479,6 +497,11 @@ impl PresetState {
         self.dropped
     }
 
+    /// The `queue` labels of the logical queues beyond `max_keys`.
+    pub fn dropped_names(&self) -> &[String] {
+        &self.dropped_names
+    }
+
     /// Makes what [`registries`] found the logical queues, at most `budget`
     /// of them (what `max_keys` leaves after the source's key and pattern
     /// entries): entries in config order, each entry's queues sorted by
@@ -487,9 +510,15 @@ impl PresetState {
     pub fn adopt(&mut self, found: Vec<Vec<Unit>>, budget: usize, source: &str) {
         let mut left = budget;
         let mut dropped = 0;
+        self.dropped_names.clear();
         for (entry, mut names) in self.entries.iter_mut().zip(found) {
             let keep = names.len().min(left);
             dropped += (names.len() - keep) as u64;
+            self.dropped_names
+                .extend(names[keep..].iter().map(|u| match u {
+                    Unit::Queue(name) => queue_label(name),
+                    Unit::Shared => ALL_QUEUES.to_string(),
+                }));
             names.truncate(keep);
             left -= keep;
             entry.queues = names;
@@ -520,18 +549,24 @@ impl PresetState {
         let now = unix_seconds(now);
         let mut cmds = Vec::new();
         let mut slots: Vec<(Slot, std::ops::Range<usize>)> = Vec::new();
+        // Which `key:` entries' keys a preset queue counts (by the queue's
+        // position among the stages, which follow the queue slots' order).
+        let mut counted = counted::Counted::new(plain);
+        let mut queue_slots = 0;
         for (e, entry) in self.entries.iter().enumerate() {
             for (q, unit) in entry.queues.iter().enumerate() {
                 let start = cmds.len();
                 cmds.extend(plan(&entry.spec.preset, unit, now));
                 let sizes = cmds.len() - start;
+                counted.note(&cmds[start..], queue_slots);
+                queue_slots += 1;
                 if let (Some(layout), Unit::Queue(name)) =
                     (finished_layout(&entry.spec.preset, unit), unit)
                 {
                     match entry.service.get(name) {
-                        Some(w) if w.due(now) => cmds.extend(w.plan(&layout)),
+                        Some(w) if w.due(now) => cmds.extend(w.plan(&layout, now)),
                         Some(_) => {}
-                        None => cmds.extend(ServiceWindow::default().plan(&layout)),
+                        None => cmds.extend(ServiceWindow::default().plan(&layout, now)),
                     }
                 }
                 let slot = Slot::Queue {
@@ -566,6 +601,8 @@ impl PresetState {
         // Per stage that measures its service time: its entry and queue name.
         let mut measured: Vec<Option<(usize, Vec<u8>)>> = Vec::new();
         let mut entry_totals: Vec<(usize, CounterReading)> = Vec::new();
+        // Counters of `key:` entries a preset queue counts: (stage, entry).
+        let mut onto_queue: Vec<(usize, usize, CounterReading)> = Vec::new();
         for (slot, range) in slots {
             let r = replies.get(range).unwrap_or(&[]);
             match slot {
@@ -588,8 +625,8 @@ impl PresetState {
                         } else {
                             window.read(now, &layout, finished_r)
                         };
-                        let unit = Follow::Finished(layout.unit);
-                        stage.follow.extend(jobs.into_iter().map(|c| (c, unit)));
+                        let f = Follow::Finished;
+                        stage.follow.extend(jobs.into_iter().map(|c| (c, f)));
                         m = Some((entry, name.clone()));
                     }
                     stages.push((entry, stage));
@@ -602,7 +639,10 @@ impl PresetState {
                 }
                 Slot::PlainCounters { spec } => {
                     if let (Some(c), Some(k)) = (&plain[spec].counters, plain[spec].key()) {
-                        out.plain_totals.push((k.to_string(), read_counters(c, r)));
+                        match counted.queue_of(k) {
+                            Some(stage) => onto_queue.push((stage, spec, read_counters(c, r))),
+                            None => out.plain_totals.push((k.to_string(), read_counters(c, r))),
+                        }
                     }
                 }
             }
@@ -623,9 +663,9 @@ impl PresetState {
                 .extend(replies.iter().filter_map(reply_error));
             for ((i, f), v) in follow_meta.into_iter().zip(&replies) {
                 match (f, measured.get(i).and_then(Option::as_ref)) {
-                    (Follow::Finished(unit), Some((entry, name))) => {
+                    (Follow::Finished, Some((entry, name))) => {
                         if let Some(w) = self.entries[*entry].service.get_mut(name) {
-                            w.record(unit, v);
+                            w.record(v);
                         }
                     }
                     _ => apply(&mut stages[i].1.sample, f, v, now),
@@ -637,7 +677,7 @@ impl PresetState {
                 let mean = self.entries[*entry]
                     .service
                     .get(name)
-                    .and_then(|w| w.mean());
+                    .and_then(|w| w.mean(now));
                 facts(&mut stage.sample).service_time = mean;
             }
         }
@@ -651,6 +691,11 @@ impl PresetState {
                 totals.apply(&mut stage.sample);
             }
         }
+        for (stage, spec, reading) in onto_queue {
+            if let (Some((_, stage)), Some(keys)) = (stages.get_mut(stage), &plain[spec].counters) {
+                counted::apply_onto(keys, reading, &mut stage.sample);
+            }
+        }
         let names = collide::labels(
             &stages
                 .iter()
@@ -661,6 +706,14 @@ impl PresetState {
                 })
                 .collect::<Vec<_>>(),
         );
+        out.counted = counted
+            .keys(plain)
+            .filter_map(|(key, stage)| {
+                let preset = stages.get(stage)?.1.sample.preset.as_deref()?.preset;
+                let queue = names.get(stage)?.clone()?;
+                Some((key.to_string(), CountedIn { preset, queue }))
+            })
+            .collect();
         out.samples = stages
             .into_iter()
             .zip(names)

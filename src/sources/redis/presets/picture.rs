@@ -4,19 +4,41 @@
 
 use std::collections::BTreeMap;
 
+use super::super::keyname::display_key;
 use super::super::tracked::KeyState;
+use super::bounded::Bound;
+use super::recognise::Hides;
 use crate::config::{KeyType, Preset, default_prefix};
 use crate::snapshot::{PresetKind, Reason};
 
 /// What a round could not tell because Redis refused or failed reading a
-/// library's mark (`NOPERM` on a `meta` hash or a registry): the keys that
-/// mark may own are reported neither as the library's nor as plain keys.
+/// library's mark (`NOPERM` on a `meta` hash or a registry), or because
+/// the mark was not read for a bound of discovery's work (beyond
+/// `max_keys`, a set over the cap): the keys that mark may own are
+/// reported neither as the library's nor as plain keys.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LeftOut {
     /// One reason per mark Redis would not let the round read.
     pub unread: Vec<Reason>,
     /// The keys those marks may own, left out.
     pub keys: usize,
+    /// Those keys by `queue` label: the scaler answers no number for them.
+    pub withheld: Vec<String>,
+    /// Unread marks whose library's queue names cannot be told from key
+    /// names (a registry, a `meta` hash, a Bull `id`): any name may be one
+    /// of that library's queues.
+    pub names_unknown: Vec<String>,
+    /// Marks not read for a bound, by name, with the bound: each counted as
+    /// a dropped key.
+    pub over: Vec<(String, Bound)>,
+    /// The names those marks may hide: the scaler answers no number for
+    /// them.
+    pub over_hides: Hides,
+}
+
+/// The `queue` labels of withheld keys.
+pub fn withheld_names(keys: &std::collections::BTreeSet<Vec<u8>>) -> Vec<String> {
+    keys.iter().map(|k| display_key(k)).collect()
 }
 
 /// The library's name as its users write it, for the log line.
@@ -95,11 +117,26 @@ pub fn picture(
         keys.join(", ")
     };
     let mut line = format!("recognised {libs}; {keys}");
-    if !left_out.unread.is_empty() {
-        line.push_str(&format!(
-            "; {} left out: Redis refused reading {}",
-            plural(left_out.keys, "key"),
+    let over = match left_out.over.as_slice() {
+        [] => None,
+        [(mark, bound), ..] => Some(format!(
+            "{} not read for discovery's bounds ({mark:?}: {bound}{})",
+            plural(left_out.over.len(), "library mark"),
+            if left_out.over.len() > 1 { ", …" } else { "" }
+        )),
+    };
+    let refused = (!left_out.unread.is_empty()).then(|| {
+        format!(
+            "Redis refused reading {}",
             plural(left_out.unread.len(), "library mark")
+        )
+    });
+    let why: Vec<String> = refused.into_iter().chain(over).collect();
+    if !why.is_empty() {
+        line.push_str(&format!(
+            "; {} left out: {}",
+            plural(left_out.keys, "key"),
+            why.join("; ")
         ));
     }
     line
@@ -138,11 +175,26 @@ mod tests {
         let left_out = LeftOut {
             unread: vec![Reason::Auth; 2],
             keys: 7,
+            ..LeftOut::default()
         };
         assert_eq!(
             picture(&[], &BTreeMap::from([(KeyType::Zset, 2)]), &left_out),
             "recognised no queue library; 2 plain zsets; 7 keys left out: \
              Redis refused reading 2 library marks"
+        );
+        let left_out = LeftOut {
+            keys: 3,
+            over: vec![
+                ("bull:q4:meta".into(), Bound::MaxKeys(3)),
+                ("queues".into(), Bound::MaxKeys(3)),
+            ],
+            ..LeftOut::default()
+        };
+        assert_eq!(
+            picture(&[], &BTreeMap::new(), &left_out),
+            "recognised no queue library; no plain key; 3 keys left out: \
+             2 library marks not read for discovery's bounds \
+             (\"bull:q4:meta\": beyond max_keys 3, …)"
         );
     }
 }

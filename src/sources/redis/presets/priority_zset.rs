@@ -9,6 +9,14 @@ use redis::Value;
 use super::{Stage, Unit, count, key, preset_sample, set_state};
 use crate::snapshot::{JobState, PresetKind};
 
+/// The states kept in the layout's shared keys (`processing`, `completed`,
+/// `dlq`), for all priorities together.
+pub const SHARED_STATES: &[JobState] = &[JobState::Active, JobState::Failed, JobState::Completed];
+
+/// The states kept per priority: its `pending` zset (due: waiting; future:
+/// delayed).
+pub const QUEUE_STATES: &[JobState] = &[JobState::Waiting, JobState::Delayed];
+
 /// Round 1: three commands per priority, three for the shared keys.
 pub fn plan(prefix: &str, unit: &Unit, now: f64) -> Vec<redis::Cmd> {
     let pre = prefix.as_bytes();
@@ -33,12 +41,14 @@ pub fn read(prefix: &str, unit: &Unit, r: &[Value], now: f64) -> Stage {
     let mut s = preset_sample(PresetKind::PriorityZset, prefix.as_bytes());
     let Unit::Queue(p) = unit else {
         super::shared(&mut s);
+        super::kept_elsewhere(&mut s, QUEUE_STATES);
         set_state(&mut s, JobState::Active, count(at(0)));
         set_state(&mut s, JobState::Completed, count(at(1)));
         set_state(&mut s, JobState::Failed, count(at(2)));
         return Stage::done(s);
     };
     s.labels = vec![("priority".into(), super::display_key(p))];
+    super::kept_elsewhere(&mut s, SHARED_STATES);
     let total = count(at(0));
     let due = count(at(1));
     set_state(&mut s, JobState::Waiting, due);
@@ -93,5 +103,26 @@ mod tests {
         assert_eq!(f.states[&JobState::Completed], Some(10));
         assert_eq!(f.states[&JobState::Failed], Some(1));
         assert!(st.sample.labels.is_empty());
+    }
+
+    /// Each unit holds exactly the states it says, and names the other's
+    /// as kept elsewhere (what the scaler refuses when asked of it alone).
+    #[test]
+    fn each_unit_holds_its_states_and_names_the_others_as_elsewhere() {
+        let shared = read("jobs", &Unit::Shared, &[int(2), int(10), int(1)], 0.0);
+        let queue = read(
+            "jobs",
+            &Unit::Queue(b"high".to_vec()),
+            &[int(1), int(1), Value::Nil],
+            0.0,
+        );
+        let (shared, queue) = (shared.sample.preset.unwrap(), queue.sample.preset.unwrap());
+        let held = |f: &crate::snapshot::PresetFacts| f.states.keys().copied().collect::<Vec<_>>();
+        assert_eq!(held(&shared), SHARED_STATES);
+        assert_eq!(held(&queue), QUEUE_STATES);
+        assert_eq!(
+            (shared.elsewhere, queue.elsewhere),
+            (QUEUE_STATES, SHARED_STATES)
+        );
     }
 }

@@ -8,9 +8,11 @@
 //!   `<prefix>:queue:<name>`.
 //! - **asynq**: a set `<prefix>:queues` of bare names where the prefix is
 //!   `asynq` or some member `<m>` has a list or zset `<prefix>:{<m>}:...`.
-//! - **Sidekiq**: the set `queues` (7.x/8.x keep bare keys), or a set
-//!   `<ns>:queues` (a 6.x redis-namespace) with a list `<ns>:queue:<m>` for
-//!   some member or a `<ns>:schedule`/`retry`/`dead` zset beside it.
+//! - **Sidekiq**: the set `queues` (7.x/8.x keep bare keys) beside a list
+//!   `queue:<m>` for some member, the set `processes` or the string
+//!   `stat:processed` (a bare `queues` alone is some app's own set); or a
+//!   set `<ns>:queues` (a 6.x redis-namespace) with a list `<ns>:queue:<m>`
+//!   for some member or a `<ns>:schedule`/`retry`/`dead` zset beside it.
 //! - **BullMQ** at any prefix: a hash `<prefix>:<name>:meta` whose `version`
 //!   starts with `bullmq:` or which has `opts.maxLenEvents` (both written by
 //!   the `Queue` constructor); names cannot contain `:`, so a name parses
@@ -40,7 +42,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use redis::Value;
 
 use super::super::discovery::{Candidate, Candidates};
+use super::super::keyname::display_key;
 use super::super::tracked::KeyState;
+use super::bounded::{Bound, SetRead};
 use super::consumed::{consumed, type_at, under};
 use super::{Unit, bull, bullmq, fixed_queues, key, registry_units, sidekiq};
 use crate::config::{
@@ -61,7 +65,9 @@ const BINDING: &[u8] = b"_kombu.binding.";
 /// the kept Bull-named keys where no BullMQ `meta` is beside them.
 pub(super) fn evidence(seen: &Seen, names: Vec<Vec<u8>>) -> Vec<Vec<u8>> {
     let mut wanted: BTreeSet<Vec<u8>> = BTreeSet::new();
-    let mut under_asynq: Vec<Vec<u8>> = Vec::new();
+    // The `<p>:{<m>}:` prefixes, looked up by each name's own (no pass over
+    // every member for every name).
+    let mut under_asynq: BTreeSet<Vec<u8>> = BTreeSet::new();
     let mut celery_bases: BTreeSet<Vec<u8>> = BTreeSet::new();
     for (set, members) in &seen.sets {
         if let Some((prefix, _)) = binding(set) {
@@ -70,9 +76,14 @@ pub(super) fn evidence(seen: &Seen, names: Vec<Vec<u8>>) -> Vec<Vec<u8>> {
             }
             continue;
         }
-        let Some(prefix) = registry_prefix(set).filter(|p| !p.is_empty()) else {
+        let Some(prefix) = registry_prefix(set) else {
             continue;
         };
+        if prefix.is_empty() {
+            // Sidekiq's bare `queues`: a `queue:<member>` list says it.
+            wanted.extend(members.iter().map(|m| key(&[b"queue:", m])));
+            continue;
+        }
         let rq = key(&[prefix, b":queue:"]);
         let told = members.iter().all(|m| m.starts_with(&rq))
             || prefix == default_prefix(PresetKind::Asynq).as_bytes();
@@ -81,7 +92,7 @@ pub(super) fn evidence(seen: &Seen, names: Vec<Vec<u8>>) -> Vec<Vec<u8>> {
         }
         for m in members {
             wanted.insert(key(&[prefix, b":queue:", m]));
-            under_asynq.push(key(&[prefix, b":{", m, b"}:"]));
+            under_asynq.insert(key(&[prefix, b":{", m, b"}:"]));
         }
         for n in [&b"schedule"[..], b"retry", b"dead"] {
             wanted.insert(key(&[prefix, b":", n]));
@@ -92,7 +103,7 @@ pub(super) fn evidence(seen: &Seen, names: Vec<Vec<u8>>) -> Vec<Vec<u8>> {
             && bull::queue_of_part(&k).is_some_and(|(prefix, name)| {
                 !seen.bullmq.contains(&key(&[prefix, b":", name, b":meta"]))
             });
-        let asynq = under_asynq.iter().any(|p| k.starts_with(p));
+        let asynq = !under_asynq.is_empty() && braced(&k).any(|p| under_asynq.contains(p));
         let step = celery_step(&k).is_some_and(|(base, n)| {
             celery_bases.contains(base) && !CELERY_PRIORITY_STEPS.contains(&n)
         });
@@ -101,6 +112,20 @@ pub(super) fn evidence(seen: &Seen, names: Vec<Vec<u8>>) -> Vec<Vec<u8>> {
         }
     }
     wanted.into_iter().collect()
+}
+
+/// Each prefix of `k` that ends an asynq-shaped `:{…}:` (pure): `a:{b}:`
+/// and `a:{b}:c:{d}:` of `a:{b}:c:{d}:e`. A name has a few, so looking
+/// each up costs a name its length, whatever the registries hold.
+fn braced(k: &[u8]) -> impl Iterator<Item = &[u8]> + '_ {
+    let opens = k.windows(2).enumerate().filter(|(_, w)| *w == b":{");
+    opens.flat_map(move |(at, _)| {
+        k.windows(2)
+            .enumerate()
+            .skip(at + 2)
+            .filter(|(_, w)| *w == b"}:")
+            .map(move |(end, _)| &k[..end + 2])
+    })
 }
 
 /// Whether the libraries-only pass keeps `k` for [`evidence`]: a key under
@@ -156,6 +181,38 @@ pub struct Marks {
     /// Libraries only: the names [`is_evidence`] keeps, whose type
     /// recognition may ask.
     pub(super) evidence: Vec<Vec<u8>>,
+    /// Sidekiq's own keys beside a bare `queues` set (`processes`,
+    /// `stat:processed`), whose type is asked: what tells Sidekiq's
+    /// registry from an app's own set named `queues`.
+    pub(super) signs: Vec<Vec<u8>>,
+}
+
+impl Marks {
+    /// Keeps at most `max` marks to read (the source's `max_keys`): the
+    /// sets first (registries and bindings, few), then the `meta` hashes,
+    /// then Bull's `id`s, each in name order; returns the others, which
+    /// are not read. (The two [`SIGNS`] are not counted: fixed names.)
+    pub(super) fn keep_within(&mut self, max: usize) -> Vec<Vec<u8>> {
+        let mut left = max;
+        let mut beyond = Vec::new();
+        for list in [&mut self.sets, &mut self.metas, &mut self.bull_ids] {
+            list.sort_unstable();
+            list.dedup();
+            let keep = list.len().min(left);
+            beyond.extend(list.drain(keep..));
+            left -= keep;
+        }
+        beyond
+    }
+}
+
+/// Sidekiq's keys at the bare names beside its `queues` registry, with the
+/// type Sidekiq gives them: the live processes' set, the processed total.
+const SIGNS: [(&[u8], &str); 2] = [(b"processes", "set"), (b"stat:processed", "string")];
+
+/// Whether `k` is one of Sidekiq's [`SIGNS`].
+fn is_sign(k: &[u8]) -> bool {
+    SIGNS.iter().any(|(n, _)| *n == k)
 }
 
 /// The `<prefix>:<name>:id` keys to probe for Bull queues: one per
@@ -178,20 +235,22 @@ pub(super) fn bull_candidates(keys: &BTreeMap<Vec<u8>, Candidate>, limit: usize)
     ids.into_iter().collect()
 }
 
-/// Whether `k` is named like a library's mark: a `meta` hash, a registry
-/// or a kombu binding table.
+/// Whether `k` is named like a library's mark: a `meta` hash, a registry,
+/// a kombu binding table, or one of Sidekiq's [`SIGNS`].
 pub(super) fn is_mark(k: &[u8]) -> bool {
-    is_meta(k) || registry_prefix(k).is_some() || binding(k).is_some()
+    is_meta(k) || registry_prefix(k).is_some() || binding(k).is_some() || is_sign(k)
 }
 
 /// The marks a pass kept, split by the read each gets.
 pub(super) fn marks_of(marks: Vec<Vec<u8>>, evidence: Vec<Vec<u8>>) -> Marks {
+    let (signs, marks): (Vec<_>, Vec<_>) = marks.into_iter().partition(|k| is_sign(k));
     let (metas, sets) = marks.into_iter().partition(|k| is_meta(k));
     Marks {
         metas,
         sets,
         bull_ids: Vec::new(),
         evidence,
+        signs,
     }
 }
 
@@ -222,9 +281,63 @@ pub struct Seen {
     /// Marks whose read Redis refused or failed (`NOPERM`...), with why:
     /// whose keys those beside them are is unknown ([`withheld`]).
     pub(super) unread: BTreeMap<Vec<u8>, Reason>,
+    /// Marks not read for a bound of discovery's work (beyond `max_keys`,
+    /// a set over the cap): unknown as the `unread` ones are, but counted
+    /// as dropped keys, not as errors.
+    pub(super) bounded: BTreeMap<Vec<u8>, Bound>,
+    /// One of Sidekiq's [`SIGNS`] is there, with Sidekiq's type.
+    sidekiq_signs: bool,
 }
 
 impl Seen {
+    /// The unread marks whose library's queue names cannot be told from
+    /// key names: registries, `meta` hashes, Bull `id`s. (A kombu binding's
+    /// queues are the lists under its prefix, which are withheld by name.)
+    pub fn names_unknown(&self) -> Vec<String> {
+        self.unread
+            .keys()
+            .filter(|m| binding(m).is_none())
+            .map(|m| display_key(m))
+            .collect()
+    }
+
+    /// The marks not read for a bound, by name, with the bound.
+    pub fn over(&self) -> Vec<(String, Bound)> {
+        self.bounded
+            .iter()
+            .map(|(m, b)| (display_key(m), *b))
+            .collect()
+    }
+
+    /// Which names the marks not read for a bound may hide.
+    pub fn over_hides(&self) -> Hides {
+        hides(self.bounded.keys().map(Vec::as_slice))
+    }
+
+    /// Whether `mark` went unread (refused, or for a bound).
+    fn not_read(&self, mark: &[u8]) -> bool {
+        self.unread.contains_key(mark) || self.bounded.contains_key(mark)
+    }
+
+    /// Notes the marks `beyond` [`Marks::keep_within`]'s `max`, not read;
+    /// a Bull `id` whose `meta` beside it says BullMQ's, or went unread
+    /// itself, is left out: it would tell nothing more.
+    pub(super) fn beyond(&mut self, beyond: Vec<Vec<u8>>, max: usize) {
+        let (ids, marks): (Vec<_>, Vec<_>) = beyond.into_iter().partition(|k| !is_mark(k));
+        for m in marks {
+            self.bounded.insert(m, Bound::MaxKeys(max));
+        }
+        for id in ids {
+            let Some(base) = id.strip_suffix(b":id") else {
+                continue;
+            };
+            let meta = key(&[base, b":meta"]);
+            if !self.bullmq.contains(&meta) && !self.not_read(&meta) {
+                self.bounded.insert(id, Bound::MaxKeys(max));
+            }
+        }
+    }
+
     /// What recognition reads in the sets, by set: a registry's members,
     /// a binding table's queues (with their separator; an event receiver's
     /// binding, which comes and goes with every `celery events` or Flower,
@@ -277,29 +390,76 @@ impl Seen {
         self.bullmq.extend(more.bullmq);
         self.bull_ids.extend(more.bull_ids);
         self.unread.extend(more.unread);
+        self.bounded.extend(more.bounded);
+        self.sidekiq_signs |= more.sidekiq_signs;
     }
 }
 
-/// Pairs the marks with their replies (pure). A key of another type
-/// (`WRONGTYPE`) or a reply of another shape marks nothing; a read Redis
-/// refused or failed is [`Seen::unread`].
-pub(super) fn seen(marks: Marks, replies: &[Value]) -> Seen {
-    let (set_replies, rest) = replies.split_at(marks.sets.len().min(replies.len()));
-    let (meta_replies, id_replies) = rest.split_at(marks.metas.len().min(rest.len()));
-    let mut out = Seen::default();
-    let sets = answered(marks.sets, set_replies, &mut out.unread);
-    let metas = answered(marks.metas, meta_replies, &mut out.unread);
-    let ids = answered(marks.bull_ids, id_replies, &mut out.unread);
-    for (name, v) in sets {
-        if let Some(items) = super::reply::as_array(v) {
-            let members = items
-                .iter()
-                .filter_map(super::reply::as_bytes)
-                .map(<[u8]>::to_vec)
-                .collect();
-            out.sets.insert(name, members);
+/// The names some unread marks may hide from the scaler.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Hides {
+    /// Any name: a registry's members are unknown.
+    pub any: bool,
+    /// The `queue` labels of the queues a `meta` hash or Bull `id` names:
+    /// `<name>`, and `<prefix>:<name>` (its label beside a queue of that
+    /// name at another prefix).
+    pub names: BTreeSet<String>,
+}
+
+/// Which names the unread `marks` may hide (pure): any for a registry (its
+/// members are unknown); the queue a `<prefix>:<name>:meta` or `:id` names;
+/// none for a kombu binding (its queues are lists, held back by name).
+pub fn hides<'a>(marks: impl Iterator<Item = &'a [u8]>) -> Hides {
+    let mut out = Hides::default();
+    for mark in marks {
+        if binding(mark).is_some() {
+            continue;
+        }
+        let base = mark
+            .strip_suffix(b":meta")
+            .or_else(|| mark.strip_suffix(b":id"));
+        match base.and_then(|b| Some((b, b.iter().rposition(|c| *c == b':')?))) {
+            Some((base, at)) if registry_prefix(mark).is_none() => {
+                out.names.insert(display_key(&base[at + 1..]));
+                out.names.insert(display_key(base));
+            }
+            _ => out.any = true,
         }
     }
+    out
+}
+
+/// Pairs the marks with what their reads found (pure): `sets`, the
+/// bounded reads of the sets ([`super::bounded::read_sets`]); `replies`,
+/// those of the `meta` hashes, then Bull's `id`s, then the [`SIGNS`]'
+/// `TYPE`. A key of another type (`WRONGTYPE`) or a reply of another
+/// shape marks nothing; a read Redis refused or failed is
+/// [`Seen::unread`]; a set over the cap, [`Seen::bounded`].
+pub(super) fn seen(marks: Marks, sets: Vec<SetRead>, replies: &[Value]) -> Seen {
+    let (meta_replies, rest) = replies.split_at(marks.metas.len().min(replies.len()));
+    let (id_replies, sign_replies) = rest.split_at(marks.bull_ids.len().min(rest.len()));
+    let mut out = Seen::default();
+    let metas = answered(marks.metas, meta_replies, &mut out.unread);
+    let ids = answered(marks.bull_ids, id_replies, &mut out.unread);
+    for (name, read) in marks.sets.into_iter().zip(sets) {
+        match read {
+            SetRead::Members(members) => {
+                out.sets.insert(name, members);
+            }
+            SetRead::Over(bound) => {
+                out.bounded.insert(name, bound);
+            }
+            SetRead::Reply(v) => {
+                if let Some(reason) = super::reply::refusal(&v) {
+                    out.unread.insert(name, reason);
+                }
+            }
+        }
+    }
+    out.sidekiq_signs = marks.signs.iter().zip(sign_replies).any(|(k, v)| {
+        let want = SIGNS.iter().find(|(n, _)| *n == k.as_slice()).map(|s| s.1);
+        want.is_some() && super::reply::as_str(v) == want
+    });
     for (meta, v) in metas {
         if bullmq::has_marks(v) == Ok(true) {
             out.bullmq.insert(meta);
@@ -418,7 +578,7 @@ pub fn recognise(seen: &Seen, found: &Candidates) -> Recognition {
         let Some(prefix) = registry_prefix(set) else {
             continue;
         };
-        if let Some(preset) = registry_library(prefix, members, keys) {
+        if let Some(preset) = registry_library(prefix, members, keys, seen.sidekiq_signs) {
             let units = registry_units(&preset, members.clone());
             entries.push((spec(preset), units));
         }
@@ -448,7 +608,7 @@ pub fn recognise(seen: &Seen, found: &Candidates) -> Recognition {
         };
         // BullMQ's, or unknown: its `meta` could not be read.
         let meta = key(&[base, b":meta"]);
-        if seen.bullmq.contains(&meta) || seen.unread.contains_key(&meta) {
+        if seen.bullmq.contains(&meta) || seen.not_read(&meta) {
             continue;
         }
         if let Some((prefix, name)) = bull::queue_of_part(id) {
@@ -483,7 +643,7 @@ pub fn recognise(seen: &Seen, found: &Candidates) -> Recognition {
     }
     entries.sort_by_key(|(s, _)| s.preset.kind());
     let consumed = consumed(&entries, keys);
-    let mut withheld = withheld(&seen.unread, keys);
+    let mut withheld = withheld(seen.unread.keys().chain(seen.bounded.keys()), keys);
     withheld.retain(|k| !consumed.contains(k));
     Recognition {
         entries,
@@ -492,19 +652,20 @@ pub fn recognise(seen: &Seen, found: &Candidates) -> Recognition {
     }
 }
 
-/// The keys found that the `unread` marks may own (pure): under
+/// The keys found that the `unread` marks (refused, or not read for a
+/// bound) may own (pure): under
 /// `<prefix>:<name>:` for a `meta` hash or Bull `id` (every key of that
 /// BullMQ or Bull queue); under `<p>:` for a `<p>:queues` registry (RQ's,
 /// asynq's or a Sidekiq namespace's keys), Sidekiq's own keys for
 /// `queues`; for a kombu binding table, every list under its
 /// `global_keyprefix` and kombu's `unacked_index` (any list may be a
 /// Celery queue of that exchange).
-fn withheld(
-    unread: &BTreeMap<Vec<u8>, Reason>,
+fn withheld<'a>(
+    unread: impl Iterator<Item = &'a Vec<u8>>,
     keys: &BTreeMap<Vec<u8>, Candidate>,
 ) -> BTreeSet<Vec<u8>> {
     let mut owned = BTreeSet::new();
-    for mark in unread.keys() {
+    for mark in unread {
         if let Some(base) = mark
             .strip_suffix(b":meta")
             .or_else(|| mark.strip_suffix(b":id"))
@@ -538,11 +699,16 @@ fn spec(preset: Preset) -> PresetSpec {
 }
 
 /// The library whose registry `<prefix>:queues` (or `queues`) holds
-/// `members`, if the keys beside it say which (see the module docs).
+/// `members`, if the keys beside it say which (see the module docs). A
+/// bare `queues` is Sidekiq's only beside a `queue:<member>` list or one
+/// of Sidekiq's [`SIGNS`] (`sidekiq_signs`): a set an app calls `queues`
+/// would otherwise make its members Sidekiq queues, and its own
+/// `schedule`, `retry` or `dead` zsets Sidekiq's.
 fn registry_library(
     prefix: &[u8],
     members: &[Vec<u8>],
     keys: &BTreeMap<Vec<u8>, Candidate>,
+    sidekiq_signs: bool,
 ) -> Option<Preset> {
     let text = std::str::from_utf8(prefix).ok()?.to_string();
     if members.is_empty() || members.iter().any(Vec::is_empty) {
@@ -573,7 +739,11 @@ fn registry_library(
     let global_zset = [&b"schedule"[..], b"retry", b"dead"]
         .iter()
         .any(|n| type_at(keys, &sidekiq::k(&text, n)) == Some(KeyType::Zset));
-    (prefix.is_empty() || queue_list || global_zset).then_some(Preset::Sidekiq {
+    let evidence = match prefix.is_empty() {
+        true => queue_list || sidekiq_signs,
+        false => queue_list || global_zset,
+    };
+    evidence.then_some(Preset::Sidekiq {
         prefix: text,
         stalled_check_limit: DEFAULT_STALLED_CHECK_LIMIT,
     })
@@ -664,6 +834,8 @@ mod tests {
             bullmq: bullmq.iter().map(|s| s.as_bytes().to_vec()).collect(),
             bull_ids: BTreeSet::new(),
             unread: BTreeMap::new(),
+            bounded: BTreeMap::new(),
+            sidekiq_signs: false,
         }
     }
 
@@ -776,13 +948,17 @@ mod tests {
             metas: vec![b"a:q:meta".to_vec(), b"b:q:meta".to_vec()],
             ..Marks::default()
         };
+        let sets = vec![
+            SetRead::Reply(reply(
+                b"-NOPERM this user has no permissions to access one of the keys\r\n",
+            )),
+            SetRead::Members(vec![b"rq:queue:high".to_vec()]),
+        ];
         let replies = [
-            reply(b"-NOPERM this user has no permissions to access one of the keys\r\n"),
-            reply(b"*1\r\n$13\r\nrq:queue:high\r\n"),
             reply(b"-WRONGTYPE Operation against a key holding the wrong kind of value\r\n"),
             reply(b"-ERR something else\r\n"),
         ];
-        let s = super::seen(marks, &replies);
+        let s = super::seen(marks, sets, &replies);
         assert_eq!(
             s.unread,
             BTreeMap::from([
@@ -1122,24 +1298,31 @@ mod tests {
             sets: vec![b"queues".to_vec(), b"x:queues".to_vec()],
             bull_ids: vec![b"old:q:id".to_vec(), b"app:x:id".to_vec()],
             evidence: Vec::new(),
+            signs: vec![b"processes".to_vec(), b"stat:processed".to_vec()],
         };
         let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
         let wrong_type = redis::parse_redis_value(
             b"-WRONGTYPE Operation against a key holding the wrong kind of value\r\n",
         )
         .unwrap();
+        // `x:queues` is a list: not a registry.
+        let sets = vec![
+            SetRead::Members(vec![b"mail".to_vec()]),
+            SetRead::Reply(wrong_type),
+        ];
         let replies = [
-            Value::Array(vec![bulk("mail")]),
-            // `x:queues` is a list: not a registry.
-            wrong_type,
             Value::Array(vec![bulk("bullmq:6.7.0"), Value::Nil]),
             Value::Array(vec![Value::Nil, bulk("10000")]),
             Value::Array(vec![bulk("1.0"), Value::Nil]),
             // Bull's job counter; somebody's own `id` text.
             bulk("41"),
             bulk("a3f9"),
+            // `TYPE` of Sidekiq's signs: `processes` is some app's list.
+            Value::SimpleString("list".into()),
+            Value::SimpleString("none".into()),
         ];
-        let s = super::seen(marks, &replies);
+        let s = super::seen(marks, sets, &replies);
+        assert!(!s.sidekiq_signs);
         assert_eq!(
             s.bull_ids.iter().cloned().collect::<Vec<_>>(),
             [b"old:q:id".to_vec()]
@@ -1150,6 +1333,49 @@ mod tests {
         );
         assert_eq!(s.sets[&b"queues".to_vec()], [b"mail".to_vec()]);
         assert_eq!(s.sets.len(), 1);
+    }
+
+    #[test]
+    fn the_evidence_check_costs_a_name_its_length_not_the_registries_size() {
+        // A registry of 1,000 bare names at a prefix that is not asynq's,
+        // and 100,000 names under asynq-shaped `work:{<q>}:`, half of them
+        // a member's.
+        let members: Vec<String> = (0..1000).map(|i| format!("q{i}")).collect();
+        let refs: Vec<&str> = members.iter().map(String::as_str).collect();
+        let s = seen(&[("work:queues", &refs)], &[]);
+        let names: Vec<Vec<u8>> = (0..100_000)
+            .map(|i| format!("work:{{q{}}}:pending:{i}", i % 2000).into_bytes())
+            .collect();
+        let started = std::time::Instant::now();
+        let wanted = evidence(&s, names);
+        let took = started.elapsed();
+        // Each member's `work:queue:<m>`, the namespace's three zsets, and
+        // the 50,000 names under a member's braces.
+        assert_eq!(wanted.len(), 1000 + 3 + 50_000);
+        assert!(wanted.contains(&b"work:{q999}:pending:999".to_vec()));
+        assert!(!wanted.contains(&b"work:{q1000}:pending:1000".to_vec()));
+        // Names × members (10^8 prefix comparisons) took 13.8 s here in a
+        // debug build on a busy machine; by each name's own prefixes, 0.6 s.
+        assert!(took < std::time::Duration::from_secs(3), "{took:?}");
+    }
+
+    #[test]
+    fn an_unread_meta_or_id_hides_its_queue_a_registry_any_name_a_binding_none() {
+        let h = hides([&b"eu:app:mail:meta"[..], b"bull:old:id"].into_iter());
+        assert!(!h.any);
+        let names: Vec<&str> = h.names.iter().map(String::as_str).collect();
+        assert_eq!(names, ["bull:old", "eu:app:mail", "mail", "old"]);
+        assert!(hides([&b"_kombu.binding.celery"[..]].into_iter()) == Hides::default());
+        assert!(hides([&b"queues"[..]].into_iter()).any);
+        assert!(hides([&b"rq:queues"[..]].into_iter()).any);
+    }
+
+    #[test]
+    fn braced_prefixes_are_each_open_brace_to_each_close_after_it() {
+        let all: Vec<&[u8]> = braced(b"a:{b}:c:{d}:e").collect();
+        // From the first `:{`, and from the second.
+        assert_eq!(all, [&b"a:{b}:"[..], b"a:{b}:c:{d}:", b"a:{b}:c:{d}:"]);
+        assert_eq!(braced(b"plain:key").count(), 0);
     }
 
     #[test]
@@ -1220,6 +1446,7 @@ mod tests {
                 "ns:schedule",
                 "old:q:priority",
                 "old:q:wait",
+                "queue:mail",
                 "work:dead",
                 "work:queue:q",
                 "work:retry",

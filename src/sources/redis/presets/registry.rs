@@ -4,8 +4,8 @@
 //! by BullMQ's marks in the `meta` hash; the
 //! priority-zset's priorities by SCAN).
 
-use super::super::cmd::cmd;
-use super::super::commands::{Conn, pipelined, query, scan};
+use super::super::commands::{Conn, pipelined, scan};
+use super::bounded::{Bound, SetRead, read_sets};
 use super::{Unit, bull, bullmq, fixed_queues, key, sidekiq};
 use crate::config::{KeyType, Preset, PresetSpec};
 use crate::snapshot::Reason;
@@ -17,35 +17,84 @@ pub struct Registries {
     pub units: Vec<Vec<Unit>>,
     /// One `meta` hash per queue left out of every entry because Redis
     /// refused reading it, with why: the read tells whose the queue is
-    /// (BullMQ's or Bull's, at a prefix both entries read). Counted, never
-    /// guessed.
+    /// (BullMQ's or Bull's, at a prefix both entries read); and each
+    /// registry set Redis refused (`NOPERM` on `SMEMBERS`), whose entry then
+    /// names no queue. Counted, never guessed.
     pub refused: Vec<(Vec<u8>, Reason)>,
+    /// The keys under a refused registry's prefix (found by a bounded
+    /// `SCAN`): the names its library's queues may have are among theirs.
+    pub near_refused: Vec<Vec<u8>>,
+    /// Marks not read for a bound (a registry over `max_keys` members, a
+    /// `meta` hash beyond the `max_keys` marks a round reads), with the
+    /// bound: the queues they may name are unknown. Counted, never guessed.
+    pub over: Vec<(Vec<u8>, Bound)>,
 }
 
-/// Reads every preset entry's registry (SMEMBERS, or SCAN with bounded
-/// COUNT).
+/// Reads every preset entry's registry (bounded `SSCAN`, or SCAN with
+/// bounded COUNT), reading at most `max_keys` marks in all (registries and
+/// `meta` hashes) and a registry only if it holds at most `max_keys`
+/// members; the others are [`Registries::over`].
 pub async fn registries(
     specs: &[PresetSpec],
     conn: &mut Conn,
     scan_count: u32,
+    max_keys: usize,
 ) -> redis::RedisResult<Registries> {
     let mut found = Registries::default();
+    let mut marks_left = max_keys;
     for spec in specs {
         let units = match &spec.preset {
             Preset::Rq { prefix } | Preset::Sidekiq { prefix, .. } | Preset::Asynq { prefix } => {
-                let members = smembers(conn, &registry_key(&spec.preset, prefix)).await?;
+                let registry = registry_key(&spec.preset, prefix);
+                let read = match marks_left.checked_sub(1) {
+                    Some(left) => {
+                        marks_left = left;
+                        let sets = std::slice::from_ref(&registry);
+                        read_sets(conn, sets, scan_count, max_keys).await?.pop()
+                    }
+                    None => Some(SetRead::Over(Bound::MaxKeys(max_keys))),
+                };
+                let members = match read {
+                    Some(SetRead::Members(m)) => m,
+                    Some(SetRead::Over(bound)) => {
+                        found.over.push((registry, bound));
+                        Vec::new()
+                    }
+                    // A refused registry names no queue, and leaves the
+                    // source up: which names its queues may have is
+                    // learnt from the keys under its prefix.
+                    Some(SetRead::Reply(v)) => match v.extract_error() {
+                        Err(e) if e.code() == Some("NOPERM") => {
+                            let under = match registry.strip_suffix(b"queues") {
+                                Some(p) if !p.is_empty() => {
+                                    key(&[&super::super::glob::escape(p), b"*"])
+                                }
+                                _ => b"queue:*".to_vec(),
+                            };
+                            found
+                                .near_refused
+                                .extend(scan(conn, &under, None, scan_count).await?);
+                            found.refused.push((registry, Reason::Auth));
+                            Vec::new()
+                        }
+                        Err(e) => return Err(e),
+                        Ok(_) => Vec::new(),
+                    },
+                    None => Vec::new(),
+                };
                 registry_units(&spec.preset, members)
             }
             Preset::Bullmq { prefix, .. } => {
                 let p = super::super::glob::escape(prefix.as_bytes());
                 let pattern = key(&[&p, b":*:meta"]);
                 let keys = scan(conn, &pattern, Some(KeyType::Hash), scan_count).await?;
-                let names: Vec<Vec<u8>> = keys
+                let mut names: Vec<Vec<u8>> = keys
                     .iter()
                     .filter_map(|k| bullmq::queue_of_meta(k))
                     .filter(|(pre, _)| *pre == prefix.as_bytes())
                     .map(|(_, name)| name.to_vec())
                     .collect();
+                within(prefix, &mut names, &mut marks_left, max_keys, &mut found);
                 // Bull 3.x/4.x writes a `meta` hash too while paused
                 // (`paused` alone): only BullMQ's marks make it BullMQ's.
                 let marked = bullmq_marked(conn, prefix, &names).await?;
@@ -60,11 +109,12 @@ pub async fn registries(
                 let p = super::super::glob::escape(prefix.as_bytes());
                 let pattern = key(&[&p, b":*:id"]);
                 let keys = scan(conn, &pattern, None, scan_count).await?;
-                let names: Vec<Vec<u8>> = keys
+                let mut names: Vec<Vec<u8>> = keys
                     .iter()
                     .filter_map(|k| bull::queue_of_id(prefix.as_bytes(), k))
                     .map(<[u8]>::to_vec)
                     .collect();
+                within(prefix, &mut names, &mut marks_left, max_keys, &mut found);
                 // BullMQ keeps an `id` too: a queue whose `meta` carries
                 // BullMQ's marks is BullMQ's, even at Bull's prefix.
                 let marked = bullmq_marked(conn, prefix, &names).await?;
@@ -96,6 +146,26 @@ pub async fn registries(
         found.units.push(units);
     }
     Ok(found)
+}
+
+/// Keeps the first of the queues `names` at `prefix` whose `meta` hashes
+/// the `left` marks a round may still read allow (in name order); the
+/// others' `meta` hashes go to [`Registries::over`], unread.
+fn within(
+    prefix: &str,
+    names: &mut Vec<Vec<u8>>,
+    left: &mut usize,
+    max_keys: usize,
+    found: &mut Registries,
+) {
+    names.sort_unstable();
+    names.dedup();
+    let keep = names.len().min(*left);
+    *left -= keep;
+    for q in names.drain(keep..) {
+        let meta = key(&[prefix.as_bytes(), b":", &q, b":meta"]);
+        found.over.push((meta, Bound::MaxKeys(max_keys)));
+    }
 }
 
 /// The queue `q` at `prefix` if an entry that wants queues with (`bullmq`)
@@ -171,9 +241,4 @@ pub(super) fn sorted(mut units: Vec<Unit>) -> Vec<Unit> {
     units.sort();
     units.dedup();
     units
-}
-
-/// `SMEMBERS key` as raw members.
-async fn smembers(conn: &mut Conn, k: &[u8]) -> redis::RedisResult<Vec<Vec<u8>>> {
-    query(conn, cmd("SMEMBERS", k)).await
 }

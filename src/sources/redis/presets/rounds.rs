@@ -20,7 +20,7 @@ use super::super::tracked::KeyState;
 use super::Unit;
 use super::consumed::consumed;
 use super::library_round::{Learnt, read_marks};
-use super::picture::LeftOut;
+use super::picture::{LeftOut, withheld_names};
 use super::recognise::{
     Marks, Recognition, Seen, bull_candidates, evidence, is_evidence, is_mark, marks_of, recognise,
 };
@@ -55,7 +55,26 @@ fn left_out(seen: &Seen, recognition: &Recognition) -> LeftOut {
     LeftOut {
         unread: seen.unread.values().copied().collect(),
         keys: recognition.withheld.len(),
+        withheld: withheld_names(&recognition.withheld),
+        names_unknown: seen.names_unknown(),
+        over: seen.over(),
+        over_hides: seen.over_hides(),
     }
+}
+
+/// Runs the pure `pass` (recognition, the evidence check: each a pass over
+/// every name found) on the blocking pool, so a large keyspace's pass
+/// leaves the runtime's threads to polls and scrapes.
+pub(super) async fn apart<T: Send + 'static>(
+    pass: impl FnOnce() -> T + Send + 'static,
+) -> redis::RedisResult<T> {
+    tokio::task::spawn_blocking(pass).await.map_err(|e| {
+        redis::RedisError::from((
+            redis::ErrorKind::Client,
+            "zero config's recognition pass ended",
+            e.to_string(),
+        ))
+    })
 }
 
 /// One zero-config discovery round: one untyped SCAN pass, keeping the
@@ -83,18 +102,24 @@ pub async fn discover(
         _ => (one_pass_round(conn, config, known, None).await?, false),
     };
     let from_memory = with_memory && matches!(round, OnePass::Done(..));
-    let (mut found, mut marks, remembered) = match round {
+    let (found, mut marks, remembered) = match round {
         OnePass::Done(done) => *done,
         OnePass::Refused { type_refused } => {
             typed_passes(conn, config, known, type_refused).await?
         }
     };
     marks.bull_ids = bull_candidates(&found.keys, config.max_keys);
-    let seen = read_marks(conn, marks).await?;
-    let recognition = recognise(&seen, &found);
+    let beyond = marks.keep_within(config.max_keys);
+    let mut seen = read_marks(conn, marks, config).await?;
+    seen.beyond(beyond, config.max_keys);
+    let (seen, mut found, recognition) = apart(move || {
+        let recognition = recognise(&seen, &found);
+        (seen, found, recognition)
+    })
+    .await?;
     type_orphans_again(conn, &mut found, polled, &recognition).await?;
     let left_out = left_out(&seen, &recognition);
-    let learnt = Learnt::new(&recognition.entries, &seen, recognition.withheld.len());
+    let learnt = Learnt::new(&recognition.entries, &seen, &recognition.withheld);
     found
         .keys
         .retain(|k, _| !recognition.consumed.contains(k) && !recognition.withheld.contains(k));
@@ -302,8 +327,15 @@ impl Typing<'_> {
 async fn libraries_only(conn: &Conn, config: &RedisSourceConfig) -> redis::RedisResult<ZeroConfig> {
     let mut marks = scan_marks(conn, config.scan_count, true, None).await?;
     let names = std::mem::take(&mut marks.evidence);
-    let mut seen = read_marks(conn, marks).await?;
-    let wanted = evidence(&seen, names);
+    let beyond = marks.keep_within(config.max_keys);
+    let marks_left = config.max_keys - (marks.sets.len() + marks.metas.len());
+    let mut seen = read_marks(conn, marks, config).await?;
+    seen.beyond(beyond, config.max_keys);
+    let (mut seen, wanted) = apart(move || {
+        let wanted = evidence(&seen, names);
+        (seen, wanted)
+    })
+    .await?;
     let states = discovery_types(conn, &wanted).await?;
     let mut found = Candidates::default();
     let mut refused = Vec::new();
@@ -326,20 +358,27 @@ async fn libraries_only(conn: &Conn, config: &RedisSourceConfig) -> redis::Redis
     // Bull: the `id` beside a Bull-named list or zset, as with plain keys.
     let bull_ids = bull_candidates(&found.keys, config.max_keys);
     if !bull_ids.is_empty() {
-        let ids = Marks {
+        let mut ids = Marks {
             bull_ids,
             ..Marks::default()
         };
-        seen.extend(read_marks(conn, ids).await?);
+        let beyond = ids.keep_within(marks_left);
+        seen.extend(read_marks(conn, ids, config).await?);
+        seen.beyond(beyond, config.max_keys);
     }
-    let recognition = recognise(&seen, &found);
+    let (seen, recognition) = apart(move || {
+        let recognition = recognise(&seen, &found);
+        (seen, recognition)
+    })
+    .await?;
     let left_out = left_out(&seen, &recognition);
-    let learnt = Learnt::new(&recognition.entries, &seen, recognition.withheld.len());
+    let learnt = Learnt::new(&recognition.entries, &seen, &recognition.withheld);
     let plain = Discovered {
         tracked: Vec::new(),
         dropped: 0,
         collisions: 0,
         refused,
+        beyond: Vec::new(),
     };
     Ok(ZeroConfig {
         plain,
@@ -385,4 +424,41 @@ async fn scan_marks(
     let names = scan_where(&mut conn.clone(), b"*", None, count, &keep).await?;
     let (marks, evidence): (Vec<_>, Vec<_>) = names.into_iter().partition(|k| is_mark(k));
     Ok(marks_of(marks, evidence))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
+
+    #[test]
+    fn a_long_recognition_pass_leaves_the_runtime_to_other_tasks() {
+        // One thread: a pass run in place would hold it until it ends.
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let ticks = Arc::new(AtomicUsize::new(0));
+        let seen = ticks.clone();
+        let (during, result) = rt.block_on(async move {
+            let ticker = tokio::spawn(async move {
+                loop {
+                    seen.fetch_add(1, Ordering::Relaxed);
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            });
+            tokio::task::yield_now().await;
+            let before = ticks.load(Ordering::Relaxed);
+            let result = super::apart(|| {
+                std::thread::sleep(Duration::from_millis(200));
+                42
+            })
+            .await;
+            ticker.abort();
+            (ticks.load(Ordering::Relaxed) - before, result)
+        });
+        assert_eq!(result.ok(), Some(42));
+        assert!(during >= 5, "the other task ran {during} times");
+    }
 }

@@ -15,17 +15,29 @@ fn k(prefix: &str, kind: &str, q: &[u8]) -> Vec<u8> {
 }
 
 /// Where queue `q` keeps finished jobs: the `finished` and `failed`
-/// registries (scored by expiry: end time plus `result_ttl`/`failure_ttl`),
-/// and each job's hash `<prefix>:job:<id>` with `started_at` and `ended_at`
-/// (RQ's `%Y-%m-%dT%H:%M:%S.%fZ`). Empty with `result_ttl=0`.
+/// registries, scored by expiry (`BaseRegistry.add`: `current_timestamp()`,
+/// whole seconds rounded down, plus the job's `result_ttl`, default 500 s,
+/// or `failure_ttl`, default a year; `-1` is `+inf`, kept for ever), and
+/// each job's hash `<prefix>:job:<id>` with `started_at` and `ended_at`
+/// (RQ's `%Y-%m-%dT%H:%M:%S.%fZ`, microseconds). Empty with `result_ttl=0`.
 pub fn finished(prefix: &str, q: &[u8]) -> super::service::FinishedLayout {
     super::service::FinishedLayout {
         sets: [k(prefix, "finished", q), k(prefix, "failed", q)],
+        scores: super::service::Scores::Expiry {
+            default_ttl: [DEFAULT_RESULT_TTL, DEFAULT_FAILURE_TTL],
+        },
         job_prefix: key(&[prefix.as_bytes(), b":job:"]),
         fields: ["started_at", "ended_at"],
         unit: TimeUnit::Rfc3339,
+        resolution: 1e-6,
     }
 }
+
+/// RQ's `DEFAULT_RESULT_TTL` (seconds a finished job is kept).
+const DEFAULT_RESULT_TTL: f64 = 500.0;
+
+/// RQ's `DEFAULT_FAILURE_TTL` (seconds a failed job is kept: a year).
+const DEFAULT_FAILURE_TTL: f64 = 31_536_000.0;
 
 /// How many members of `intermediate` and of `wip` a poll reads to find
 /// the jobs in both. Each normally holds no more jobs than there are busy

@@ -17,6 +17,19 @@ pub fn k(prefix: &str, name: &[u8]) -> Vec<u8> {
     }
 }
 
+/// The states Sidekiq keeps for all its queues together, under `(all)`:
+/// `schedule` (delayed), `retry`, `dead` (failed), and the busy threads of
+/// `processes` (active). A queue's own list holds only its `waiting` jobs.
+pub const SHARED_STATES: &[JobState] = &[
+    JobState::Active,
+    JobState::Delayed,
+    JobState::Retry,
+    JobState::Failed,
+];
+
+/// The states Sidekiq keeps per queue: its `queue:<q>` list.
+pub const QUEUE_STATES: &[JobState] = &[JobState::Waiting];
+
 /// Round 1: three commands per queue; eight for the shared keys (`(all)`).
 pub fn plan(prefix: &str, unit: &Unit, now: f64) -> Vec<redis::Cmd> {
     let q = match unit {
@@ -50,6 +63,7 @@ pub fn read(prefix: &str, unit: &Unit, r: &[Value], now: f64, limit: usize) -> S
     let at = |i: usize| r.get(i).unwrap_or(&Value::Nil);
     let Unit::Queue(q) = unit else {
         let mut s = shared_sample(PresetKind::Sidekiq);
+        super::kept_elsewhere(&mut s, QUEUE_STATES);
         set_state(&mut s, JobState::Delayed, count(at(0)));
         set_state(&mut s, JobState::Retry, count(at(1)));
         set_state(&mut s, JobState::Failed, count(at(2)));
@@ -83,6 +97,7 @@ pub fn read(prefix: &str, unit: &Unit, r: &[Value], now: f64, limit: usize) -> S
         return Stage { sample: s, follow };
     };
     let mut s = preset_sample(PresetKind::Sidekiq, q);
+    super::kept_elsewhere(&mut s, SHARED_STATES);
     set_state(&mut s, JobState::Waiting, count(at(0)));
     super::facts(&mut s).paused = super::reply::as_u64(at(2)).map(|n| n == 1);
     s.oldest_age_seconds = match at(1) {
@@ -223,5 +238,47 @@ mod tests {
                 .get_packed_command()
         );
         assert_eq!(plan("", &Unit::Queue(b"q".to_vec()), 0.0).len(), 3);
+    }
+
+    /// The states each unit reads are exactly those it says it holds, and
+    /// each names the other's as kept elsewhere: what the scaler refuses
+    /// (a queue's `retry`) comes from what the reads do, not from a list
+    /// that could drift.
+    #[test]
+    fn each_unit_holds_its_states_and_names_the_others_as_elsewhere() {
+        let all = [
+            int(1),
+            int(2),
+            int(3),
+            Value::Nil,
+            Value::Nil,
+            list(&[]),
+            int(0),
+            int(0),
+        ];
+        let shared = read("", &Unit::Shared, &all, 0.0, 2).sample.preset.unwrap();
+        let queue = read(
+            "",
+            &Unit::Queue(b"q".to_vec()),
+            &[int(1), Value::Nil, int(0)],
+            0.0,
+            2,
+        )
+        .sample
+        .preset
+        .unwrap();
+        let held = |f: &crate::snapshot::PresetFacts| f.states.keys().copied().collect::<Vec<_>>();
+        assert_eq!(held(&shared), SHARED_STATES);
+        assert_eq!(held(&queue), QUEUE_STATES);
+        assert_eq!(shared.elsewhere, QUEUE_STATES);
+        assert_eq!(queue.elsewhere, SHARED_STATES);
+        assert_eq!(
+            queue.held_elsewhere(&[JobState::Waiting, JobState::Retry]),
+            [JobState::Retry]
+        );
+        assert_eq!(
+            shared.held_elsewhere(&[JobState::Waiting, JobState::Retry]),
+            [JobState::Waiting]
+        );
     }
 }
