@@ -198,6 +198,10 @@ pub struct Scenario {
     pub global: bool,
     /// Names `max_keys` may drop (a superset).
     pub dropped: BTreeSet<String>,
+    /// Names a restricted library may hide: every run of `:`-separated
+    /// parts of its keys (a Sidekiq namespace's queue `sdefault` is labelled
+    /// by its bare name, so an unread registry may hide any such name).
+    pub hidden_names: BTreeSet<String>,
     /// The `queues:` entries (empty for zero config).
     pub queues_yaml: String,
 }
@@ -256,6 +260,7 @@ impl Scenario {
             restricted: BTreeSet::new(),
             global: false,
             dropped: BTreeSet::new(),
+            hidden_names: BTreeSet::new(),
             queues_yaml: String::new(),
         };
         let age = |rng: &mut Rng| {
@@ -415,6 +420,16 @@ impl Scenario {
             s.configured()
         };
         s.limit(&mut rng);
+        for k in &s.keys {
+            if k.lib.is_some() && s.restricted.contains(&k.group()) {
+                let parts: Vec<&str> = k.name.split(':').collect();
+                for i in 0..parts.len() {
+                    for j in i + 1..=parts.len() {
+                        s.hidden_names.insert(parts[i..j].join(":"));
+                    }
+                }
+            }
+        }
         s
     }
 
@@ -786,6 +801,7 @@ impl Scenario {
         self.global
             || self.restricted.iter().any(|g| may_select_group(*g))
             || self.dropped.iter().any(|n| selects(n))
+            || self.hidden_names.iter().any(|n| selects(n))
             || (missing
                 && self
                     .dropped
