@@ -29,8 +29,14 @@
 //!   same value within tolerance); a missing one is accepted only where a
 //!   restriction can touch its queue.
 //!
-//! `QE_DIFF_SEEDS=N` runs seeds 1..=N (default 16), `QE_DIFF_SEED=S` seed S
-//! alone; a failing seed prints its one-line reproduction. See
+//! The same Redis scenarios also run on a private 3-primary Redis Cluster.
+//! The RabbitMQ half does the same over queues in several throw-away vhosts
+//! and a `monitoring` user that may read only some of them, for each method.
+//!
+//! `QE_DIFF_SEEDS=N` runs Redis seeds 1..=N (default 16), `QE_DIFF_SEED=S`
+//! seed S alone (`QE_DIFF_RABBIT_SEEDS`, `QE_DIFF_RABBIT_SEED`: RabbitMQ,
+//! default 3; `QE_DIFF_CLUSTER_SEEDS`, `QE_DIFF_CLUSTER_SEED`: Cluster,
+//! default 2); a failing seed prints its one-line reproduction. See
 //! docs/testing.md.
 mod differential_support;
 mod scaler_common;
@@ -40,6 +46,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use differential_support::Scenario;
+use differential_support::backend::Backend;
+use differential_support::rabbit::RabbitScenario;
 use scaler_common::{Client, client};
 use support::*;
 
@@ -107,9 +115,13 @@ impl Sel {
 
 /// One question asked of both exporters.
 struct Question {
+    /// `source` metadata.
+    source: String,
     sel: Sel,
     /// `preset` metadata, for a preset queue's exact name.
     preset: Option<String>,
+    /// `vhost` metadata (RabbitMQ).
+    vhost: Option<String>,
     mode: Mode,
 }
 
@@ -136,9 +148,12 @@ type Answer = Result<f64, (tonic::Code, String)>;
 
 async fn ask(c: &Client, q: &Question) -> Answer {
     let text = q.sel.text();
-    let mut pairs: Vec<(&str, &str)> = vec![("source", "main"), ("queue", &text)];
+    let mut pairs: Vec<(&str, &str)> = vec![("source", &q.source), ("queue", &text)];
     if let Some(p) = &q.preset {
         pairs.push(("preset", p));
+    }
+    if let Some(v) = &q.vhost {
+        pairs.push(("vhost", v));
     }
     match q.mode {
         Mode::QueueLength => {}
@@ -159,6 +174,28 @@ async fn ask(c: &Client, q: &Question) -> Answer {
         scaler_common::metrics(&mut c, &pairs).await.map(|(_, f)| f)
     };
     r.map_err(|s| (s.code(), s.message().to_string()))
+}
+
+/// How many wrong answers of each kind (the reason after the last `: `,
+/// or the kind of `/metrics` difference).
+fn kinds(findings: &[String]) -> String {
+    let mut by: BTreeMap<&str, usize> = BTreeMap::new();
+    for f in findings {
+        let kind = if !f.starts_with("/metrics") {
+            f.rsplit(": ").next().unwrap_or_default()
+        } else if f.contains("is missing from the subject") {
+            "/metrics: a series missing where nothing restricts it"
+        } else if f.contains("does not have") {
+            "/metrics: a series only the subject shows"
+        } else {
+            "/metrics: another value"
+        };
+        *by.entry(kind).or_default() += 1;
+    }
+    by.iter()
+        .map(|(k, n)| format!("{n} × {k}"))
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 fn show(a: &Answer) -> String {
@@ -199,12 +236,17 @@ fn judge(t: &mut Tally, q: &Question, touched: bool, r: &Answer, s: &Answer) {
     t.subject_errors += usize::from(s.is_err());
     t.reference_errors += usize::from(r.is_err());
     let what = format!(
-        "{:?} queue={}{}{}",
+        "{:?} source={} queue={}{}{}{}",
         q.mode,
+        q.source,
         q.sel.text(),
         q.preset
             .as_ref()
             .map(|p| format!(" preset={p}"))
+            .unwrap_or_default(),
+        q.vhost
+            .as_ref()
+            .map(|v| format!(" vhost={v}"))
             .unwrap_or_default(),
         if touched {
             ""
@@ -241,8 +283,8 @@ fn judge(t: &mut Tally, q: &Question, touched: bool, r: &Answer, s: &Answer) {
 }
 
 /// The `queue_*` series of a scrape (not the exporter's own), keyed by
-/// name and labels, with their value and `queue` label.
-fn queue_series(s: &Scrape) -> BTreeMap<String, (f64, String)> {
+/// name and labels, with their value and labels.
+fn queue_series(s: &Scrape) -> BTreeMap<String, (f64, BTreeMap<String, String>)> {
     let mut out = BTreeMap::new();
     for x in parse_classic(s.text()).samples {
         if !x.metric.starts_with("queue_") || x.metric.starts_with("queue_exporter_") {
@@ -259,8 +301,7 @@ fn queue_series(s: &Scrape) -> BTreeMap<String, (f64, String)> {
             | prometheus_parse::Value::Untyped(v) => v,
             _ => f64::NAN,
         };
-        let queue = labels.get("queue").cloned().unwrap_or_default();
-        out.insert(format!("{}{labels:?}", x.metric), (v, queue));
+        out.insert(format!("{}{labels:?}", x.metric), (v, labels));
     }
     out
 }
@@ -270,7 +311,14 @@ fn is_age_value(key: &str) -> bool {
     key.contains("age_seconds") && !key.contains("_bucket") && !key.contains("count")
 }
 
-fn compare_series(t: &mut Tally, sc: &Scenario, r: &Scrape, s: &Scrape) {
+/// Compares the `queue_*` series; `touched` says whether a restriction may
+/// touch a series (by its labels).
+fn compare_series(
+    t: &mut Tally,
+    touched: &dyn Fn(&BTreeMap<String, String>) -> bool,
+    r: &Scrape,
+    s: &Scrape,
+) {
     let (r, s) = (queue_series(r), queue_series(s));
     for (key, (sv, _)) in &s {
         t.series += 1;
@@ -291,16 +339,14 @@ fn compare_series(t: &mut Tally, sc: &Scenario, r: &Scrape, s: &Scrape) {
             }
         }
     }
-    for (key, (rv, queue)) in &r {
+    for (key, (rv, labels)) in &r {
         if s.contains_key(key) {
             continue;
         }
         t.series_absent += 1;
-        let sel = Sel::Exact(queue.clone());
-        let touched = sc.touches(&|n| sel.selects(n), &|g| sel.may_select_group(g));
-        if !touched {
+        if !touched(labels) {
             t.findings.push(format!(
-                "/metrics: {key} = {rv} is missing from the subject, and nothing restricts queue {queue:?}"
+                "/metrics: {key} = {rv} is missing from the subject, and nothing restricts it"
             ));
         }
     }
@@ -360,8 +406,10 @@ fn questions(
     for (sel, preset) in sels {
         for mode in [Mode::QueueLength, Mode::Age, Mode::WaitTime, Mode::IsActive] {
             out.push(Question {
+                source: "main".into(),
                 sel: sel.clone(),
                 preset: preset.clone(),
+                vhost: None,
                 mode,
             });
         }
@@ -407,27 +455,26 @@ async fn settle(app: &TestApp) -> Scrape {
     .await
 }
 
+/// Whether the reference reports a queue named `name` (a library queue's
+/// name is no key's).
+fn names_reported(s: &Scrape, name: &str) -> bool {
+    s.samples("queue_depth", &[("queue", name)])
+        .next()
+        .is_some()
+}
+
 /// Runs one scenario; returns its tally (findings included).
-async fn run(seed: u64) -> (Scenario, Tally) {
+async fn run(seed: u64, cluster: bool) -> (Scenario, Tally) {
     let sc = Scenario::build(seed);
-    let redis = RedisServer::start();
-    let mut conn = redis.conn();
-    for w in &sc.writes {
-        let mut c = redis::cmd(&w[0]);
-        for a in &w[1..] {
-            c.arg(a.as_bytes());
-        }
-        let _: redis::Value = c
-            .query(&mut conn)
-            .unwrap_or_else(|e| panic!("seed {seed}: {w:?}: {e}"));
-    }
-    let acl: Vec<&str> = sc.acl.iter().map(String::as_str).collect();
-    let subject_url = redis.acl_user("subject", "pw", &acl);
-    let reference = TestApp::start(&exporter_config(&sc, &redis.url, 100_000)).await;
+    let backend = Backend::start(cluster);
+    backend.write(&sc.writes);
+    let admin_url = backend.admin_url();
+    let subject_url = backend.subject_url(&sc.acl);
+    let reference = TestApp::start(&exporter_config(&sc, &admin_url, 100_000)).await;
     // QE_DIFF_CONTROL: the subject as the reference, to show the comparison
     // itself finds nothing where nothing differs.
     let subject = if std::env::var_os("QE_DIFF_CONTROL").is_some() {
-        TestApp::start(&exporter_config(&sc, &redis.url, 100_000)).await
+        TestApp::start(&exporter_config(&sc, &admin_url, 100_000)).await
     } else {
         TestApp::start(&exporter_config(&sc, &subject_url, sc.max_keys)).await
     };
@@ -455,6 +502,19 @@ async fn run(seed: u64) -> (Scenario, Tally) {
     let (rc, scl) = (client(&reference).await, client(&subject).await);
     let rs = reference.scrape().await;
     let ss = subject.scrape().await;
+    if std::env::var_os("QE_DIFF_VERBOSE").is_some() {
+        let names: BTreeSet<String> = rs
+            .samples("queue_depth", &[])
+            .filter_map(|x| {
+                let q = x.labels.get("queue")?;
+                Some(match x.labels.get("preset") {
+                    Some(p) => format!("{q} ({p})"),
+                    None => q.to_string(),
+                })
+            })
+            .collect();
+        eprintln!("  the reference reports: {names:?}");
+    }
     let subject_state = format!(
         "subject source_up {:?}, poll errors {:?}",
         ss.source_up("main"),
@@ -474,10 +534,19 @@ async fn run(seed: u64) -> (Scenario, Tally) {
         subject_state,
         ..Tally::default()
     };
-    compare_series(&mut t, &sc, &rs, &ss);
+    let series_touched = |labels: &BTreeMap<String, String>| {
+        let sel = Sel::Exact(labels.get("queue").cloned().unwrap_or_default());
+        sc.touches(&|n| sel.selects(n), &|g| sel.may_select_group(g), false)
+    };
+    compare_series(&mut t, &series_touched, &rs, &ss);
     let mut rng = differential_support::Rng::new(seed.wrapping_mul(31));
     for q in questions(&sc, &rs, &ss, &mut rng) {
-        let touched = sc.touches(&|n| q.sel.selects(n), &|g| q.sel.may_select_group(g));
+        let missing = matches!(&q.sel, Sel::Exact(n) if !sc.keys.iter().any(|k| k.name == *n) && !names_reported(&rs, n));
+        let touched = sc.touches(
+            &|n| q.sel.selects(n),
+            &|g| q.sel.may_select_group(g),
+            missing,
+        );
         let (ra, sa) = (ask(&rc, &q).await, ask(&scl, &q).await);
         judge(&mut t, &q, touched, &ra, &sa);
     }
@@ -486,9 +555,9 @@ async fn run(seed: u64) -> (Scenario, Tally) {
     (sc, t)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_restricted_exporter_answers_the_reference_number_or_an_error_never_another_number() {
-    let seeds = seeds();
+/// Runs Redis `seeds` (on a cluster when `cluster`) and fails on any wrong
+/// answer; `repro` is the command line that runs one seed, before the seed.
+async fn run_seeds(seeds: Vec<u64>, cluster: bool, repro: &str) {
     let mut total = Tally::default();
     let mut failed: Vec<(u64, String)> = Vec::new();
     let started = std::time::Instant::now();
@@ -497,7 +566,7 @@ async fn a_restricted_exporter_answers_the_reference_number_or_an_error_never_an
         if std::env::var_os("QE_DIFF_VERBOSE").is_some() {
             eprintln!("{}", Scenario::build(seed).describe());
         }
-        let (sc, t) = run(seed).await;
+        let (sc, t) = run(seed, cluster).await;
         total.add(&t);
         if std::env::var_os("QE_DIFF_VERBOSE").is_some() {
             eprintln!(
@@ -511,25 +580,30 @@ async fn a_restricted_exporter_answers_the_reference_number_or_an_error_never_an
         }
         if !t.findings.is_empty() {
             let mut msg = format!(
-                "{}\n  {}\n  {} wrong answers:\n",
+                "{}\n  {}\n  {} wrong answers ({}):\n",
                 sc.describe(),
                 t.subject_state,
-                t.findings.len()
+                t.findings.len(),
+                kinds(&t.findings)
             );
-            // All of them with QE_DIFF_VERBOSE, else the first 40.
+            // All of them with QE_DIFF_VERBOSE, else the first 40, KEDA's
+            // answers before /metrics series.
             let shown = if std::env::var_os("QE_DIFF_VERBOSE").is_some() {
                 usize::MAX
             } else {
                 40
             };
-            for f in t.findings.iter().take(shown) {
+            let mut sorted: Vec<&String> = t.findings.iter().collect();
+            sorted.sort_by_key(|f| f.starts_with("/metrics"));
+            for f in sorted.into_iter().take(shown) {
                 msg.push_str(&format!("    - {f}\n"));
             }
             if t.findings.len() > shown {
                 msg.push_str(&format!("    … and {} more\n", t.findings.len() - shown));
             }
             msg.push_str(&format!(
-                "  reproduce: QE_DIFF_SEED={seed} cargo test --test differential -- --nocapture\n"
+                "  reproduce: {repro}{seed} cargo test --test differential {} -- --nocapture\n",
+                if cluster { "cluster" } else { "redis" }
             ));
             eprintln!("{msg}");
             failed.push((seed, msg));
@@ -566,4 +640,270 @@ async fn a_restricted_exporter_answers_the_reference_number_or_an_error_never_an
             .collect::<Vec<_>>()
             .join("\n")
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restricted_redis_exporter_answers_the_reference_number_or_an_error_never_another_number()
+{
+    run_seeds(seeds(), false, "QE_DIFF_SEED=").await;
+}
+
+/// The same scenarios on a 3-primary Redis Cluster: `QE_DIFF_CLUSTER_SEEDS`
+/// (default 2) or `QE_DIFF_CLUSTER_SEED`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restricted_cluster_exporter_answers_the_reference_number_or_an_error() {
+    let seeds = match std::env::var("QE_DIFF_CLUSTER_SEED") {
+        Ok(s) => vec![s.trim().parse().expect("QE_DIFF_CLUSTER_SEED: a number")],
+        Err(_) => {
+            let n: u64 = std::env::var("QE_DIFF_CLUSTER_SEEDS")
+                .ok()
+                .map(|s| s.trim().parse().expect("QE_DIFF_CLUSTER_SEEDS: a number"))
+                .unwrap_or(2);
+            (1..=n).collect()
+        }
+    };
+    run_seeds(seeds, true, "QE_DIFF_CLUSTER_SEED=").await;
+}
+
+/// The RabbitMQ seeds to run, from `QE_DIFF_RABBIT_SEED` or
+/// `QE_DIFF_RABBIT_SEEDS` (default 3).
+fn rabbit_seeds() -> Vec<u64> {
+    if let Ok(s) = std::env::var("QE_DIFF_RABBIT_SEED") {
+        return vec![s.trim().parse().expect("QE_DIFF_RABBIT_SEED: a number")];
+    }
+    let n = std::env::var("QE_DIFF_RABBIT_SEEDS")
+        .ok()
+        .map(|s| s.trim().parse().expect("QE_DIFF_RABBIT_SEEDS: a number"))
+        .unwrap_or(3);
+    (1..=n).collect()
+}
+
+/// Waits until every queue of `sc` shows its messages in `app`'s
+/// management and prometheus sources (their statistics lag the publishes).
+async fn rabbit_settle(app: &TestApp, sc: &RabbitScenario) {
+    app.scrape_until(
+        "every queue's depth in the management and prometheus sources",
+        Duration::from_secs(90),
+        |s| {
+            sc.vhosts.iter().zip(&sc.queues).all(|(v, qs)| {
+                qs.iter().all(|(q, n)| {
+                    ["mgmt-all", "prom"].iter().all(|src| {
+                        s.value(
+                            "queue_depth",
+                            &[("source", src), ("vhost", &v.name), ("queue", q)],
+                        ) == Some(*n as f64)
+                    })
+                })
+            })
+        },
+    )
+    .await;
+}
+
+/// Runs one RabbitMQ scenario.
+async fn run_rabbit(seed: u64) -> (String, Tally) {
+    let sc = RabbitScenario::build(seed).await;
+    let reference = TestApp::start(&sc.config("guest", "guest")).await;
+    let subject = if std::env::var_os("QE_DIFF_CONTROL").is_some() {
+        TestApp::start(&sc.config("guest", "guest")).await
+    } else {
+        TestApp::start(&sc.config(&sc.user.name, &sc.password)).await
+    };
+    rabbit_settle(&reference, &sc).await;
+    // Three more polls of each after the reference saw every message.
+    reference
+        .wait_polls("mgmt-all", 3, Duration::from_secs(30))
+        .await;
+    subject
+        .wait_polls("mgmt-all", 3, Duration::from_secs(30))
+        .await;
+    subject.wait_polls("prom", 2, Duration::from_secs(30)).await;
+
+    let (rc, scl) = (client(&reference).await, client(&subject).await);
+    let rs = reference.scrape().await;
+    let ss = subject.scrape().await;
+    let mut t = Tally {
+        subject_state: format!(
+            "subject source_up: {:?}",
+            ss.samples("queue_exporter_source_up", &[])
+                .map(|x| format!(
+                    "{}={:?}",
+                    x.labels.get("source").unwrap_or_default(),
+                    x.value
+                ))
+                .collect::<Vec<_>>()
+        ),
+        ..Tally::default()
+    };
+    let series_touched = |labels: &BTreeMap<String, String>| {
+        sc.touches(
+            labels.get("source").map_or("", String::as_str),
+            labels.get("vhost").map(String::as_str),
+        )
+    };
+    compare_series(&mut t, &series_touched, &rs, &ss);
+
+    let mut sources: Vec<String> = vec!["mgmt-all".into(), "mgmt-listed".into(), "prom".into()];
+    sources.extend((0..sc.vhosts.len()).map(|i| format!("amqp-{i}")));
+    let mut vhost_choices: Vec<Option<String>> = vec![None];
+    vhost_choices.extend(sc.vhosts.iter().map(|v| Some(v.name.clone())));
+    for source in &sources {
+        let mut sels: BTreeSet<(String, Option<String>)> = BTreeSet::new();
+        for scrape in [&rs, &ss] {
+            for x in scrape.samples("queue_depth", &[("source", source)]) {
+                if let Some(q) = x.labels.get("queue") {
+                    let v = x.labels.get("vhost").map(str::to_string);
+                    sels.insert((q.to_string(), v));
+                    sels.insert((q.to_string(), None));
+                }
+            }
+        }
+        let mut questions: Vec<(Sel, Option<String>)> =
+            sels.into_iter().map(|(q, v)| (Sel::Exact(q), v)).collect();
+        for v in &vhost_choices {
+            questions.push((Sel::Prefix(sc.prefix.clone()), v.clone()));
+            questions.push((Sel::Prefix(format!("{}jobs.", sc.prefix)), v.clone()));
+            questions.push((Sel::Exact(format!("{}nope", sc.prefix)), v.clone()));
+        }
+        for (sel, vhost) in questions {
+            for mode in [Mode::QueueLength, Mode::Age, Mode::IsActive] {
+                let q = Question {
+                    source: source.clone(),
+                    sel: sel.clone(),
+                    preset: None,
+                    vhost: vhost.clone(),
+                    mode,
+                };
+                let touched = sc.touches(source, vhost.as_deref());
+                let (ra, sa) = (ask(&rc, &q).await, ask(&scl, &q).await);
+                judge(&mut t, &q, touched, &ra, &sa);
+            }
+        }
+    }
+    reference.stop().await;
+    subject.stop().await;
+    (sc.describe(), t)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rabbitmq_user_refused_some_vhosts_answers_the_reference_number_or_an_error() {
+    let seeds = rabbit_seeds();
+    let mut total = Tally::default();
+    let mut failed: Vec<(u64, String)> = Vec::new();
+    for &seed in &seeds {
+        eprintln!("differential (rabbitmq): seed {seed}");
+        let (describe, t) = run_rabbit(seed).await;
+        total.add(&t);
+        if std::env::var_os("QE_DIFF_VERBOSE").is_some() || !t.findings.is_empty() {
+            let mut msg = format!(
+                "{describe}\n  {}\n  {} answers, {} subject errors, {} wrong ({}):\n",
+                t.subject_state,
+                t.answers,
+                t.subject_errors,
+                t.findings.len(),
+                kinds(&t.findings)
+            );
+            for f in &t.findings {
+                msg.push_str(&format!("    - {f}\n"));
+            }
+            msg.push_str(&format!(
+                "  reproduce: QE_DIFF_RABBIT_SEED={seed} cargo test --test differential rabbitmq -- --nocapture\n"
+            ));
+            eprintln!("{msg}");
+            if !t.findings.is_empty() {
+                failed.push((seed, msg));
+            }
+        }
+    }
+    eprintln!(
+        "differential (rabbitmq): {} scenarios, {} KEDA answers compared ({} subject errors = {:.1} %), {} numbers compared where nothing restricts; {} subject series compared, {} reference series absent from the subject; seeds with wrong answers: {:?}",
+        seeds.len(),
+        total.answers,
+        total.subject_errors,
+        100.0 * total.subject_errors as f64 / total.answers.max(1) as f64,
+        total.untouched_numbers,
+        total.series,
+        total.series_absent,
+        failed.iter().map(|(s, _)| *s).collect::<Vec<_>>(),
+    );
+    assert!(
+        total.untouched_numbers > 0,
+        "no number was compared where nothing restricts the name: the test proves nothing"
+    );
+    assert!(
+        failed.is_empty(),
+        "{} of {} RabbitMQ seeds found wrong answers:\n{}",
+        failed.len(),
+        seeds.len(),
+        failed
+            .iter()
+            .map(|(_, m)| m.as_str())
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}
+
+/// The judge itself: an exporter that errs everywhere, invents a number,
+/// or calls an existing queue a typo is caught; an `UNAVAILABLE` where a
+/// restriction may touch the name is not.
+#[test]
+fn the_judge_fails_an_exporter_that_errs_everywhere_or_invents_a_number() {
+    let q = |mode| Question {
+        source: "main".into(),
+        sel: Sel::Prefix("g:".into()),
+        preset: None,
+        vhost: None,
+        mode,
+    };
+    let unavailable: Answer = Err((tonic::Code::Unavailable, "unknown".into()));
+    let not_found: Answer = Err((tonic::Code::NotFound, "no queue".into()));
+    let cases: Vec<(Mode, bool, Answer, Answer, bool)> = vec![
+        // (mode, touched, reference, subject, wrong?)
+        (
+            Mode::QueueLength,
+            false,
+            Ok(12.0),
+            unavailable.clone(),
+            true,
+        ),
+        (
+            Mode::QueueLength,
+            true,
+            Ok(12.0),
+            unavailable.clone(),
+            false,
+        ),
+        (Mode::QueueLength, true, Ok(78.0), Ok(15.0), true),
+        (Mode::QueueLength, true, Ok(12.0), Ok(12.0), false),
+        (Mode::QueueLength, true, Ok(12.0), not_found.clone(), true),
+        (Mode::QueueLength, true, unavailable.clone(), Ok(0.0), true),
+        (
+            Mode::QueueLength,
+            false,
+            not_found.clone(),
+            unavailable.clone(),
+            true,
+        ),
+        (
+            Mode::QueueLength,
+            true,
+            not_found,
+            unavailable.clone(),
+            false,
+        ),
+        (Mode::Age, false, Ok(600.0), Ok(603.0), false),
+        (Mode::Age, false, Ok(600.0), Ok(540.0), true),
+        (Mode::WaitTime, false, Ok(4.0), Ok(4.1), false),
+        (Mode::WaitTime, false, Ok(4.0), Ok(5.0), true),
+    ];
+    for (i, (mode, touched, r, s, wrong)) in cases.into_iter().enumerate() {
+        let mut t = Tally::default();
+        judge(&mut t, &q(mode), touched, &r, &s);
+        assert_eq!(
+            t.findings.len(),
+            usize::from(wrong),
+            "case {i}: {:?}",
+            t.findings
+        );
+    }
 }

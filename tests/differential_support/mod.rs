@@ -18,6 +18,9 @@
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
 
+pub mod backend;
+pub mod rabbit;
+
 /// A small deterministic PRNG (SplitMix64): the same seed builds the same
 /// scenario on every machine, with no crate.
 pub struct Rng(u64);
@@ -195,6 +198,10 @@ pub struct Scenario {
     pub global: bool,
     /// Names `max_keys` may drop (a superset).
     pub dropped: BTreeSet<String>,
+    /// Names a restricted library may hide: every run of `:`-separated
+    /// parts of its keys (a Sidekiq namespace's queue `sdefault` is labelled
+    /// by its bare name, so an unread registry may hide any such name).
+    pub hidden_names: BTreeSet<String>,
     /// The `queues:` entries (empty for zero config).
     pub queues_yaml: String,
 }
@@ -253,6 +260,7 @@ impl Scenario {
             restricted: BTreeSet::new(),
             global: false,
             dropped: BTreeSet::new(),
+            hidden_names: BTreeSet::new(),
             queues_yaml: String::new(),
         };
         let age = |rng: &mut Rng| {
@@ -412,6 +420,16 @@ impl Scenario {
             s.configured()
         };
         s.limit(&mut rng);
+        for k in &s.keys {
+            if k.lib.is_some() && s.restricted.contains(&k.group()) {
+                let parts: Vec<&str> = k.name.split(':').collect();
+                for i in 0..parts.len() {
+                    for j in i + 1..=parts.len() {
+                        s.hidden_names.insert(parts[i..j].join(":"));
+                    }
+                }
+            }
+        }
         s
     }
 
@@ -655,13 +673,12 @@ impl Scenario {
         // keys counted in key order after them).
         let (first, ordered): (usize, Vec<String>) = if self.zero_config {
             // Library queues first, then plain keys in key order. Keys of
-            // restricted groups may be counted whatever their type.
+            // restricted groups may be counted whatever their type or
+            // library (an unrecognised library's lists are plain keys).
             let mut v: Vec<String> = self
                 .keys
                 .iter()
-                .filter(|k| {
-                    k.is_plain_queue() || (k.lib.is_none() && self.restricted.contains(&k.group()))
-                })
+                .filter(|k| k.is_plain_queue() || self.restricted.contains(&k.group()))
                 .map(|k| k.name.clone())
                 .collect();
             v.sort();
@@ -771,14 +788,26 @@ impl Scenario {
     }
 
     /// Whether a restriction or a drop may touch a name a query selects.
+    /// `missing`: the query is an exact name no key has. A drop touches the
+    /// names it selects, and also a missing name in its group: an exporter
+    /// may record drops by prefix (`n:`) rather than by name, and then
+    /// cannot vouch that `n:zz-missing` was not among them.
     pub fn touches(
         &self,
         selects: &dyn Fn(&str) -> bool,
         may_select_group: &dyn Fn(char) -> bool,
+        missing: bool,
     ) -> bool {
         self.global
             || self.restricted.iter().any(|g| may_select_group(*g))
             || self.dropped.iter().any(|n| selects(n))
+            || self.hidden_names.iter().any(|n| selects(n))
+            || (missing
+                && self
+                    .dropped
+                    .iter()
+                    .filter_map(|n| n.chars().next())
+                    .any(may_select_group))
     }
 
     /// The scenario in a few lines, for a failure message.
