@@ -33,7 +33,8 @@
 //! The RabbitMQ half does the same over queues in several throw-away vhosts
 //! and a `monitoring` user that may read only some of them, for each method.
 //!
-//! `QE_DIFF_SEEDS=N` runs Redis seeds 1..=N (default 16), `QE_DIFF_SEED=S`
+//! `QE_DIFF_SEEDS=N` runs Redis seeds 1..=N (default 16; from `QE_DIFF_FROM`
+//! if set), `QE_DIFF_SEED=S`
 //! seed S alone (`QE_DIFF_RABBIT_SEEDS`, `QE_DIFF_RABBIT_SEED`: RabbitMQ,
 //! default 3; `QE_DIFF_CLUSTER_SEEDS`, `QE_DIFF_CLUSTER_SEED`: Cluster,
 //! default 2); a failing seed prints its one-line reproduction. See
@@ -66,7 +67,12 @@ fn seeds() -> Vec<u64> {
         .ok()
         .map(|s| s.trim().parse().expect("QE_DIFF_SEEDS: a number"))
         .unwrap_or(CI_SEEDS);
-    (1..=n).collect()
+    // QE_DIFF_FROM: the first seed, so a long run can be split in parts.
+    let from = std::env::var("QE_DIFF_FROM")
+        .ok()
+        .map(|s| s.trim().parse().expect("QE_DIFF_FROM: a number"))
+        .unwrap_or(1);
+    (from..=n).collect()
 }
 
 /// Which names a query selects.
