@@ -104,10 +104,11 @@ impl Sel {
     }
 
     /// Whether a name of group `g` may be selected. A library's `(all)`
-    /// unit may belong to any library's group.
+    /// unit may belong to any library's group, and to `u`: Celery's
+    /// `(all)` reads kombu's `unacked` and `unacked_index`.
     fn may_select_group(&self, g: char) -> bool {
         let of = |name: &str| match name.chars().next() {
-            Some('(') => matches!(g, 'r' | 's' | 'c' | '_' | 'b'),
+            Some('(') => matches!(g, 'r' | 's' | 'c' | '_' | 'b' | 'u'),
             Some(c) => c == g,
             None => false,
         };
