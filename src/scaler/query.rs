@@ -33,7 +33,7 @@ pub struct Reading {
     /// replicas); `None` for every other mode.
     pub wait: Option<WaitDecision>,
     /// The source's coverage vouched for every name the query selects:
-    /// no reading exists without asking it ([`vouch`]).
+    /// no reading exists without asking it (`vouch`, through `Coverage::vouch`).
     pub vouched: Vouched,
 }
 

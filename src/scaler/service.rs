@@ -32,7 +32,7 @@ use crate::shutdown::Shutdown;
 use crate::telemetry::{GrpcLabels, MethodLabels, Telemetry};
 
 /// The gRPC request header that marks a call as `queue-exporter ask`'s dry
-/// run ([`Caller::Ask`]). KEDA never sends it.
+/// run (`Caller::Ask`). KEDA never sends it.
 pub const ASK_HEADER: &str = "x-queue-exporter-ask";
 
 /// Who made a unary call, which decides what it leaves behind.
