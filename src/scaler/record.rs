@@ -120,7 +120,7 @@ fn shown(key: &str) -> bool {
 }
 
 /// `meta` as `/scalers` shows it: sorted by key, values of keys not
-/// [`shown`] replaced by [`REDACTED`], at most [`bounds::MAX_PAIRS`] pairs
+/// `shown` replaced by [`REDACTED`], at most [`bounds::MAX_PAIRS`] pairs
 /// (the shown keys first, then the others in key order; a note counts the
 /// rest), every key and value cut to its bound before it is copied.
 pub fn redacted(meta: &HashMap<String, String>) -> Vec<(String, String)> {
