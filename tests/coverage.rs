@@ -114,7 +114,33 @@ async fn keys_beyond_max_keys_are_unavailable_and_the_rest_still_answer() {
         Some(9.0),
         "{s}"
     );
+    assert_eq!(gaps(&s), [("max_keys", 1.0)], "{s}");
     app.stop().await;
+}
+
+/// The causes `queue_exporter_coverage_gaps` shows above 0 for `main`;
+/// every cause must be shown, at 0 when it left nothing unread.
+fn gaps(s: &support::Scrape) -> Vec<(&'static str, f64)> {
+    let causes = [
+        "max_keys",
+        "label_collision",
+        "refused",
+        "check_failed",
+        "discovery_bounds",
+        "round_unfinished",
+    ];
+    causes
+        .into_iter()
+        .map(|cause| {
+            let labels = [("source", "main"), ("cause", cause)];
+            let n = s.value("queue_exporter_coverage_gaps", &labels);
+            (
+                cause,
+                n.unwrap_or_else(|| panic!("no {cause} series:\n{s}")),
+            )
+        })
+        .filter(|(_, n)| *n > 0.0)
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -174,6 +200,7 @@ async fn keys_held_back_for_an_unread_kombu_binding_are_unavailable_never_zero()
     }
     // No list is withheld under a prefix no list has: a zset answers.
     assert_eq!(metrics(&mut c, &[("queue", "app:z")]).await.unwrap().1, 2.0);
+    assert_eq!(gaps(&app.scrape().await), [("refused", 1.0)]);
     app.stop().await;
 }
 

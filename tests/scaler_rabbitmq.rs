@@ -413,7 +413,31 @@ async fn a_vhost_the_user_may_not_read_is_unavailable_never_a_smaller_sum() {
             s.value("queue_exporter_source_up", &[("source", source)]),
             Some(1.0)
         );
+        // The gap shows on /metrics too: `priv` refused (for `all`, any
+        // other test's vhost on this broker the user may not read, too).
+        let gaps = |cause: &str| {
+            s.value(
+                "queue_exporter_coverage_gaps",
+                &[("source", source), ("cause", cause)],
+            )
+        };
+        assert!(gaps("refused").is_some_and(|n| n >= 1.0), "{source}\n{s}");
+        assert_eq!(gaps("max_keys"), Some(0.0), "{source}\n{s}");
     }
+    let listed = [("source", "listed"), ("cause", "refused")];
+    assert_eq!(s.value("queue_exporter_coverage_gaps", &listed), Some(1.0));
+    // A source that is down vouches for nothing: no gap series at all.
+    assert!(
+        !s.text().contains("coverage_gaps{source=\"amqp-priv\""),
+        "{s}"
+    );
+    assert_eq!(
+        s.value(
+            "queue_exporter_coverage_gaps",
+            &[("source", "prom"), ("cause", "refused")]
+        ),
+        Some(0.0)
+    );
     assert_eq!(
         s.value(
             "queue_depth",

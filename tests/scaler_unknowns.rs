@@ -286,6 +286,16 @@ async fn zset_scores_of_minus_and_plus_infinity_never_reach_keda_as_huge_numbers
         &e,
         &["WaitTime of queue \"ts:neg\" in source main: its oldest age (seconds) is inf"],
     );
+    // /metrics: the depths are known, the infinite age is absent (unknown),
+    // never `+Inf`; the finite ones are shown.
+    let s = app.scrape().await;
+    let age_of = |q: &str| s.value("queue_oldest_message_age_seconds", &[("queue", q)]);
+    assert_eq!(age_of("ts:neg"), None, "{s}");
+    assert!(age_of("ts:far").is_some_and(|a| a >= 1e299), "{s}");
+    assert!(
+        age_of("ts:pos").is_some_and(|a| (9.0..60.0).contains(&a)),
+        "{s}"
+    );
     // +inf: due never, so scheduled; the other member is 10 s old.
     let (_, age_pos) = metrics(&mut c, &age("ts:pos")).await.unwrap();
     assert!((9.0..60.0).contains(&age_pos), "{age_pos}");

@@ -9,8 +9,10 @@ use prometheus_client::encoding::{
 use prometheus_client::metrics::MetricType;
 
 use super::Format;
-use super::labels::{QueueLabels, ReasonLabels, RoundLabels, SourceLabels, VhostLabels};
-use crate::snapshot::{POLL_DURATION_BUCKETS, QueueSample, Reason, Snapshot};
+use super::labels::{
+    CauseLabels, QueueLabels, ReasonLabels, RoundLabels, SourceLabels, VhostLabels,
+};
+use crate::snapshot::{GapKind, POLL_DURATION_BUCKETS, QueueSample, Reason, Snapshot};
 use crate::time::unix_seconds;
 
 /// Name of the age gauge histogram family.
@@ -207,7 +209,9 @@ impl SnapshotCollector {
             enc,
             "queue_oldest_message_age_seconds",
             "Age of the oldest waiting item; 0 when none is waiting, absent when unknown",
-            |q| q.oldest_age_seconds,
+            // A `-inf` zset score has no age: absent, as unknown, not `+Inf`
+            // (the scaler names the input instead).
+            |q| q.oldest_age_seconds.filter(|a| a.is_finite()),
         )?;
         self.encode_age_histogram(enc)?;
 
@@ -408,6 +412,23 @@ impl SnapshotCollector {
             src()
                 .filter(|(_, s)| s.last_success.is_some())
                 .map(|(l, s)| (l, s.stats.dropped_keys)),
+        )?;
+        gauges(
+            enc,
+            "queue_exporter_coverage_gaps",
+            "What the last successful poll left unread, by cause (max_keys, label_collision, \
+             refused, check_failed, discovery_bounds, round_unfinished): KEDA gets no number \
+             for a name a gap may hide; 0 for every cause when the poll read everything",
+            MetricType::Gauge,
+            self.snapshots.iter().filter(|s| s.up).flat_map(|s| {
+                GapKind::ALL.into_iter().map(move |kind| {
+                    let labels = CauseLabels {
+                        source: s.source.to_string(),
+                        cause: kind.as_str().to_string(),
+                    };
+                    (labels, s.coverage.count(kind) as u64)
+                })
+            }),
         )?;
         gauges(
             enc,

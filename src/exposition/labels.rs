@@ -21,6 +21,15 @@ pub struct ReasonLabels {
     pub reason: String,
 }
 
+/// `{source, cause}`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CauseLabels {
+    /// The source name.
+    pub source: String,
+    /// What kind of thing left names unread (`GapKind`).
+    pub cause: String,
+}
+
 /// `{source, round}`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RoundLabels {

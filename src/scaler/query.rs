@@ -1012,7 +1012,7 @@ mod tests {
 
     #[test]
     fn a_name_the_poll_left_unread_is_unavailable_even_where_the_scope_covers_it() {
-        use crate::snapshot::{Coverage, ExactNames, Gap};
+        use crate::snapshot::{Coverage, ExactNames, Gap, GapKind};
         let now = SystemTime::now();
         let s = scoped(
             snap("main", vec![sample("jobs:a", 2)], Some(Duration::ZERO), now),
@@ -1020,6 +1020,7 @@ mod tests {
         );
         let mut s = (*s).clone();
         s.coverage = Arc::new(Coverage::with_gaps(vec![Gap::new(
+            GapKind::MaxKeys,
             ExactNames(["jobs:b".to_string()].into()),
             "1 key beyond max_keys",
         )]));

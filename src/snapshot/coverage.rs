@@ -61,9 +61,57 @@ impl HiddenNames for VhostNames {
     }
 }
 
+/// What kind of thing left names unread: the `cause` label of
+/// `queue_exporter_coverage_gaps`, so an alert says what to fix (raise
+/// `max_keys`, grant a read, give discovery more time) without parsing
+/// KEDA's error text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum GapKind {
+    /// Keys or preset queues found beyond `max_keys`.
+    MaxKeys,
+    /// Keys whose `queue` label another key already has.
+    LabelCollision,
+    /// The backend refused a read: a library's mark or registry (Redis
+    /// ACL), a vhost or a queue (RabbitMQ permissions).
+    Refused,
+    /// A check of what could be read failed (RabbitMQ's vhost listing).
+    CheckFailed,
+    /// Discovery's own bounds: a library's mark beyond `max_keys`, a
+    /// registry set larger than its cap.
+    DiscoveryBounds,
+    /// The last discovery round ran out of time.
+    RoundUnfinished,
+}
+
+impl GapKind {
+    /// Every kind, in label order: the metric shows each, at 0 when none.
+    pub const ALL: [GapKind; 6] = [
+        GapKind::MaxKeys,
+        GapKind::LabelCollision,
+        GapKind::Refused,
+        GapKind::CheckFailed,
+        GapKind::DiscoveryBounds,
+        GapKind::RoundUnfinished,
+    ];
+
+    /// The `cause` label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GapKind::MaxKeys => "max_keys",
+            GapKind::LabelCollision => "label_collision",
+            GapKind::Refused => "refused",
+            GapKind::CheckFailed => "check_failed",
+            GapKind::DiscoveryBounds => "discovery_bounds",
+            GapKind::RoundUnfinished => "round_unfinished",
+        }
+    }
+}
+
 /// Names a poll could not vouch for, and why.
 #[derive(Debug, Clone)]
 pub struct Gap {
+    /// What kind of cause, for the metric.
+    pub kind: GapKind,
     /// Which names it may hide.
     pub names: Arc<dyn HiddenNames>,
     /// Why, for KEDA's error message: what is unknown, such as "7 keys
@@ -72,9 +120,10 @@ pub struct Gap {
 }
 
 impl Gap {
-    /// A gap hiding `names` because of `cause`.
-    pub fn new(names: impl HiddenNames + 'static, cause: impl Into<String>) -> Self {
+    /// A gap of `kind` hiding `names` because of `cause`.
+    pub fn new(kind: GapKind, names: impl HiddenNames + 'static, cause: impl Into<String>) -> Self {
         Gap {
+            kind,
             names: Arc::new(names),
             cause: cause.into(),
         }
@@ -112,6 +161,11 @@ impl Coverage {
         &self.gaps
     }
 
+    /// How many gaps of `kind` the poll left.
+    pub fn count(&self, kind: GapKind) -> usize {
+        self.gaps.iter().filter(|g| g.kind == kind).count()
+    }
+
     /// Vouches for `query` when no gap may hide a name it selects;
     /// otherwise the first such gap.
     pub fn vouch(&self, query: &NameQuery<'_>) -> Result<Vouched, &Gap> {
@@ -141,6 +195,7 @@ mod tests {
     #[test]
     fn exact_names_hide_only_themselves_and_globs_selecting_them() {
         let gap = Gap::new(
+            GapKind::MaxKeys,
             ExactNames(["job:11".to_string(), "job:12".to_string()].into()),
             "beyond max_keys",
         );
@@ -161,7 +216,11 @@ mod tests {
     fn complete_coverage_vouches_for_everything_and_every_name_for_nothing() {
         let any = |_: &str| true;
         assert!(Coverage::complete().vouch(&query("a*", &any)).is_ok());
-        let c = Coverage::with_gaps(vec![Gap::new(EveryName, "registry unread")]);
+        let c = Coverage::with_gaps(vec![Gap::new(
+            GapKind::Refused,
+            EveryName,
+            "registry unread",
+        )]);
         assert_eq!(
             c.vouch(&query("a", &any)).map_err(|g| g.cause.clone()),
             Err("registry unread".to_string())
@@ -170,7 +229,11 @@ mod tests {
 
     #[test]
     fn a_vhost_gap_hides_its_vhost_and_queries_without_one() {
-        let c = Coverage::with_gaps(vec![Gap::new(VhostNames("priv".into()), "not readable")]);
+        let c = Coverage::with_gaps(vec![Gap::new(
+            GapKind::Refused,
+            VhostNames("priv".into()),
+            "not readable",
+        )]);
         let any = |_: &str| true;
         let mut q = query("jobs.*", &any);
         assert!(c.vouch(&q).is_err());

@@ -20,7 +20,9 @@ mod preset;
 mod scope;
 mod service;
 
-pub use coverage::{Coverage, EveryName, ExactNames, Gap, HiddenNames, VhostNames, Vouched};
+pub use coverage::{
+    Coverage, EveryName, ExactNames, Gap, GapKind, HiddenNames, VhostNames, Vouched,
+};
 pub use history::{CounterHistory, CounterPoint, JobFlow};
 pub use poll::{POLL_DURATION_BUCKETS, PollRecord};
 pub use preset::{CountedIn, JobState, JobTotals, PresetFacts, PresetKind, PresetUnit};

@@ -25,7 +25,7 @@
 use std::collections::{BTreeSet, HashSet};
 
 use super::credentials::Credentials;
-use crate::snapshot::{EveryName, ExactNames, Gap, HiddenNames, NameQuery, VhostNames};
+use crate::snapshot::{EveryName, ExactNames, Gap, GapKind, HiddenNames, NameQuery, VhostNames};
 
 /// The user as gap causes name it: `user "mon"`.
 pub fn who(creds: Option<&Credentials>) -> String {
@@ -38,6 +38,7 @@ pub fn who(creds: Option<&Credentials>) -> String {
 /// The gap of a vhost that `who` may not read.
 pub fn unreadable_vhost(who: &str, vhost: &str) -> Gap {
     Gap::new(
+        GapKind::Refused,
         VhostNames(vhost.to_string()),
         format!("{who} may not read vhost {vhost:?} (no permission), so its queues are unknown"),
     )
@@ -73,6 +74,7 @@ pub fn vhost_gaps(
             .iter()
             .map(|v| {
                 Gap::new(
+                    GapKind::CheckFailed,
                     VhostNames(v.to_string()),
                     format!(
                         "the exporter could not tell whether {who} may read vhost {v:?} \
@@ -88,6 +90,7 @@ pub fn vhost_gaps(
 /// user may not read.
 pub fn vhosts_unlisted(who: &str, why: &str) -> Gap {
     Gap::new(
+        GapKind::CheckFailed,
         EveryName,
         format!(
             "the exporter could not list the vhosts ({why}), so it cannot tell whether {who} \
@@ -115,6 +118,7 @@ impl HiddenNames for VhostQueues {
 /// The gap of a queue whose passive declare RabbitMQ refused to `who`.
 pub fn refused_queue(who: &str, vhost: &str, queue: &str) -> Gap {
     Gap::new(
+        GapKind::Refused,
         VhostQueues {
             vhost: vhost.to_string(),
             names: ExactNames([queue.to_string()].into()),

@@ -11,7 +11,7 @@ use super::discovery::{Discovered, NAMED_BEYOND};
 use super::glob;
 use super::presets::picture::LeftOut;
 use crate::config::RedisSourceConfig;
-use crate::snapshot::{Coverage, EveryName, ExactNames, Gap, HiddenNames, NameQuery};
+use crate::snapshot::{Coverage, EveryName, ExactNames, Gap, GapKind, HiddenNames, NameQuery};
 
 /// The gaps of the last round, by what made them.
 #[derive(Debug, Default)]
@@ -44,6 +44,7 @@ impl Unread {
     /// Records that the last round did not finish within `deadline`.
     pub fn set_unfinished(&mut self, deadline: std::time::Duration) {
         self.unfinished = Some(Gap::new(
+            GapKind::RoundUnfinished,
             EveryName,
             format!(
                 "the last discovery round did not finish within {}, so keys made since the \
@@ -67,6 +68,7 @@ impl Unread {
     pub fn set_presets(&mut self, names: &[String], max_keys: usize) {
         self.presets = (!names.is_empty()).then(|| {
             Gap::new(
+                GapKind::MaxKeys,
                 ExactNames(names.iter().cloned().collect()),
                 format!(
                     "{} preset queues beyond max_keys {max_keys} are not read ({})",
@@ -99,7 +101,12 @@ impl Unread {
                     over_examples(&over)
                 ),
             };
+            let kind = match left_out.unread.is_empty() {
+                true => GapKind::DiscoveryBounds,
+                false => GapKind::Refused,
+            };
             self.library.push(Gap::new(
+                kind,
                 ExactNames(left_out.withheld.iter().cloned().collect()),
                 format!(
                     "{why}, so {} keys it may own are held back, neither the library's nor \
@@ -118,8 +125,12 @@ impl Unread {
                 over_examples(&over)
             );
             self.library.push(match hides.any {
-                true => Gap::new(EveryName, cause),
-                false => Gap::new(ExactNames(hides.names.iter().cloned().collect()), cause),
+                true => Gap::new(GapKind::DiscoveryBounds, EveryName, cause),
+                false => Gap::new(
+                    GapKind::DiscoveryBounds,
+                    ExactNames(hides.names.iter().cloned().collect()),
+                    cause,
+                ),
             });
         }
         if !left_out.names_unknown.is_empty() {
@@ -134,6 +145,7 @@ impl Unread {
                 .flat_map(|k| name_runs(k))
                 .collect();
             self.library.push(Gap::new(
+                GapKind::Refused,
                 ExactNames(names),
                 format!(
                     "Redis refused reading {} (a queue library's registry or mark), so which \
@@ -166,6 +178,11 @@ fn plain_gap(found: &Discovered, config: &RedisSourceConfig) -> Option<Gap> {
             found.collisions
         ));
     }
+    // The first reason names the kind: beyond max_keys if any key was.
+    let kind = match over > 0 {
+        true => GapKind::MaxKeys,
+        false => GapKind::LabelCollision,
+    };
     let cause = format!(
         "{} ({})",
         why.join(", and "),
@@ -173,7 +190,7 @@ fn plain_gap(found: &Discovered, config: &RedisSourceConfig) -> Option<Gap> {
     );
     if found.beyond.len() as u64 == found.dropped && found.beyond.len() < NAMED_BEYOND {
         let names = found.beyond.iter().map(|(n, _)| n.clone()).collect();
-        return Some(Gap::new(ExactNames(names), cause));
+        return Some(Gap::new(kind, ExactNames(names), cause));
     }
     let specs: BTreeSet<usize> = found.beyond.iter().map(|(_, s)| *s).collect();
     let patterns: Option<Vec<Vec<u8>>> = specs
@@ -181,8 +198,8 @@ fn plain_gap(found: &Discovered, config: &RedisSourceConfig) -> Option<Gap> {
         .map(|&s| Some(config.queues.get(s)?.pattern()?.as_bytes().to_vec()))
         .collect();
     Some(match patterns {
-        Some(p) if !p.is_empty() => Gap::new(UnderPatterns(p), cause),
-        _ => Gap::new(EveryName, cause),
+        Some(p) if !p.is_empty() => Gap::new(kind, UnderPatterns(p), cause),
+        _ => Gap::new(kind, EveryName, cause),
     })
 }
 
