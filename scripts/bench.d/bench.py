@@ -1372,7 +1372,8 @@ class Bench:
              head + "    keyspace_scan_interval: 0s\n"),
         ]
         rounds_only = {4}
-        discovery_cmds = ("scan", "smembers", "hmget", "type")
+        # Bounded discovery reads sets by `SCARD` + `SSCAN` pages (issue 36).
+        discovery_cmds = ("scan", "smembers", "sscan", "scard", "hmget", "type")
         rows, files = [], []
         for i, (label, body) in enumerate(configs):
             cfg = os.path.join(self.work, f"zero-{i}.yaml")
@@ -2372,7 +2373,7 @@ def report_zero(zero):
         f"latency read needs, BullMQ's `meta` hash and `events` stream, a Celery priority "
         f"list) among string keys, {zero['keys']:,} keys in all, in their own database. "
         "Each config runs `once` (a discovery round and a first poll; Redis's commandstats "
-        "around it, split into the discovery commands `SCAN`, `SMEMBERS`, `HMGET`, `TYPE` "
+        "around it, split into the discovery commands `SCAN`, `SMEMBERS`, `SSCAN`, `SCARD`, `HMGET`, `TYPE` "
         "and the rest), then `serve` with `discovery_interval: 1h` and "
         "`client_tracking: false` (every key read every poll) for steady polls, one window "
         "of polls per config in turn, repeated, so the configs share the machine's load "
@@ -2494,7 +2495,7 @@ METHOD_NOTES = [
     "figures. The floor row is `benches/loadgen.rs floor --needed --gap-ms 1000`.",
     "- **Zero config** (11): the library layouts are written key by key (registries, lists, "
     "the job hash a latency read needs, BullMQ's `meta` and `events`, a Celery priority list) "
-    "in database 3; `SCAN`, `SMEMBERS`, `HMGET` and `TYPE` of a `once` count as discovery, "
+    "in database 3; `SCAN`, `SMEMBERS`, `SSCAN`, `SCARD`, `HMGET` and `TYPE` of a `once` count as discovery, "
     "the rest as its first poll; steady polls run with `client_tracking: false`.",
     "- Only the release binary and `benches/loadgen.rs` are used; no internal module of the "
     "crate is called (the gRPC client is generated from the same proto).",

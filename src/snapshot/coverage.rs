@@ -181,15 +181,7 @@ mod tests {
     use super::*;
 
     fn query<'a>(text: &'a str, selects: &'a dyn Fn(&str) -> bool) -> NameQuery<'a> {
-        let is_glob = text.contains('*');
-        let literal_prefix = &text[..text.find('*').unwrap_or(text.len())];
-        NameQuery {
-            text,
-            is_glob,
-            literal_prefix,
-            selects,
-            vhost: None,
-        }
+        NameQuery::of(text, None, selects)
     }
 
     #[test]

@@ -21,6 +21,25 @@ pub struct NameQuery<'a> {
     pub vhost: Option<&'a str>,
 }
 
+#[cfg(test)]
+impl<'a> NameQuery<'a> {
+    /// A query for `text` (a glob when it holds `*`) in `vhost`, selecting
+    /// what `selects` says: the one builder unit tests share.
+    pub fn of(
+        text: &'a str,
+        vhost: Option<&'a str>,
+        selects: &'a dyn Fn(&str) -> bool,
+    ) -> NameQuery<'a> {
+        NameQuery {
+            text,
+            is_glob: text.contains('*'),
+            literal_prefix: &text[..text.find('*').unwrap_or(text.len())],
+            selects,
+            vhost,
+        }
+    }
+}
+
 impl fmt::Debug for NameQuery<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("NameQuery")

@@ -135,21 +135,6 @@ mod tests {
     use super::*;
     use crate::snapshot::Coverage;
 
-    fn query<'a>(
-        text: &'a str,
-        vhost: Option<&'a str>,
-        selects: &'a dyn Fn(&str) -> bool,
-    ) -> NameQuery<'a> {
-        let is_glob = text.contains('*');
-        NameQuery {
-            text,
-            is_glob,
-            literal_prefix: &text[..text.find('*').unwrap_or(text.len())],
-            selects,
-            vhost,
-        }
-    }
-
     #[test]
     fn a_listed_vhost_without_queues_is_a_gap_only_if_the_user_may_not_read_it() {
         let visible: Vec<String> = ["pub", "priv", "empty", "priv"].map(String::from).into();
@@ -167,10 +152,19 @@ mod tests {
 
         let c = Coverage::with_gaps(gaps);
         let jobs = |n: &str| n.starts_with("jobs.");
-        assert!(c.vouch(&query("jobs.*", None, &jobs)).is_err());
-        assert!(c.vouch(&query("jobs.*", Some("priv"), &jobs)).is_err());
-        assert!(c.vouch(&query("jobs.*", Some("pub"), &jobs)).is_ok());
-        assert!(c.vouch(&query("jobs.*", Some("empty"), &jobs)).is_ok());
+        assert!(c.vouch(&NameQuery::of("jobs.*", None, &jobs)).is_err());
+        assert!(
+            c.vouch(&NameQuery::of("jobs.*", Some("priv"), &jobs))
+                .is_err()
+        );
+        assert!(
+            c.vouch(&NameQuery::of("jobs.*", Some("pub"), &jobs))
+                .is_ok()
+        );
+        assert!(
+            c.vouch(&NameQuery::of("jobs.*", Some("empty"), &jobs))
+                .is_ok()
+        );
 
         // Not knowing which vhosts the user may read: each unproven one is a gap.
         let gaps = vhost_gaps("user \"mon\"", &unproven, Err("timeout"));
@@ -181,27 +175,39 @@ mod tests {
                 .contains("could not tell whether user \"mon\" may read vhost \"empty\"")
         );
         let c = Coverage::with_gaps(gaps);
-        assert!(c.vouch(&query("jobs.*", Some("pub"), &jobs)).is_ok());
-        assert!(c.vouch(&query("jobs.*", Some("empty"), &jobs)).is_err());
+        assert!(
+            c.vouch(&NameQuery::of("jobs.*", Some("pub"), &jobs))
+                .is_ok()
+        );
+        assert!(
+            c.vouch(&NameQuery::of("jobs.*", Some("empty"), &jobs))
+                .is_err()
+        );
 
         // No vhost list: every name may be hidden.
         let c = Coverage::with_gaps(vec![vhosts_unlisted("user \"mon\"", "401")]);
-        assert!(c.vouch(&query("jobs.*", Some("pub"), &jobs)).is_err());
+        assert!(
+            c.vouch(&NameQuery::of("jobs.*", Some("pub"), &jobs))
+                .is_err()
+        );
     }
 
     #[test]
     fn a_refused_queue_hides_itself_in_its_vhost_and_globs_selecting_it() {
         let c = Coverage::with_gaps(vec![refused_queue("user \"u\"", "v", "jobs.x")]);
         let exact = |n: &str| n == "jobs.x";
-        assert!(c.vouch(&query("jobs.x", None, &exact)).is_err());
-        assert!(c.vouch(&query("jobs.x", Some("v"), &exact)).is_err());
-        assert!(c.vouch(&query("jobs.x", Some("w"), &exact)).is_ok());
-        let jobs = |n: &str| n.starts_with("jobs.");
-        assert!(c.vouch(&query("jobs.*", None, &jobs)).is_err());
-        let mail = |n: &str| n.starts_with("mail.");
-        assert!(c.vouch(&query("mail.*", None, &mail)).is_ok());
+        assert!(c.vouch(&NameQuery::of("jobs.x", None, &exact)).is_err());
         assert!(
-            c.vouch(&query("jobs.y", None, &|n: &str| n == "jobs.y"))
+            c.vouch(&NameQuery::of("jobs.x", Some("v"), &exact))
+                .is_err()
+        );
+        assert!(c.vouch(&NameQuery::of("jobs.x", Some("w"), &exact)).is_ok());
+        let jobs = |n: &str| n.starts_with("jobs.");
+        assert!(c.vouch(&NameQuery::of("jobs.*", None, &jobs)).is_err());
+        let mail = |n: &str| n.starts_with("mail.");
+        assert!(c.vouch(&NameQuery::of("mail.*", None, &mail)).is_ok());
+        assert!(
+            c.vouch(&NameQuery::of("jobs.y", None, &|n: &str| n == "jobs.y"))
                 .is_ok()
         );
     }

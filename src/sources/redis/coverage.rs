@@ -273,14 +273,7 @@ mod tests {
     }
 
     fn query<'a>(text: &'a str, selects: &'a dyn Fn(&str) -> bool) -> NameQuery<'a> {
-        let is_glob = text.contains('*');
-        NameQuery {
-            text,
-            is_glob,
-            literal_prefix: &text[..text.find('*').unwrap_or(text.len())],
-            selects,
-            vhost: None,
-        }
+        NameQuery::of(text, None, selects)
     }
 
     #[test]
