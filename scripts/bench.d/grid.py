@@ -74,7 +74,7 @@ def phases(shape, length):
 def phase_length(service, wait):
     """Each phase's length: long against the HPA's 5-minute window, the
     target and the job time, so every regime reaches its steady state."""
-    return max(600.0, 6.0 * wait, 100.0 * service)
+    return max(600.0, 2.0 * wait, 50.0 * service)
 
 
 def ms(seconds):
@@ -210,17 +210,25 @@ def summarise(cell, results):
     return row
 
 
-def grid(sim, smoke):
-    cells = [(s, m, p, sh) for s in SERVICES for m in WAIT_MULTIPLES for p in PEAKS for sh in SHAPES]
+CELLS = [(s, m, p, sh) for s in SERVICES for m in WAIT_MULTIPLES for p in PEAKS for sh in SHAPES]
+
+
+def grid(sim, smoke, only=None, save=None):
+    """The rows of the cells (all, the smoke's two, or `only`'s indices),
+    each passed to `save` as it is done."""
+    picked = [(n, c) for n, c in enumerate(CELLS) if only is None or n in only]
     if smoke:
-        cells = [(2.0, 25, 2, "burst"), (2.0, 25, 20, "ramp")]
+        picked = [(n, c) for n, c in enumerate(CELLS) if c in ((2.0, 25, 2, "burst"), (2.0, 25, 20, "ramp"))]
     rows = []
-    for n, (s, m, p, sh) in enumerate(cells):
+    for n, (s, m, p, sh) in picked:
         t = time.time()
         cell, results = cell_runs(sim, s, m, p, sh, SEED + n)
         row = summarise(cell, results)
+        row["index"] = n
         rows.append(row)
-        log(f"grid {n + 1}/{len(cells)}: S {s:g} s, targetWait {m}×S, peak {p}, {sh}: "
+        if save:
+            save(rows)
+        log(f"grid {n + 1}/{len(CELLS)}: S {s:g} s, targetWait {m}×S, peak {p}, {sh}: "
             f"WaitTime {row['wt']['within']:.2f} % at {fmt_ratio(row['wt']['ratio'])} of QueueLength "
             f"{row['best'] or '(none ≥ 99 %)'}; ±30 %: {row['lo']['within']:.1f} / {row['hi']['within']:.1f} % "
             f"({time.time() - t:.1f} s)")
@@ -313,7 +321,7 @@ def report(meta, validation, rows, png_rel, smoke):
         "",
         "**Grid.** Job time S ∈ {0.2, 2, 20} s (every job exactly S, as the real loop's workers); "
         "`targetWait` W ∈ {5, 25, 100} × S; peak load ∈ {2, 20, 100} busy workers (peak rate = load / S); "
-        "Poisson arrivals (seeded); two shapes, with L = max(600 s, 6 W, 100 S) per phase: **ramp** (0.1 of "
+        "Poisson arrivals (seeded); two shapes, with L = max(600 s, 2 W, 50 S) per phase: **ramp** (0.1 of "
         "the peak rate for L, up to the peak over 2 L, down to 0.1 over L, idle L) and **burst** (0.1 for L, "
         "the peak, 10×, for L/2, then idle L). Every run starts at 0 replicas; the first L/2 is a lead-in, "
         "scored for neither (jobs arriving in it are not counted, nor worker time before its end): coming "
@@ -367,6 +375,7 @@ def main():
     ap.add_argument("--command", default="scripts/bench --closed-loop --grid")
     ap.add_argument("--smoke", action="store_true")
     ap.add_argument("--report-only", action="store_true")
+    ap.add_argument("--cells", help="comma list of cell indices (0-53) to run alone")
     args = ap.parse_args()
     if args.report_only:
         with open(args.json) as f:
@@ -380,16 +389,21 @@ def main():
             validation = validate(sim)
             for r in validation:
                 log(f"validation: {r['name']}: {r['within_pct']:.2f} % within, {r['worker_s'] / 60:.0f} worker-min")
-            rows = grid(sim, args.smoke)
+            for r in validation:
+                r.pop("timeline", None)
+
+            def save(rows):
+                meta = dict(command=args.command, started=f"{started:%Y-%m-%d %H:%M}",
+                            minutes=(time.time() - started.timestamp()) / 60, rev=cl.bench_rev(), smoke=args.smoke)
+                with open(args.json, "w") as f:
+                    json.dump(dict(meta=meta, validation=validation, rows=rows), f, indent=1)
+
+            only = {int(x) for x in args.cells.split(",")} if args.cells else None
+            save(grid(sim, args.smoke, only, save))
         finally:
             sim.close()
-        for r in validation:
-            r.pop("timeline", None)
-        meta = dict(command=args.command, started=f"{started:%Y-%m-%d %H:%M}",
-                    minutes=(time.time() - started.timestamp()) / 60, rev=cl.bench_rev(), smoke=args.smoke)
-        saved = dict(meta=meta, validation=validation, rows=rows)
-        with open(args.json, "w") as f:
-            json.dump(saved, f, indent=1)
+        with open(args.json) as f:
+            saved = json.load(f)
     os.makedirs(args.plot_dir, exist_ok=True)
     png = plot(saved["rows"], os.path.join(args.plot_dir, "bench-closed-loop-grid.png"))
     rel = os.path.relpath(png, os.path.dirname(os.path.abspath(args.out))) if png else None
