@@ -128,7 +128,11 @@ async fn a_list_scales_to_drain_its_backlog_late_or_not_and_follow_arrivals() {
     fill(&mut conn, "work", 50, 20.0);
     wait_for("the late backlog's age read", WAIT, || {
         let app = &app;
+        let mut c = c.clone();
+        let work = work.clone();
         async move {
+            // The gauges are the last GetMetrics answer's.
+            metrics(&mut c, &work).await.ok()?;
             let s = app.scrape().await;
             let so = [
                 ("namespace", "default"),
