@@ -254,17 +254,18 @@ def plot(rows, path):
         y, x = ys.index((r["service"], r["shape"])), xs.index((r["mult"], r["peak"]))
         ratio = r["wt"]["ratio"]
         grid_v[y][x] = ratio if ratio is not None else math.nan
-        labels[y][x] = (f"{ratio:.2f}" if ratio is not None else "no QL") + (
-            "" if r["wt"]["within"] >= 99.0 else f"\n{r['wt']['within']:.0f}%")
-    fig, ax = plt.subplots(figsize=(12, 5.5))
+        within = r["wt"]["within"]
+        labels[y][x] = (f"{ratio:.2f}×" if ratio is not None else "no threshold\n≥ 99 %") + (
+            "" if within >= 99.0 and ratio is not None else f"\nWT {within:.1f}%")
+    fig, ax = plt.subplots(figsize=(13, 6))
     im = ax.imshow(grid_v, cmap="RdYlGn_r", vmin=0.8, vmax=1.6, aspect="auto")
     for y in range(len(ys)):
         for x in range(len(xs)):
-            ax.text(x, y, labels[y][x], ha="center", va="center", fontsize=8)
+            ax.text(x, y, labels[y][x], ha="center", va="center", fontsize=7.5)
     ax.set_xticks(range(len(xs)), [f"W {m}×S\npeak {p}" for m, p in xs], fontsize=8)
     ax.set_yticks(range(len(ys)), [f"S {s:g} s, {sh}" for s, sh in ys], fontsize=8)
-    ax.set_title("WaitTime's worker-seconds over the cheapest QueueLength reaching 99 % on time "
-                 "(below: its own share on time when under 99 %)", fontsize=10)
+    ax.set_title("WaitTime's worker-seconds over the cheapest QueueLength reaching 99 % on time\n"
+                 "(WT: WaitTime's own share on time, where it is under 99 % or no threshold holds)", fontsize=10)
     fig.colorbar(im, ax=ax, label="cost ratio")
     fig.tight_layout()
     fig.savefig(path, dpi=90)
