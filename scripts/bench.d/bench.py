@@ -87,6 +87,8 @@ CHILDREN = []  # processes to stop on exit
 # --closed-loop`) sits between these marks; a rewrite of the report keeps it.
 CLOSED_LOOP_START = "<!-- closed-loop: written by scripts/bench --closed-loop -->"
 CLOSED_LOOP_END = "<!-- /closed-loop -->"
+GRID_START = "<!-- closed-loop-grid: written by scripts/bench --closed-loop --grid -->"
+GRID_END = "<!-- /closed-loop-grid -->"
 CLEANUPS = []  # callables to run on exit
 
 
@@ -2537,9 +2539,11 @@ def main():
         text += "\n(matplotlib not available: no plots.)\n"
     if os.path.exists(args.out):
         old = open(args.out).read()
-        if CLOSED_LOOP_START in old and CLOSED_LOOP_END in old:
-            kept = old.split(CLOSED_LOOP_START, 1)[1].split(CLOSED_LOOP_END, 1)[0]
-            text = text.rstrip("\n") + "\n\n" + CLOSED_LOOP_START + kept + CLOSED_LOOP_END + "\n"
+        # The closed loop's sections (closedloop.py, grid.py) are kept.
+        for start, end in ((CLOSED_LOOP_START, CLOSED_LOOP_END), (GRID_START, GRID_END)):
+            if start in old and end in old:
+                kept = old.split(start, 1)[1].split(end, 1)[0]
+                text = text.rstrip("\n") + "\n\n" + start + kept + end + "\n"
     with open(args.out, "w") as f:
         f.write(text)
     log(f"wrote {args.out}" + (f", {', '.join(pngs)}" if pngs else ""))

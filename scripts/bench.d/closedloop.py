@@ -97,20 +97,21 @@ def dur(model_seconds):
     return f"{round(real(model_seconds) * 1000)}ms"
 
 
-def trace(scale, seed=27):
+def trace(scale, seed=27, phases=PHASES, base=BASE_RATE):
     """Arrival times (model seconds from the start) of one Poisson trace
-    whose rate follows PHASES (thinning a process at the peak rate)."""
+    whose rate follows `phases` times `base` (thinning a process at the peak
+    rate); grid.py gives its own phases."""
     rng = random.Random(seed)
-    peak = max(max(a, b) for _, _, a, b in PHASES) * BASE_RATE
+    peak = max(max(a, b) for _, _, a, b in phases) * base
     out, start = [], 0.0
-    for _, length, r0, r1 in PHASES:
+    for _, length, r0, r1 in phases:
         length *= scale
         t = 0.0
         while True:
             t += rng.expovariate(peak)
             if t >= length:
                 break
-            rate = (r0 + (r1 - r0) * t / length) * BASE_RATE
+            rate = (r0 + (r1 - r0) * t / length) * base
             if rng.random() < rate / peak:
                 out.append(start + t)
         start += length

@@ -305,8 +305,9 @@ async fn poll_once_stamped<S: Source>(
 /// The history's reading of one poll: each queue's counters and, for a
 /// queue with a processed total and no counters of its own (a plain key
 /// with `counters: processed`, asynq's queues...), its [`JobFlow`], from
-/// which the scaler's WaitTime mode tells arrivals.
-fn counter_point(at: SystemTime, queues: &[QueueSample]) -> CounterPoint {
+/// which the scaler's WaitTime mode tells arrivals. Public for the
+/// virtual-time closed loop (benches/waitgrid.rs), which polls as a source does.
+pub fn counter_point(at: SystemTime, queues: &[QueueSample]) -> CounterPoint {
     let counters: HashMap<_, _> = queues
         .iter()
         .filter(|q| !q.counters().is_empty())
