@@ -170,8 +170,7 @@ pub const ALL_QUEUES: &str = "(all)";
 pub const QUEUE_PLACEHOLDER: &str = "{queue}";
 
 /// `counters: { processed: key, failed: key, enqueued: key }`; on a preset
-/// entry that reports several queues, each key a template naming
-/// [`QUEUE_PLACEHOLDER`].
+/// entry that reports several queues, each key a template naming `{queue}`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CounterKeys {
@@ -201,14 +200,14 @@ impl CounterKeys {
         .filter_map(|(field, key)| Some((field, key.as_ref()?)))
     }
 
-    /// Whether the keys are per-queue templates (hold [`QUEUE_PLACEHOLDER`]):
+    /// Whether the keys are per-queue templates (hold `{queue}`):
     /// read once per logical queue, rather than once for the entry.
     pub fn per_queue(&self) -> bool {
         self.named().any(|(_, k)| k.contains(QUEUE_PLACEHOLDER))
     }
 
     /// The configured keys in processed, failed, enqueued order, each
-    /// [`QUEUE_PLACEHOLDER`] replaced by `queue` (a raw name, binary-safe);
+    /// `{queue}` replaced by `queue` (a raw name, binary-safe);
     /// a key without one as written.
     pub fn keys_for<'a>(&'a self, queue: &'a [u8]) -> impl Iterator<Item = Vec<u8>> + 'a {
         self.named().map(move |(_, key)| {
