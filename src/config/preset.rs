@@ -122,22 +122,6 @@ impl Preset {
         }
     }
 
-    /// The name of the one logical queue the entry reports, where it is
-    /// known at load (and the entry reports no other): its `counters:`
-    /// belong to that queue.
-    pub fn single_queue(&self) -> Option<&str> {
-        match self {
-            Preset::Rediswq { name, .. } => Some(name),
-            Preset::PriorityZset { prefix } => Some(prefix),
-            Preset::Bullmq { .. }
-            | Preset::Bull { .. }
-            | Preset::Sidekiq { .. }
-            | Preset::Celery { .. }
-            | Preset::Rq { .. }
-            | Preset::Asynq { .. } => None,
-        }
-    }
-
     /// Logical queue names this preset reports whatever the registry holds
     /// (for the scaler's drained-queue rule); registry-discovered queues are
     /// not listed.
@@ -386,23 +370,29 @@ impl TryFrom<RawPresetSpec> for PresetSpec {
                 }
             }
         };
+        // Entries of one logical queue, known at load, may name keys outright.
+        let one_queue = matches!(preset, Preset::Rediswq { .. } | Preset::PriorityZset { .. });
         let counters = match raw.counters {
-            Some(c) => Some(preset_counters(&preset, c)?),
+            Some(c) => Some(preset_counters(&preset, one_queue, c)?),
             None => None,
         };
         Ok(PresetSpec { preset, counters })
     }
 }
 
-/// Checks a preset entry's `counters:`. An entry that reports one logical
-/// queue, known at load (rediswq's `name`, priority-zset's prefix), may
+/// Checks a preset entry's `counters:`. An entry that reports `one_queue`,
+/// known at load (its fixed name: rediswq's `name`, priority-zset's prefix), may
 /// name its keys outright; a [`QUEUE_PLACEHOLDER`] is replaced by that
 /// name now. Elsewhere the entry reports as many queues as its library
 /// has, so every key must be a template: one key for all of them would
 /// count each queue's jobs as every queue's arrivals.
-fn preset_counters(preset: &Preset, c: CounterKeys) -> Result<CounterKeys, String> {
+fn preset_counters(
+    preset: &Preset,
+    one_queue: bool,
+    c: CounterKeys,
+) -> Result<CounterKeys, String> {
     check_counters(&c)?;
-    if let Some(name) = preset.single_queue() {
+    if let (true, [name]) = (one_queue, preset.fixed_names().as_slice()) {
         return Ok(c.for_the_queue(name));
     }
     if let Some((field, key)) = c.named().find(|(_, k)| !k.contains(QUEUE_PLACEHOLDER)) {
