@@ -141,6 +141,21 @@ log: { format: xml }",
         counters: { enqueued: \"\" }",
             "sources[0].queues[0]: counters: keys must not be empty",
         ),
+        (
+            // One key for every queue of a preset would count each queue's
+            // jobs as every queue's arrivals.
+            "- key: work-queue",
+            "- preset: rq
+        counters: { enqueued: \"myapp:enqueued\" }",
+            "sources[0].queues[0]: counters.enqueued: key \"myapp:enqueued\" has no {queue}: \
+             preset rq reports several queues",
+        ),
+        (
+            "- key: work-queue",
+            "- key: work-queue
+        counters: { enqueued: \"myapp:enqueued:{queue}\" }",
+            "sources[0].queues[0]: counters: {queue} is replaced on a preset entry only",
+        ),
     ];
     for (from, to, want) in cases {
         let (_dir, path) = write_config(&good("redis://127.0.0.1:1").replace(from, to));

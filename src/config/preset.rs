@@ -147,7 +147,14 @@ impl Preset {
 /// `retry`, `dead`; Celery's `unacked`), which belong to no single queue.
 pub const ALL_QUEUES: &str = "(all)";
 
-/// `counters: { processed: key, failed: key, enqueued: key }`.
+/// Where a preset entry's counter key template puts each logical queue's
+/// raw name: `counters: { enqueued: "myapp:enqueued:{queue}" }` reads
+/// `myapp:enqueued:high` for queue `high`, so every queue of a library
+/// that keeps no per-queue arrivals (Sidekiq, RQ, Celery) can have its own.
+pub const QUEUE_PLACEHOLDER: &str = "{queue}";
+
+/// `counters: { processed: key, failed: key, enqueued: key }`; on a preset
+/// entry that reports several queues, each key a template naming `{queue}`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CounterKeys {
@@ -162,6 +169,52 @@ pub struct CounterKeys {
     /// rate (a list alone cannot tell jobs in from jobs out).
     #[serde(default)]
     pub enqueued: Option<String>,
+}
+
+impl CounterKeys {
+    /// The configured keys as written, each with its field's name, in
+    /// processed, failed, enqueued order (the order the poll reads them in).
+    fn named(&self) -> impl Iterator<Item = (&'static str, &String)> {
+        [
+            ("processed", &self.processed),
+            ("failed", &self.failed),
+            ("enqueued", &self.enqueued),
+        ]
+        .into_iter()
+        .filter_map(|(field, key)| Some((field, key.as_ref()?)))
+    }
+
+    /// Whether the keys are per-queue templates (hold `{queue}`):
+    /// read once per logical queue, rather than once for the entry.
+    pub fn per_queue(&self) -> bool {
+        self.named().any(|(_, k)| k.contains(QUEUE_PLACEHOLDER))
+    }
+
+    /// The configured keys in processed, failed, enqueued order, each
+    /// `{queue}` replaced by `queue` (a raw name, binary-safe);
+    /// a key without one as written.
+    pub fn keys_for<'a>(&'a self, queue: &'a [u8]) -> impl Iterator<Item = Vec<u8>> + 'a {
+        self.named().map(move |(_, key)| {
+            let mut parts = key.split(QUEUE_PLACEHOLDER);
+            let mut out = parts.next().unwrap_or_default().as_bytes().to_vec();
+            for part in parts {
+                out.extend_from_slice(queue);
+                out.extend_from_slice(part.as_bytes());
+            }
+            out
+        })
+    }
+
+    /// The keys with [`QUEUE_PLACEHOLDER`] replaced by `name` now: for an
+    /// entry whose one logical queue is known at load.
+    fn for_the_queue(self, name: &str) -> CounterKeys {
+        let fill = |k: Option<String>| k.map(|k| k.replace(QUEUE_PLACEHOLDER, name));
+        CounterKeys {
+            processed: fill(self.processed),
+            failed: fill(self.failed),
+            enqueued: fill(self.enqueued),
+        }
+    }
 }
 
 /// The options a preset entry may carry, as written.
@@ -317,21 +370,39 @@ impl TryFrom<RawPresetSpec> for PresetSpec {
                 }
             }
         };
-        if let Some(c) = &raw.counters {
-            check_counters(c)?;
-            if !matches!(preset, Preset::Rediswq { .. } | Preset::PriorityZset { .. }) {
-                return Err(format!(
-                    "counters: preset {} reports several queues (or keeps its own totals); \
-                     counters belong to a single-queue entry (rediswq, priority-zset, or a key)",
-                    preset.kind()
-                ));
-            }
-        }
-        Ok(PresetSpec {
-            preset,
-            counters: raw.counters,
-        })
+        // Entries of one logical queue, known at load, may name keys outright.
+        let one_queue = matches!(preset, Preset::Rediswq { .. } | Preset::PriorityZset { .. });
+        let counters = match raw.counters {
+            Some(c) => Some(preset_counters(&preset, one_queue, c)?),
+            None => None,
+        };
+        Ok(PresetSpec { preset, counters })
     }
+}
+
+/// Checks a preset entry's `counters:`. An entry that reports `one_queue`,
+/// known at load (its fixed name: rediswq's `name`, priority-zset's prefix), may
+/// name its keys outright; a [`QUEUE_PLACEHOLDER`] is replaced by that
+/// name now. Elsewhere the entry reports as many queues as its library
+/// has, so every key must be a template: one key for all of them would
+/// count each queue's jobs as every queue's arrivals.
+fn preset_counters(
+    preset: &Preset,
+    one_queue: bool,
+    c: CounterKeys,
+) -> Result<CounterKeys, String> {
+    check_counters(&c)?;
+    if let (true, [name]) = (one_queue, preset.fixed_names().as_slice()) {
+        return Ok(c.for_the_queue(name));
+    }
+    if let Some((field, key)) = c.named().find(|(_, k)| !k.contains(QUEUE_PLACEHOLDER)) {
+        return Err(format!(
+            "counters.{field}: key {key:?} has no {QUEUE_PLACEHOLDER}: preset {} reports \
+             several queues, each needs its own key (for example \"{key}:{QUEUE_PLACEHOLDER}\")",
+            preset.kind()
+        ));
+    }
+    Ok(c)
 }
 
 /// Checks a `counters:` block: at least one key, none empty.
@@ -418,7 +489,12 @@ mod tests {
             ),
             (
                 serde_json::json!({"preset": "rq", "counters": {"processed": "p"}}),
-                "counters: preset rq reports several queues",
+                "counters.processed: key \"p\" has no {queue}: preset rq reports several queues",
+            ),
+            (
+                serde_json::json!({"preset": "celery", "queues": ["one"],
+                                   "counters": {"enqueued": "e:{queue}", "failed": "f"}}),
+                "counters.failed: key \"f\" has no {queue}: preset celery reports several queues",
             ),
             (
                 serde_json::json!({"preset": "rediswq", "name": "q", "counters": {}}),
@@ -459,5 +535,37 @@ mod tests {
         }))
         .unwrap_err();
         assert_eq!(e, "counters: keys must not be empty");
+    }
+
+    #[test]
+    fn a_template_names_each_queues_own_counter() {
+        let p = parse(serde_json::json!({
+            "preset": "sidekiq",
+            "counters": {"enqueued": "myapp:{queue}:in:{queue}", "processed": "done:{queue}"}
+        }))
+        .unwrap();
+        let c = p.counters.unwrap();
+        assert!(c.per_queue());
+        let keys: Vec<Vec<u8>> = c.keys_for(b"hi\xff").collect();
+        assert_eq!(
+            keys,
+            [b"done:hi\xff".to_vec(), b"myapp:hi\xff:in:hi\xff".to_vec()]
+        );
+    }
+
+    #[test]
+    fn a_single_queue_entry_fills_its_template_at_load() {
+        let p = parse(serde_json::json!({
+            "preset": "rediswq", "name": "job2", "counters": {"enqueued": "added:{queue}"}
+        }))
+        .unwrap();
+        let c = p.counters.unwrap();
+        assert!(!c.per_queue());
+        assert_eq!(c.enqueued.as_deref(), Some("added:job2"));
+        let p = parse(serde_json::json!({
+            "preset": "priority-zset", "counters": {"processed": "{queue}:done"}
+        }))
+        .unwrap();
+        assert_eq!(p.counters.unwrap().processed.as_deref(), Some("jobs:done"));
     }
 }

@@ -54,7 +54,10 @@ impl JobFlow {
     /// holds its `waiting` + `active` jobs: a scheduled job, or one waiting
     /// for a retry, arrives when it becomes ready (moved to `waiting`),
     /// which is when it asks for a worker. Keys a library's queues share
-    /// (`(all)`) have no flow; an unread state leaves it unknown.
+    /// (`(all)`) have no flow; an unread state leaves it unknown, and so
+    /// does a queue whose running jobs its library counts only in `(all)`
+    /// (Sidekiq, Celery, with a `processed: "…{queue}"` template): a job
+    /// taken but not finished would leave the flow unseen.
     pub fn of(q: &QueueSample) -> Option<JobFlow> {
         if !q.counters().is_empty() {
             return None;
@@ -62,7 +65,11 @@ impl JobFlow {
         let depth = match q.preset.as_deref() {
             None => q.depth?,
             Some(f) if f.unit == PresetUnit::Queue => {
-                f.depth_of(&[JobState::Waiting, JobState::Active])?
+                let held = [JobState::Waiting, JobState::Active];
+                if !f.held_elsewhere(&held).is_empty() {
+                    return None;
+                }
+                f.depth_of(&held)?
             }
             Some(_) => return None,
         };
@@ -642,8 +649,15 @@ mod tests {
         let mut counted = queue.clone();
         counted.counters_mut().published = Some(1);
         assert_eq!(JobFlow::of(&counted), None, "counters of its own");
-        let mut no_total = queue;
+        let mut no_total = queue.clone();
         no_total.set_jobs(JobTotals::default());
         assert_eq!(JobFlow::of(&no_total), None);
+        // Sidekiq: a queue's running jobs are counted in `(all)` only.
+        let mut busy_elsewhere = queue;
+        if let Some(f) = busy_elsewhere.preset.as_mut() {
+            f.states.remove(&JobState::Active);
+            f.elsewhere = &[JobState::Active];
+        }
+        assert_eq!(JobFlow::of(&busy_elsewhere), None, "active held in (all)");
     }
 }

@@ -127,6 +127,11 @@ impl TryFrom<RawQueueSpec> for QueueSpec {
         }
         if let Some(c) = &raw.counters {
             check_counters(c)?;
+            if c.per_queue() {
+                return Err("counters: {queue} is replaced on a preset entry only \
+                            (a key entry's counters are the keys it names)"
+                    .into());
+            }
             if matches!(target, QueueTarget::Pattern(_)) {
                 return Err("counters: only on a key entry (a pattern names many queues)".into());
             }

@@ -85,10 +85,11 @@ impl Counted {
     }
 }
 
-/// Puts what a key entry's `counters:` read onto the preset queue that
-/// counts the key: only the counters the entry configures (a `counters:
-/// { enqueued: … }` leaves the library's own processed total alone), each
-/// as read, unknown included.
+/// Puts what `counters:` read onto a preset queue (a key entry's, onto the
+/// queue that counts the key; a preset entry's template, onto each of its
+/// queues): only the counters configured (a `counters: { enqueued: … }`
+/// leaves the library's own processed total alone), each as read, unknown
+/// included.
 pub(super) fn apply_onto(keys: &CounterKeys, reading: CounterReading, sample: &mut QueueSample) {
     let mut jobs = sample.jobs();
     if keys.processed.is_some() {

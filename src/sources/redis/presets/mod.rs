@@ -373,13 +373,9 @@ fn read(preset: &Preset, unit: &Unit, r: &[Value], now: f64) -> Stage {
 }
 
 /// `GET` commands for a `counters:` block, in processed, failed, enqueued
-/// order.
-fn counter_cmds(c: &CounterKeys) -> Vec<redis::Cmd> {
-    [&c.processed, &c.failed, &c.enqueued]
-        .into_iter()
-        .flatten()
-        .map(|k| cmd("GET", k.as_bytes()))
-        .collect()
+/// order; a per-queue template's keys for the queue named `queue` (raw).
+fn counter_cmds(c: &CounterKeys, queue: &[u8]) -> Vec<redis::Cmd> {
+    c.keys_for(queue).map(|k| cmd("GET", &k)).collect()
 }
 
 /// What a `counters:` block read: the job totals, and the enqueued total
@@ -436,8 +432,12 @@ enum Slot {
         queue: usize,
         sizes: usize,
     },
-    /// The `counters:` keys of preset entry `entry`.
+    /// The `counters:` keys of preset entry `entry`, whose one logical
+    /// queue they belong to (keys named outright).
     PresetCounters { entry: usize },
+    /// The `counters:` template of preset entry `entry`, read for the
+    /// queue of stage `stage` (its name in place of `{queue}`).
+    QueueCounters { entry: usize, stage: usize },
     /// The `counters:` keys of plain entry `spec`.
     PlainCounters { spec: usize },
 }
@@ -575,17 +575,29 @@ impl PresetState {
                     sizes,
                 };
                 slots.push((slot, start..cmds.len()));
+                // Each logical queue's own counters, from the template.
+                if let (Some(c), Unit::Queue(name)) = (&entry.spec.counters, unit)
+                    && c.per_queue()
+                {
+                    let start = cmds.len();
+                    cmds.extend(counter_cmds(c, name));
+                    let slot = Slot::QueueCounters {
+                        entry: e,
+                        stage: queue_slots - 1,
+                    };
+                    slots.push((slot, start..cmds.len()));
+                }
             }
-            if let Some(c) = &entry.spec.counters {
+            if let Some(c) = entry.spec.counters.as_ref().filter(|c| !c.per_queue()) {
                 let start = cmds.len();
-                cmds.extend(counter_cmds(c));
+                cmds.extend(counter_cmds(c, &[]));
                 slots.push((Slot::PresetCounters { entry: e }, start..cmds.len()));
             }
         }
         for (i, spec) in plain.iter().enumerate() {
             if let (Some(c), Some(_)) = (&spec.counters, spec.key()) {
                 let start = cmds.len();
-                cmds.extend(counter_cmds(c));
+                cmds.extend(counter_cmds(c, &[]));
                 slots.push((Slot::PlainCounters { spec: i }, start..cmds.len()));
             }
         }
@@ -637,6 +649,13 @@ impl PresetState {
                         entry_totals.push((entry, read_counters(c, r)));
                     }
                 }
+                Slot::QueueCounters { entry, stage } => {
+                    // The queue's stage is in: its slot came just before.
+                    let c = &self.entries[entry].spec.counters;
+                    if let (Some(c), Some((_, stage))) = (c, stages.get_mut(stage)) {
+                        counted::apply_onto(c, read_counters(c, r), &mut stage.sample);
+                    }
+                }
                 Slot::PlainCounters { spec } => {
                     if let (Some(c), Some(k)) = (&plain[spec].counters, plain[spec].key()) {
                         match counted.queue_of(k) {
@@ -682,8 +701,8 @@ impl PresetState {
             }
         }
         for (entry, totals) in entry_totals {
-            // Single-queue presets only (checked at load): the entry's
-            // queue without extra labels gets the totals.
+            // Keys named outright are for an entry with one logical queue
+            // (checked at load): its sample without extra labels.
             if let Some((_, stage)) = stages
                 .iter_mut()
                 .find(|(e, s)| *e == entry && s.sample.labels.is_empty())
@@ -883,6 +902,21 @@ mod tests {
         let mut q = QueueSample::named("q");
         read_counters(&only_enqueued, &[bulk("9")]).apply(&mut q);
         assert_eq!(q.counters().published, Some(9));
+    }
+
+    #[test]
+    fn a_counter_template_reads_each_queues_own_key() {
+        let c = CounterKeys {
+            enqueued: Some("myapp:enqueued:{queue}".into()),
+            ..CounterKeys::default()
+        };
+        let packed: Vec<Vec<u8>> = counter_cmds(&c, b"high")
+            .iter()
+            .map(redis::Cmd::get_packed_command)
+            .collect();
+        let mut want = redis::cmd("GET");
+        want.arg("myapp:enqueued:high");
+        assert_eq!(packed, [want.get_packed_command()]);
     }
 
     #[test]
