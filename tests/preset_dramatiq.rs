@@ -330,3 +330,50 @@ fn discover_prints_an_entry_per_namespace_that_check_accepts() {
     assert_eq!(state(&s, "default", "waiting"), Some(3.0), "{text}");
     assert_eq!(state(&s, "myapp:jobs:default", "waiting"), Some(3.0));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_entry_on_a_queues_list_gives_it_the_arrivals_wait_time_needs() {
+    let redis = RedisServer::start();
+    if fixture(&redis.url, "dramatiq", "setup").is_none() {
+        return;
+    }
+    // A total the producers INCR beside each send (Dramatiq keeps none).
+    rcmd(&mut redis.conn(), &["SET", "default:sent", "3"]);
+    let queues = format!(
+        "{}- key: dramatiq:default\n  counters: {{ enqueued: \"default:sent\" }}\n",
+        entry("dramatiq")
+    );
+    let app = TestApp::start(&config(&redis.url, &queues)).await;
+    let s = app
+        .until("the counter on the queue", WAIT, |s| {
+            gauge(s, "queue_messages_published_total", "default") == Some(3.0)
+        })
+        .await;
+    // Counted once, as the queue: the list has no series of its own.
+    assert!(
+        !s.has("queue_depth", &[("queue", "dramatiq:default")]),
+        "{s}"
+    );
+    let mut c = client(&app).await;
+    let wait = [
+        ("queue", "default"),
+        ("preset", "dramatiq"),
+        ("mode", "WaitTime"),
+        ("targetWait", "30s"),
+        ("processingTime", "1s"),
+    ];
+    let deadline = std::time::Instant::now() + WAIT;
+    let replicas = loop {
+        match metrics(&mut c, &wait).await {
+            Ok((_, v)) => break v,
+            Err(e) if std::time::Instant::now() < deadline => {
+                assert_eq!(e.code(), Code::Unavailable, "{e:?}");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => panic!("WaitTime never answered: {e:?}"),
+        }
+    };
+    // Three waiting, 1 s each, within 30 s, and no arrivals: a tenth of a worker.
+    assert!((replicas - 0.1).abs() < 1e-9, "{replicas}");
+    app.stop().await;
+}
