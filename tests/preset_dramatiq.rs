@@ -377,3 +377,40 @@ async fn a_key_entry_on_a_queues_list_gives_it_the_arrivals_wait_time_needs() {
     assert!((replicas - 0.1).abs() < 1e-9, "{replicas}");
     app.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queue_sent_to_in_a_known_namespace_is_found_by_a_library_round_between_scans() {
+    let redis = RedisServer::start();
+    if fixture(&redis.url, "dramatiq", "setup").is_none() {
+        return;
+    }
+    // One scan, then library rounds only: they list the namespace's
+    // queues again by their message hashes.
+    let yaml = format!("{}    keyspace_scan_interval: 1h\n", config(&redis.url, ""));
+    let app = TestApp::start(&yaml).await;
+    app.until("the namespace's queues", WAIT, |s| {
+        state(s, "default", "waiting") == Some(3.0)
+    })
+    .await;
+    fixture(&redis.url, "dramatiq", "burst").expect("dramatiq installed");
+    let s = app
+        .until("the new queue, between scans", WAIT, |s| {
+            state(s, "burst", "waiting") == Some(2.0)
+        })
+        .await;
+    let rounds = |kind: &str| {
+        s.value(
+            "queue_exporter_discovery_rounds_total",
+            &[("source", "main"), ("round", kind)],
+        )
+    };
+    assert_eq!(rounds("full"), Some(1.0), "{s}");
+    assert!(rounds("libraries").is_some_and(|n| n >= 1.0), "{s}");
+    assert!(plain_depths(&s).is_empty(), "{s}");
+    fixture(&redis.url, "dramatiq", "flush").expect("dramatiq installed");
+    app.until("the queue gone, between scans", WAIT, |s| {
+        !s.has("queue_depth", &[("queue", "burst")])
+    })
+    .await;
+    app.stop().await;
+}
