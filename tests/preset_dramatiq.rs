@@ -414,3 +414,35 @@ async fn a_queue_sent_to_in_a_known_namespace_is_found_by_a_library_round_betwee
     .await;
     app.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zero_config_leaves_out_a_queue_whose_message_hash_redis_refuses_and_names_it_unknown() {
+    let redis = RedisServer::start();
+    if fixture(&redis.url, "dramatiq", "setup").is_none() {
+        return;
+    }
+    // HLEN only under `dramatiq:d*`: failing's dead-letter hash, the mark
+    // that names it, is refused.
+    let url = redis.acl_user(
+        "qe",
+        "pw",
+        &[READ_ONLY_ACL, &["-hlen", "(+hlen ~dramatiq:d*)"]].concat(),
+    );
+    let app = TestApp::start(&config(&url, "")).await;
+    let s = app
+        .until("default recognised and the refusal counted", WAIT, |s| {
+            state(s, "default", "waiting") == Some(3.0)
+                && s.errors("main", "auth").is_some_and(|n| n >= 1.0)
+        })
+        .await;
+    // Its dead-letter zset is neither the library's nor a plain key.
+    assert!(!s.has("queue_depth", &[("queue", "failing")]), "{s}");
+    assert!(plain_depths(&s).is_empty(), "{s}");
+    let mut c = client(&app).await;
+    let e = metrics(&mut c, &[("queue", "failing"), ("state", "failed")])
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::Unavailable, "{e:?}");
+    assert!(e.message().contains("failing.XQ.msgs"), "{e:?}");
+    app.stop().await;
+}

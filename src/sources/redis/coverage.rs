@@ -127,11 +127,16 @@ impl Unread {
             // the unread mark's prefix, named after the queue: its name is
             // a run of that key's `:`-separated parts (`rq:queue:high`,
             // `bull:email:wait`, `asynq:{default}:pending`).
+            // And the names its library says such a mark hides, where they
+            // are no run of parts (a queue named before a `.` suffix).
+            let marks = left_out.names_unknown.iter().map(|m| m.as_bytes());
+            let named = super::presets::recognise::hides(marks).names;
             let names = left_out
                 .withheld
                 .iter()
                 .chain(&left_out.names_unknown)
                 .flat_map(|k| name_runs(k))
+                .chain(named)
                 .collect();
             self.library.push(Gap::new(
                 ExactNames(names),
