@@ -446,3 +446,29 @@ async fn zero_config_leaves_out_a_queue_whose_message_hash_redis_refuses_and_nam
     assert!(e.message().contains("failing.XQ.msgs"), "{e:?}");
     app.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zero_config_with_a_heartbeats_zset_redis_refuses_answers_no_name_with_a_number() {
+    let redis = RedisServer::start();
+    if fixture(&redis.url, "dramatiq", "setup").is_none() {
+        return;
+    }
+    // ZRANGE refused: whose keys those under the namespace are is unknown,
+    // and a queue may have only hashes, which no scan types.
+    let url = redis.acl_user("qe", "pw", &[READ_ONLY_ACL, &["-zrange"]].concat());
+    let app = TestApp::start(&config(&url, "")).await;
+    let s = app
+        .until("the refusal counted", WAIT, |s| {
+            s.errors("main", "auth").is_some_and(|n| n >= 1.0)
+        })
+        .await;
+    assert!(!s.has("queue_depth", &[]), "{s}");
+    let mut c = client(&app).await;
+    // `failing` has a dead-letter zset alone: its name is no part of a key.
+    for q in ["default", "failing", "anything"] {
+        let e = metrics(&mut c, &[("queue", q)]).await.unwrap_err();
+        assert_eq!(e.code(), Code::Unavailable, "{q}: {e:?}");
+        assert!(e.message().contains("dramatiq:__heartbeats__"), "{e:?}");
+    }
+    app.stop().await;
+}

@@ -380,9 +380,12 @@ impl Library for Dramatiq {
             .collect()
     }
 
+    /// An unread heartbeats zset: every name (a queue whose messages are
+    /// all taken has only hashes, which no scan types); an unread message
+    /// hash: its queue.
     fn hidden(&self, mark: &[u8]) -> Option<Hidden> {
         if namespace_of_heartbeats(mark).is_some() {
-            return Some(Hidden::Any);
+            return Some(Hidden::Every);
         }
         let (ns, q) = queue_of_messages(mark)?;
         let label = super::queue_label(q);
@@ -706,7 +709,7 @@ mod tests {
     fn an_unread_mark_hides_its_namespace_or_its_queue() {
         assert_eq!(
             Dramatiq.hidden(b"dramatiq:__heartbeats__"),
-            Some(Hidden::Any)
+            Some(Hidden::Every)
         );
         assert_eq!(
             Dramatiq.hidden(b"ns:eu:q.DQ.msgs"),
