@@ -301,6 +301,11 @@ impl Library for Dramatiq {
         true
     }
 
+    /// By its heartbeats zset and message hashes ([`Library::recognise`]).
+    fn zero_config(&self) -> bool {
+        true
+    }
+
     /// The delay list, the message hashes, the acks sets, and the
     /// heartbeats zset (read by `ZRANGEBYSCORE`, which the plan's types do
     /// not cover), even with no queue left.
