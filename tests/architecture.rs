@@ -361,6 +361,7 @@ const LIBRARY_NAMES: &[(&str, &[&str])] = &[
     ("asynq", &["asynq.rs"]),
     ("rediswq", &["rediswq.rs"]),
     ("priority[-_]?zset", &["priority_zset.rs"]),
+    ("dramatiq", &["dramatiq.rs"]),
 ];
 
 /// `text` without the registration list (`LIBRARIES` and the `mod` lines

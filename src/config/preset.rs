@@ -169,6 +169,8 @@ pub(super) struct RawPresetSpec {
     #[serde(default)]
     visibility_timeout: Option<String>,
     #[serde(default)]
+    heartbeat_timeout: Option<String>,
+    #[serde(default)]
     name: Option<String>,
     #[serde(default)]
     stalled_check_limit: Option<usize>,
@@ -190,6 +192,8 @@ pub struct Given {
     pub sep: Option<String>,
     /// `visibility_timeout:`, as written (a duration with a unit).
     pub visibility_timeout: Option<String>,
+    /// `heartbeat_timeout:`, as written (a duration with a unit).
+    pub heartbeat_timeout: Option<String>,
     /// `name:`.
     pub name: Option<String>,
     /// `stalled_check_limit:`.
@@ -205,6 +209,7 @@ impl Given {
             ("priority_steps", self.priority_steps.is_some()),
             ("sep", self.sep.is_some()),
             ("visibility_timeout", self.visibility_timeout.is_some()),
+            ("heartbeat_timeout", self.heartbeat_timeout.is_some()),
             ("name", self.name.is_some()),
             ("stalled_check_limit", self.stalled_check_limit.is_some()),
         ]
@@ -215,15 +220,23 @@ impl Given {
 
     /// `visibility_timeout:` as a duration, if written (at most a year).
     pub fn visibility_timeout(&self) -> Result<Option<Duration>, String> {
-        let Some(t) = &self.visibility_timeout else {
-            return Ok(None);
-        };
-        let d = parse_duration(t).map_err(|e| format!("visibility_timeout: {e}"))?;
-        Bounds::YEAR
-            .check(d)
-            .map_err(|e| format!("visibility_timeout: {e}"))?;
-        Ok(Some(d))
+        timeout("visibility_timeout", self.visibility_timeout.as_deref())
     }
+
+    /// `heartbeat_timeout:` as a duration, if written (at most a year).
+    pub fn heartbeat_timeout(&self) -> Result<Option<Duration>, String> {
+        timeout("heartbeat_timeout", self.heartbeat_timeout.as_deref())
+    }
+}
+
+/// The timeout option `word` as a duration, if written (at most a year).
+fn timeout(word: &str, written: Option<&str>) -> Result<Option<Duration>, String> {
+    let Some(t) = written else {
+        return Ok(None);
+    };
+    let d = parse_duration(t).map_err(|e| format!("{word}: {e}"))?;
+    Bounds::YEAR.check(d).map_err(|e| format!("{word}: {e}"))?;
+    Ok(Some(d))
 }
 
 /// The `preset` of the library whose config name is `name`, if one is.
@@ -261,6 +274,7 @@ impl TryFrom<RawPresetSpec> for PresetSpec {
             priority_steps: raw.priority_steps,
             sep: raw.sep,
             visibility_timeout: raw.visibility_timeout,
+            heartbeat_timeout: raw.heartbeat_timeout,
             name: raw.name,
             stalled_check_limit: raw.stalled_check_limit,
         };

@@ -86,6 +86,8 @@ pub enum Library {
     Bullmq,
     /// Bull 4.x, BullMQ's predecessor, from npm.
     Bull,
+    /// Dramatiq with its Redis broker, from PyPI.
+    Dramatiq,
 }
 
 impl Library {
@@ -97,13 +99,14 @@ impl Library {
             Library::Sidekiq => "Sidekiq (apt-get install ruby-sidekiq)",
             Library::Bullmq => "BullMQ (npm ci in tests/fixtures/presets/node)",
             Library::Bull => "Bull (npm ci in tests/fixtures/presets/node)",
+            Library::Dramatiq => "Dramatiq (pip install 'dramatiq[redis]==2.2.1')",
         }
     }
 
     /// The program that runs its scripts.
     fn program(self) -> &'static str {
         match self {
-            Library::Rq | Library::Celery => "python3",
+            Library::Rq | Library::Celery | Library::Dramatiq => "python3",
             Library::Sidekiq => "ruby",
             Library::Bullmq | Library::Bull => "node",
         }
@@ -120,6 +123,7 @@ impl Library {
                 "require('{node_dir}/node_modules/bullmq'); require('{node_dir}/node_modules/ioredis')"
             ),
             Library::Bull => format!("require('{node_dir}/node_modules/bull')"),
+            Library::Dramatiq => "import dramatiq.brokers.redis".to_string(),
         }
     }
 

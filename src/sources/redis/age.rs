@@ -1,19 +1,25 @@
 //! Reading an enqueue time out of a peeked list item.
 
 use crate::config::AgeSpec;
+use crate::time::TimeUnit;
 
 /// The item's timestamp in unix seconds, or `None` if it cannot be read.
 pub fn item_timestamp(item: &[u8], spec: &AgeSpec) -> Option<f64> {
     match &spec.field {
-        Some(field) => {
-            let json: serde_json::Value = serde_json::from_slice(item).ok()?;
-            match json.pointer(field.pointer())? {
-                serde_json::Value::Number(n) => spec.unit.number_to_seconds(n.as_f64()?),
-                serde_json::Value::String(s) => spec.unit.text_to_seconds(s),
-                _ => None,
-            }
-        }
+        Some(field) => json_timestamp(item, field.pointer(), spec.unit),
         None => spec.unit.text_to_seconds(std::str::from_utf8(item).ok()?),
+    }
+}
+
+/// The timestamp at the JSON pointer `pointer` of the JSON document `item`
+/// (a number or text in `unit`), in unix seconds; `None` if `item` is no
+/// JSON or holds no such stamp.
+pub fn json_timestamp(item: &[u8], pointer: &str, unit: TimeUnit) -> Option<f64> {
+    let json: serde_json::Value = serde_json::from_slice(item).ok()?;
+    match json.pointer(pointer)? {
+        serde_json::Value::Number(n) => unit.number_to_seconds(n.as_f64()?),
+        serde_json::Value::String(s) => unit.text_to_seconds(s),
+        _ => None,
     }
 }
 

@@ -138,21 +138,27 @@ impl Unread {
             // the unread mark's prefix, named after the queue: its name is
             // a run of that key's `:`-separated parts (`rq:queue:high`,
             // `bull:email:wait`, `asynq:{default}:pending`).
+            // And the names its library says such a mark hides, where they
+            // are no run of parts (a queue named before a `.` suffix), or
+            // every name, where its keys found do not tell them.
+            let marks = left_out.names_unknown.iter().map(|m| m.as_bytes());
+            let hidden = super::presets::recognise::hides(marks);
             let names = left_out
                 .withheld
                 .iter()
                 .chain(&left_out.names_unknown)
                 .flat_map(|k| name_runs(k))
+                .chain(hidden.names)
                 .collect();
-            self.library.push(Gap::new(
-                GapKind::Refused,
-                ExactNames(names),
-                format!(
-                    "Redis refused reading {} (a queue library's registry or mark), so which \
-                     queues that library holds is unknown, and this name may be one of them",
-                    examples(left_out.names_unknown.iter())
-                ),
-            ));
+            let cause = format!(
+                "Redis refused reading {} (a queue library's registry or mark), so which \
+                 queues that library holds is unknown, and this name may be one of them",
+                examples(left_out.names_unknown.iter())
+            );
+            self.library.push(match hidden.every {
+                true => Gap::new(GapKind::Refused, EveryName, cause),
+                false => Gap::new(GapKind::Refused, ExactNames(names), cause),
+            });
         }
     }
 }

@@ -429,6 +429,10 @@ pub enum MarkRead {
 pub enum Hidden {
     /// Any name: the mark lists queues (a registry).
     Any,
+    /// Any name at all, refused or not read for a bound alike: the mark's
+    /// library may keep a queue's jobs in keys no scan types (hashes), so
+    /// its keys found do not tell its queue names.
+    Every,
     /// These `queue` labels (a queue's own mark).
     Names(Vec<String>),
     /// None: its queues are keys held back by name.

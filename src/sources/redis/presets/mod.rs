@@ -19,6 +19,7 @@ mod celery;
 mod collide;
 mod consumed;
 mod counted;
+mod dramatiq;
 pub mod library;
 pub mod library_round;
 pub mod picture;
@@ -61,6 +62,7 @@ pub static LIBRARIES: &[&dyn library::Library] = &[
     &asynq::Asynq,
     &rediswq::Rediswq,
     &priority_zset::PriorityZset,
+    &dramatiq::Dramatiq,
 ];
 
 /// What a preset source keeps between polls: the logical queues each entry's
@@ -159,6 +161,13 @@ pub(crate) enum Follow {
     StalledIfMissing,
     /// A count of busy jobs to add to `active` (Sidekiq's `busy`).
     AddActive,
+    /// The reply is the oldest waiting job as JSON, whose enqueue time is
+    /// at this JSON pointer in this unit (`/message_timestamp` in ms, say);
+    /// no JSON (a pickled job), or no such field, leaves the age unknown.
+    JsonStamp(&'static str, TimeUnit),
+    /// A count of stalled jobs to add to `stalled` (the jobs a dead
+    /// worker holds).
+    AddStalled,
     /// A finished job's start and end stamps (`HMGET`), for the queue's
     /// service time (its window knows what each is for).
     Finished,
@@ -299,6 +308,12 @@ fn stamp_seconds(v: &Value, unit: TimeUnit) -> Option<f64> {
     unit.text_to_seconds(reply::as_str(v)?).filter(|s| *s > 0.0)
 }
 
+/// The stamp at `pointer` of a JSON reply, in `unit`, as unix seconds; a
+/// stamp of 0 is unset, as for [`stamp_seconds`].
+fn json_stamp_seconds(v: &Value, pointer: &str, unit: TimeUnit) -> Option<f64> {
+    super::age::json_timestamp(reply::as_bytes(v)?, pointer, unit).filter(|t| *t > 0.0)
+}
+
 /// Applies one follow-up reply to its sample (pure).
 pub(super) fn apply(s: &mut QueueSample, follow: Follow, v: &Value, now: f64) {
     match follow {
@@ -322,6 +337,17 @@ pub(super) fn apply(s: &mut QueueSample, follow: Follow, v: &Value, now: f64) {
             let f = facts(s);
             let active = f.states.entry(JobState::Active).or_insert(Some(0));
             *active = active.zip(count(v)).map(|(a, n)| a + n);
+        }
+        Follow::JsonStamp(pointer, unit) => {
+            if let Some(t) = json_stamp_seconds(v, pointer, unit) {
+                s.oldest_age_seconds = Some((now - t).max(0.0));
+            }
+        }
+        Follow::AddStalled => {
+            // Round 1 set `stalled` to `Some(0)` before asking; one count
+            // Redis refused or answered unreadably makes the sum unknown.
+            let f = facts(s);
+            f.stalled = f.stalled.zip(count(v)).map(|(a, n)| a + n);
         }
         // Recorded into the queue's window by the poll, which owns it.
         Follow::Finished => {}

@@ -270,6 +270,9 @@ impl Seen {
 pub struct Hides {
     /// Any name: a registry's members are unknown.
     pub any: bool,
+    /// Any name, even of a refused mark (`Hidden::Every`), whose library's
+    /// keys found do not tell its queue names.
+    pub every: bool,
     /// The `queue` labels of the queues a queue's own mark names:
     /// `<name>`, and `<prefix>:<name>` (its label beside a queue of that
     /// name at another prefix).
@@ -291,6 +294,7 @@ pub fn hides<'a>(marks: impl Iterator<Item = &'a [u8]>) -> Hides {
             Some(Hidden::Nothing) => {}
             Some(Hidden::Names(names)) => out.names.extend(names),
             Some(Hidden::Any) | None => out.any = true,
+            Some(Hidden::Every) => (out.any, out.every) = (true, true),
         }
     }
     out
