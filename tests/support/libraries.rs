@@ -86,6 +86,8 @@ pub enum Library {
     Bullmq,
     /// Bull 4.x, BullMQ's predecessor, from npm.
     Bull,
+    /// Huey with its Redis storages, from PyPI.
+    Huey,
 }
 
 impl Library {
@@ -97,13 +99,14 @@ impl Library {
             Library::Sidekiq => "Sidekiq (apt-get install ruby-sidekiq)",
             Library::Bullmq => "BullMQ (npm ci in tests/fixtures/presets/node)",
             Library::Bull => "Bull (npm ci in tests/fixtures/presets/node)",
+            Library::Huey => "Huey (pip install huey redis)",
         }
     }
 
     /// The program that runs its scripts.
     fn program(self) -> &'static str {
         match self {
-            Library::Rq | Library::Celery => "python3",
+            Library::Rq | Library::Celery | Library::Huey => "python3",
             Library::Sidekiq => "ruby",
             Library::Bullmq | Library::Bull => "node",
         }
@@ -120,6 +123,7 @@ impl Library {
                 "require('{node_dir}/node_modules/bullmq'); require('{node_dir}/node_modules/ioredis')"
             ),
             Library::Bull => format!("require('{node_dir}/node_modules/bull')"),
+            Library::Huey => "import huey, redis".to_string(),
         }
     }
 
