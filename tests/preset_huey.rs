@@ -41,7 +41,10 @@ struct Counts {
 /// Runs the fixture for the Huey instance `name` with `flags`; `None` only
 /// when Huey is missing and a skip is allowed (never under CI).
 fn huey(url: &str, name: &str, flags: &[&str]) -> Option<Counts> {
-    let args: Vec<&str> = [url, name].into_iter().chain(flags.iter().copied()).collect();
+    let args: Vec<&str> = [url, name]
+        .into_iter()
+        .chain(flags.iter().copied())
+        .collect();
     let out = Library::Huey.run("huey_fixture.py", &args)?;
     if flags.contains(&"flush") {
         return Some(Counts {
@@ -215,7 +218,11 @@ async fn wait_time_needs_counters_and_processing_time_and_names_what_is_unknown(
         .await
         .unwrap_err();
     assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err:?}");
-    assert!(err.message().contains("processingTime"), "{}", err.message());
+    assert!(
+        err.message().contains("processingTime"),
+        "{}",
+        err.message()
+    );
     // No arrival counter: unknown, named.
     let err = metrics(&mut g.clone(), &wait("prio", true))
         .await
@@ -337,8 +344,7 @@ async fn a_refused_read_is_unavailable_never_zero() {
 #[test]
 fn discover_prints_each_huey_instance_as_an_entry() {
     let redis = RedisServer::start();
-    if huey(&redis.url, "huey", &[]).is_none()
-        || huey(&redis.url, "myapp", &["priority"]).is_none()
+    if huey(&redis.url, "huey", &[]).is_none() || huey(&redis.url, "myapp", &["priority"]).is_none()
     {
         return;
     }

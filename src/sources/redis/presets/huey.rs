@@ -15,59 +15,88 @@
 //!   number Huey's own `result_count()` gives (`HLEN`).
 //!
 //! Messages are pickled, and a list message carries no enqueue time, so
-//! the oldest job's age is known only for the priority zset, from its
-//! members' stamps, and only while every waiting job has one priority (the
-//! head is then the oldest). Huey keeps nothing in Redis for a task in
-//! progress (a worker pops it and runs it in memory), no stalled work and
-//! no arrival counter.
+//! the oldest job's age is unknown while jobs wait. A priority member does
+//! start with its enqueue time, but the oldest job is the lowest stamp
+//! across every priority (the first member of each), which the poll's two
+//! round trips cannot find: unknown too. Huey
+//! keeps nothing in Redis for a task in progress (a worker pops it and
+//! runs it in memory), no stalled work and no arrival counter.
 //!
 //! Which storage a queue uses is read each poll (`TYPE` in round 1, the
-//! size in round 2), so one config serves both and a queue moved from one
+//! size in round 2), so one entry serves both and a queue moved from one
 //! to the other is read right at the next poll.
+
+use std::collections::{BTreeMap, BTreeSet};
 
 use redis::Value;
 
-use super::{Stage, count, due_count, key, preset_sample, set_state};
-use crate::snapshot::{JobState, PresetKind, QueueSample};
+use super::library::{Keys, Library, Owned, Seen, type_at};
+use super::{Follow, Stage, Unit, count, due_count, key, preset_sample, set_state};
+use crate::config::{Given, Preset};
+use crate::snapshot::{JobState, PresetKind};
+
+/// Huey's `preset` name.
+pub const KIND: PresetKind = PresetKind::named("huey");
 
 /// The queue key's prefix (`RedisStorage.queue_key`).
-pub const QUEUE_PREFIX: &[u8] = b"huey.redis.";
+const QUEUE_PREFIX: &[u8] = b"huey.redis.";
 /// The schedule zset's prefix (`RedisStorage.schedule_key`).
-pub const SCHEDULE_PREFIX: &[u8] = b"huey.schedule.";
+const SCHEDULE_PREFIX: &[u8] = b"huey.schedule.";
 /// The results hash's prefix (`RedisStorage.result_key`).
-pub const RESULTS_PREFIX: &[u8] = b"huey.results.";
+const RESULTS_PREFIX: &[u8] = b"huey.results.";
 /// Huey's default instance name (`Huey.__init__`'s `name='huey'`).
-pub const DEFAULT_NAME: &str = "huey";
+const DEFAULT_NAME: &str = "huey";
 
 /// The queue key of the Huey instance `name`.
-pub fn queue_key(name: &[u8]) -> Vec<u8> {
+fn queue_key(name: &[u8]) -> Vec<u8> {
     key(&[QUEUE_PREFIX, name])
 }
 
 /// The schedule key of the Huey instance `name`.
-pub fn schedule_key(name: &[u8]) -> Vec<u8> {
+fn schedule_key(name: &[u8]) -> Vec<u8> {
     key(&[SCHEDULE_PREFIX, name])
 }
 
 /// The results key of the Huey instance `name`.
-pub fn results_key(name: &[u8]) -> Vec<u8> {
+fn results_key(name: &[u8]) -> Vec<u8> {
     key(&[RESULTS_PREFIX, name])
 }
 
 /// Whether Huey could have written `name`: `RedisStorage.clean_name` keeps
 /// only `[A-Za-z0-9_]`, so `huey.redis.a.b` or `huey.redis.` is some
 /// other writer's key, never a Huey queue's.
-pub fn is_huey_name(name: &[u8]) -> bool {
+fn is_huey_name(name: &[u8]) -> bool {
     !name.is_empty() && name.iter().all(|b| b.is_ascii_alphanumeric() || *b == b'_')
+}
+
+/// One of the keys Huey keeps per instance that zero config sees (lists
+/// and zsets; the results hash is never a plain key).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum HueyKey {
+    /// `huey.redis.<name>`: a list, or a zset under `PriorityRedisHuey`.
+    Queue,
+    /// `huey.schedule.<name>`: a zset.
+    Schedule,
+}
+
+impl HueyKey {
+    /// Whether a key of type `t` is what Huey writes there; another type
+    /// is an app's key named like Huey's.
+    fn fits(self, t: crate::config::KeyType) -> bool {
+        use crate::config::KeyType::{List, Zset};
+        match self {
+            HueyKey::Queue => t == List || t == Zset,
+            HueyKey::Schedule => t == Zset,
+        }
+    }
 }
 
 /// Which of a Huey instance's keys `k` is named like, and the instance's
 /// name, if it is one of them.
-pub fn name_of(k: &[u8]) -> Option<(HueyKey, &[u8])> {
+fn name_of(k: &[u8]) -> Option<(HueyKey, &[u8])> {
     [
         (HueyKey::Queue, QUEUE_PREFIX),
         (HueyKey::Schedule, SCHEDULE_PREFIX),
-        (HueyKey::Results, RESULTS_PREFIX),
     ]
     .into_iter()
     .find_map(|(which, prefix)| {
@@ -76,32 +105,9 @@ pub fn name_of(k: &[u8]) -> Option<(HueyKey, &[u8])> {
     })
 }
 
-/// One of the keys Huey keeps per instance.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum HueyKey {
-    /// `huey.redis.<name>`: a list, or a zset under `PriorityRedisHuey`.
-    Queue,
-    /// `huey.schedule.<name>`: a zset.
-    Schedule,
-    /// `huey.results.<name>`: a hash.
-    Results,
-}
-
-impl HueyKey {
-    /// Whether a key of Redis type `ty` (as `TYPE` names it) is what Huey
-    /// writes there; another type is an app's key named like Huey's.
-    pub fn fits(self, ty: &str) -> bool {
-        match self {
-            HueyKey::Queue => ty == "list" || ty == "zset",
-            HueyKey::Schedule => ty == "zset",
-            HueyKey::Results => ty == "hash",
-        }
-    }
-}
-
 /// How the queue key holds the waiting jobs, from its `TYPE`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Storage {
+enum Storage {
     /// No key: nothing waits (Redis deletes an emptied list or zset).
     Absent,
     /// `RedisHuey`: a list.
@@ -125,7 +131,7 @@ impl Storage {
 
 /// Round 1: the queue key's type, the schedule's size and due count, the
 /// results' size.
-pub fn plan(name: &[u8], now: f64) -> Vec<redis::Cmd> {
+fn plan(name: &[u8], now: f64) -> Vec<redis::Cmd> {
     let schedule = schedule_key(name);
     vec![
         super::cmd("TYPE", &queue_key(name)),
@@ -137,113 +143,158 @@ pub fn plan(name: &[u8], now: f64) -> Vec<redis::Cmd> {
     ]
 }
 
-/// Reads [`plan`]'s replies (pure): every state but `waiting`, which the
-/// follow-ups [`sizes`] read once the storage is known.
-pub fn read(name: &[u8], r: &[Value]) -> (Stage, Option<Storage>) {
+/// Reads [`plan`]'s replies (pure); `waiting` is the round-2 size of the
+/// queue key, by the type round 1 read (0 with no key).
+fn read(name: &[u8], r: &[Value]) -> Stage {
     let at = |i: usize| r.get(i).unwrap_or(&Value::Nil);
-    let mut s = preset_sample(PresetKind::Huey, name);
-    let storage = Storage::of(at(0));
+    let mut s = preset_sample(KIND, name);
     set_state(&mut s, JobState::Delayed, count(at(1)));
     set_state(&mut s, JobState::Completed, count(at(3)));
     super::facts(&mut s).overdue = count(at(2));
-    // Known now only when nothing waits; else after the follow-ups.
-    let empty = (storage == Some(Storage::Absent)).then_some(0);
-    set_state(&mut s, JobState::Waiting, empty);
-    s.oldest_age_seconds = empty.map(|_| 0.0);
-    (Stage::done(s), storage)
-}
-
-/// Round 2 for a queue key of `storage`: its size and, for the priority
-/// zset, its first and last members (the age, when they share a priority).
-pub fn sizes(name: &[u8], storage: Storage) -> Vec<redis::Cmd> {
     let q = queue_key(name);
-    match storage {
-        Storage::Absent => Vec::new(),
-        Storage::List => vec![super::cmd("LLEN", &q)],
-        Storage::Priority => {
-            let mut head = super::cmd("ZRANGE", &q);
-            head.arg(0).arg(0).arg("WITHSCORES");
-            let mut tail = super::cmd("ZRANGE", &q);
-            tail.arg(-1).arg(-1).arg("WITHSCORES");
-            vec![super::cmd("ZCARD", &q), head, tail]
+    let (waiting, age, size) = match Storage::of(at(0)) {
+        Some(Storage::Absent) => (Some(0), Some(0.0), None),
+        Some(Storage::List) => (None, None, Some(super::cmd("LLEN", &q))),
+        Some(Storage::Priority) => (None, None, Some(super::cmd("ZCARD", &q))),
+        // Refused, or not Huey's type: unknown.
+        None => (None, None, None),
+    };
+    // A waiting job's enqueue time is in its pickle (or, in a priority
+    // member, known only across every priority): unknown while any waits.
+    set_state(&mut s, JobState::Waiting, waiting);
+    s.oldest_age_seconds = age;
+    let follow = size
+        .map(|c| vec![(c, Follow::Count(JobState::Waiting))])
+        .unwrap_or_default();
+    Stage { sample: s, follow }
+}
+
+/// Huey: one queue per instance name (`name:`, default `huey`), its keys
+/// under prefixes Huey fixes.
+pub struct Huey;
+
+impl Library for Huey {
+    fn kind(&self) -> PresetKind {
+        KIND
+    }
+
+    fn title(&self) -> &'static str {
+        "Huey"
+    }
+
+    fn options(&self) -> &'static [&'static str] {
+        &["name"]
+    }
+
+    fn configure(&self, preset: &mut Preset, given: &Given) -> Result<(), String> {
+        match &given.name {
+            Some(n) if n.is_empty() => return Err("name: must not be empty".into()),
+            Some(n) => preset.name = n.clone(),
+            None => preset.name = DEFAULT_NAME.into(),
         }
+        Ok(())
     }
-}
 
-/// Reads [`sizes`]' replies onto `s` (pure).
-pub fn read_sizes(s: &mut QueueSample, storage: Storage, r: &[Value], now: f64) {
-    let at = |i: usize| r.get(i).unwrap_or(&Value::Nil);
-    let waiting = match storage {
-        Storage::Absent => Some(0),
-        Storage::List | Storage::Priority => count(at(0)),
-    };
-    set_state(s, JobState::Waiting, waiting);
-    s.oldest_age_seconds = match (waiting, storage) {
-        (Some(0), _) => Some(0.0),
-        // A pickled message with no enqueue time in it.
-        (_, Storage::List) | (None, _) => None,
-        (Some(_), _) => oldest_of_one_priority(at(1), at(2)).map(|t| (now - t).max(0.0)),
-    };
-}
-
-/// The enqueue time (unix seconds) of the priority zset's oldest member,
-/// given its first and last members: the first when both have one score
-/// (one priority, so members sort by their stamp); unknown otherwise, as
-/// an older job may wait at a lower priority.
-fn oldest_of_one_priority(head: &Value, tail: &Value) -> Option<f64> {
-    let (member, first) = member_and_score(head)?;
-    let (_, last) = member_and_score(tail)?;
-    if first != last {
-        return None;
+    fn takes_counters(&self) -> bool {
+        true
     }
-    member_stamp(member)
-}
 
-/// The member and score of a one-member `ZRANGE .. WITHSCORES` reply
-/// (RESP2 `[member, score]` or RESP3 `[[member, score]]`).
-fn member_and_score(v: &Value) -> Option<(&[u8], f64)> {
-    let items = super::reply::as_array(v)?;
-    let pair = match items {
-        [Value::Array(pair)] => pair.as_slice(),
-        pair => pair,
-    };
-    let [member, score] = pair else {
-        return None;
-    };
-    Some((
-        super::reply::as_bytes(member)?,
-        super::reply::as_f64(score)?,
-    ))
-}
+    fn printed_options(&self, preset: &Preset, quote: fn(&str) -> String) -> Vec<String> {
+        vec![format!("name: {}", quote(&preset.name))]
+    }
 
-/// The enqueue time in unix seconds that `PriorityRedisStorage.enqueue`
-/// put in front of a message (`struct.pack('>Q', int(time.time() * 1e6))`).
-fn member_stamp(member: &[u8]) -> Option<f64> {
-    let stamp: [u8; 8] = member.get(..8)?.try_into().ok()?;
-    let micros = u64::from_be_bytes(stamp);
-    // A stamp of 0 is no time at all.
-    (micros > 0).then(|| micros as f64 / 1e6)
+    fn fixed_queues(&self, preset: &Preset) -> Vec<Unit> {
+        vec![Unit::Queue(preset.name.as_bytes().to_vec())]
+    }
+
+    fn fixed_names(&self, preset: &Preset) -> Vec<String> {
+        vec![preset.name.clone()]
+    }
+
+    /// The queue key (its plan asks only its `TYPE`), the counters hash
+    /// (chords, rate limits), `RedisExpireHuey`'s per-result and
+    /// per-counter strings, and the result notifications
+    /// (`notify_result=True`: one list per task).
+    fn owned(&self, _: &Preset, units: &[Unit]) -> Vec<Owned> {
+        let mut v = Vec::new();
+        for u in units {
+            let n = u.name();
+            v.push(Owned::Key(queue_key(n)));
+            v.push(Owned::Key(key(&[b"huey.counters.", n])));
+            for p in [&b"huey.r."[..], b"huey.c.", b"huey.notify."] {
+                v.push(Owned::Under(key(&[p, n, b"."])));
+            }
+        }
+        v
+    }
+
+    fn plan(&self, _: &Preset, unit: &Unit, now: f64) -> Vec<redis::Cmd> {
+        plan(unit.name(), now)
+    }
+
+    fn read(&self, _: &Preset, unit: &Unit, r: &[Value], _: f64) -> Stage {
+        read(unit.name(), r)
+    }
+
+    fn is_evidence(&self, key: &[u8]) -> bool {
+        name_of(key).is_some()
+    }
+
+    fn evidence(&self, _: &Seen, names: &[Vec<u8>], _: &mut BTreeSet<Vec<u8>>) -> Vec<Vec<u8>> {
+        names
+            .iter()
+            .filter(|k| name_of(k).is_some())
+            .cloned()
+            .collect()
+    }
+
+    /// A `huey.redis.<name>` list or zset, or a `huey.schedule.<name>`
+    /// zset, with a name Huey writes: one entry per name.
+    fn recognise(
+        &self,
+        _: &Seen,
+        keys: &Keys,
+        _: &mut BTreeSet<Vec<u8>>,
+    ) -> Vec<(Preset, Vec<Unit>)> {
+        let mut names: BTreeMap<&[u8], ()> = BTreeMap::new();
+        for k in keys.keys() {
+            if let Some((which, name)) = name_of(k)
+                && type_at(keys, k).is_some_and(|t| which.fits(t))
+            {
+                names.insert(name, ());
+            }
+        }
+        names
+            .into_keys()
+            .filter_map(|name| {
+                let mut preset = Preset::new(KIND, "");
+                preset.name = std::str::from_utf8(name).ok()?.to_string();
+                Some((preset, vec![Unit::Queue(name.to_vec())]))
+            })
+            .collect()
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::super::test_util::*;
     use super::*;
-
-    /// A priority-zset member as Huey writes it: the stamp, then the message.
-    fn member(micros: u64) -> Value {
-        let mut m = micros.to_be_bytes().to_vec();
-        m.extend_from_slice(b"\x80\x04pickled");
-        Value::BulkString(m)
-    }
-
-    fn one(member: Value, score: &str) -> Value {
-        Value::Array(vec![member, bulk(score)])
-    }
+    use crate::snapshot::QueueSample;
 
     fn states(s: &QueueSample) -> Vec<(JobState, Option<u64>)> {
         let f = s.preset.as_ref().unwrap();
         f.states.iter().map(|(k, v)| (*k, *v)).collect()
+    }
+
+    /// Round 1's read, then each follow-up applied with its reply.
+    fn poll(r1: &[Value], r2: &[Value]) -> (QueueSample, usize) {
+        let st = read(b"huey", r1);
+        let mut s = st.sample;
+        let n = st.follow.len();
+        for ((_, f), v) in st.follow.into_iter().zip(r2) {
+            super::super::apply(&mut s, f, v, 0.0);
+        }
+        (s, n)
     }
 
     #[test]
@@ -263,16 +314,12 @@ mod tests {
             name_of(b"huey.schedule.App_2"),
             Some((HueyKey::Schedule, &b"App_2"[..]))
         );
-        assert_eq!(
-            name_of(b"huey.results.x"),
-            Some((HueyKey::Results, &b"x"[..]))
-        );
         for not in [
             &b"huey.redis."[..],
             b"huey.redis.a.b",
             b"huey.redis.a-b",
+            b"huey.results.huey",
             b"huey.counters.huey",
-            b"huey.r.huey.abc",
             b"myhuey.redis.huey",
         ] {
             assert_eq!(name_of(not), None, "{}", String::from_utf8_lossy(not));
@@ -281,115 +328,80 @@ mod tests {
 
     #[test]
     fn a_key_of_a_type_huey_never_writes_there_is_not_huey_s() {
-        assert!(HueyKey::Queue.fits("list") && HueyKey::Queue.fits("zset"));
-        assert!(!HueyKey::Queue.fits("hash"));
-        assert!(HueyKey::Schedule.fits("zset") && !HueyKey::Schedule.fits("list"));
-        assert!(HueyKey::Results.fits("hash") && !HueyKey::Results.fits("zset"));
+        use crate::config::KeyType::{List, Stream, Zset};
+        assert!(HueyKey::Queue.fits(List) && HueyKey::Queue.fits(Zset));
+        assert!(!HueyKey::Queue.fits(Stream));
+        assert!(HueyKey::Schedule.fits(Zset) && !HueyKey::Schedule.fits(List));
     }
 
     #[test]
     fn the_schedule_is_delayed_with_its_due_jobs_overdue_and_results_are_completed() {
-        let (st, storage) = read(b"huey", &[bulk("list"), int(3), int(1), int(4)]);
-        assert_eq!(storage, Some(Storage::List));
+        let (s, n) = poll(&[bulk("list"), int(3), int(1), int(4)], &[int(2)]);
+        assert_eq!(n, 1);
         assert_eq!(
-            states(&st.sample),
+            states(&s),
             vec![
-                (JobState::Waiting, None),
+                (JobState::Waiting, Some(2)),
                 (JobState::Delayed, Some(3)),
                 (JobState::Completed, Some(4)),
             ]
         );
-        assert_eq!(st.sample.preset.as_ref().unwrap().overdue, Some(1));
-        assert_eq!(st.sample.name, "huey");
+        assert_eq!(s.preset.as_ref().unwrap().overdue, Some(1));
+        assert_eq!(s.name, "huey");
+    }
+
+    #[test]
+    fn a_list_queue_is_sized_by_llen_and_its_age_is_unknown() {
+        let st = read(b"huey", &[bulk("list"), int(0), int(0), int(0)]);
+        let args: Vec<_> = st.follow[0].0.args_iter().collect();
+        assert!(matches!(args[0], redis::Arg::Simple(b"LLEN")));
+        let (s, _) = poll(&[bulk("list"), int(0), int(0), int(0)], &[int(5)]);
+        assert_eq!(states(&s)[0], (JobState::Waiting, Some(5)));
+        assert_eq!(s.oldest_age_seconds, None);
+    }
+
+    #[test]
+    fn a_priority_queue_is_sized_by_zcard_each_job_once() {
+        let st = read(b"huey", &[bulk("zset"), int(0), int(0), int(0)]);
+        let args: Vec<_> = st.follow[0].0.args_iter().collect();
+        assert!(matches!(args[0], redis::Arg::Simple(b"ZCARD")));
+        let (s, _) = poll(&[bulk("zset"), int(0), int(0), int(0)], &[int(3)]);
+        assert_eq!(states(&s)[0], (JobState::Waiting, Some(3)));
+        assert_eq!(s.oldest_age_seconds, None);
     }
 
     #[test]
     fn no_queue_key_means_nothing_waits_and_needs_no_follow_up() {
-        let (st, storage) = read(b"huey", &[bulk("none"), int(0), int(0), int(0)]);
-        assert_eq!(storage, Some(Storage::Absent));
-        assert!(sizes(b"huey", Storage::Absent).is_empty());
-        assert_eq!(states(&st.sample)[0], (JobState::Waiting, Some(0)));
-        assert_eq!(st.sample.oldest_age_seconds, Some(0.0));
+        let (s, n) = poll(&[bulk("none"), int(0), int(0), int(0)], &[]);
+        assert_eq!(n, 0);
+        assert_eq!(states(&s)[0], (JobState::Waiting, Some(0)));
+        assert_eq!(s.oldest_age_seconds, Some(0.0));
     }
 
     #[test]
     fn a_refused_or_foreign_queue_key_leaves_waiting_unknown() {
         for v in [refused(), bulk("hash")] {
-            let (st, storage) = read(b"huey", &[v, int(0), int(0), int(0)]);
-            assert_eq!(storage, None);
-            assert_eq!(states(&st.sample)[0], (JobState::Waiting, None));
-            assert_eq!(st.sample.oldest_age_seconds, None);
+            let (s, n) = poll(&[v, int(0), int(0), int(0)], &[]);
+            assert_eq!(n, 0);
+            assert_eq!(states(&s)[0], (JobState::Waiting, None));
+            assert_eq!(s.oldest_age_seconds, None);
         }
-        let (st, _) = read(b"huey", &[bulk("list"), refused(), refused(), refused()]);
-        assert!(states(&st.sample)[1..].iter().all(|(_, v)| v.is_none()));
-        assert_eq!(st.sample.preset.as_ref().unwrap().overdue, None);
+        // A refused size, after the type was read.
+        let (s, _) = poll(&[bulk("list"), int(0), int(0), int(0)], &[refused()]);
+        assert_eq!(states(&s)[0], (JobState::Waiting, None));
+        // Refused schedule and results reads.
+        let (s, _) = poll(&[bulk("none"), refused(), refused(), refused()], &[]);
+        assert!(states(&s)[1..].iter().all(|(_, v)| v.is_none()));
+        assert_eq!(s.preset.as_ref().unwrap().overdue, None);
     }
 
     #[test]
-    fn a_list_queue_has_its_length_and_no_age() {
-        let (mut st, _) = read(b"huey", &[bulk("list"), int(0), int(0), int(0)]);
-        read_sizes(&mut st.sample, Storage::List, &[int(5)], 1000.0);
-        assert_eq!(states(&st.sample)[0], (JobState::Waiting, Some(5)));
-        assert_eq!(st.sample.oldest_age_seconds, None);
-        // Emptied between the rounds: nothing waits.
-        read_sizes(&mut st.sample, Storage::List, &[int(0)], 1000.0);
-        assert_eq!(st.sample.oldest_age_seconds, Some(0.0));
-    }
-
-    #[test]
-    fn a_priority_queue_counts_each_job_once_and_ages_it_when_all_share_a_priority() {
-        let (mut st, _) = read(b"p", &[bulk("zset"), int(0), int(0), int(0)]);
-        let replies = [
-            int(3),
-            one(member(990_500_000), "-5"),
-            one(member(995_000_000), "-5"),
-        ];
-        read_sizes(&mut st.sample, Storage::Priority, &replies, 1000.0);
-        assert_eq!(states(&st.sample)[0], (JobState::Waiting, Some(3)));
-        assert_eq!(st.sample.oldest_age_seconds, Some(9.5));
-    }
-
-    #[test]
-    fn mixed_priorities_leave_the_age_unknown() {
-        let (mut st, _) = read(b"p", &[bulk("zset"), int(0), int(0), int(0)]);
-        let replies = [
-            int(2),
-            one(member(999_000_000), "-5"),
-            one(member(900_000_000), "0"),
-        ];
-        read_sizes(&mut st.sample, Storage::Priority, &replies, 1000.0);
-        assert_eq!(states(&st.sample)[0], (JobState::Waiting, Some(2)));
-        assert_eq!(st.sample.oldest_age_seconds, None);
-    }
-
-    #[test]
-    fn resp3_pairs_and_unreadable_members_are_handled() {
-        let pair = |m: Value, s: f64| Value::Array(vec![Value::Array(vec![m, Value::Double(s)])]);
-        assert_eq!(
-            oldest_of_one_priority(
-                &pair(member(2_000_000), 0.0),
-                &pair(member(3_000_000), 0.0)
-            ),
-            Some(2.0)
-        );
-        // Shorter than a stamp, or a stamp of 0: not a time.
-        let short = Value::Array(vec![bulk("abc"), bulk("0")]);
-        assert_eq!(oldest_of_one_priority(&short, &short), None);
-        let zero = one(member(0), "0");
-        assert_eq!(oldest_of_one_priority(&zero, &zero), None);
-        assert_eq!(oldest_of_one_priority(&refused(), &refused()), None);
-    }
-
-    #[test]
-    fn a_refused_size_leaves_waiting_and_age_unknown() {
-        let (mut st, _) = read(b"p", &[bulk("zset"), int(0), int(0), int(0)]);
-        read_sizes(
-            &mut st.sample,
-            Storage::Priority,
-            &[refused(), refused(), refused()],
-            1000.0,
-        );
-        assert_eq!(states(&st.sample)[0], (JobState::Waiting, None));
-        assert_eq!(st.sample.oldest_age_seconds, None);
+    fn huey_keeps_no_active_failed_or_retry_state() {
+        let (s, _) = poll(&[bulk("list"), int(0), int(0), int(0)], &[int(1)]);
+        let f = s.preset.as_ref().unwrap();
+        for st in [JobState::Active, JobState::Failed, JobState::Retry] {
+            assert!(!f.states.contains_key(&st), "{st:?}");
+        }
+        assert_eq!((f.stalled, f.paused), (None, None));
     }
 }

@@ -19,6 +19,7 @@ mod celery;
 mod collide;
 mod consumed;
 mod counted;
+mod huey;
 pub mod library;
 pub mod library_round;
 pub mod picture;
@@ -61,6 +62,7 @@ pub static LIBRARIES: &[&dyn library::Library] = &[
     &asynq::Asynq,
     &rediswq::Rediswq,
     &priority_zset::PriorityZset,
+    &huey::Huey,
 ];
 
 /// What a preset source keeps between polls: the logical queues each entry's
@@ -159,6 +161,9 @@ pub(crate) enum Follow {
     StalledIfMissing,
     /// A count of busy jobs to add to `active` (Sidekiq's `busy`).
     AddActive,
+    /// The size of the key holding this state, asked once round 1 read
+    /// which type the key has (a list or a zset, by `TYPE`).
+    Count(JobState),
     /// A finished job's start and end stamps (`HMGET`), for the queue's
     /// service time (its window knows what each is for).
     Finished,
@@ -323,6 +328,7 @@ pub(super) fn apply(s: &mut QueueSample, follow: Follow, v: &Value, now: f64) {
             let active = f.states.entry(JobState::Active).or_insert(Some(0));
             *active = active.zip(count(v)).map(|(a, n)| a + n);
         }
+        Follow::Count(state) => set_state(s, state, count(v)),
         // Recorded into the queue's window by the poll, which owns it.
         Follow::Finished => {}
     }
