@@ -12,7 +12,8 @@
 //!   those at or before now are overdue (`read_schedule` moves
 //!   `-inf..now`).
 //! - `huey.results.<name>`: the results hash (`put_data`): `completed`, the
-//!   number Huey's own `result_count()` gives (`HLEN`).
+//!   number Huey's own `result_count()` gives (`HLEN`); unknown while there
+//!   is no hash, as `RedisExpireHuey` keeps its results in strings instead.
 //!
 //! Messages are pickled, and a list message carries no enqueue time, so
 //! the oldest job's age is unknown while jobs wait. A priority member does
@@ -149,7 +150,11 @@ fn read(name: &[u8], r: &[Value]) -> Stage {
     let at = |i: usize| r.get(i).unwrap_or(&Value::Nil);
     let mut s = preset_sample(KIND, name);
     set_state(&mut s, JobState::Delayed, count(at(1)));
-    set_state(&mut s, JobState::Completed, count(at(3)));
+    // Redis keeps no empty hash, so no hash is either no result stored or
+    // results kept elsewhere (`RedisExpireHuey`: one string per result):
+    // which, the keys do not say.
+    let results = count(at(3)).filter(|n| *n > 0);
+    set_state(&mut s, JobState::Completed, results);
     super::facts(&mut s).overdue = count(at(2));
     let q = queue_key(name);
     let (waiting, age, size) = match Storage::of(at(0)) {
@@ -393,6 +398,15 @@ mod tests {
         let (s, _) = poll(&[bulk("none"), refused(), refused(), refused()], &[]);
         assert!(states(&s)[1..].iter().all(|(_, v)| v.is_none()));
         assert_eq!(s.preset.as_ref().unwrap().overdue, None);
+    }
+
+    #[test]
+    fn no_results_hash_leaves_completed_unknown_rather_than_zero() {
+        // Nothing stored, or RedisExpireHuey's strings: the keys cannot say.
+        let (s, _) = poll(&[bulk("none"), int(0), int(0), int(0)], &[]);
+        assert_eq!(states(&s)[2], (JobState::Completed, None));
+        // The schedule's 0 is a 0: Huey's schedule is always that zset.
+        assert_eq!(states(&s)[1], (JobState::Delayed, Some(0)));
     }
 
     #[test]
