@@ -326,7 +326,7 @@ async fn a_refused_read_is_unavailable_never_zero() {
 }
 
 #[test]
-fn discover_prints_each_huey_instance_as_an_entry() {
+fn discover_prints_each_huey_instance_as_an_entry_and_plain_keys_false_finds_them() {
     let redis = RedisServer::start();
     if huey(&redis.url, "huey", &[]).is_none() || huey(&redis.url, "myapp", &["priority"]).is_none()
     {
@@ -345,4 +345,21 @@ fn discover_prints_each_huey_instance_as_an_entry() {
     assert_eq!(depth(&s, "huey", "huey", "waiting"), Some(3.0), "{text}");
     assert_eq!(depth(&s, "myapp", "huey", "waiting"), Some(3.0), "{text}");
     assert_eq!(plain_keys(&s), Vec::<String>::new(), "{text}");
+    // Zero config with `plain_keys: false` (Huey's names are its evidence,
+    // typed on their own) finds the same queues.
+    let libs = write_file(
+        &dir,
+        "libs.yaml",
+        &format!(
+            "sources:\n  - name: redis\n    type: redis\n    url: {}\n    plain_keys: false\n",
+            redis.url
+        ),
+    );
+    let (ok, text, err) = run_exporter(&["once", "--config", libs.to_str().unwrap()]);
+    assert!(ok, "{err}");
+    let s = Scrape::parse(&text);
+    for q in ["huey", "myapp"] {
+        assert_eq!(depth(&s, q, "huey", "waiting"), Some(3.0), "{q}: {text}");
+        assert_eq!(depth(&s, q, "huey", "delayed"), Some(3.0), "{q}: {text}");
+    }
 }
