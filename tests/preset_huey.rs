@@ -235,7 +235,8 @@ async fn zero_config_recognises_huey_at_its_default_and_a_custom_name_and_no_key
     // not the type Huey gives that key: an app's keys, plain.
     rcmd(&mut conn, &["RPUSH", "huey.redis.a.b", "x"]);
     rcmd(&mut conn, &["ZADD", "huey.results.other", "1", "x"]);
-    let Some(default) = huey(&redis.url, "huey", &[]) else {
+    // With result notifications: a `huey.notify.huey.<id>` list per result.
+    let Some(default) = huey(&redis.url, "huey", &["notify"]) else {
         return;
     };
     let Some(custom) = huey(&redis.url, "myapp_2", &["priority"]) else {
