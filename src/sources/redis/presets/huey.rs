@@ -19,15 +19,15 @@
 //! the oldest job's age is unknown while jobs wait. A priority member does
 //! start with its enqueue time, but the oldest job is the lowest stamp
 //! across every priority (the first member of each), which the poll's two
-//! round trips cannot find: unknown too. Huey
-//! keeps nothing in Redis for a task in progress (a worker pops it and
-//! runs it in memory), no stalled work and no arrival counter.
+//! round trips cannot find: unknown too. Huey keeps nothing in Redis for a
+//! task in progress (a worker pops it and runs it in memory), no stalled
+//! work and no arrival counter.
 //!
 //! Which storage a queue uses is read each poll (`TYPE` in round 1, the
 //! size in round 2), so one entry serves both and a queue moved from one
 //! to the other is read right at the next poll.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 use redis::Value;
 
@@ -261,16 +261,16 @@ impl Library for Huey {
         keys: &Keys,
         _: &mut BTreeSet<Vec<u8>>,
     ) -> Vec<(Preset, Vec<Unit>)> {
-        let mut names: BTreeMap<&[u8], ()> = BTreeMap::new();
+        let mut names: BTreeSet<&[u8]> = BTreeSet::new();
         for k in keys.keys() {
             if let Some((which, name)) = name_of(k)
                 && type_at(keys, k).is_some_and(|t| which.fits(t))
             {
-                names.insert(name, ());
+                names.insert(name);
             }
         }
         names
-            .into_keys()
+            .into_iter()
             .filter_map(|name| {
                 let mut preset = Preset::new(KIND, "");
                 preset.name = std::str::from_utf8(name).ok()?.to_string();
