@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::super::tracked::KeyState;
 use super::Unit;
 use super::key;
-use super::library::{Hidden, Keys, Library, Mark, Owned, Registry, Seen, under};
+use super::library::{Arrivals, Hidden, Keys, Library, Mark, Owned, Registry, Seen, under};
 use crate::config::KeyType;
 use crate::config::Preset;
 use crate::snapshot::Reason;
@@ -168,7 +168,7 @@ impl Library for Bull {
     }
 
     fn takes_marked(&self, reply: &Value) -> Result<bool, Reason> {
-        super::bullmq::has_marks(reply).map(|m| m == false)
+        super::bullmq::has_marks(reply).map(|m| !m)
     }
 
     /// Its `priority` zset, `stalled-check`, job hashes: all under
@@ -276,6 +276,15 @@ impl Library for Bull {
 
     fn hidden(&self, mark: &[u8]) -> Option<Hidden> {
         mark.strip_suffix(b":id").map(super::bullmq::queue_hidden)
+    }
+
+    /// `GET id`: every added job INCRs it.
+    fn arrivals(&self) -> Arrivals {
+        Arrivals::IdCounter
+    }
+
+    fn zero_config(&self) -> bool {
+        true
     }
 
     fn plan(&self, preset: &Preset, unit: &Unit, now: f64) -> Vec<redis::Cmd> {

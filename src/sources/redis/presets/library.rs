@@ -72,6 +72,27 @@ pub fn registry_prefix(k: &[u8]) -> Option<&[u8]> {
     k.strip_suffix(b":queues").filter(|p| !p.is_empty())
 }
 
+/// The names users write of the libraries zero config recognises
+/// ([`Library::zero_config`]), in the list's order (for the log line of a
+/// default source).
+pub fn recognised_libraries() -> Vec<&'static str> {
+    super::LIBRARIES
+        .iter()
+        .filter(|l| l.zero_config())
+        .map(|l| l.title())
+        .collect()
+}
+
+/// The names users write of the libraries whose arrivals come from
+/// `from`, in the list's order (for messages).
+pub fn arrivals_from(from: Arrivals) -> Vec<&'static str> {
+    super::LIBRARIES
+        .iter()
+        .filter(|l| l.arrivals() == from)
+        .map(|l| l.title())
+        .collect()
+}
+
 /// `kind`'s place in the list of libraries (unknown kinds last): the order
 /// entries and log lines list libraries in.
 pub fn rank(kind: PresetKind) -> usize {
@@ -255,6 +276,18 @@ pub trait Library: Sync {
         "no job kept finished in the last 10 minutes"
     }
 
+    /// Where the arrivals of its queues come from (for WaitTime's
+    /// arrival rate, and the message saying what is missing without one).
+    fn arrivals(&self) -> Arrivals {
+        Arrivals::Unknown
+    }
+
+    /// Whether zero config recognises this library (its `recognise` finds
+    /// entries): named in the log line of a default source.
+    fn zero_config(&self) -> bool {
+        false
+    }
+
     /// Zero config: sets this library writes under a fixed name (its
     /// registry at the default prefix), read by every library round
     /// whether the last scan saw them or not.
@@ -369,6 +402,20 @@ pub trait Library: Sync {
         let _ = (set, members);
         None
     }
+}
+
+/// Where a library's queues' arrivals come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Arrivals {
+    /// Nowhere the exporter reads: a queue's arrival rate is unknown
+    /// without `counters:`.
+    Unknown,
+    /// A job id counter every added job increments, read as the queue's
+    /// `published` counter.
+    IdCounter,
+    /// A processed total per queue beside its depth: arrivals are
+    /// Δ(waiting + active) + Δprocessed.
+    ProcessedTotal,
 }
 
 /// How zero config reads a key named like a library's mark.
