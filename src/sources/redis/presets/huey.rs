@@ -241,6 +241,10 @@ impl Library for Huey {
         read(unit.name(), r)
     }
 
+    fn zero_config(&self) -> bool {
+        true
+    }
+
     fn is_evidence(&self, key: &[u8]) -> bool {
         name_of(key).is_some()
     }
