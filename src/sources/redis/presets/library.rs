@@ -43,7 +43,7 @@ pub fn names_taking_counters() -> Vec<&'static str> {
 }
 
 /// The options `discover` prints for `preset` beyond its prefix
-/// ([`Library::printed_options`]).
+/// (`Library::printed_options`).
 pub fn printed_options(preset: &Preset, quote: fn(&str) -> String) -> Vec<String> {
     of(preset.kind).map_or_else(Vec::new, |l| l.printed_options(preset, quote))
 }
@@ -73,7 +73,7 @@ pub fn registry_prefix(k: &[u8]) -> Option<&[u8]> {
 }
 
 /// The names users write of the libraries zero config recognises
-/// ([`Library::zero_config`]), in the list's order (for the log line of a
+/// (`Library::zero_config`), in the list's order (for the log line of a
 /// default source).
 pub fn recognised_libraries() -> Vec<&'static str> {
     super::LIBRARIES
@@ -111,7 +111,7 @@ pub enum Registry {
     Set(Vec<u8>),
     /// Keys found by a `SCAN` (bounded `COUNT`) of a glob, each naming one
     /// queue ([`Library::queue_of_key`]); where the library has a
-    /// [`Library::mark`], only the queues whose mark it takes.
+    /// [`Library::queue_mark`], only the queues whose mark it takes.
     Scan {
         /// The glob (its prefix escaped).
         pattern: Vec<u8>,
