@@ -362,6 +362,7 @@ const LIBRARY_NAMES: &[(&str, &[&str])] = &[
     ("rediswq", &["rediswq.rs"]),
     ("priority[-_]?zset", &["priority_zset.rs"]),
     ("dramatiq", &["dramatiq.rs"]),
+    ("huey", &["huey.rs"]),
 ];
 
 /// `text` without the registration list (`LIBRARIES` and the `mod` lines

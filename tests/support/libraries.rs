@@ -88,6 +88,8 @@ pub enum Library {
     Bull,
     /// Dramatiq with its Redis broker, from PyPI.
     Dramatiq,
+    /// Huey with its Redis storages, from PyPI.
+    Huey,
 }
 
 impl Library {
@@ -100,13 +102,15 @@ impl Library {
             Library::Bullmq => "BullMQ (npm ci in tests/fixtures/presets/node)",
             Library::Bull => "Bull (npm ci in tests/fixtures/presets/node)",
             Library::Dramatiq => "Dramatiq (pip install 'dramatiq[redis]==2.2.1')",
+            Library::Huey => "Huey (pip install huey redis)",
         }
     }
 
     /// The program that runs its scripts.
     fn program(self) -> &'static str {
         match self {
-            Library::Rq | Library::Celery | Library::Dramatiq => "python3",
+            Library::Rq | Library::Celery | Library::Dramatiq
+            | Library::Huey => "python3",
             Library::Sidekiq => "ruby",
             Library::Bullmq | Library::Bull => "node",
         }
@@ -124,6 +128,7 @@ impl Library {
             ),
             Library::Bull => format!("require('{node_dir}/node_modules/bull')"),
             Library::Dramatiq => "import dramatiq.brokers.redis".to_string(),
+            Library::Huey => "import huey, redis".to_string(),
         }
     }
 

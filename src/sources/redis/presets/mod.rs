@@ -20,6 +20,7 @@ mod collide;
 mod consumed;
 mod counted;
 mod dramatiq;
+mod huey;
 pub mod library;
 pub mod library_round;
 pub mod picture;
@@ -63,6 +64,7 @@ pub static LIBRARIES: &[&dyn library::Library] = &[
     &rediswq::Rediswq,
     &priority_zset::PriorityZset,
     &dramatiq::Dramatiq,
+    &huey::Huey,
 ];
 
 /// What a preset source keeps between polls: the logical queues each entry's
@@ -168,6 +170,9 @@ pub(crate) enum Follow {
     /// A count of stalled jobs to add to `stalled` (the jobs a dead
     /// worker holds).
     AddStalled,
+    /// The size of the key holding this state, asked once round 1 read
+    /// which type the key has (a list or a zset, by `TYPE`).
+    Count(JobState),
     /// A finished job's start and end stamps (`HMGET`), for the queue's
     /// service time (its window knows what each is for).
     Finished,
@@ -349,6 +354,7 @@ pub(super) fn apply(s: &mut QueueSample, follow: Follow, v: &Value, now: f64) {
             let f = facts(s);
             f.stalled = f.stalled.zip(count(v)).map(|(a, n)| a + n);
         }
+        Follow::Count(state) => set_state(s, state, count(v)),
         // Recorded into the queue's window by the poll, which owns it.
         Follow::Finished => {}
     }
