@@ -1,46 +1,221 @@
-//! arq (PyPI `arq` 0.28): a queue is one zset, named by the queue (default
-//! `arq:queue`), of job ids scored by the due time in milliseconds; a job
-//! stays in it while it runs. Per job, under prefixes arq does not let one
-//! change (`arq/constants.py`): `arq:job:<id>` (the serialized job, pickle
-//! by default), `arq:in-progress:<id>` (while a worker runs it),
-//! `arq:retry:<id>` (runs started so far) and `arq:result:<id>`.
+//! arq (PyPI `arq` 0.28): a queue is one zset named by the queue (arq's
+//! default `arq:queue`) holding job ids scored by their due time in
+//! milliseconds; a job stays in it while it runs. Per job, under prefixes
+//! arq does not let one change (`arq/constants.py`): `arq:job:<id>` (the
+//! serialized job: pickle by default), `arq:in-progress:<id>` (while a
+//! worker runs it), `arq:retry:<id>` (runs started so far) and
+//! `arq:result:<id>`.
 //!
 //! - `waiting`: due (score ≤ now) and neither running nor run before;
 //! - `active`: due and `arq:in-progress:<id>` exists (arq's own
-//!   `Job.status()`: in progress before queued or deferred);
-//! - `retry`: due, not running, with `arq:retry:<id>`: a job re-queued by
-//!   `Retry`/`RetryJob`, a cancellation, or left by a dead worker once its
+//!   `Job.status()` puts in progress before queued or deferred);
+//! - `retry`: due, not running, with `arq:retry:<id>`: re-queued by
+//!   `Retry`/`RetryJob` or a cancellation, or left by a dead worker once its
 //!   in-progress key expired;
 //! - `delayed`: score > now (deferred jobs, and `Retry(defer=…)`);
-//! - `completed`, `failed`: unknown. arq keeps each finished job's result in
-//!   `arq:result:<id>`, serialized (pickle by default) and in no per-queue
-//!   set, so they cannot be counted per queue without reading the whole
-//!   keyspace.
+//! - `completed`, `failed`: unknown, never 0. arq keeps each finished job's
+//!   result in `arq:result:<id>`, serialized (pickle by default) and in no
+//!   per-queue set: counting them per queue would mean reading the keyspace.
 //!
-//! The split of due jobs needs two `EXISTS` per job: they are read for the
-//! `check_limit` lowest-scored due jobs; beyond, the split is unknown.
+//! The split of due jobs takes three reads per job (round 2, read together
+//! by [`Library::settle`]): done for the [`CHECK_LIMIT`] lowest-scored due
+//! jobs; with more due, the split is unknown (the age still known when a
+//! job not running is among them). arq keeps no count of jobs enqueued or
+//! processed, and no start and end stamps it can be read without pickle:
+//! arrivals and service time are unknown.
+
+use std::collections::BTreeSet;
 
 use redis::Value;
 
-use super::reply;
+use super::library::{Hidden, Keys, Library, MarkRead, Owned, Seen, type_at};
+use super::{Follow, Stage, Unit, count, key, preset_sample, queue_label, reply, set_state};
+use crate::config::{Given, KeyType, Preset};
+use crate::snapshot::{JobState, PresetKind, QueueSample};
 
-/// arq's default queue name (`default_queue_name`), also its zset's key.
+/// arq's `preset` name.
+pub const KIND: PresetKind = PresetKind::named("arq");
+
+/// arq's default queue name (`default_queue_name`), its zset's key.
 pub const DEFAULT_QUEUE: &str = "arq:queue";
 
-/// Due jobs whose keys a poll checks per queue, at most, by default.
-pub const DEFAULT_CHECK_LIMIT: usize = 1000;
+/// Due jobs whose keys a poll checks per queue, at most: three `EXISTS`/
+/// `ZSCORE` each, so at most 3,000 O(1) commands per queue and poll.
+pub const CHECK_LIMIT: usize = 1000;
+
+/// The namespace of arq's own keys (`arq/constants.py`).
+const NAMESPACE: &[u8] = b"arq:";
 
 /// `in_progress_key_prefix`: set (`PSETEX`, the longest job timeout + 10 s)
-/// when a worker takes the job, deleted when it ends.
+/// when a worker takes the job (`Worker.start_jobs`), deleted when it ends.
 const IN_PROGRESS: &[u8] = b"arq:in-progress:";
 
-/// `retry_key_prefix`: `INCR`ed each time a worker starts the job, deleted
-/// when the job finishes (either way).
+/// `retry_key_prefix`: `INCR`ed each time a worker starts the job
+/// (`Worker.run_job`), deleted when the job finishes either way.
 const RETRY: &[u8] = b"arq:retry:";
 
-/// A score at or below this is not a due time: `Job.abort` re-scores a
-/// deferred job 1 so a worker takes (and cancels) it at once.
+/// `job_key_prefix` and `result_key_prefix`: the serialized job and result.
+const JOB_AND_RESULT: [&[u8]; 2] = [b"arq:job:", b"arq:result:"];
+
+/// `abort_jobs_ss`: the zset of job ids `Job.abort` asks workers to cancel.
+const ABORT: &[u8] = b"arq:abort";
+
+/// `health_check_key_suffix`: a worker's `<queue>:health-check` string.
+const HEALTH: &[u8] = b":health-check";
+
+/// A score at or below this is no due time: `Job.abort` re-scores a
+/// deferred job 1 so that a worker takes (and cancels) it at once.
 const ABORT_SCORE: f64 = 1.0;
+
+/// arq: queues named in `queues:` (default `[arq:queue]`); zero config
+/// finds the zsets under `arq:` and the queues of live workers.
+pub struct Arq;
+
+impl Library for Arq {
+    fn kind(&self) -> PresetKind {
+        KIND
+    }
+
+    fn title(&self) -> &'static str {
+        "arq"
+    }
+
+    fn options(&self) -> &'static [&'static str] {
+        &["queues"]
+    }
+
+    fn configure(&self, preset: &mut Preset, given: &Given) -> Result<(), String> {
+        let queues = given
+            .queues
+            .clone()
+            .unwrap_or_else(|| vec![DEFAULT_QUEUE.into()]);
+        if queues.is_empty() || queues.iter().any(String::is_empty) {
+            return Err("queues: must list non-empty queue names".into());
+        }
+        preset.queues = queues;
+        Ok(())
+    }
+
+    fn printed_options(&self, preset: &Preset, quote: fn(&str) -> String) -> Vec<String> {
+        let qs: Vec<String> = preset.queues.iter().map(|q| quote(q)).collect();
+        vec![format!("queues: [{}]", qs.join(", "))]
+    }
+
+    fn fixed_queues(&self, preset: &Preset) -> Vec<Unit> {
+        let units = preset.queues.iter().map(|q| Unit::Queue(q.as_bytes().to_vec()));
+        super::sorted(units.collect())
+    }
+
+    fn fixed_names(&self, preset: &Preset) -> Vec<String> {
+        let names = preset.queues.iter().map(|q| queue_label(q.as_bytes()));
+        names.collect()
+    }
+
+    /// The per-job keys, the abort zset, and each queue's health check.
+    fn owned(&self, _: &Preset, units: &[Unit]) -> Vec<Owned> {
+        let mut v: Vec<Owned> = [IN_PROGRESS, RETRY]
+            .into_iter()
+            .chain(JOB_AND_RESULT)
+            .map(|p| Owned::Under(p.to_vec()))
+            .collect();
+        v.push(Owned::Key(ABORT.to_vec()));
+        v.extend(units.iter().map(|u| Owned::Key(key(&[u.name(), HEALTH]))));
+        v
+    }
+
+    fn plan(&self, _: &Preset, unit: &Unit, now: f64) -> Vec<redis::Cmd> {
+        plan(unit.name(), now, CHECK_LIMIT)
+    }
+
+    fn read(&self, _: &Preset, unit: &Unit, r: &[Value], _: f64) -> Stage {
+        read(unit.name(), r, CHECK_LIMIT)
+    }
+
+    fn settle(&self, _: &Preset, sample: &mut QueueSample, r: &[Value], now: f64) {
+        settle(sample, r, now);
+    }
+
+    /// A worker's `<queue>:health-check` string: its text says whether it
+    /// is arq's ([`is_health_line`]).
+    fn mark_read(&self, k: &[u8]) -> Option<MarkRead> {
+        health_queue(k).map(|_| MarkRead::Cmd(super::cmd("GET", k)))
+    }
+
+    /// One entry for the zsets under `arq:` (but `arq:abort`) and the
+    /// queues whose health check holds arq's line; none without either.
+    fn recognise(&self, seen: &Seen, keys: &Keys, _: &mut BTreeSet<Vec<u8>>) -> Vec<(Preset, Vec<Unit>)> {
+        let mut queues: BTreeSet<Vec<u8>> = keys
+            .keys()
+            .filter(|k| is_namespaced_queue(k) && type_at(keys, k) == Some(KeyType::Zset))
+            .cloned()
+            .collect();
+        for (mark, v) in seen.replies() {
+            let line = reply::as_bytes(v).is_some_and(is_health_line);
+            if let (true, Some(q)) = (line, health_queue(mark)) {
+                // A key of another type by that name is not the queue.
+                if matches!(type_at(keys, q), None | Some(KeyType::Zset)) {
+                    queues.insert(q.to_vec());
+                }
+            }
+        }
+        let names: Option<Vec<String>> =
+            queues.into_iter().map(|q| String::from_utf8(q).ok()).collect();
+        match names {
+            Some(names) if !names.is_empty() => {
+                let preset = Preset {
+                    queues: names,
+                    ..Preset::new(KIND, "")
+                };
+                let units = self.fixed_queues(&preset);
+                vec![(preset, units)]
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    /// An unread health check: its queue's zset, if found.
+    fn withheld(&self, mark: &[u8], keys: &Keys) -> Vec<Vec<u8>> {
+        let q = health_queue(mark).filter(|q| type_at(keys, q) == Some(KeyType::Zset));
+        q.map(<[u8]>::to_vec).into_iter().collect()
+    }
+
+    /// An unread health check hides its one queue.
+    fn hidden(&self, mark: &[u8]) -> Option<Hidden> {
+        health_queue(mark).map(|q| Hidden::Names(vec![queue_label(q)]))
+    }
+}
+
+/// Whether `k` is a zset name arq itself would use for a queue: under
+/// `arq:` (its default `arq:queue`, and names users keep in its namespace)
+/// and not its one other zset, `arq:abort`.
+fn is_namespaced_queue(k: &[u8]) -> bool {
+    k.len() > NAMESPACE.len() && k.starts_with(NAMESPACE) && k != ABORT
+}
+
+/// The queue of a `<queue>:health-check` key.
+fn health_queue(k: &[u8]) -> Option<&[u8]> {
+    k.strip_suffix(HEALTH).filter(|q| !q.is_empty())
+}
+
+/// Whether `text` is the line arq's `Worker.record_health` writes:
+/// `<Mon-DD HH:MM:SS> j_complete=<n> j_failed=<n> j_retried=<n>
+/// j_ongoing=<n> queued=<n>`.
+fn is_health_line(text: &[u8]) -> bool {
+    let Ok(text) = std::str::from_utf8(text) else {
+        return false;
+    };
+    let fields: Vec<&str> = text.split(' ').collect();
+    let [_, _, counts @ ..] = fields.as_slice() else {
+        return false;
+    };
+    let names = ["j_complete", "j_failed", "j_retried", "j_ongoing", "queued"];
+    counts.len() == names.len()
+        && counts.iter().zip(names).all(|(c, n)| {
+            c.strip_prefix(n)
+                .and_then(|v| v.strip_prefix('='))
+                .is_some_and(|v| v.parse::<u64>().is_ok())
+        })
+}
 
 /// `now` (unix seconds) in arq's milliseconds (`timestamp_ms`, rounded).
 fn now_ms(now: f64) -> i64 {
@@ -49,7 +224,7 @@ fn now_ms(now: f64) -> i64 {
 
 /// Round 1: three read-only commands on the queue's zset: the due jobs
 /// (score ≤ now, the bound of the worker's own `zrangebyscore(max=now)`),
-/// the deferred ones, and the first `limit` due jobs by score, with scores.
+/// the deferred ones, and the first `limit` due job ids by score.
 pub fn plan(queue: &[u8], now: f64, limit: usize) -> Vec<redis::Cmd> {
     let now = now_ms(now);
     let mut due = super::cmd("ZCOUNT", queue);
@@ -57,127 +232,101 @@ pub fn plan(queue: &[u8], now: f64, limit: usize) -> Vec<redis::Cmd> {
     let mut deferred = super::cmd("ZCOUNT", queue);
     deferred.arg(format!("({now}")).arg("+inf");
     let mut first = super::cmd("ZRANGEBYSCORE", queue);
-    first
-        .arg("-inf")
-        .arg(now)
-        .arg("WITHSCORES")
-        .arg("LIMIT")
-        .arg(0)
-        .arg(limit);
+    first.arg("-inf").arg(now).arg("LIMIT").arg(0).arg(limit);
     vec![due, deferred, first]
 }
 
-/// What round 1 read of one queue.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Due {
-    /// Deferred jobs (`delayed`); `None` if unreadable.
-    pub delayed: Option<u64>,
-    /// The lowest-scored due jobs, in score order, with their scores (ms);
-    /// `None` if unreadable.
-    pub first: Option<Vec<(Vec<u8>, f64)>>,
-    /// Whether `first` holds every due job: fewer than asked came back, or
-    /// the count of due jobs is no more than came back.
-    pub whole: bool,
-}
-
-/// Reads [`plan`]'s replies (pure).
-pub fn read(r: &[Value], limit: usize) -> Due {
+/// Reads [`plan`]'s replies (pure): `delayed`; and, when every due job was
+/// read, `waiting`, `active`, `retry` at 0 and the age at 0 (nothing
+/// waits), for [`settle`] to fill from the three checks asked per job
+/// (`ZSCORE`, `EXISTS arq:in-progress:<id>`, `EXISTS arq:retry:<id>`).
+pub fn read(queue: &[u8], r: &[Value], limit: usize) -> Stage {
     let at = |i: usize| r.get(i).unwrap_or(&Value::Nil);
-    let first = with_scores(at(2));
-    let due = super::count(at(0));
-    let whole = first
-        .as_ref()
-        .is_some_and(|f| f.len() < limit || due.is_some_and(|d| d <= f.len() as u64));
-    Due {
-        delayed: super::count(at(1)),
-        first,
-        whole,
+    let mut s = preset_sample(KIND, queue);
+    set_state(&mut s, JobState::Delayed, count(at(1)));
+    for state in [JobState::Completed, JobState::Failed] {
+        set_state(&mut s, state, None);
     }
-}
-
-/// A `ZRANGEBYSCORE … WITHSCORES` reply as (member, score) pairs: RESP2's
-/// flat `[m, s, m, s]` or RESP3's `[[m, s], …]`. `None` if unreadable.
-fn with_scores(v: &Value) -> Option<Vec<(Vec<u8>, f64)>> {
-    let items = reply::as_array(v)?;
-    let pair = |m: &Value, s: &Value| Some((reply::as_bytes(m)?.to_vec(), reply::as_f64(s)?));
-    match items {
-        [Value::Array(_), ..] => items
-            .iter()
-            .map(|p| match reply::as_array(p)? {
-                [m, s] => pair(m, s),
-                _ => None,
-            })
-            .collect(),
-        _ if items.len() % 2 == 0 => items.chunks(2).map(|c| pair(&c[0], &c[1])).collect(),
-        _ => None,
+    let ids: Option<Vec<&[u8]>> = reply::as_array(at(2))
+        .and_then(|items| items.iter().map(reply::as_bytes).collect());
+    // Every due job read: fewer came back than asked, or no more are due.
+    let whole = ids.as_ref().is_some_and(|ids| {
+        ids.len() < limit || count(at(0)).is_some_and(|d| d <= ids.len() as u64)
+    });
+    let start = whole.then_some(0);
+    for state in [JobState::Waiting, JobState::Active, JobState::Retry] {
+        set_state(&mut s, state, start);
     }
+    s.oldest_age_seconds = whole.then_some(0.0);
+    let follow = ids
+        .into_iter()
+        .flatten()
+        .flat_map(|id| {
+            let mut score = super::cmd("ZSCORE", queue);
+            score.arg(id);
+            let exists = |p: &[u8]| super::cmd("EXISTS", &key(&[p, id]));
+            [score, exists(IN_PROGRESS), exists(RETRY)]
+        })
+        .map(|c| (c, Follow::Own))
+        .collect();
+    Stage { sample: s, follow }
 }
 
-/// Round 2: per job of [`Due::first`], `EXISTS arq:in-progress:<id>` then
-/// `EXISTS arq:retry:<id>`.
-pub fn checks(due: &Due) -> Vec<redis::Cmd> {
-    let ids = due.first.iter().flatten().map(|(id, _)| id);
-    ids.flat_map(|id| {
-        [IN_PROGRESS, RETRY].map(|p| super::cmd("EXISTS", &super::key(&[p, id])))
-    })
-    .collect()
-}
-
-/// The due jobs split by what [`checks`] found, and the oldest waiting job's
-/// age. Each `None` is unknown.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct Split {
-    /// Due, never started.
-    pub waiting: Option<u64>,
-    /// Due, a worker runs it.
-    pub active: Option<u64>,
-    /// Due, started before, not running.
-    pub retry: Option<u64>,
-    /// Seconds since the due time of the lowest-scored due job no worker
-    /// runs (waiting or retry): for a job enqueued without a defer, since
-    /// its enqueue (`enqueue_job`: `score = enqueue_time_ms`).
-    pub oldest_age_seconds: Option<f64>,
-}
-
-/// Splits `due` by [`checks`]' replies `r` (pure). One unreadable reply
-/// makes the counts unknown, never smaller; the counts are unknown, too,
-/// when `due` did not read every due job.
-pub fn split(due: &Due, r: &[Value], now: f64) -> Split {
-    let Some(first) = &due.first else {
-        return Split::default();
-    };
-    let exists = |i: usize| r.get(i).and_then(reply::as_u64).map(|n| n > 0);
-    let mut counts = Some((0u64, 0u64, 0u64));
+/// Fills [`read`]'s sample from the checks' replies `r` (pure), three per
+/// job in score order: a job gone since round 1 (`ZSCORE` nil) is left
+/// out; one unreadable reply makes the counts unknown, never smaller; the
+/// age is the first job not running (an abort request aside), unknown if
+/// a check before it is unreadable.
+pub fn settle(s: &mut QueueSample, r: &[Value], now: f64) {
+    let states = &mut super::facts(s).states;
+    let mut counts = [JobState::Waiting, JobState::Active, JobState::Retry]
+        .map(|st| states.get(&st).copied().flatten());
     let mut age = None;
-    let mut age_known = true;
-    for (i, (_, score)) in first.iter().enumerate() {
-        let (running, started) = (exists(2 * i), exists(2 * i + 1));
-        counts = match (counts, running, started) {
-            (Some((w, a, t)), Some(true), Some(_)) => Some((w, a + 1, t)),
-            (Some((w, a, t)), Some(false), Some(true)) => Some((w, a, t + 1)),
-            (Some((w, a, t)), Some(false), Some(false)) => Some((w + 1, a, t)),
+    let mut looking = r.len() % 3 == 0;
+    if !looking {
+        counts = [None; 3];
+    }
+    for job in r.chunks_exact(3) {
+        let score = match &job[0] {
+            Value::Nil => continue,
+            v => reply::as_f64(v),
+        };
+        let running = reply::as_u64(&job[1]).map(|n| n > 0);
+        let started = reply::as_u64(&job[2]).map(|n| n > 0);
+        let which = match (score, running, started) {
+            (Some(_), Some(true), Some(_)) => Some(1),
+            (Some(_), Some(false), Some(true)) => Some(2),
+            (Some(_), Some(false), Some(false)) => Some(0),
             _ => None,
         };
-        if age.is_none() && age_known {
-            match running {
-                None => age_known = false,
-                Some(false) if *score > ABORT_SCORE => {
-                    age = Some((now - score / 1e3).max(0.0));
+        match which {
+            Some(i) => counts[i] = counts[i].map(|n| n + 1),
+            None => counts = [None; 3],
+        }
+        if looking {
+            match (score, running) {
+                (Some(t), Some(false)) if t > ABORT_SCORE => {
+                    age = Some(Some((now - t / 1e3).max(0.0)));
+                    looking = false;
                 }
-                _ => {}
+                (Some(_), Some(_)) => {}
+                _ => {
+                    age = Some(None);
+                    looking = false;
+                }
             }
         }
     }
-    if age.is_none() && age_known && due.whole {
-        // Every due job runs (or none is due): nothing waits.
-        age = Some(0.0);
+    for (st, n) in [JobState::Waiting, JobState::Active, JobState::Retry]
+        .into_iter()
+        .zip(counts)
+    {
+        states.insert(st, n);
     }
-    let counts = counts.filter(|_| due.whole);
-    Split {
-        waiting: counts.map(|c| c.0),
-        active: counts.map(|c| c.1),
-        retry: counts.map(|c| c.2),
-        oldest_age_seconds: age,
+    if let Some(age) = age {
+        s.oldest_age_seconds = age;
+    } else if r.len() % 3 != 0 {
+        s.oldest_age_seconds = None;
     }
 }
 
@@ -186,162 +335,195 @@ mod tests {
     use super::super::test_util::*;
     use super::*;
 
-    /// A RESP2 `WITHSCORES` reply of `(member, score)`.
-    fn scored(items: &[(&str, f64)]) -> Value {
-        Value::Array(
-            items
-                .iter()
-                .flat_map(|(m, s)| [bulk(m), bulk(&s.to_string())])
-                .collect(),
-        )
-    }
-
-    /// `EXISTS` replies for (running, started) per job.
-    fn found(jobs: &[(i64, i64)]) -> Vec<Value> {
-        jobs.iter().flat_map(|(a, b)| [int(*a), int(*b)]).collect()
-    }
-
     const NOW: f64 = 1_000.0;
+
+    /// Round 1's replies: `due` due, `deferred` deferred, `ids` read.
+    fn round1(due: i64, deferred: i64, ids: &[&str]) -> Vec<Value> {
+        vec![int(due), int(deferred), list(ids)]
+    }
+
+    /// Round 2's replies per job: (score in ms, running, started).
+    fn checks(jobs: &[(f64, i64, i64)]) -> Vec<Value> {
+        jobs.iter()
+            .flat_map(|(s, a, b)| [bulk(&s.to_string()), int(*a), int(*b)])
+            .collect()
+    }
+
+    fn state(s: &QueueSample, st: JobState) -> Option<u64> {
+        s.preset.as_ref().unwrap().states[&st]
+    }
+
+    fn split(s: &QueueSample) -> [Option<u64>; 3] {
+        [JobState::Waiting, JobState::Active, JobState::Retry].map(|st| state(s, st))
+    }
+
+    /// Round 1 then round 2 with `limit`.
+    fn poll(limit: usize, r1: &[Value], r2: &[Value]) -> QueueSample {
+        let mut st = read(b"arq:queue", r1, limit);
+        settle(&mut st.sample, r2, NOW);
+        st.sample
+    }
 
     #[test]
     fn the_plan_counts_due_and_deferred_jobs_at_now_in_milliseconds() {
         let p = plan(b"arq:queue", 1_795_893_203.5, 1000);
-        let packed = |c: &mut redis::Cmd| c.get_packed_command();
-        assert_eq!(
-            p[0].get_packed_command(),
-            packed(redis::cmd("ZCOUNT").arg("arq:queue").arg("-inf").arg(1_795_893_203_500i64))
-        );
-        assert_eq!(
-            p[1].get_packed_command(),
-            packed(redis::cmd("ZCOUNT").arg("arq:queue").arg("(1795893203500").arg("+inf"))
-        );
-        assert_eq!(
-            p[2].get_packed_command(),
-            packed(
-                redis::cmd("ZRANGEBYSCORE")
-                    .arg("arq:queue")
-                    .arg("-inf")
-                    .arg(1_795_893_203_500i64)
-                    .arg("WITHSCORES")
-                    .arg("LIMIT")
-                    .arg(0)
-                    .arg(1000)
-            )
-        );
+        let now = "1795893203500";
+        let want = [
+            redis::cmd("ZCOUNT").arg("arq:queue").arg("-inf").arg(now).get_packed_command(),
+            redis::cmd("ZCOUNT")
+                .arg("arq:queue")
+                .arg(format!("({now}"))
+                .arg("+inf")
+                .get_packed_command(),
+            redis::cmd("ZRANGEBYSCORE")
+                .arg("arq:queue")
+                .arg("-inf")
+                .arg(now)
+                .arg("LIMIT")
+                .arg(0)
+                .arg(1000)
+                .get_packed_command(),
+        ];
+        let got: Vec<Vec<u8>> = p.iter().map(redis::Cmd::get_packed_command).collect();
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn each_due_job_is_checked_for_its_score_its_worker_and_its_runs() {
+        let st = read(b"q", &round1(1, 0, &["a"]), 1000);
+        let asked: Vec<Vec<u8>> = st.follow.iter().map(|(c, _)| c.get_packed_command()).collect();
+        let want = [
+            redis::cmd("ZSCORE").arg("q").arg("a").get_packed_command(),
+            redis::cmd("EXISTS").arg("arq:in-progress:a").get_packed_command(),
+            redis::cmd("EXISTS").arg("arq:retry:a").get_packed_command(),
+        ];
+        assert_eq!(asked, want);
+        assert!(st.follow.iter().all(|(_, f)| *f == Follow::Own));
     }
 
     #[test]
     fn due_jobs_split_into_waiting_active_and_retry() {
-        let due = read(
-            &[
-                int(4),
-                int(2),
-                scored(&[("a", 990e3), ("b", 991e3), ("c", 992e3), ("d", 993e3)]),
-            ],
-            1000,
-        );
-        assert_eq!(due.delayed, Some(2));
-        assert!(due.whole);
-        let ids: Vec<String> = checks(&due)
-            .iter()
-            .map(|c| String::from_utf8_lossy(&c.get_packed_command()).into_owned())
-            .collect();
-        assert!(ids[0].contains("arq:in-progress:a") && ids[1].contains("arq:retry:a"));
-        assert_eq!(ids.len(), 8);
-        // a runs (its retry count set), b was retried, c and d never ran.
-        let s = split(&due, &found(&[(1, 1), (0, 1), (0, 0), (0, 0)]), NOW);
-        assert_eq!(
-            (s.waiting, s.active, s.retry),
-            (Some(2), Some(1), Some(1))
-        );
+        // a runs (its run counted), b was retried, c and d never ran.
+        let r2 = checks(&[(990e3, 1, 1), (991e3, 0, 1), (992e3, 0, 0), (993e3, 0, 0)]);
+        let s = poll(1000, &round1(4, 2, &["a", "b", "c", "d"]), &r2);
+        assert_eq!(split(&s), [Some(2), Some(1), Some(1)]);
+        assert_eq!(state(&s, JobState::Delayed), Some(2));
         // The oldest job no worker runs is b, due at 991 s.
         assert_eq!(s.oldest_age_seconds, Some(9.0));
-    }
-
-    #[test]
-    fn resp3_pairs_read_like_resp2() {
-        let resp3 = Value::Array(vec![
-            Value::Array(vec![bulk("a"), Value::Double(990e3)]),
-            Value::Array(vec![bulk("b"), Value::Double(995e3)]),
-        ]);
-        let due = read(&[int(2), int(0), resp3], 1000);
-        assert_eq!(
-            due.first,
-            Some(vec![(b"a".to_vec(), 990e3), (b"b".to_vec(), 995e3)])
-        );
+        // arq keeps finished jobs in no per-queue set: unknown, never 0.
+        assert_eq!(state(&s, JobState::Completed), None);
+        assert_eq!(state(&s, JobState::Failed), None);
+        let f = s.preset.as_ref().unwrap();
+        assert_eq!((f.paused, f.stalled, f.overdue), (None, None, None));
     }
 
     #[test]
     fn no_due_job_is_zero_everywhere_and_zero_seconds_old() {
-        let due = read(&[int(0), int(3), scored(&[])], 1000);
-        assert!(checks(&due).is_empty());
-        let s = split(&due, &[], NOW);
-        assert_eq!(
-            (s.waiting, s.active, s.retry, s.oldest_age_seconds),
-            (Some(0), Some(0), Some(0), Some(0.0))
-        );
+        let st = read(b"q", &round1(0, 3, &[]), 1000);
+        assert!(st.follow.is_empty());
+        assert_eq!(split(&st.sample), [Some(0); 3]);
+        assert_eq!(st.sample.oldest_age_seconds, Some(0.0));
     }
 
     #[test]
     fn every_due_job_running_leaves_nothing_waiting() {
-        let due = read(&[int(1), int(0), scored(&[("a", 990e3)])], 1000);
-        let s = split(&due, &found(&[(1, 1)]), NOW);
-        assert_eq!((s.waiting, s.active), (Some(0), Some(1)));
+        let s = poll(1000, &round1(1, 0, &["a"]), &checks(&[(990e3, 1, 1)]));
+        assert_eq!(split(&s), [Some(0), Some(1), Some(0)]);
         assert_eq!(s.oldest_age_seconds, Some(0.0));
+    }
+
+    #[test]
+    fn a_job_gone_since_round_one_is_left_out() {
+        let mut r2 = checks(&[(990e3, 0, 0), (995e3, 0, 0)]);
+        r2[0] = Value::Nil;
+        let s = poll(1000, &round1(2, 0, &["a", "b"]), &r2);
+        assert_eq!(split(&s), [Some(1), Some(0), Some(0)]);
+        assert_eq!(s.oldest_age_seconds, Some(5.0));
     }
 
     #[test]
     fn more_due_jobs_than_checked_leave_the_split_unknown_but_not_the_age() {
         // 5 due, 2 read (limit 2): the 3 unread may run or have run.
-        let due = read(&[int(5), int(0), scored(&[("a", 990e3), ("b", 995e3)])], 2);
-        assert!(!due.whole);
-        let s = split(&due, &found(&[(1, 1), (0, 0)]), NOW);
-        assert_eq!((s.waiting, s.active, s.retry), (None, None, None));
+        let r1 = round1(5, 0, &["a", "b"]);
+        let s = poll(2, &r1, &checks(&[(990e3, 1, 1), (995e3, 0, 0)]));
+        assert_eq!(split(&s), [None; 3]);
         // b is the lowest-scored job not running: the unread score higher.
         assert_eq!(s.oldest_age_seconds, Some(5.0));
-        // All read jobs running: the oldest waiting one is unread.
-        let s = split(&due, &found(&[(1, 1), (1, 1)]), NOW);
+        // Both read jobs running: the oldest waiting one is unread.
+        let s = poll(2, &r1, &checks(&[(990e3, 1, 1), (995e3, 1, 1)]));
         assert_eq!(s.oldest_age_seconds, None);
     }
 
     #[test]
     fn a_full_read_of_exactly_the_due_jobs_is_whole() {
-        let due = read(&[int(2), int(0), scored(&[("a", 990e3), ("b", 995e3)])], 2);
-        assert!(due.whole);
-        // The count itself unreadable: a full read may have left some out.
-        let due = read(&[refused(), int(0), scored(&[("a", 990e3), ("b", 995e3)])], 2);
-        assert!(!due.whole);
+        let s = poll(2, &round1(2, 0, &["a", "b"]), &checks(&[(990e3, 0, 0), (995e3, 0, 0)]));
+        assert_eq!(split(&s), [Some(2), Some(0), Some(0)]);
+        // The count unreadable: a full read may have left some out.
+        let mut r1 = round1(2, 0, &["a", "b"]);
+        r1[0] = refused();
+        let s = poll(2, &r1, &checks(&[(990e3, 0, 0), (995e3, 0, 0)]));
+        assert_eq!(split(&s), [None; 3]);
     }
 
     #[test]
     fn an_unreadable_check_makes_the_counts_unknown_never_smaller() {
-        let due = read(&[int(2), int(0), scored(&[("a", 990e3), ("b", 995e3)])], 1000);
-        let mut r = found(&[(0, 0), (0, 0)]);
-        r[3] = refused();
-        let s = split(&due, &r, NOW);
-        assert_eq!((s.waiting, s.active, s.retry), (None, None, None));
+        let r1 = round1(2, 0, &["a", "b"]);
+        let mut r2 = checks(&[(990e3, 0, 0), (995e3, 0, 0)]);
+        r2[4] = refused();
+        let s = poll(1000, &r1, &r2);
+        assert_eq!(split(&s), [None; 3]);
         // a's checks were read: it is the oldest waiting job.
         assert_eq!(s.oldest_age_seconds, Some(10.0));
         // a's in-progress check refused: an older waiting job may be hidden.
-        let mut r = found(&[(0, 0), (0, 0)]);
-        r[0] = refused();
-        assert_eq!(split(&due, &r, NOW).oldest_age_seconds, None);
+        let mut r2 = checks(&[(990e3, 0, 0), (995e3, 0, 0)]);
+        r2[1] = refused();
+        assert_eq!(poll(1000, &r1, &r2).oldest_age_seconds, None);
+        // Replies missing: nothing is known.
+        let s = poll(1000, &r1, &checks(&[(990e3, 0, 0)])[..2]);
+        assert_eq!((split(&s), s.oldest_age_seconds), ([None; 3], None));
     }
 
     #[test]
     fn a_refused_queue_read_is_unknown_throughout() {
-        let due = read(&[refused(), refused(), refused()], 1000);
-        assert_eq!(due.delayed, None);
-        assert!(checks(&due).is_empty());
-        assert_eq!(split(&due, &[], NOW), Split::default());
+        let st = read(b"q", &[refused(), refused(), refused()], 1000);
+        assert!(st.follow.is_empty());
+        assert_eq!(split(&st.sample), [None; 3]);
+        assert_eq!(state(&st.sample, JobState::Delayed), None);
+        assert_eq!(st.sample.oldest_age_seconds, None);
     }
 
     #[test]
     fn an_abort_request_is_waiting_but_has_no_age() {
         // `Job.abort` scores a deferred job 1: due at once, not since 1970.
-        let due = read(&[int(2), int(0), scored(&[("x", 1.0), ("b", 995e3)])], 1000);
-        let s = split(&due, &found(&[(0, 0), (0, 0)]), NOW);
-        assert_eq!(s.waiting, Some(2));
+        let r2 = checks(&[(1.0, 0, 0), (995e3, 0, 0)]);
+        let s = poll(1000, &round1(2, 0, &["x", "b"]), &r2);
+        assert_eq!(split(&s), [Some(2), Some(0), Some(0)]);
         assert_eq!(s.oldest_age_seconds, Some(5.0));
+    }
+
+    #[test]
+    fn the_health_line_of_arqs_worker_marks_its_queue() {
+        let line = b"Nov-28 19:13:30 j_complete=0 j_failed=1 j_retried=2 j_ongoing=1 queued=1";
+        assert!(is_health_line(line));
+        for other in [
+            &b"ok"[..],
+            b"Nov-28 19:13:30 j_complete=0 j_failed=1 j_retried=2 j_ongoing=1",
+            b"Nov-28 19:13:30 j_complete=x j_failed=1 j_retried=2 j_ongoing=1 queued=1",
+            b"Nov-28 19:13:30 queued=1 j_failed=1 j_retried=2 j_ongoing=1 j_complete=0",
+        ] {
+            assert!(!is_health_line(other), "{}", String::from_utf8_lossy(other));
+        }
+        assert_eq!(health_queue(b"app:jobs:health-check"), Some(&b"app:jobs"[..]));
+        assert_eq!(health_queue(b":health-check"), None);
+        assert_eq!(health_queue(b"app:jobs"), None);
+    }
+
+    #[test]
+    fn zsets_in_arqs_namespace_are_queues_but_its_abort_set() {
+        assert!(is_namespaced_queue(b"arq:queue"));
+        assert!(is_namespaced_queue(b"arq:queue:emails"));
+        assert!(!is_namespaced_queue(b"arq:abort"));
+        assert!(!is_namespaced_queue(b"arq:"));
+        assert!(!is_namespaced_queue(b"app:queue"));
     }
 }
