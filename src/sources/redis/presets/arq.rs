@@ -102,7 +102,10 @@ impl Library for Arq {
     }
 
     fn fixed_queues(&self, preset: &Preset) -> Vec<Unit> {
-        let units = preset.queues.iter().map(|q| Unit::Queue(q.as_bytes().to_vec()));
+        let units = preset
+            .queues
+            .iter()
+            .map(|q| Unit::Queue(q.as_bytes().to_vec()));
         super::sorted(units.collect())
     }
 
@@ -143,7 +146,12 @@ impl Library for Arq {
 
     /// One entry for the zsets under `arq:` (but `arq:abort`) and the
     /// queues whose health check holds arq's line; none without either.
-    fn recognise(&self, seen: &Seen, keys: &Keys, _: &mut BTreeSet<Vec<u8>>) -> Vec<(Preset, Vec<Unit>)> {
+    fn recognise(
+        &self,
+        seen: &Seen,
+        keys: &Keys,
+        _: &mut BTreeSet<Vec<u8>>,
+    ) -> Vec<(Preset, Vec<Unit>)> {
         let mut queues: BTreeSet<Vec<u8>> = keys
             .keys()
             .filter(|k| is_namespaced_queue(k) && type_at(keys, k) == Some(KeyType::Zset))
@@ -158,8 +166,10 @@ impl Library for Arq {
                 }
             }
         }
-        let names: Option<Vec<String>> =
-            queues.into_iter().map(|q| String::from_utf8(q).ok()).collect();
+        let names: Option<Vec<String>> = queues
+            .into_iter()
+            .map(|q| String::from_utf8(q).ok())
+            .collect();
         match names {
             Some(names) if !names.is_empty() => {
                 let preset = Preset {
@@ -247,8 +257,8 @@ pub fn read(queue: &[u8], r: &[Value], limit: usize) -> Stage {
     for state in [JobState::Completed, JobState::Failed] {
         set_state(&mut s, state, None);
     }
-    let ids: Option<Vec<&[u8]>> = reply::as_array(at(2))
-        .and_then(|items| items.iter().map(reply::as_bytes).collect());
+    let ids: Option<Vec<&[u8]>> =
+        reply::as_array(at(2)).and_then(|items| items.iter().map(reply::as_bytes).collect());
     // Every due job read: fewer came back than asked, or no more are due.
     let whole = ids.as_ref().is_some_and(|ids| {
         ids.len() < limit || count(at(0)).is_some_and(|d| d <= ids.len() as u64)
@@ -369,7 +379,11 @@ mod tests {
         let p = plan(b"arq:queue", 1_795_893_203.5, 1000);
         let now = "1795893203500";
         let want = [
-            redis::cmd("ZCOUNT").arg("arq:queue").arg("-inf").arg(now).get_packed_command(),
+            redis::cmd("ZCOUNT")
+                .arg("arq:queue")
+                .arg("-inf")
+                .arg(now)
+                .get_packed_command(),
             redis::cmd("ZCOUNT")
                 .arg("arq:queue")
                 .arg(format!("({now}"))
@@ -391,10 +405,16 @@ mod tests {
     #[test]
     fn each_due_job_is_checked_for_its_score_its_worker_and_its_runs() {
         let st = read(b"q", &round1(1, 0, &["a"]), 1000);
-        let asked: Vec<Vec<u8>> = st.follow.iter().map(|(c, _)| c.get_packed_command()).collect();
+        let asked: Vec<Vec<u8>> = st
+            .follow
+            .iter()
+            .map(|(c, _)| c.get_packed_command())
+            .collect();
         let want = [
             redis::cmd("ZSCORE").arg("q").arg("a").get_packed_command(),
-            redis::cmd("EXISTS").arg("arq:in-progress:a").get_packed_command(),
+            redis::cmd("EXISTS")
+                .arg("arq:in-progress:a")
+                .get_packed_command(),
             redis::cmd("EXISTS").arg("arq:retry:a").get_packed_command(),
         ];
         assert_eq!(asked, want);
@@ -456,7 +476,11 @@ mod tests {
 
     #[test]
     fn a_full_read_of_exactly_the_due_jobs_is_whole() {
-        let s = poll(2, &round1(2, 0, &["a", "b"]), &checks(&[(990e3, 0, 0), (995e3, 0, 0)]));
+        let s = poll(
+            2,
+            &round1(2, 0, &["a", "b"]),
+            &checks(&[(990e3, 0, 0), (995e3, 0, 0)]),
+        );
         assert_eq!(split(&s), [Some(2), Some(0), Some(0)]);
         // The count unreadable: a full read may have left some out.
         let mut r1 = round1(2, 0, &["a", "b"]);
@@ -513,7 +537,10 @@ mod tests {
         ] {
             assert!(!is_health_line(other), "{}", String::from_utf8_lossy(other));
         }
-        assert_eq!(health_queue(b"app:jobs:health-check"), Some(&b"app:jobs"[..]));
+        assert_eq!(
+            health_queue(b"app:jobs:health-check"),
+            Some(&b"app:jobs"[..])
+        );
         assert_eq!(health_queue(b":health-check"), None);
         assert_eq!(health_queue(b"app:jobs"), None);
     }
