@@ -292,7 +292,7 @@ pub fn settle(s: &mut QueueSample, r: &[Value], now: f64) {
     let mut counts = [JobState::Waiting, JobState::Active, JobState::Retry]
         .map(|st| states.get(&st).copied().flatten());
     let mut age = None;
-    let mut looking = r.len() % 3 == 0;
+    let mut looking = r.len().is_multiple_of(3);
     if !looking {
         counts = [None; 3];
     }
@@ -335,7 +335,7 @@ pub fn settle(s: &mut QueueSample, r: &[Value], now: f64) {
     }
     if let Some(age) = age {
         s.oldest_age_seconds = age;
-    } else if r.len() % 3 != 0 {
+    } else if !r.len().is_multiple_of(3) {
         s.oldest_age_seconds = None;
     }
 }
