@@ -166,21 +166,20 @@ impl Library for Arq {
                 }
             }
         }
-        let names: Option<Vec<String>> = queues
+        // A name that is not text cannot be a `queues:` entry: left plain.
+        let names: Vec<String> = queues
             .into_iter()
-            .map(|q| String::from_utf8(q).ok())
+            .filter_map(|q| String::from_utf8(q).ok())
             .collect();
-        match names {
-            Some(names) if !names.is_empty() => {
-                let preset = Preset {
-                    queues: names,
-                    ..Preset::new(KIND, "")
-                };
-                let units = self.fixed_queues(&preset);
-                vec![(preset, units)]
-            }
-            _ => Vec::new(),
+        if names.is_empty() {
+            return Vec::new();
         }
+        let preset = Preset {
+            queues: names,
+            ..Preset::new(KIND, "")
+        };
+        let units = self.fixed_queues(&preset);
+        vec![(preset, units)]
     }
 
     /// An unread health check: its queue's zset, if found.
@@ -543,6 +542,102 @@ mod tests {
         );
         assert_eq!(health_queue(b":health-check"), None);
         assert_eq!(health_queue(b"app:jobs"), None);
+    }
+
+    /// Keys found by a scan, with their types.
+    fn found(list: &[(&str, KeyType)]) -> Keys {
+        use super::super::super::discovery::Candidate;
+        use super::super::super::tracked::KeyState;
+        list.iter()
+            .map(|(k, t)| {
+                let c = Candidate {
+                    spec: 0,
+                    exact: false,
+                    state: KeyState::Typed(*t),
+                };
+                (k.as_bytes().to_vec(), c)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn zero_config_takes_arqs_zsets_and_the_queues_of_live_workers() {
+        let keys = found(&[
+            ("arq:queue", KeyType::Zset),
+            ("arq:emails", KeyType::Zset),
+            ("arq:abort", KeyType::Zset),
+            ("arq:list", KeyType::List),
+            ("app:jobs", KeyType::Zset),
+            ("app:other", KeyType::Zset),
+            ("app:listq", KeyType::List),
+        ]);
+        let mut seen = Seen::default();
+        let line = "Nov-28 19:13:30 j_complete=0 j_failed=0 j_retried=0 j_ongoing=1 queued=1";
+        for (mark, text) in [
+            ("app:jobs:health-check", line),
+            // A worker whose queue is drained: its zset is gone.
+            ("app:idle:health-check", line),
+            ("app:other:health-check", "ok"),
+            ("app:listq:health-check", line),
+        ] {
+            seen.replies.insert(mark.as_bytes().to_vec(), bulk(text));
+        }
+        assert!(Arq.mark_read(b"app:jobs:health-check").is_some());
+        assert!(Arq.mark_read(b"app:jobs").is_none());
+        let found = Arq.recognise(&seen, &keys, &mut BTreeSet::new());
+        assert_eq!(found.len(), 1);
+        let (preset, units) = &found[0];
+        assert_eq!(
+            preset.queues,
+            ["app:idle", "app:jobs", "arq:emails", "arq:queue"]
+        );
+        assert_eq!(units.len(), 4);
+        // Neither arq's zsets nor its health checks: nothing.
+        let none = Arq.recognise(&Seen::default(), &found_plain(), &mut BTreeSet::new());
+        assert!(none.is_empty());
+    }
+
+    fn found_plain() -> Keys {
+        found(&[("app:other", KeyType::Zset), ("arq:abort", KeyType::Zset)])
+    }
+
+    #[test]
+    fn an_unread_health_check_holds_back_its_queue_and_hides_its_name() {
+        let keys = found(&[("app:jobs", KeyType::Zset), ("app:l", KeyType::List)]);
+        assert_eq!(
+            Arq.withheld(b"app:jobs:health-check", &keys),
+            [b"app:jobs".to_vec()]
+        );
+        assert!(Arq.withheld(b"app:l:health-check", &keys).is_empty());
+        assert_eq!(
+            Arq.hidden(b"app:jobs:health-check"),
+            Some(Hidden::Names(vec!["app:jobs".into()]))
+        );
+        assert_eq!(Arq.hidden(b"rq:queues"), None);
+    }
+
+    #[test]
+    fn a_preset_entry_defaults_to_arqs_queue_and_owns_its_job_keys() {
+        let mut preset = Preset::new(KIND, "");
+        Arq.configure(&mut preset, &Given::default()).unwrap();
+        assert_eq!(preset.queues, [DEFAULT_QUEUE]);
+        assert_eq!(Arq.fixed_names(&preset), [DEFAULT_QUEUE]);
+        let given = Given {
+            queues: Some(vec![String::new()]),
+            ..Given::default()
+        };
+        assert!(Arq.configure(&mut preset, &given).is_err());
+        let owned = Arq.owned(&preset, &Arq.fixed_queues(&preset));
+        for k in [
+            &b"arq:job:"[..],
+            b"arq:in-progress:",
+            b"arq:retry:",
+            b"arq:result:",
+        ] {
+            assert!(owned.contains(&Owned::Under(k.to_vec())));
+        }
+        assert!(owned.contains(&Owned::Key(b"arq:abort".to_vec())));
+        assert!(owned.contains(&Owned::Key(b"arq:queue:health-check".to_vec())));
     }
 
     #[test]
