@@ -364,3 +364,38 @@ fn discover_prints_arq_and_once_reads_it_as_zero_config_does() {
         "{text}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_entry_on_an_arq_queue_gives_it_the_arrivals_its_producers_count() {
+    let redis = RedisServer::start();
+    if arq(&redis.url, &["enqueue", "arq:queue", "2"]).is_none() {
+        return;
+    }
+    let mut conn = redis.conn();
+    // What the app's producers INCR beside each `enqueue_job`.
+    rcmd(&mut conn, &["SET", "arq:enqueued", "2"]);
+    let queues = "- preset: arq\n- key: arq:queue\n  counters: { enqueued: arq:enqueued }\n";
+    let app = TestApp::start(&config(&redis.url, queues)).await;
+    let s = app
+        .scrape_until(
+            "the counter on the arq queue",
+            Duration::from_secs(15),
+            |s| gauge(s, "queue_messages_published_total", "arq:queue") == Some(2.0),
+        )
+        .await;
+    // Counted once, as the arq queue: the key has no series of its own.
+    assert_eq!(depth(&s, "arq:queue", "arq", "waiting"), Some(2.0), "{s}");
+    assert!(plain_depths(&s).is_empty(), "{s}");
+    let c = client(&app).await;
+    let wait = [
+        ("queue", "arq:queue"),
+        ("preset", "arq"),
+        ("mode", "WaitTime"),
+        ("targetWait", "10s"),
+        ("processingTime", "1s"),
+        ("window", "2s"),
+    ];
+    // No arrivals in the window: 2 jobs of 1 s to start within 10 s.
+    wait_value_for(&c, &wait, 0.2, Duration::from_secs(15)).await;
+    app.stop().await;
+}
