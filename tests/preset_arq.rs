@@ -233,6 +233,23 @@ async fn zero_config_recognises_arqs_default_and_custom_queues_and_no_key_of_it_
         "{s}"
     );
     app.stop().await;
+
+    // The libraries alone (no `TYPE` of every name): the same queues.
+    let yaml = config(&redis.url, "").replace(
+        "    discovery_interval: 200ms\n",
+        "    discovery_interval: 200ms\n    plain_keys: false\n",
+    );
+    let app = TestApp::start(&yaml).await;
+    let s = app
+        .scrape_until("arq recognised alone", Duration::from_secs(20), |s| {
+            depth(s, "app:slow", "arq", "active").is_some()
+                && depth(s, "arq:queue", "arq", "waiting") == Some(3.0)
+        })
+        .await;
+    assert_eq!(depth(&s, "arq:retrying", "arq", "retry"), Some(1.0), "{s}");
+    assert_eq!(depth(&s, "arq:failing", "arq", "waiting"), Some(1.0), "{s}");
+    assert!(plain_depths(&s).is_empty(), "{s}");
+    app.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

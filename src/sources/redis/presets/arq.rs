@@ -144,6 +144,26 @@ impl Library for Arq {
         health_queue(k).map(|_| MarkRead::Cmd(super::cmd("GET", k)))
     }
 
+    /// With `plain_keys: false`: a name under `arq:` that may be a queue
+    /// (not one of the per-job keys, the bulk of arq's keys, nor a health
+    /// check).
+    fn is_evidence(&self, k: &[u8]) -> bool {
+        let per_job = [IN_PROGRESS, RETRY]
+            .into_iter()
+            .chain(JOB_AND_RESULT)
+            .any(|p| k.starts_with(p));
+        is_namespaced_queue(k) && !per_job && health_queue(k).is_none()
+    }
+
+    /// Those names: their type tells a queue's zset.
+    fn evidence(&self, _: &Seen, names: &[Vec<u8>], _: &mut BTreeSet<Vec<u8>>) -> Vec<Vec<u8>> {
+        names
+            .iter()
+            .filter(|k| self.is_evidence(k))
+            .cloned()
+            .collect()
+    }
+
     /// One entry for the zsets under `arq:` (but `arq:abort`) and the
     /// queues whose health check holds arq's line; none without either.
     fn recognise(
@@ -638,6 +658,24 @@ mod tests {
         }
         assert!(owned.contains(&Owned::Key(b"arq:abort".to_vec())));
         assert!(owned.contains(&Owned::Key(b"arq:queue:health-check".to_vec())));
+    }
+
+    #[test]
+    fn without_plain_keys_the_names_under_arq_that_may_be_queues_are_typed() {
+        for k in ["arq:queue", "arq:emails"] {
+            assert!(Arq.is_evidence(k.as_bytes()), "{k}");
+        }
+        for k in [
+            "arq:job:a",
+            "arq:in-progress:a",
+            "arq:retry:a",
+            "arq:result:a",
+            "arq:abort",
+            "arq:queue:health-check",
+            "app:jobs",
+        ] {
+            assert!(!Arq.is_evidence(k.as_bytes()), "{k}");
+        }
     }
 
     #[test]
