@@ -238,9 +238,9 @@ impl Library for Sidekiq {
             if claimed.contains(set) || members.is_empty() || members.iter().any(Vec::is_empty) {
                 continue;
             }
-            let queue_list = members
-                .iter()
-                .any(|m| type_at(keys, &k(text, &key(&[&b"queue:"[..], m]))) == Some(KeyType::List));
+            let queue_list = members.iter().any(|m| {
+                type_at(keys, &k(text, &key(&[&b"queue:"[..], m]))) == Some(KeyType::List)
+            });
             let global_zset = GLOBAL_ZSETS
                 .iter()
                 .any(|n| type_at(keys, &k(text, n)) == Some(KeyType::Zset));
@@ -276,6 +276,10 @@ impl Library for Sidekiq {
 
     fn hidden(&self, mark: &[u8]) -> Option<Hidden> {
         registry_prefix(mark).map(|_| Hidden::Any)
+    }
+
+    fn zero_config(&self) -> bool {
+        true
     }
 
     fn plan(&self, preset: &Preset, unit: &Unit, now: f64) -> Vec<redis::Cmd> {
