@@ -138,6 +138,10 @@ impl Library for Arq {
         settle(sample, r, now);
     }
 
+    fn zero_config(&self) -> bool {
+        true
+    }
+
     /// A worker's `<queue>:health-check` string: its text says whether it
     /// is arq's ([`is_health_line`]).
     fn mark_read(&self, k: &[u8]) -> Option<MarkRead> {
