@@ -28,7 +28,7 @@ use std::collections::BTreeSet;
 
 use redis::Value;
 
-use super::library::{Hidden, Keys, Library, MarkRead, Owned, Seen, type_at};
+use super::library::{Hidden, Keys, Library, MarkRead, Owned, Seen, type_at, under};
 use super::{Follow, Stage, Unit, count, key, preset_sample, queue_label, reply, set_state};
 use crate::config::{Given, KeyType, Preset};
 use crate::snapshot::{JobState, PresetKind, QueueSample};
@@ -152,11 +152,13 @@ impl Library for Arq {
     /// (not one of the per-job keys, the bulk of arq's keys, nor a health
     /// check).
     fn is_evidence(&self, k: &[u8]) -> bool {
-        let per_job = [IN_PROGRESS, RETRY]
-            .into_iter()
-            .chain(JOB_AND_RESULT)
-            .any(|p| k.starts_with(p));
-        is_namespaced_queue(k) && !per_job && health_queue(k).is_none()
+        // Most names are not under `arq:`: one comparison rules them out.
+        is_namespaced_queue(k)
+            && health_queue(k).is_none()
+            && ![IN_PROGRESS, RETRY]
+                .into_iter()
+                .chain(JOB_AND_RESULT)
+                .any(|p| k.starts_with(p))
     }
 
     /// Those names: their type tells a queue's zset.
@@ -176,8 +178,7 @@ impl Library for Arq {
         keys: &Keys,
         _: &mut BTreeSet<Vec<u8>>,
     ) -> Vec<(Preset, Vec<Unit>)> {
-        let mut queues: BTreeSet<Vec<u8>> = keys
-            .keys()
+        let mut queues: BTreeSet<Vec<u8>> = under(keys, NAMESPACE)
             .filter(|k| is_namespaced_queue(k) && type_at(keys, k) == Some(KeyType::Zset))
             .cloned()
             .collect();
