@@ -363,6 +363,7 @@ const LIBRARY_NAMES: &[(&str, &[&str])] = &[
     ("priority[-_]?zset", &["priority_zset.rs"]),
     ("dramatiq", &["dramatiq.rs"]),
     ("huey", &["huey.rs"]),
+    ("arq", &["arq.rs"]),
 ];
 
 /// `text` without the registration list (`LIBRARIES` and the `mod` lines

@@ -13,7 +13,7 @@ use super::bounded::Bound;
 use super::service::FinishedLayout;
 use super::{Stage, Unit};
 use crate::config::{Given, Preset};
-use crate::snapshot::{PresetKind, Reason};
+use crate::snapshot::{PresetKind, QueueSample, Reason};
 
 /// The library whose config name is `name`.
 pub fn named(name: &str) -> Option<&'static dyn Library> {
@@ -252,6 +252,13 @@ pub trait Library: Sync {
     /// Reads [`Library::plan`]'s replies (pure): the sample, and the
     /// round-2 follow-ups it needs.
     fn read(&self, preset: &Preset, unit: &Unit, replies: &[Value], now: f64) -> Stage;
+
+    /// Round 2 read together (pure): the replies to the `Follow::Own`
+    /// commands of `sample`'s stage, in order, once round 2 is in; for a
+    /// library whose follow-ups mean something only side by side.
+    fn settle(&self, preset: &Preset, sample: &mut QueueSample, replies: &[Value], now: f64) {
+        let _ = (preset, sample, replies, now);
+    }
 
     /// Where `queue` keeps finished jobs with start and end stamps, if the
     /// library keeps them: its service time is then measured.

@@ -11,6 +11,7 @@
 //! finished since the last read, for the service time (`service.rs`).
 //! Discovery reads each library's registry every `discovery_interval`.
 
+mod arq;
 mod asynq;
 mod bounded;
 mod bull;
@@ -65,6 +66,7 @@ pub static LIBRARIES: &[&dyn library::Library] = &[
     &priority_zset::PriorityZset,
     &dramatiq::Dramatiq,
     &huey::Huey,
+    &arq::Arq,
 ];
 
 /// What a preset source keeps between polls: the logical queues each entry's
@@ -176,6 +178,9 @@ pub(crate) enum Follow {
     /// A finished job's start and end stamps (`HMGET`), for the queue's
     /// service time (its window knows what each is for).
     Finished,
+    /// A reply the library reads itself: a stage's `Own` replies, in
+    /// order, go to its `Library::settle` once round 2 is in.
+    Own,
 }
 
 /// One logical queue after round 1: its sample, and the follow-ups it needs.
@@ -355,8 +360,9 @@ pub(super) fn apply(s: &mut QueueSample, follow: Follow, v: &Value, now: f64) {
             f.stalled = f.stalled.zip(count(v)).map(|(a, n)| a + n);
         }
         Follow::Count(state) => set_state(s, state, count(v)),
-        // Recorded into the queue's window by the poll, which owns it.
-        Follow::Finished => {}
+        // Recorded into the queue's window, or settled by the library,
+        // by the poll, which owns both.
+        Follow::Finished | Follow::Own => {}
     }
 }
 
@@ -697,15 +703,22 @@ impl PresetState {
             let replies = pipelined(conn, follow_cmds).await?;
             out.key_errors
                 .extend(replies.iter().filter_map(reply_error));
-            for ((i, f), v) in follow_meta.into_iter().zip(&replies) {
+            let mut own: HashMap<usize, Vec<Value>> = HashMap::new();
+            for ((i, f), v) in follow_meta.into_iter().zip(replies) {
                 match (f, measured.get(i).and_then(Option::as_ref)) {
                     (Follow::Finished, Some((entry, name))) => {
                         if let Some(w) = self.entries[*entry].service.get_mut(name) {
-                            w.record(v);
+                            w.record(&v);
                         }
                     }
-                    _ => apply(&mut stages[i].1.sample, f, v, now),
+                    (Follow::Own, _) => own.entry(i).or_default().push(v),
+                    _ => apply(&mut stages[i].1.sample, f, &v, now),
                 }
+            }
+            for (i, replies) in own {
+                let (entry, stage) = &mut stages[i];
+                let preset = &self.entries[*entry].spec.preset;
+                lib(preset).settle(preset, &mut stage.sample, &replies, now);
             }
         }
         for ((_, stage), m) in stages.iter_mut().zip(&measured) {
