@@ -86,6 +86,8 @@ pub enum Library {
     Bullmq,
     /// Bull 4.x, BullMQ's predecessor, from npm.
     Bull,
+    /// bee-queue 2.x, from npm.
+    BeeQueue,
 }
 
 impl Library {
@@ -97,6 +99,7 @@ impl Library {
             Library::Sidekiq => "Sidekiq (apt-get install ruby-sidekiq)",
             Library::Bullmq => "BullMQ (npm ci in tests/fixtures/presets/node)",
             Library::Bull => "Bull (npm ci in tests/fixtures/presets/node)",
+            Library::BeeQueue => "bee-queue (npm ci in tests/fixtures/presets/node)",
         }
     }
 
@@ -105,7 +108,7 @@ impl Library {
         match self {
             Library::Rq | Library::Celery => "python3",
             Library::Sidekiq => "ruby",
-            Library::Bullmq | Library::Bull => "node",
+            Library::Bullmq | Library::Bull | Library::BeeQueue => "node",
         }
     }
 
@@ -120,6 +123,7 @@ impl Library {
                 "require('{node_dir}/node_modules/bullmq'); require('{node_dir}/node_modules/ioredis')"
             ),
             Library::Bull => format!("require('{node_dir}/node_modules/bull')"),
+            Library::BeeQueue => format!("require('{node_dir}/node_modules/bee-queue')"),
         }
     }
 
