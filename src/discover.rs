@@ -8,10 +8,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::config::{
-    CELERY_PRIORITY_STEPS, CELERY_SEP, KeyType, Preset, PresetSpec, RedisSourceConfig,
-    default_prefix,
-};
+use crate::config::{KeyType, PresetSpec, RedisSourceConfig, default_prefix};
 use crate::sources::SourceError;
 use crate::sources::redis::{Recognised, RedisSource};
 
@@ -112,9 +109,9 @@ fn preset_entry(spec: &PresetSpec, names: &[String]) -> String {
     let mut out = format!(
         "      # {} {}: {}\n",
         crate::sources::redis::library_name(kind),
-        match spec.preset.prefix() {
-            Some(p) if !p.is_empty() => format!("at prefix {p:?}"),
-            _ => "without prefix".to_string(),
+        match spec.preset.prefix.as_str() {
+            "" => "without prefix".to_string(),
+            p => format!("at prefix {p:?}"),
         },
         if names.is_empty() {
             "no queue yet".to_string()
@@ -123,27 +120,12 @@ fn preset_entry(spec: &PresetSpec, names: &[String]) -> String {
         }
     );
     out.push_str(&format!("      - preset: {}\n", kind.as_str()));
-    if let Some(p) = spec.preset.prefix()
-        && p != default_prefix(kind)
-    {
+    let p = spec.preset.prefix.as_str();
+    if p != default_prefix(kind) {
         out.push_str(&format!("        prefix: {}\n", quote(p)));
     }
-    if let Preset::Celery {
-        queues,
-        priority_steps,
-        sep,
-        ..
-    } = &spec.preset
-    {
-        let qs: Vec<String> = queues.iter().map(|q| quote(q)).collect();
-        out.push_str(&format!("        queues: [{}]\n", qs.join(", ")));
-        if sep != CELERY_SEP {
-            out.push_str(&format!("        sep: {}\n", quote(sep)));
-        }
-        if priority_steps.as_slice() != CELERY_PRIORITY_STEPS {
-            let steps: Vec<String> = priority_steps.iter().map(u8::to_string).collect();
-            out.push_str(&format!("        priority_steps: [{}]\n", steps.join(", ")));
-        }
+    for line in crate::sources::redis::printed_options(&spec.preset, quote) {
+        out.push_str(&format!("        {line}\n"));
     }
     out
 }
@@ -275,12 +257,11 @@ mod tests {
     #[test]
     fn a_celery_entry_says_what_differs_from_kombus_defaults() {
         let spec = PresetSpec {
-            preset: Preset::Celery {
+            preset: Preset {
                 queues: vec!["tasks".into()],
                 priority_steps: vec![0, 1, 3, 6, 9],
                 sep: ":".into(),
-                prefix: "app:".into(),
-                visibility_timeout: crate::config::CELERY_VISIBILITY_TIMEOUT,
+                ..Preset::new(crate::snapshot::PresetKind::named("celery"), "app:")
             },
             counters: None,
         };

@@ -35,8 +35,8 @@ pub use error::ConfigError;
 pub(crate) use error::one_line;
 pub use load::{LoadOptions, is_read_once};
 pub use preset::{
-    ALL_QUEUES, CELERY_PRIORITY_STEPS, CELERY_SEP, CELERY_VISIBILITY_TIMEOUT, CounterKeys,
-    DEFAULT_STALLED_CHECK_LIMIT, Preset, PresetSpec, default_prefix,
+    ALL_QUEUES, CounterKeys, DEFAULT_STALLED_CHECK_LIMIT, Given, Preset, PresetSpec,
+    default_prefix, preset_kind, preset_names,
 };
 pub use rabbitmq::{ClientTlsConfig, NameRegex, RabbitMethod, RabbitSourceConfig, RabbitStats};
 pub use redis::{

@@ -1,6 +1,8 @@
 //! `queues:` entries of a Redis source that name a library instead of keys
-//! (`- preset: rq`), parsed into typed values: each preset carries only the
-//! options it understands, with the library's defaults filled in once here.
+//! (`- preset: rq`). The options every library draws from are parsed by
+//! type here; which of them a library takes, their defaults and its own
+//! checks are the library's (`Library::configure` in its file), found by
+//! name in the one list of libraries (`presets::library::LIBRARIES`).
 
 use std::time::Duration;
 
@@ -8,18 +10,10 @@ use serde::Deserialize;
 
 use super::duration::{Bounds, parse_duration};
 use crate::snapshot::PresetKind;
+use crate::sources::redis::presets::library;
 
 /// Default bound on the per-poll stalled checks (one `EXISTS` each).
 pub const DEFAULT_STALLED_CHECK_LIMIT: usize = 100;
-
-/// kombu's default `priority_steps` (`PRIORITY_STEPS`).
-pub const CELERY_PRIORITY_STEPS: [u8; 4] = [0, 3, 6, 9];
-
-/// kombu's default `sep` between a queue name and its priority step.
-pub const CELERY_SEP: &str = "\x06\x16";
-
-/// kombu's default `visibility_timeout`.
-pub const CELERY_VISIBILITY_TIMEOUT: Duration = Duration::from_secs(3600);
 
 /// One `- preset: <name>` entry.
 #[derive(Debug, Clone, PartialEq)]
@@ -31,115 +25,57 @@ pub struct PresetSpec {
     pub counters: Option<CounterKeys>,
 }
 
-/// A library and the options that locate its keys.
+/// A library and the options that locate its keys: every option a library
+/// may take, with the library's defaults filled in (an option the library
+/// does not take stays at its empty value).
 #[derive(Debug, Clone, PartialEq)]
-pub enum Preset {
-    /// BullMQ 5.x/6.x: queues discovered by SCAN for `<prefix>:*:meta`.
-    Bullmq {
-        /// Key prefix (`bull`).
-        prefix: String,
-        /// Active jobs whose lock is checked per poll, at most.
-        stalled_check_limit: usize,
-    },
-    /// Bull 3.x/4.x: queues discovered by SCAN for `<prefix>:*:id`.
-    Bull {
-        /// Key prefix (`bull`).
-        prefix: String,
-        /// Active jobs whose lock is checked per poll, at most.
-        stalled_check_limit: usize,
-    },
-    /// Sidekiq 6–8: queues from the `queues` set.
-    Sidekiq {
-        /// A redis-namespace prefix (`ns` → `ns:queue:<q>`), as Sidekiq 6
-        /// deployments used; empty for 7.x/8.x.
-        prefix: String,
-        /// Processes whose heartbeat is checked per poll, at most.
-        stalled_check_limit: usize,
-    },
-    /// Celery on kombu's Redis transport: named queues, priority lists.
-    Celery {
-        /// Queue names (Celery has no registry); default `[celery]`.
-        queues: Vec<String>,
-        /// kombu's `priority_steps`; step 0 is the bare queue name.
-        priority_steps: Vec<u8>,
-        /// kombu's `sep` between a queue name and its step.
-        sep: String,
-        /// kombu's `global_keyprefix`, prepended to every key.
-        prefix: String,
-        /// kombu's `visibility_timeout`: unacked longer than this is stalled.
-        visibility_timeout: Duration,
-    },
-    /// RQ: queues from the `<prefix>:queues` set (full keys).
-    Rq {
-        /// `RQ_KEY_PREFIX` (`rq`).
-        prefix: String,
-    },
-    /// asynq: queues from the `<prefix>:queues` set.
-    Asynq {
-        /// Key prefix (`asynq`).
-        prefix: String,
-    },
-    /// The Kubernetes fine-parallel work queue (`rediswq.py`).
-    Rediswq {
-        /// The main list's name (`job2` in the Kubernetes example).
-        name: String,
-        /// Processing items whose lease key is checked per poll, at most.
-        stalled_check_limit: usize,
-    },
-    /// `<prefix>:pending:{priority}` zsets and friends.
-    PriorityZset {
-        /// Key prefix (`jobs`); also the logical queue's name.
-        prefix: String,
-    },
+pub struct Preset {
+    /// Which library (its config name, the `preset` label).
+    pub kind: PresetKind,
+    /// Key prefix (`prefix:`), the library's own by default.
+    pub prefix: String,
+    /// Queue names, for a library without a registry (`queues:`).
+    pub queues: Vec<String>,
+    /// A single queue's name (`name:`), for a one-queue layout.
+    pub name: String,
+    /// Priority steps (`priority_steps:`); step 0 is the bare queue name.
+    pub priority_steps: Vec<u8>,
+    /// Separator between a queue name and its step (`sep:`).
+    pub sep: String,
+    /// Time after which a taken job counts as stalled (`visibility_timeout:`).
+    pub visibility_timeout: Duration,
+    /// Jobs (or processes) whose lease is checked per poll, at most
+    /// (`stalled_check_limit:`).
+    pub stalled_check_limit: usize,
 }
 
 impl Preset {
-    /// Which library: the `preset` label.
-    pub fn kind(&self) -> PresetKind {
-        match self {
-            Preset::Bullmq { .. } => PresetKind::Bullmq,
-            Preset::Bull { .. } => PresetKind::Bull,
-            Preset::Sidekiq { .. } => PresetKind::Sidekiq,
-            Preset::Celery { .. } => PresetKind::Celery,
-            Preset::Rq { .. } => PresetKind::Rq,
-            Preset::Asynq { .. } => PresetKind::Asynq,
-            Preset::Rediswq { .. } => PresetKind::Rediswq,
-            Preset::PriorityZset { .. } => PresetKind::PriorityZset,
+    /// A preset of `kind` at `prefix` with every other option empty and the
+    /// default stalled check limit: what a library's `configure` starts
+    /// from, and what zero config recognises.
+    pub fn new(kind: PresetKind, prefix: &str) -> Preset {
+        Preset {
+            kind,
+            prefix: prefix.to_string(),
+            queues: Vec::new(),
+            name: String::new(),
+            priority_steps: Vec::new(),
+            sep: String::new(),
+            visibility_timeout: Duration::ZERO,
+            stalled_check_limit: DEFAULT_STALLED_CHECK_LIMIT,
         }
     }
 
-    /// The key prefix the entry locates its keys by (rediswq has none).
-    pub fn prefix(&self) -> Option<&str> {
-        match self {
-            Preset::Bullmq { prefix, .. }
-            | Preset::Bull { prefix, .. }
-            | Preset::Sidekiq { prefix, .. }
-            | Preset::Celery { prefix, .. }
-            | Preset::Rq { prefix }
-            | Preset::Asynq { prefix }
-            | Preset::PriorityZset { prefix } => Some(prefix),
-            Preset::Rediswq { .. } => None,
-        }
+    /// Which library: the `preset` label.
+    pub fn kind(&self) -> PresetKind {
+        self.kind
     }
 
     /// Logical queue names this preset reports whatever the registry holds
     /// (for the scaler's drained-queue rule); registry-discovered queues are
     /// not listed.
     pub fn fixed_names(&self) -> Vec<String> {
-        match self {
-            Preset::Celery { queues, .. } => {
-                let mut v = queues.clone();
-                v.push(ALL_QUEUES.to_string());
-                v
-            }
-            Preset::Sidekiq { .. } => vec![ALL_QUEUES.to_string()],
-            Preset::Rediswq { name, .. } => vec![name.clone()],
-            Preset::PriorityZset { prefix } => vec![prefix.clone()],
-            Preset::Bullmq { .. }
-            | Preset::Bull { .. }
-            | Preset::Rq { .. }
-            | Preset::Asynq { .. } => Vec::new(),
-        }
+        library::of(self.kind).map_or_else(Vec::new, |l| l.fixed_names(self))
     }
 }
 
@@ -187,59 +123,93 @@ pub(super) struct RawPresetSpec {
     counters: Option<CounterKeys>,
 }
 
-/// The library's own key prefix: what `prefix:` defaults to.
-pub fn default_prefix(kind: PresetKind) -> &'static str {
-    match kind {
-        PresetKind::Bullmq | PresetKind::Bull => "bull",
-        PresetKind::Rq => "rq",
-        PresetKind::Asynq => "asynq",
-        PresetKind::PriorityZset => "jobs",
-        PresetKind::Sidekiq | PresetKind::Celery | PresetKind::Rediswq => "",
+/// The options an entry wrote, each parsed by its type only: a library's
+/// `configure` reads those it takes (the others were refused before).
+#[derive(Debug, Default)]
+pub struct Given {
+    /// `prefix:`.
+    pub prefix: Option<String>,
+    /// `queues:`.
+    pub queues: Option<Vec<String>>,
+    /// `priority_steps:`.
+    pub priority_steps: Option<Vec<u8>>,
+    /// `sep:`.
+    pub sep: Option<String>,
+    /// `visibility_timeout:`, as written (a duration with a unit).
+    pub visibility_timeout: Option<String>,
+    /// `name:`.
+    pub name: Option<String>,
+    /// `stalled_check_limit:`.
+    pub stalled_check_limit: Option<usize>,
+}
+
+impl Given {
+    /// The option words written, in a fixed order.
+    fn words(&self) -> Vec<&'static str> {
+        [
+            ("prefix", self.prefix.is_some()),
+            ("queues", self.queues.is_some()),
+            ("priority_steps", self.priority_steps.is_some()),
+            ("sep", self.sep.is_some()),
+            ("visibility_timeout", self.visibility_timeout.is_some()),
+            ("name", self.name.is_some()),
+            ("stalled_check_limit", self.stalled_check_limit.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(k, set)| set.then_some(k))
+        .collect()
+    }
+
+    /// `visibility_timeout:` as a duration, if written (at most a year).
+    pub fn visibility_timeout(&self) -> Result<Option<Duration>, String> {
+        let Some(t) = &self.visibility_timeout else {
+            return Ok(None);
+        };
+        let d = parse_duration(t).map_err(|e| format!("visibility_timeout: {e}"))?;
+        Bounds::YEAR
+            .check(d)
+            .map_err(|e| format!("visibility_timeout: {e}"))?;
+        Ok(Some(d))
     }
 }
 
-/// Every preset name, for messages.
-fn preset_names() -> String {
-    PresetKind::ALL.map(PresetKind::as_str).join(", ")
+/// The `preset` of the library whose config name is `name`, if one is.
+pub fn preset_kind(name: &str) -> Option<PresetKind> {
+    library::named(name).map(|l| l.kind())
+}
+
+/// Every library's config name, in the list's order (for messages).
+pub fn preset_names() -> Vec<&'static str> {
+    library::names()
+}
+
+/// The library's own key prefix: what `prefix:` defaults to.
+pub fn default_prefix(kind: PresetKind) -> &'static str {
+    library::of(kind).map_or("", |l| l.default_prefix())
 }
 
 impl TryFrom<RawPresetSpec> for PresetSpec {
     type Error = String;
 
     fn try_from(raw: RawPresetSpec) -> Result<Self, String> {
-        let given: Vec<&str> = [
-            ("prefix", raw.prefix.is_some()),
-            ("queues", raw.queues.is_some()),
-            ("priority_steps", raw.priority_steps.is_some()),
-            ("sep", raw.sep.is_some()),
-            ("visibility_timeout", raw.visibility_timeout.is_some()),
-            ("name", raw.name.is_some()),
-            ("stalled_check_limit", raw.stalled_check_limit.is_some()),
-        ]
-        .into_iter()
-        .filter_map(|(k, set)| set.then_some(k))
-        .collect();
-        let Some(kind) = PresetKind::parse(&raw.preset) else {
+        let written = Given {
+            prefix: raw.prefix,
+            queues: raw.queues,
+            priority_steps: raw.priority_steps,
+            sep: raw.sep,
+            visibility_timeout: raw.visibility_timeout,
+            name: raw.name,
+            stalled_check_limit: raw.stalled_check_limit,
+        };
+        let given = written.words();
+        let Some(lib) = library::named(&raw.preset) else {
             return Err(format!(
                 "preset: unknown preset {:?} (expected one of {})",
                 raw.preset,
-                preset_names()
+                library::names().join(", ")
             ));
         };
-        let allowed: &[&str] = match kind {
-            PresetKind::Bullmq | PresetKind::Bull | PresetKind::Sidekiq => {
-                &["prefix", "stalled_check_limit"]
-            }
-            PresetKind::Celery => &[
-                "queues",
-                "priority_steps",
-                "sep",
-                "prefix",
-                "visibility_timeout",
-            ],
-            PresetKind::Rq | PresetKind::Asynq | PresetKind::PriorityZset => &["prefix"],
-            PresetKind::Rediswq => &["name", "stalled_check_limit"],
-        };
+        let allowed = lib.options();
         if let Some(bad) = given.iter().find(|k| !allowed.contains(k)) {
             return Err(format!(
                 "{bad}: not an option of preset {} (its options: {})",
@@ -247,83 +217,28 @@ impl TryFrom<RawPresetSpec> for PresetSpec {
                 allowed.join(", ")
             ));
         }
-        let limit = match raw.stalled_check_limit {
+        let mut preset = Preset::new(lib.kind(), lib.default_prefix());
+        match written.stalled_check_limit {
             Some(0) => return Err("stalled_check_limit: must be greater than 0".into()),
-            Some(n) => n,
-            None => DEFAULT_STALLED_CHECK_LIMIT,
-        };
-        let prefix = || -> Result<String, String> {
-            let default = default_prefix(kind);
-            match &raw.prefix {
-                Some(p) if p.is_empty() && !default.is_empty() => {
-                    Err("prefix: must not be empty".into())
-                }
-                Some(p) => Ok(p.clone()),
-                None => Ok(default.to_string()),
+            Some(n) => preset.stalled_check_limit = n,
+            None => {}
+        }
+        match &written.prefix {
+            Some(p) if p.is_empty() && !lib.default_prefix().is_empty() => {
+                return Err("prefix: must not be empty".into());
             }
-        };
-        let preset = match kind {
-            PresetKind::Bullmq => Preset::Bullmq {
-                prefix: prefix()?,
-                stalled_check_limit: limit,
-            },
-            PresetKind::Bull => Preset::Bull {
-                prefix: prefix()?,
-                stalled_check_limit: limit,
-            },
-            PresetKind::Sidekiq => Preset::Sidekiq {
-                prefix: prefix()?,
-                stalled_check_limit: limit,
-            },
-            PresetKind::Rq => Preset::Rq { prefix: prefix()? },
-            PresetKind::Asynq => Preset::Asynq { prefix: prefix()? },
-            PresetKind::PriorityZset => Preset::PriorityZset { prefix: prefix()? },
-            PresetKind::Rediswq => match raw.name {
-                Some(n) if !n.is_empty() => Preset::Rediswq {
-                    name: n,
-                    stalled_check_limit: limit,
-                },
-                Some(_) => return Err("name: must not be empty".into()),
-                None => return Err("name: required by preset rediswq (the main list)".into()),
-            },
-            PresetKind::Celery => {
-                let queues = raw.queues.unwrap_or_else(|| vec!["celery".into()]);
-                if queues.is_empty() || queues.iter().any(String::is_empty) {
-                    return Err("queues: must list non-empty queue names".into());
-                }
-                let steps = raw
-                    .priority_steps
-                    .unwrap_or_else(|| CELERY_PRIORITY_STEPS.to_vec());
-                if steps.first() != Some(&0) || steps.windows(2).any(|w| w[0] >= w[1]) {
-                    return Err("priority_steps: must start at 0 and be strictly increasing".into());
-                }
-                let visibility_timeout = match &raw.visibility_timeout {
-                    Some(t) => parse_duration(t)
-                        .map_err(|e| format!("visibility_timeout: {e}"))
-                        .and_then(|d| {
-                            Bounds::YEAR
-                                .check(d)
-                                .map(|()| d)
-                                .map_err(|e| format!("visibility_timeout: {e}"))
-                        })?,
-                    None => CELERY_VISIBILITY_TIMEOUT,
-                };
-                Preset::Celery {
-                    queues,
-                    priority_steps: steps,
-                    sep: raw.sep.unwrap_or_else(|| CELERY_SEP.into()),
-                    prefix: prefix()?,
-                    visibility_timeout,
-                }
-            }
-        };
+            Some(p) => preset.prefix = p.clone(),
+            None => {}
+        }
+        lib.configure(&mut preset, &written)?;
         if let Some(c) = &raw.counters {
             check_counters(c)?;
-            if !matches!(preset, Preset::Rediswq { .. } | Preset::PriorityZset { .. }) {
+            if !lib.takes_counters() {
                 return Err(format!(
                     "counters: preset {} reports several queues (or keeps its own totals); \
-                     counters belong to a single-queue entry (rediswq, priority-zset, or a key)",
-                    preset.kind()
+                     counters belong to a single-queue entry ({}, or a key)",
+                    preset.kind(),
+                    library::names_taking_counters().join(", ")
                 ));
             }
         }
@@ -363,29 +278,19 @@ mod tests {
         let c = parse(serde_json::json!({"preset": "celery"})).unwrap();
         assert_eq!(
             c.preset,
-            Preset::Celery {
+            Preset {
                 queues: vec!["celery".into()],
                 priority_steps: vec![0, 3, 6, 9],
                 sep: "\x06\x16".into(),
-                prefix: String::new(),
                 visibility_timeout: Duration::from_secs(3600),
+                ..Preset::new(PresetKind::named("celery"), "")
             }
         );
         let b = parse(serde_json::json!({"preset": "bullmq"})).unwrap();
-        assert_eq!(
-            b.preset,
-            Preset::Bullmq {
-                prefix: "bull".into(),
-                stalled_check_limit: DEFAULT_STALLED_CHECK_LIMIT
-            }
-        );
+        assert_eq!(b.preset, Preset::new(PresetKind::named("bullmq"), "bull"));
+        assert_eq!(b.preset.stalled_check_limit, DEFAULT_STALLED_CHECK_LIMIT);
         let r = parse(serde_json::json!({"preset": "rq", "prefix": "myrq"})).unwrap();
-        assert_eq!(
-            r.preset,
-            Preset::Rq {
-                prefix: "myrq".into()
-            }
-        );
+        assert_eq!(r.preset, Preset::new(PresetKind::named("rq"), "myrq"));
     }
 
     #[test]

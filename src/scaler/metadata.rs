@@ -537,8 +537,8 @@ pub fn parse(meta: &HashMap<String, String>) -> Result<ScalerQuery, MetadataErro
 
     let preset = match get("preset") {
         None => None,
-        Some(name) => Some(PresetKind::parse(name).ok_or_else(|| {
-            let names: Vec<&str> = PresetKind::ALL.iter().map(|k| k.as_str()).collect();
+        Some(name) => Some(crate::config::preset_kind(name).ok_or_else(|| {
+            let names = crate::config::preset_names();
             invalid(
                 "preset",
                 format!(

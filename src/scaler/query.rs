@@ -231,8 +231,8 @@ fn read(
         }
         if params.processing_time.is_none() {
             for q in &kept {
-                let preset = q.preset.as_deref().map(|f| f.preset);
-                if let Some(why) = wait_inputs::unmeasured_kind(snapshot.kind, preset) {
+                if let Some(why) = wait_inputs::unmeasured_kind(snapshot.kind, q.preset.as_deref())
+                {
                     return Err(processing_time_required(&q.name, snapshot, why));
                 }
             }
@@ -808,7 +808,7 @@ mod tests {
     fn preset(name: &str, lib: &str, states: &[(JobState, u64)]) -> QueueSample {
         QueueSample {
             preset: Some(Box::new(crate::snapshot::PresetFacts {
-                preset: PresetKind::parse(lib).unwrap(),
+                preset: crate::config::preset_kind(lib).unwrap(),
                 states: states.iter().map(|(s, n)| (*s, Some(*n))).collect(),
                 ..Default::default()
             })),
@@ -1497,6 +1497,9 @@ mod tests {
             let mut s = preset(name, lib, &[(JobState::Waiting, waiting)]);
             s.oldest_age_seconds = Some(1.0);
             if let Some(f) = s.preset.as_deref_mut() {
+                // As the poll sets it for a library that keeps finished jobs.
+                f.finished_jobs = (lib != "sidekiq")
+                    .then_some("none kept: added with removeOnComplete/removeOnFail");
                 f.service_time = mean.map(|mean_seconds| ServiceTime {
                     mean_seconds,
                     jobs: 20,

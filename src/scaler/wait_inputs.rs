@@ -9,23 +9,27 @@ use std::time::Duration;
 use crate::scaler::finite;
 use crate::scaler::wait::{ServiceFrom, WaitInputs, WaitParams};
 use crate::snapshot::{
-    JobState, PresetKind, QueueSample, QueueType, ServiceTime, Snapshot, SourceKind,
+    JobState, PresetFacts, QueueSample, QueueType, ServiceTime, Snapshot, SourceKind,
 };
 
 /// Why the exporter cannot measure the service time of a queue of a
-/// `kind` source that is a `preset` queue (`None`: a plain Redis key, or a
-/// RabbitMQ queue), or `None` when it measures it. The one place that says
-/// which queues `processingTime` may be left out for.
-pub fn unmeasured_kind(kind: SourceKind, preset: Option<PresetKind>) -> Option<&'static str> {
+/// `kind` source whose preset facts are `preset` (`None`: a plain Redis
+/// key, or a RabbitMQ queue), or `None` when it measures it: a preset
+/// queue whose library keeps finished jobs says so itself
+/// (`PresetFacts::finished_jobs`). The one place that says which queues
+/// `processingTime` may be left out for.
+pub fn unmeasured_kind(kind: SourceKind, preset: Option<&PresetFacts>) -> Option<&'static str> {
     match (kind, preset) {
-        (_, Some(PresetKind::Bullmq | PresetKind::Bull | PresetKind::Rq)) => None,
+        (_, Some(f)) if f.finished_jobs.is_some() => None,
         (_, Some(_)) => Some(
             "that library keeps no finished jobs with their start and end times \
-             (the exporter measures BullMQ, Bull, RQ and RabbitMQ queues)",
+             (the exporter measures the queues of the libraries that keep them, \
+             docs/presets.md, and RabbitMQ queues)",
         ),
         (SourceKind::Redis, None) => Some(
             "a plain Redis key holds no record of how long its jobs took \
-             (the exporter measures BullMQ, Bull, RQ and RabbitMQ queues)",
+             (the exporter measures the queues of the libraries that keep finished jobs, \
+             docs/presets.md, and RabbitMQ queues)",
         ),
         // Measured from the ack counter (sources/rabbitmq/service.rs); a
         // method without one leaves it unknown, said by `unmeasured_why`.
@@ -36,15 +40,8 @@ pub fn unmeasured_kind(kind: SourceKind, preset: Option<PresetKind>) -> Option<&
 /// What a queue whose service time is measured but unknown lacks, for its
 /// `UNAVAILABLE` message.
 fn unmeasured_why(q: &QueueSample) -> &'static str {
-    match q.preset.as_deref().map(|f| f.preset) {
-        Some(PresetKind::Bullmq | PresetKind::Bull) => {
-            "no job with processedOn and finishedOn kept finished in the last 10 minutes \
-             (none finished lately, or the jobs are added with removeOnComplete/removeOnFail)"
-        }
-        Some(PresetKind::Rq) => {
-            "no job with started_at and ended_at kept finished in the last 10 minutes \
-             (none finished lately, or the jobs are enqueued with result_ttl=0)"
-        }
+    match q.preset.as_deref().map(|f| f.finished_jobs) {
+        Some(Some(why)) => why,
         None if q.vhost().is_some() => {
             "it is measured from the ack counter while a backlog keeps every consumer \
              busy, which has not happened in the last 10 minutes (or the method reads no \
@@ -219,17 +216,14 @@ mod tests {
     }
 
     #[test]
-    fn bullmq_bull_rq_and_rabbitmq_queues_are_measured() {
-        use PresetKind::*;
-        for p in [Bullmq, Bull, Rq] {
-            assert_eq!(unmeasured_kind(SourceKind::Redis, Some(p)), None);
-        }
-        for p in [Sidekiq, Celery, Asynq, Rediswq, PriorityZset] {
-            assert!(
-                unmeasured_kind(SourceKind::Redis, Some(p)).is_some(),
-                "{p:?}"
-            );
-        }
+    fn queues_whose_library_keeps_finished_jobs_and_rabbitmq_queues_are_measured() {
+        let keeps = PresetFacts {
+            finished_jobs: Some("none finished lately"),
+            ..PresetFacts::default()
+        };
+        assert_eq!(unmeasured_kind(SourceKind::Redis, Some(&keeps)), None);
+        let keeps_none = PresetFacts::default();
+        assert!(unmeasured_kind(SourceKind::Redis, Some(&keeps_none)).is_some());
         assert!(unmeasured_kind(SourceKind::Redis, None).is_some());
         assert_eq!(unmeasured_kind(SourceKind::RabbitMq, None), None);
     }

@@ -1,4 +1,4 @@
-//! What a library preset (BullMQ, Sidekiq, Celery, RQ, asynq) knows about one
+//! What a library preset knows about one
 //! logical queue: jobs per normalized [`JobState`], pause, stalled and
 //! overdue work ([`PresetFacts`]), and lifetime job totals ([`JobTotals`]).
 //! Separate from the sample it hangs off (boxed, `None` for plain keys and
@@ -68,59 +68,23 @@ impl fmt::Display for JobState {
     }
 }
 
-/// Which library a preset sample comes from: the `preset` label. Typed, so
-/// a name is checked where it is parsed and compared as a value after.
+/// Which library a preset sample comes from: the `preset` label, as the
+/// library's config name (`rq`, `priority-zset`). The model names no
+/// library: each library's file makes its own ([`PresetKind::named`]), and
+/// the one list of libraries (`sources::redis::presets::library`) parses
+/// names; here it is compared as a value.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum PresetKind {
-    /// BullMQ 5.x/6.x.
-    #[default]
-    Bullmq,
-    /// Bull 3.x/4.x, BullMQ's predecessor (the `bull` package).
-    Bull,
-    /// Sidekiq 6–8.
-    Sidekiq,
-    /// Celery on kombu's Redis transport.
-    Celery,
-    /// RQ.
-    Rq,
-    /// asynq.
-    Asynq,
-    /// The Kubernetes fine-parallel work queue (`rediswq.py`).
-    Rediswq,
-    /// `<prefix>:pending:{priority}` zsets.
-    PriorityZset,
-}
+pub struct PresetKind(&'static str);
 
 impl PresetKind {
-    /// Every preset, in the order messages list them.
-    pub const ALL: [PresetKind; 8] = [
-        PresetKind::Bullmq,
-        PresetKind::Bull,
-        PresetKind::Sidekiq,
-        PresetKind::Celery,
-        PresetKind::Rq,
-        PresetKind::Asynq,
-        PresetKind::Rediswq,
-        PresetKind::PriorityZset,
-    ];
+    /// The kind of the library whose config name is `name`.
+    pub const fn named(name: &'static str) -> PresetKind {
+        PresetKind(name)
+    }
 
     /// The name written in the config (`preset: rq`) and in the label.
     pub fn as_str(self) -> &'static str {
-        match self {
-            PresetKind::Bullmq => "bullmq",
-            PresetKind::Bull => "bull",
-            PresetKind::Sidekiq => "sidekiq",
-            PresetKind::Celery => "celery",
-            PresetKind::Rq => "rq",
-            PresetKind::Asynq => "asynq",
-            PresetKind::Rediswq => "rediswq",
-            PresetKind::PriorityZset => "priority-zset",
-        }
-    }
-
-    /// Parses a name as written in the config or trigger metadata.
-    pub fn parse(s: &str) -> Option<PresetKind> {
-        PresetKind::ALL.into_iter().find(|k| k.as_str() == s)
+        self.0
     }
 }
 
@@ -158,6 +122,13 @@ pub struct PresetFacts {
     /// Worker time per job from recently finished jobs; `None` where the
     /// library keeps no such record or none finished lately.
     pub service_time: Option<super::ServiceTime>,
+    /// Whether the library keeps finished jobs with their start and end
+    /// stamps, from which `service_time` is measured: `Some(why)`, where
+    /// `why` says what a measurement missing lately means (for KEDA's
+    /// message); `None` where it keeps no such record, so `WaitTime` needs
+    /// `processingTime`. Set by the library, so readers never ask which
+    /// library this is.
+    pub finished_jobs: Option<&'static str>,
     /// States the library has but keeps in its other unit, set by the
     /// preset: on a queue, those it keeps only for all its queues together
     /// in the shared unit (Sidekiq's `retry`, under `(all)`); on the shared

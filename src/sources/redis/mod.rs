@@ -20,7 +20,7 @@ pub mod glob;
 mod histogram;
 pub mod keyname;
 mod poll;
-mod presets;
+pub(crate) mod presets;
 mod reply;
 mod rounds;
 mod scope;
@@ -41,6 +41,7 @@ use commands::Conn;
 use rounds::{DiscoveryFailure, DiscoveryTask, Plain, RoundInput, RoundKind, Rounds};
 
 pub use commands::PIPELINE_CHUNK;
+pub use presets::library::printed_options;
 pub use presets::picture::library as library_name;
 pub use scope::RedisScope;
 pub use tracked::TrackedKey;

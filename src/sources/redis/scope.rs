@@ -9,7 +9,7 @@
 //! (`jobs:*` covers `jobs:*` and `jobs:pending:*`). A pattern and a glob
 //! spelled the same with only `*`/`?` wildcards also cover each other.
 
-use crate::config::{Preset, RedisSourceConfig};
+use crate::config::RedisSourceConfig;
 use crate::snapshot::{NameQuery, QueueScope, Reach};
 
 use super::glob;
@@ -53,14 +53,8 @@ impl RedisScope {
             // no pattern, but any library it recognises may name any queue.
             registry_presets: config.recognise
                 || config.presets.iter().any(|p| {
-                    matches!(
-                        p.preset,
-                        Preset::Rq { .. }
-                            | Preset::Sidekiq { .. }
-                            | Preset::Asynq { .. }
-                            | Preset::Bullmq { .. }
-                            | Preset::Bull { .. }
-                    )
+                    let lib = super::presets::library::of(p.preset.kind);
+                    lib.is_some_and(|l| l.names_any_queue(&p.preset))
                 }),
         }
     }

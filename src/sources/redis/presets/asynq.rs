@@ -1,6 +1,13 @@
 //! asynq (v0.26 layout): keys under `<prefix>:{<q>}:`; `pending` is LPUSHed
 //! and taken from the tail, so the oldest is at `LINDEX -1`.
 
+use super::Unit;
+use std::collections::BTreeSet;
+
+use super::library::{
+    Hidden, Keys, Library, MarkRead, Owned, Registry, Seen, registry_prefix, under,
+};
+use crate::config::Preset;
 use redis::Value;
 
 use super::{Follow, Stage, below, count, due_count, key, preset_sample, set_state, sum};
@@ -41,7 +48,7 @@ pub fn plan(prefix: &str, q: &[u8], now: f64) -> Vec<redis::Cmd> {
 /// Reads [`plan`]'s replies (pure).
 pub fn read(prefix: &str, q: &[u8], r: &[Value]) -> Stage {
     let at = |i: usize| r.get(i).unwrap_or(&Value::Nil);
-    let mut s = preset_sample(PresetKind::Asynq, q);
+    let mut s = preset_sample(KIND, q);
     set_state(&mut s, JobState::Waiting, count(at(0)));
     set_state(&mut s, JobState::Active, count(at(1)));
     set_state(&mut s, JobState::Delayed, count(at(2)));
@@ -69,6 +76,188 @@ pub fn read(prefix: &str, q: &[u8], r: &[Value]) -> Stage {
         }
     }
     Stage { sample: s, follow }
+}
+
+/// asynq's `preset` name.
+pub const KIND: PresetKind = PresetKind::named("asynq");
+
+/// asynq: queues from the `<prefix>:queues` set of bare names.
+pub struct Asynq;
+
+impl Library for Asynq {
+    fn kind(&self) -> PresetKind {
+        KIND
+    }
+
+    fn title(&self) -> &'static str {
+        "asynq"
+    }
+
+    fn options(&self) -> &'static [&'static str] {
+        &["prefix"]
+    }
+
+    fn default_prefix(&self) -> &'static str {
+        "asynq"
+    }
+
+    fn registry(&self, preset: &Preset) -> Registry {
+        Registry::Set(key(&[preset.prefix.as_bytes(), b":queues"]))
+    }
+
+    /// `servers`, `workers`, `schedulers`, and every key of a queue under
+    /// `<prefix>:{<q>}:`.
+    fn owned(&self, preset: &Preset, units: &[Unit]) -> Vec<Owned> {
+        let p = preset.prefix.as_bytes();
+        let mut v: Vec<Owned> = [&b"servers"[..], b"workers", b"schedulers"]
+            .iter()
+            .map(|n| Owned::Key(key(&[p, b":", n])))
+            .collect();
+        v.extend(units.iter().filter_map(|u| match u {
+            Unit::Queue(q) => Some(Owned::Under(key(&[p, b":{", q, b"}:"]))),
+            Unit::Shared => None,
+        }));
+        v
+    }
+
+    fn fixed_marks(&self) -> &'static [&'static [u8]] {
+        &[b"asynq:queues"]
+    }
+
+    /// A set `<prefix>:queues` (shared in shape with other libraries':
+    /// the prefix or the keys beside tell).
+    fn mark_read(&self, key: &[u8]) -> Option<MarkRead> {
+        registry_prefix(key)
+            .filter(|p| !p.is_empty())
+            .map(|_| MarkRead::Set)
+    }
+
+    /// A key under an asynq-shaped `<p>:{<q>}:`, but not its task hashes
+    /// `t:` nor its daily `processed:`/`failed:` strings (the bulk of its
+    /// keys, never a list, zset or stream).
+    fn is_evidence(&self, k: &[u8]) -> bool {
+        k.windows(2)
+            .position(|w| w == b":{")
+            .and_then(|at| {
+                k[at..]
+                    .windows(2)
+                    .position(|w| w == b"}:")
+                    .map(|e| at + e + 2)
+            })
+            .is_some_and(|rest| {
+                let rest = &k[rest..];
+                ![&b"t:"[..], b"processed:", b"failed:"]
+                    .iter()
+                    .any(|p| rest.starts_with(p))
+            })
+    }
+
+    /// A registry at asynq's own prefix is told; at another, the kept keys
+    /// under `<p>:{<m>}:` of its members say.
+    fn evidence(
+        &self,
+        seen: &Seen,
+        names: &[Vec<u8>],
+        told: &mut BTreeSet<Vec<u8>>,
+    ) -> Vec<Vec<u8>> {
+        // The `<p>:{<m>}:` prefixes, looked up by each name's own (no pass
+        // over every member for every name).
+        let mut under_asynq: BTreeSet<Vec<u8>> = BTreeSet::new();
+        for (set, members) in seen.sets() {
+            let Some(prefix) = registry_prefix(set).filter(|p| !p.is_empty()) else {
+                continue;
+            };
+            if told.contains(set) {
+                continue;
+            }
+            if prefix == self.default_prefix().as_bytes() {
+                told.insert(set.clone());
+                continue;
+            }
+            for m in members {
+                under_asynq.insert(key(&[prefix, b":{", m, b"}:"]));
+            }
+        }
+        if under_asynq.is_empty() {
+            return Vec::new();
+        }
+        names
+            .iter()
+            .filter(|k| braced(k).any(|p| under_asynq.contains(p)))
+            .cloned()
+            .collect()
+    }
+
+    /// A set `<prefix>:queues` of bare names where the prefix is `asynq`
+    /// or some member `<m>` has a list or zset `<prefix>:{<m>}:...`.
+    fn recognise(
+        &self,
+        seen: &Seen,
+        keys: &Keys,
+        claimed: &mut BTreeSet<Vec<u8>>,
+    ) -> Vec<(Preset, Vec<Unit>)> {
+        let mut out = Vec::new();
+        for (set, members) in seen.sets() {
+            let Some(prefix) = registry_prefix(set).filter(|p| !p.is_empty()) else {
+                continue;
+            };
+            let Ok(text) = std::str::from_utf8(prefix) else {
+                continue;
+            };
+            if claimed.contains(set) || members.is_empty() || members.iter().any(Vec::is_empty) {
+                continue;
+            }
+            let asynq = text == self.default_prefix()
+                || members.iter().any(|m| {
+                    under(keys, &key(&[prefix, b":{", m, b"}:"]))
+                        .next()
+                        .is_some()
+                });
+            if asynq {
+                claimed.insert(set.clone());
+                let preset = Preset::new(KIND, text);
+                let units = self.registry_units(&preset, members.clone());
+                out.push((preset, units));
+            }
+        }
+        out
+    }
+
+    /// An unread `<prefix>:queues`: any key under `<prefix>:` may be asynq's.
+    fn withheld(&self, mark: &[u8], keys: &Keys) -> Vec<Vec<u8>> {
+        match registry_prefix(mark).filter(|p| !p.is_empty()) {
+            Some(p) => under(keys, &key(&[p, b":"])).cloned().collect(),
+            None => Vec::new(),
+        }
+    }
+
+    fn hidden(&self, mark: &[u8]) -> Option<Hidden> {
+        registry_prefix(mark)
+            .filter(|p| !p.is_empty())
+            .map(|_| Hidden::Any)
+    }
+
+    fn plan(&self, preset: &Preset, unit: &Unit, now: f64) -> Vec<redis::Cmd> {
+        plan(&preset.prefix, unit.name(), now)
+    }
+
+    fn read(&self, preset: &Preset, unit: &Unit, r: &[Value], _: f64) -> Stage {
+        read(&preset.prefix, unit.name(), r)
+    }
+}
+
+/// Each prefix of `k` that ends an asynq-shaped `:{…}:` (pure): `a:{b}:`
+/// and `a:{b}:c:{d}:` of `a:{b}:c:{d}:e`. A name has a few, so looking
+/// each up costs a name its length, whatever the registries hold.
+pub(super) fn braced(k: &[u8]) -> impl Iterator<Item = &[u8]> + '_ {
+    let opens = k.windows(2).enumerate().filter(|(_, w)| *w == b":{");
+    opens.flat_map(move |(at, _)| {
+        k.windows(2)
+            .enumerate()
+            .skip(at + 2)
+            .filter(|(_, w)| *w == b"}:")
+            .map(move |(end, _)| &k[..end + 2])
+    })
 }
 
 #[cfg(test)]

@@ -9,6 +9,15 @@
 //! added job INCRs `id` (`addJob-6.lua`); an active job without its
 //! `<id>:lock` key is stalled.
 
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::super::tracked::KeyState;
+use super::Unit;
+use super::key;
+use super::library::{Hidden, Keys, Library, Mark, Owned, Registry, Seen, under};
+use crate::config::KeyType;
+use crate::config::Preset;
+use crate::snapshot::Reason;
 use redis::Value;
 
 use super::bullmq::{Jobs, due_score_bound, ids, k, read_jobs};
@@ -86,7 +95,7 @@ pub fn plan(prefix: &str, q: &[u8], limit: usize, now: f64) -> Vec<redis::Cmd> {
 /// Reads [`plan`]'s replies (pure).
 pub fn read(prefix: &str, q: &[u8], r: &[Value]) -> Stage {
     let at = |i: usize| r.get(i).unwrap_or(&Value::Nil);
-    let mut s = preset_sample(PresetKind::Bull, q);
+    let mut s = preset_sample(KIND, q);
     // Jobs of a paused queue wait in `paused`: still the backlog; the pause
     // is its own gauge.
     let backlog = sum(&[at(0), at(1)]);
@@ -110,6 +119,180 @@ pub fn read(prefix: &str, q: &[u8], r: &[Value]) -> Stage {
         oldest: readable.then_some(next),
     };
     read_jobs(prefix, q, s, jobs)
+}
+
+/// Bull's `preset` name.
+pub const KIND: PresetKind = PresetKind::named("bull");
+
+/// Bull 3.x/4.x: queues found by SCAN for `<prefix>:*:id`, those without
+/// BullMQ's marks.
+pub struct Bull;
+
+impl Library for Bull {
+    fn kind(&self) -> PresetKind {
+        KIND
+    }
+
+    fn title(&self) -> &'static str {
+        "Bull"
+    }
+
+    fn options(&self) -> &'static [&'static str] {
+        &["prefix", "stalled_check_limit"]
+    }
+
+    fn default_prefix(&self) -> &'static str {
+        "bull"
+    }
+
+    fn registry(&self, preset: &Preset) -> Registry {
+        let p = super::super::glob::escape(preset.prefix.as_bytes());
+        Registry::Scan {
+            pattern: key(&[&p, b":*:id"]),
+            key_type: None,
+        }
+    }
+
+    fn queue_of_key(&self, preset: &Preset, k: &[u8]) -> Option<Vec<u8>> {
+        super::bull::queue_of_id(preset.prefix.as_bytes(), k).map(<[u8]>::to_vec)
+    }
+
+    /// The queue's `meta` hash: BullMQ's marks there make it BullMQ's
+    /// (Bull 3.x/4.x writes one too while paused, `paused` alone).
+    fn queue_mark(&self, preset: &Preset, queue: &[u8]) -> Option<Mark> {
+        let meta = key(&[preset.prefix.as_bytes(), b":", queue, b":meta"]);
+        Some(Mark {
+            cmd: super::bullmq::marks_cmd(&meta),
+            key: meta,
+        })
+    }
+
+    fn takes_marked(&self, reply: &Value) -> Result<bool, Reason> {
+        super::bullmq::has_marks(reply).map(|m| m == false)
+    }
+
+    /// Its `priority` zset, `stalled-check`, job hashes: all under
+    /// `<prefix>:<q>:`.
+    fn owned(&self, preset: &Preset, units: &[Unit]) -> Vec<Owned> {
+        super::bullmq::queue_keys(&preset.prefix, units)
+    }
+
+    /// The `<prefix>:<name>:id` beside each `<prefix>:<name>` with a list or
+    /// zset named like one of Bull's keys, at most `limit`.
+    fn marks_beside(&self, keys: &Keys, limit: usize) -> Vec<Vec<u8>> {
+        let mut ids = BTreeSet::new();
+        for (k, c) in keys {
+            if !matches!(c.state, KeyState::Typed(KeyType::List | KeyType::Zset)) {
+                continue;
+            }
+            if let Some((prefix, name)) = queue_of_part(k) {
+                ids.insert(key(&[prefix, b":", name, b":id"]));
+                if ids.len() >= limit {
+                    break;
+                }
+            }
+        }
+        ids.into_iter().collect()
+    }
+
+    /// `GET` of an `id` (an integer string: Bull's job counter).
+    fn beside_read(&self, k: &[u8]) -> Option<redis::Cmd> {
+        k.ends_with(b":id").then(|| super::cmd("GET", k))
+    }
+
+    /// An `id` whose `meta` beside it says BullMQ's, or went unread itself,
+    /// would tell nothing more.
+    fn beside_tells(&self, id: &[u8], seen: &Seen) -> bool {
+        let Some(base) = id.strip_suffix(b":id") else {
+            return false;
+        };
+        let meta = key(&[base, b":meta"]);
+        !super::bullmq::marked(seen, &meta) && !seen.not_read(&meta)
+    }
+
+    /// A name like one of Bull's lists or zsets (`<prefix>:<q>:wait`...).
+    fn is_evidence(&self, k: &[u8]) -> bool {
+        !k.ends_with(b":id") && queue_of_part(k).is_some()
+    }
+
+    /// The kept Bull-named keys where no BullMQ `meta` is beside them.
+    fn evidence(&self, seen: &Seen, names: &[Vec<u8>], _: &mut BTreeSet<Vec<u8>>) -> Vec<Vec<u8>> {
+        names
+            .iter()
+            .filter(|k| {
+                !k.ends_with(b":id")
+                    && queue_of_part(k).is_some_and(|(prefix, name)| {
+                        !super::bullmq::marked(seen, &key(&[prefix, b":", name, b":meta"]))
+                    })
+            })
+            .cloned()
+            .collect()
+    }
+
+    /// An integer `id` (INCRed for every job added) beside a list or zset
+    /// of Bull's, where no BullMQ `meta` says the queue is BullMQ's (nor
+    /// went unread: whose it is would be unknown).
+    fn recognise(
+        &self,
+        seen: &Seen,
+        _: &Keys,
+        _: &mut BTreeSet<Vec<u8>>,
+    ) -> Vec<(Preset, Vec<Unit>)> {
+        let mut by_prefix: BTreeMap<&[u8], Vec<Unit>> = BTreeMap::new();
+        for (id, reply) in seen.replies() {
+            let Some(base) = id.strip_suffix(b":id") else {
+                continue;
+            };
+            if super::reply::as_u64(reply).is_none() {
+                continue;
+            }
+            let meta = key(&[base, b":meta"]);
+            if super::bullmq::marked(seen, &meta) || seen.not_read(&meta) {
+                continue;
+            }
+            if let Some((prefix, name)) = queue_of_part(id) {
+                by_prefix
+                    .entry(prefix)
+                    .or_default()
+                    .push(Unit::Queue(name.to_vec()));
+            }
+        }
+        by_prefix
+            .into_iter()
+            .filter_map(|(prefix, units)| {
+                let prefix = std::str::from_utf8(prefix).ok()?;
+                Some((Preset::new(KIND, prefix), units))
+            })
+            .collect()
+    }
+
+    /// An unread `id`: every key of that queue, under `<prefix>:<name>:`.
+    fn withheld(&self, mark: &[u8], keys: &Keys) -> Vec<Vec<u8>> {
+        match mark.strip_suffix(b":id") {
+            Some(base) => under(keys, &key(&[base, b":"])).cloned().collect(),
+            None => Vec::new(),
+        }
+    }
+
+    fn hidden(&self, mark: &[u8]) -> Option<Hidden> {
+        mark.strip_suffix(b":id").map(super::bullmq::queue_hidden)
+    }
+
+    fn plan(&self, preset: &Preset, unit: &Unit, now: f64) -> Vec<redis::Cmd> {
+        plan(&preset.prefix, unit.name(), preset.stalled_check_limit, now)
+    }
+
+    fn read(&self, preset: &Preset, unit: &Unit, r: &[Value], _: f64) -> Stage {
+        read(&preset.prefix, unit.name(), r)
+    }
+
+    fn finished(&self, preset: &Preset, queue: &[u8]) -> Option<super::service::FinishedLayout> {
+        Some(finished(&preset.prefix, queue))
+    }
+
+    fn unmeasured_why(&self) -> &'static str {
+        super::bullmq::UNMEASURED
+    }
 }
 
 #[cfg(test)]
@@ -140,7 +323,7 @@ mod tests {
     fn keys_map_to_states_without_counting_priority_twice() {
         let st = read("bull", b"mail", &replies(0, &["8"], &[]));
         let f = st.sample.preset.as_ref().unwrap();
-        assert_eq!(f.preset, PresetKind::Bull);
+        assert_eq!(f.preset, KIND);
         assert_eq!(f.states[&JobState::Waiting], Some(2));
         assert_eq!(f.states[&JobState::Active], Some(2));
         assert_eq!(f.states[&JobState::Delayed], Some(4));

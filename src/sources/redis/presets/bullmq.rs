@@ -6,6 +6,12 @@
 //! `due_ms * 4096 + seq`. BullMQ's own `getCounts` script is never called:
 //! it deletes markers.
 
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::super::keyname::display_key;
+use super::Unit;
+use super::library::{Hidden, Keys, Library, Mark, MarkRead, Owned, Registry, Seen, under};
+use crate::config::Preset;
 use redis::Value;
 
 use super::{Follow, Stage, count, key, preset_sample, set_state, sum};
@@ -116,7 +122,7 @@ pub fn plan(prefix: &str, q: &[u8], limit: usize, now: f64) -> Vec<redis::Cmd> {
 /// Reads [`plan`]'s replies (pure).
 pub fn read(prefix: &str, q: &[u8], r: &[Value]) -> Stage {
     let at = |i: usize| r.get(i).unwrap_or(&Value::Nil);
-    let mut s = preset_sample(PresetKind::Bullmq, q);
+    let mut s = preset_sample(KIND, q);
     // 6.x pauses with `meta.paused` only (jobs stay in `wait`); 5.x also
     // renamed `wait` to `paused`. Either way these jobs are the backlog,
     // `waiting`, and the pause is its own gauge (`HEXISTS meta paused`).
@@ -223,6 +229,166 @@ pub(super) fn read_jobs(prefix: &str, q: &[u8], mut s: QueueSample, j: Jobs) -> 
         }
     }
     Stage { sample: s, follow }
+}
+
+/// BullMQ's `preset` name.
+pub const KIND: PresetKind = PresetKind::named("bullmq");
+
+/// BullMQ 5.x/6.x: queues found by SCAN for `<prefix>:*:meta` hashes with
+/// BullMQ's marks.
+pub struct Bullmq;
+
+impl Library for Bullmq {
+    fn kind(&self) -> PresetKind {
+        KIND
+    }
+
+    fn title(&self) -> &'static str {
+        "BullMQ"
+    }
+
+    fn options(&self) -> &'static [&'static str] {
+        &["prefix", "stalled_check_limit"]
+    }
+
+    fn default_prefix(&self) -> &'static str {
+        "bull"
+    }
+
+    fn registry(&self, preset: &Preset) -> Registry {
+        let p = super::super::glob::escape(preset.prefix.as_bytes());
+        Registry::Scan {
+            pattern: key(&[&p, b":*:meta"]),
+            key_type: Some(crate::config::KeyType::Hash),
+        }
+    }
+
+    fn queue_of_key(&self, preset: &Preset, k: &[u8]) -> Option<Vec<u8>> {
+        queue_of_meta(k)
+            .filter(|(pre, _)| *pre == preset.prefix.as_bytes())
+            .map(|(_, name)| name.to_vec())
+    }
+
+    /// The queue's `meta` hash: BullMQ's marks there make it BullMQ's
+    /// (Bull 3.x/4.x writes one too while paused, `paused` alone).
+    fn queue_mark(&self, preset: &Preset, queue: &[u8]) -> Option<Mark> {
+        let meta = key(&[preset.prefix.as_bytes(), b":", queue, b":meta"]);
+        Some(Mark {
+            cmd: super::bullmq::marks_cmd(&meta),
+            key: meta,
+        })
+    }
+
+    fn takes_marked(&self, reply: &Value) -> Result<bool, Reason> {
+        super::bullmq::has_marks(reply).map(|m| m == true)
+    }
+
+    /// `<prefix>:<q>:` holds every key of the queue: events, marker, pc,
+    /// stalled, job hashes and their logs.
+    fn owned(&self, preset: &Preset, units: &[Unit]) -> Vec<Owned> {
+        queue_keys(&preset.prefix, units)
+    }
+
+    /// Its `meta` hashes, found by a SCAN of one pattern.
+    fn relisted_each_round(&self) -> bool {
+        true
+    }
+
+    /// A hash `<prefix>:<name>:meta` (any prefix), read for its marks.
+    fn mark_read(&self, key: &[u8]) -> Option<MarkRead> {
+        key.ends_with(b":meta")
+            .then(|| MarkRead::Cmd(marks_cmd(key)))
+    }
+
+    /// A `meta` hash whose `version` starts with `bullmq:` or which has
+    /// `opts.maxLenEvents` (both written by the `Queue` constructor), at
+    /// any prefix; names cannot contain `:`, so a name parses from the
+    /// right.
+    fn recognise(
+        &self,
+        seen: &Seen,
+        _: &Keys,
+        _: &mut BTreeSet<Vec<u8>>,
+    ) -> Vec<(Preset, Vec<Unit>)> {
+        let mut by_prefix: BTreeMap<&[u8], Vec<Unit>> = BTreeMap::new();
+        for (meta, reply) in seen.replies() {
+            if has_marks(reply) != Ok(true) {
+                continue;
+            }
+            if let Some((prefix, name)) = queue_of_meta(meta) {
+                by_prefix
+                    .entry(prefix)
+                    .or_default()
+                    .push(Unit::Queue(name.to_vec()));
+            }
+        }
+        by_prefix
+            .into_iter()
+            .filter_map(|(prefix, units)| {
+                let prefix = std::str::from_utf8(prefix).ok()?;
+                Some((Preset::new(KIND, prefix), units))
+            })
+            .collect()
+    }
+
+    /// An unread `meta`: every key of that queue, under `<prefix>:<name>:`.
+    fn withheld(&self, mark: &[u8], keys: &Keys) -> Vec<Vec<u8>> {
+        match mark.strip_suffix(b":meta") {
+            Some(base) => under(keys, &key(&[base, b":"])).cloned().collect(),
+            None => Vec::new(),
+        }
+    }
+
+    fn hidden(&self, mark: &[u8]) -> Option<Hidden> {
+        mark.strip_suffix(b":meta").map(queue_hidden)
+    }
+
+    fn plan(&self, preset: &Preset, unit: &Unit, now: f64) -> Vec<redis::Cmd> {
+        plan(&preset.prefix, unit.name(), preset.stalled_check_limit, now)
+    }
+
+    fn read(&self, preset: &Preset, unit: &Unit, r: &[Value], _: f64) -> Stage {
+        read(&preset.prefix, unit.name(), r)
+    }
+
+    fn finished(&self, preset: &Preset, queue: &[u8]) -> Option<super::service::FinishedLayout> {
+        Some(finished(&preset.prefix, queue))
+    }
+
+    fn unmeasured_why(&self) -> &'static str {
+        UNMEASURED
+    }
+}
+
+/// Whether `seen` holds the `meta` hash `meta` with BullMQ's marks.
+pub(super) fn marked(seen: &Seen, meta: &[u8]) -> bool {
+    seen.reply(meta).is_some_and(|v| has_marks(v) == Ok(true))
+}
+
+/// The names an unread mark of queue `base` (`<prefix>:<name>`) may hide:
+/// `<name>`, and `<prefix>:<name>` (its label beside a queue of that name
+/// at another prefix); any name when `base` holds no `:`.
+pub(super) fn queue_hidden(base: &[u8]) -> Hidden {
+    match base.iter().rposition(|c| *c == b':') {
+        Some(at) => Hidden::Names(vec![display_key(&base[at + 1..]), display_key(base)]),
+        None => Hidden::Any,
+    }
+}
+
+/// Why a BullMQ or Bull queue's service time is unknown.
+pub(super) const UNMEASURED: &str = "no job with processedOn and finishedOn kept finished in the last 10 minutes \
+     (none finished lately, or the jobs are added with removeOnComplete/removeOnFail)";
+
+/// Every key under `<prefix>:<q>:` of each queue of `units` (BullMQ's and
+/// Bull's layout).
+pub(super) fn queue_keys(prefix: &str, units: &[Unit]) -> Vec<Owned> {
+    units
+        .iter()
+        .filter_map(|u| match u {
+            Unit::Queue(q) => Some(Owned::Under(key(&[prefix.as_bytes(), b":", q, b":"]))),
+            Unit::Shared => None,
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -3,6 +3,10 @@
 //! `unacked_index` zset, reported once under the queue `(all)`. Messages
 //! carry no enqueue time, so there is no latency.
 
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::library::{Hidden, Keys, Library, MarkRead, Owned, Seen, type_at, under};
+use crate::config::{ALL_QUEUES, Given, KeyType, Preset};
 use std::time::Duration;
 
 use redis::Value;
@@ -50,7 +54,7 @@ pub fn plan(
 /// Reads [`plan`]'s replies (pure).
 pub fn read(unit: &Unit, r: &[Value]) -> Stage {
     let Unit::Queue(q) = unit else {
-        let mut s = shared_sample(PresetKind::Celery);
+        let mut s = shared_sample(KIND);
         super::kept_elsewhere(&mut s, QUEUE_STATES);
         let at = |i: usize| r.get(i).unwrap_or(&Value::Nil);
         // Reserved (prefetched) tasks, and running ones under acks_late.
@@ -58,11 +62,336 @@ pub fn read(unit: &Unit, r: &[Value]) -> Stage {
         super::facts(&mut s).stalled = count(at(1));
         return Stage::done(s);
     };
-    let mut s = preset_sample(PresetKind::Celery, q);
+    let mut s = preset_sample(KIND, q);
     super::kept_elsewhere(&mut s, SHARED_STATES);
     let all: Vec<&Value> = r.iter().collect();
     set_state(&mut s, JobState::Waiting, sum(&all));
     Stage::done(s)
+}
+
+/// Celery's `preset` name.
+pub const KIND: PresetKind = PresetKind::named("celery");
+
+/// kombu's default `priority_steps` (`PRIORITY_STEPS`).
+pub const PRIORITY_STEPS: [u8; 4] = [0, 3, 6, 9];
+
+/// kombu's default `sep` between a queue name and its priority step.
+pub const SEP: &str = "\x06\x16";
+
+/// kombu's default `visibility_timeout`.
+pub const VISIBILITY_TIMEOUT: Duration = Duration::from_secs(3600);
+
+/// Celery on kombu's Redis transport: named queues (Celery has no
+/// registry; default `[celery]`), priority lists, and kombu's `unacked`
+/// under `(all)`.
+pub struct Celery;
+
+impl Library for Celery {
+    fn kind(&self) -> PresetKind {
+        KIND
+    }
+
+    fn title(&self) -> &'static str {
+        "Celery"
+    }
+
+    fn options(&self) -> &'static [&'static str] {
+        &[
+            "queues",
+            "priority_steps",
+            "sep",
+            "prefix",
+            "visibility_timeout",
+        ]
+    }
+
+    fn configure(&self, preset: &mut Preset, given: &Given) -> Result<(), String> {
+        let queues = given
+            .queues
+            .clone()
+            .unwrap_or_else(|| vec!["celery".into()]);
+        if queues.is_empty() || queues.iter().any(String::is_empty) {
+            return Err("queues: must list non-empty queue names".into());
+        }
+        let steps = given
+            .priority_steps
+            .clone()
+            .unwrap_or_else(|| PRIORITY_STEPS.to_vec());
+        if steps.first() != Some(&0) || steps.windows(2).any(|w| w[0] >= w[1]) {
+            return Err("priority_steps: must start at 0 and be strictly increasing".into());
+        }
+        preset.visibility_timeout = given.visibility_timeout()?.unwrap_or(VISIBILITY_TIMEOUT);
+        preset.queues = queues;
+        preset.priority_steps = steps;
+        preset.sep = given.sep.clone().unwrap_or_else(|| SEP.into());
+        Ok(())
+    }
+
+    /// The queues always; `sep` and `priority_steps` where they differ
+    /// from kombu's defaults.
+    fn printed_options(&self, preset: &Preset, quote: fn(&str) -> String) -> Vec<String> {
+        let qs: Vec<String> = preset.queues.iter().map(|q| quote(q)).collect();
+        let mut out = vec![format!("queues: [{}]", qs.join(", "))];
+        if preset.sep != SEP {
+            out.push(format!("sep: {}", quote(&preset.sep)));
+        }
+        if preset.priority_steps.as_slice() != PRIORITY_STEPS {
+            let steps: Vec<String> = preset.priority_steps.iter().map(u8::to_string).collect();
+            out.push(format!("priority_steps: [{}]", steps.join(", ")));
+        }
+        out
+    }
+
+    fn fixed_queues(&self, preset: &Preset) -> Vec<Unit> {
+        let mut v: Vec<Unit> = preset
+            .queues
+            .iter()
+            .map(|q| Unit::Queue(q.as_bytes().to_vec()))
+            .collect();
+        v.push(Unit::Shared);
+        super::sorted(v)
+    }
+
+    fn fixed_names(&self, preset: &Preset) -> Vec<String> {
+        let mut v = preset.queues.clone();
+        v.push(ALL_QUEUES.to_string());
+        v
+    }
+
+    /// kombu's `binding_deadlines` hash.
+    fn owned(&self, preset: &Preset, _: &[Unit]) -> Vec<Owned> {
+        vec![Owned::Key(key(&[
+            preset.prefix.as_bytes(),
+            b"_kombu.binding_deadlines",
+        ]))]
+    }
+
+    fn fixed_marks(&self) -> &'static [&'static [u8]] {
+        &[b"_kombu.binding.celery"]
+    }
+
+    /// A kombu binding table `[<global_keyprefix>]_kombu.binding.<exchange>`.
+    fn mark_read(&self, key: &[u8]) -> Option<MarkRead> {
+        binding(key).map(|_| MarkRead::Set)
+    }
+
+    /// A name ending in a separator and a number up to 255 (a priority
+    /// list, `<queue>\x06\x16<n>` or `<queue>:<n>`).
+    fn is_evidence(&self, k: &[u8]) -> bool {
+        step(k).is_some()
+    }
+
+    /// The kept `<queue><sep><n>` lists of a step kombu's defaults lack,
+    /// for the queues the bindings name.
+    fn evidence(&self, seen: &Seen, names: &[Vec<u8>], _: &mut BTreeSet<Vec<u8>>) -> Vec<Vec<u8>> {
+        let mut bases: BTreeSet<Vec<u8>> = BTreeSet::new();
+        for (set, members) in seen.sets() {
+            if let Some((prefix, _)) = binding(set) {
+                for (q, sep) in members.iter().filter_map(|m| binding_queue(m)) {
+                    bases.insert(key(&[prefix, q.as_bytes(), sep.as_bytes()]));
+                }
+            }
+        }
+        names
+            .iter()
+            .filter(|k| {
+                step(k)
+                    .is_some_and(|(base, n)| bases.contains(base) && !PRIORITY_STEPS.contains(&n))
+            })
+            .cloned()
+            .collect()
+    }
+
+    /// The binding tables' work queues, one entry per key prefix and
+    /// separator; priority lists of kombu's default steps plus any
+    /// `<queue><sep><n>` list found.
+    fn recognise(
+        &self,
+        seen: &Seen,
+        keys: &Keys,
+        _: &mut BTreeSet<Vec<u8>>,
+    ) -> Vec<(Preset, Vec<Unit>)> {
+        // (key prefix, sep) → queues.
+        let mut celery: BTreeMap<(Vec<u8>, &str), BTreeSet<String>> = BTreeMap::new();
+        for (set, members) in seen.sets() {
+            if let Some((prefix, _)) = binding(set) {
+                for m in members {
+                    if let Some((q, sep)) = binding_queue(m) {
+                        celery.entry((prefix.to_vec(), sep)).or_default().insert(q);
+                    }
+                }
+            }
+        }
+        let mut out = Vec::new();
+        for ((prefix, sep), queues) in celery {
+            let Ok(prefix) = String::from_utf8(prefix) else {
+                continue;
+            };
+            let preset = Preset {
+                priority_steps: celery_steps(&prefix, sep, &queues, keys),
+                queues: queues.into_iter().collect(),
+                sep: sep.to_string(),
+                visibility_timeout: VISIBILITY_TIMEOUT,
+                ..Preset::new(KIND, &prefix)
+            };
+            let units = self.fixed_queues(&preset);
+            out.push((preset, units));
+        }
+        out
+    }
+
+    /// An unread binding table: every list under its `global_keyprefix`
+    /// and kombu's `unacked_index` (any list may be a queue of it).
+    fn withheld(&self, mark: &[u8], keys: &Keys) -> Vec<Vec<u8>> {
+        let Some((prefix, _)) = binding(mark) else {
+            return Vec::new();
+        };
+        let index = key(&[prefix, b"unacked_index"]);
+        under(keys, prefix)
+            .filter(|k| type_at(keys, k) == Some(KeyType::List) || **k == index)
+            .cloned()
+            .collect()
+    }
+
+    /// A binding's queues are lists, held back by name: it hides none.
+    fn hidden(&self, mark: &[u8]) -> Option<Hidden> {
+        binding(mark).map(|_| Hidden::Nothing)
+    }
+
+    /// A binding table's work queues with their separator (an event
+    /// receiver's binding, which comes and goes with every `celery events`
+    /// or Flower, left out), sorted.
+    fn set_view(&self, set: &[u8], members: &[Vec<u8>]) -> Option<Vec<Vec<u8>>> {
+        binding(set)?;
+        let mut view: Vec<Vec<u8>> = members
+            .iter()
+            .filter_map(|m| binding_queue(m))
+            .map(|(q, sep)| key(&[sep.as_bytes(), b"\0", q.as_bytes()]))
+            .collect();
+        view.sort_unstable();
+        view.dedup();
+        Some(view)
+    }
+
+    fn plan(&self, p: &Preset, unit: &Unit, now: f64) -> Vec<redis::Cmd> {
+        plan(
+            &p.prefix,
+            &p.sep,
+            &p.priority_steps,
+            unit,
+            now,
+            p.visibility_timeout,
+        )
+    }
+
+    fn read(&self, _: &Preset, unit: &Unit, r: &[Value], _: f64) -> Stage {
+        read(unit, r)
+    }
+}
+
+/// The name part of kombu's binding tables.
+const BINDING: &[u8] = b"_kombu.binding.";
+
+/// Celery's default `event_exchange`: its bindings are event receivers'
+/// queues, never work.
+const EVENT_EXCHANGE: &[u8] = b"celeryev";
+
+/// `(global_keyprefix, exchange)` of a kombu binding table, unless the
+/// exchange is a `pidbox` one (remote control traffic) or Celery's event
+/// exchange `celeryev`: neither carries work.
+fn binding(k: &[u8]) -> Option<(&[u8], &[u8])> {
+    let at = k.windows(BINDING.len()).position(|w| w == BINDING)?;
+    let exchange = &k[at + BINDING.len()..];
+    let work = !exchange.is_empty() && !exchange.ends_with(b"pidbox") && exchange != EVENT_EXCHANGE;
+    work.then_some((&k[..at], exchange))
+}
+
+/// Whether a binding `routing_key`, `queue` is a Celery event receiver's,
+/// whatever the `event_exchange` is called: `EventReceiver` binds
+/// `<event_queue_prefix>.<uuid4>` with `#` (`celery events`, Flower) or
+/// `worker.#` (every worker's gossip). Such queues live on `PUBLISH` (the
+/// event exchange is fanout on Redis), never hold work, and a killed
+/// worker's binding stays for good.
+fn event_receiver(routing_key: &[u8], queue: &[u8]) -> bool {
+    let uuid = |u: &[u8]| {
+        u.len() == 36
+            && u.iter().enumerate().all(|(i, b)| match i {
+                8 | 13 | 18 | 23 => *b == b'-',
+                _ => b.is_ascii_hexdigit(),
+            })
+    };
+    let named = queue
+        .len()
+        .checked_sub(37)
+        .is_some_and(|at| at > 0 && queue[at] == b'.' && uuid(&queue[at + 1..]));
+    matches!(routing_key, b"#" | b"worker.#") && named
+}
+
+/// The separator Celery's docs suggest with `priority_steps` of their own
+/// (`broker_transport_options = {"sep": ":", ...}`), beside kombu's default.
+const COLON_SEP: &str = ":";
+
+/// The queue of a binding member `routing_key<sep>pattern<sep>queue`, and the
+/// `sep`: kombu's default `␆␖` when the member holds it, else `:` when the
+/// member has exactly three `:`-separated parts (a routing key or queue
+/// holding a `:` is then ambiguous, and not recognised). `None` for any
+/// other shape, a name that is not text, or a Celery event receiver's
+/// binding ([`event_receiver`]).
+fn binding_queue(member: &[u8]) -> Option<(String, &'static str)> {
+    let default = SEP.as_bytes();
+    let holds_default = member.windows(default.len()).any(|w| w == default);
+    let sep = if holds_default { SEP } else { COLON_SEP };
+    let s = sep.as_bytes();
+    let mut parts = Vec::new();
+    let mut rest = member;
+    while let Some(at) = rest.windows(s.len()).position(|w| w == s) {
+        parts.push(&rest[..at]);
+        rest = &rest[at + s.len()..];
+    }
+    parts.push(rest);
+    match parts.as_slice() {
+        [rk, _, queue] if !queue.is_empty() && !event_receiver(rk, queue) => {
+            String::from_utf8(queue.to_vec()).ok().map(|q| (q, sep))
+        }
+        _ => None,
+    }
+}
+
+/// kombu's default priority steps, plus every `<queue><sep><n>` list found
+/// (a `priority_steps` of the application's own, such as `range(10)`).
+fn celery_steps(
+    prefix: &str,
+    sep: &str,
+    queues: &BTreeSet<String>,
+    keys: &Keys,
+) -> Vec<u8> {
+    let mut steps: BTreeSet<u8> = PRIORITY_STEPS.into_iter().collect();
+    for q in queues {
+        let base = key(&[prefix.as_bytes(), q.as_bytes(), sep.as_bytes()]);
+        for k in under(keys, &base) {
+            let step = std::str::from_utf8(&k[base.len()..])
+                .ok()
+                .filter(|s| s.bytes().all(|b| b.is_ascii_digit()))
+                .and_then(|s| s.parse::<u8>().ok());
+            if let (Some(n), Some(KeyType::List)) = (step, type_at(keys, k)) {
+                steps.insert(n);
+            }
+        }
+    }
+    steps.into_iter().collect()
+}
+
+/// `(base, n)` of a name `<base><n>` whose base ends in kombu's default
+/// separator or `:` and whose `n` (1-3 digits) is a priority step.
+fn step(k: &[u8]) -> Option<(&[u8], u8)> {
+    let digits = k.iter().rev().take_while(|b| b.is_ascii_digit()).count();
+    if !(1..=3).contains(&digits) {
+        return None;
+    }
+    let (base, n) = k.split_at(k.len() - digits);
+    let sep_ok = base.ends_with(SEP.as_bytes()) || base.ends_with(COLON_SEP.as_bytes());
+    let n = std::str::from_utf8(n).ok()?.parse::<u8>().ok()?;
+    sep_ok.then_some((base, n))
 }
 
 #[cfg(test)]

@@ -42,7 +42,7 @@ pub fn labels(samples: &[Seen<'_>]) -> Vec<Option<String>> {
         .map(|(_, preset, label, extra)| {
             let kind = preset.kind();
             let shared = owners.get(&(kind, *label)).is_some_and(|e| e.len() > 1);
-            let prefix = preset.prefix().unwrap_or_default();
+            let prefix = preset.prefix.as_str();
             let name = if shared && prefix != default_prefix(kind) {
                 qualified(prefix, label)
             } else {
@@ -56,20 +56,13 @@ pub fn labels(samples: &[Seen<'_>]) -> Vec<Option<String>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::DEFAULT_STALLED_CHECK_LIMIT;
 
     fn bullmq(prefix: &str) -> Preset {
-        Preset::Bullmq {
-            prefix: prefix.into(),
-            stalled_check_limit: DEFAULT_STALLED_CHECK_LIMIT,
-        }
+        Preset::new(PresetKind::named("bullmq"), prefix)
     }
 
     fn sidekiq(prefix: &str) -> Preset {
-        Preset::Sidekiq {
-            prefix: prefix.into(),
-            stalled_check_limit: DEFAULT_STALLED_CHECK_LIMIT,
-        }
+        Preset::new(PresetKind::named("sidekiq"), prefix)
     }
 
     #[test]
@@ -102,9 +95,7 @@ mod tests {
     #[test]
     fn two_non_default_prefixes_are_both_qualified_and_libraries_stay_apart() {
         let (a, b) = (bullmq("a"), bullmq("b"));
-        let rq = Preset::Rq {
-            prefix: "rq".into(),
-        };
+        let rq = Preset::new(PresetKind::named("rq"), "rq");
         let got = labels(&[
             (0, &a, "mail", &[]),
             (1, &b, "mail", &[]),
@@ -122,9 +113,7 @@ mod tests {
 
     #[test]
     fn one_entrys_samples_told_apart_by_other_labels_all_stay() {
-        let pz = Preset::PriorityZset {
-            prefix: "jobs".into(),
-        };
+        let pz = Preset::new(PresetKind::named("priority-zset"), "jobs");
         let high = [("priority".to_string(), "high".to_string())];
         let low = [("priority".to_string(), "low".to_string())];
         let got = labels(&[(0, &pz, "jobs", &high), (0, &pz, "jobs", &low)]);

@@ -33,20 +33,23 @@ use super::super::keyname::display_key;
 use super::super::tracked::KeyState;
 use super::bounded::{Bound, read_sets};
 use super::consumed::consumed;
+use super::library::Seen;
 use super::picture::{LeftOut, withheld_names};
-use super::recognise::{Marks, Seen, hides, marks_named, seen};
-use super::{Unit, bullmq, registries};
-use crate::config::{Preset, PresetSpec, RedisSourceConfig};
+use super::recognise::{Marks, hides, marks_named, seen};
+use super::{Unit, registries};
+use crate::config::{PresetSpec, RedisSourceConfig};
 
-/// The registries libraries write under a fixed name: a library round
-/// reads them whether the scan saw them or not, so that an app started
-/// since (the exporter often starts first) is found at the next round.
-const FIXED_MARKS: [&[u8]; 4] = [
-    b"queues",
-    b"rq:queues",
-    b"asynq:queues",
-    b"_kombu.binding.celery",
-];
+/// The registries libraries write under a fixed name
+/// ([`Library::fixed_marks`](super::library::Library::fixed_marks)): a
+/// library round reads them whether the scan saw them or not, so that an
+/// app started since (the exporter often starts first) is found at the
+/// next round.
+fn fixed_marks() -> Vec<&'static [u8]> {
+    super::LIBRARIES
+        .iter()
+        .flat_map(|l| l.fixed_marks().iter().copied())
+        .collect()
+}
 
 /// Unless `keyspace_scan_interval` says otherwise, scans are this many
 /// times as long apart as the last scan took: scanning takes at most 1 %
@@ -94,7 +97,7 @@ impl Learnt {
     ) -> Self {
         Learnt {
             entries: entries.to_vec(),
-            sets: seen.library_set_members(entries, &FIXED_MARKS),
+            sets: seen.library_set_members(entries, &fixed_marks()),
             unread: seen.unread.keys().cloned().collect(),
             over: seen.bounded.clone(),
             withheld: withheld_names(withheld),
@@ -156,7 +159,7 @@ pub async fn library_round(
     learnt: &Learnt,
 ) -> redis::RedisResult<Option<LibraryRound>> {
     let mut names: BTreeSet<Vec<u8>> = learnt.sets.keys().cloned().collect();
-    names.extend(FIXED_MARKS.iter().map(|m| m.to_vec()));
+    names.extend(fixed_marks().iter().map(|m| m.to_vec()));
     names.extend(learnt.unread.iter().cloned());
     let beyond_max_keys = |m: &Vec<u8>| matches!(learnt.over.get(m), Some(Bound::MaxKeys(_)));
     names.extend(learnt.over.keys().cloned());
@@ -172,14 +175,15 @@ pub async fn library_round(
     {
         return Ok(None);
     }
-    let bullmq: Vec<PresetSpec> = learnt
+    let relisted = |s: &PresetSpec| super::lib(&s.preset).relisted_each_round();
+    let again: Vec<PresetSpec> = learnt
         .entries
         .iter()
-        .filter(|(s, _)| matches!(s.preset, Preset::Bullmq { .. }))
+        .filter(|(s, _)| relisted(s))
         .map(|(s, _)| s.clone())
         .collect();
     let read = registries(
-        &bullmq,
+        &again,
         &mut conn.clone(),
         config.scan_count,
         config.max_keys,
@@ -193,12 +197,13 @@ pub async fn library_round(
     let entries: Vec<(PresetSpec, Vec<Unit>)> = learnt
         .entries
         .iter()
-        .filter_map(|(spec, units)| match spec.preset {
-            Preset::Bullmq { .. } => {
+        .filter_map(|(spec, units)| {
+            if relisted(spec) {
                 let now = fresh.next().unwrap_or_default();
                 (!now.is_empty()).then(|| (spec.clone(), now))
+            } else {
+                Some((spec.clone(), units.clone()))
             }
-            _ => Some((spec.clone(), units.clone())),
         })
         .collect();
     let tracked: BTreeMap<Vec<u8>, Candidate> = plain
@@ -238,16 +243,18 @@ pub async fn library_round(
 
 /// Reads every mark: the sets by bounded `SSCAN`, each whole only if it
 /// holds at most `max_keys` members ([`read_sets`]), beside one pipeline of
-/// `HMGET version opts.maxLenEvents` of each `meta` hash, `GET` of each
-/// Bull `id` and `TYPE` of Sidekiq's signs.
+/// the other marks' commands (each library's read: a `meta` hash's
+/// fields, an `id`'s value, a sign's `TYPE`).
 pub(super) async fn read_marks(
     conn: &Conn,
     marks: Marks,
     config: &RedisSourceConfig,
 ) -> redis::RedisResult<Seen> {
-    let mut cmds: Vec<redis::Cmd> = marks.metas.iter().map(|m| bullmq::marks_cmd(m)).collect();
-    cmds.extend(marks.bull_ids.iter().map(|id| super::cmd("GET", id)));
-    cmds.extend(marks.signs.iter().map(|k| super::cmd("TYPE", k)));
+    let cmds: Vec<redis::Cmd> = (marks.cmds.iter())
+        .chain(&marks.beside)
+        .chain(&marks.signs)
+        .map(|(_, c)| c.clone())
+        .collect();
     let others = async {
         match cmds.is_empty() {
             true => Ok(Vec::new()),

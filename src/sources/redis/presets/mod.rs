@@ -19,6 +19,7 @@ mod celery;
 mod collide;
 mod consumed;
 mod counted;
+pub mod library;
 pub mod library_round;
 pub mod picture;
 mod priority_zset;
@@ -46,8 +47,21 @@ use crate::snapshot::{
 };
 use crate::time::{TimeUnit, unix_seconds};
 pub use registry::registries;
-use registry::{registry_units, sorted};
 use service::{FinishedLayout, ServiceWindow};
+
+/// Every library the exporter knows, in the order messages, zero config's
+/// entries and its log line list them: the one registration list (a
+/// library is its own file plus one line here; TRAIT.md).
+pub static LIBRARIES: &[&dyn library::Library] = &[
+    &bullmq::Bullmq,
+    &bull::Bull,
+    &sidekiq::Sidekiq,
+    &celery::Celery,
+    &rq::Rq,
+    &asynq::Asynq,
+    &rediswq::Rediswq,
+    &priority_zset::PriorityZset,
+];
 
 /// What a preset source keeps between polls: the logical queues each entry's
 /// registry named at the last discovery.
@@ -107,6 +121,17 @@ pub enum Unit {
     Shared,
 }
 
+impl Unit {
+    /// The queue's raw name; empty for the shared keys (whose commands
+    /// name no queue).
+    pub fn name(&self) -> &[u8] {
+        match self {
+            Unit::Queue(q) => q,
+            Unit::Shared => &[],
+        }
+    }
+}
+
 /// The outcome of one preset poll.
 #[derive(Debug, Default)]
 pub struct PresetPoll {
@@ -125,7 +150,7 @@ pub struct PresetPoll {
 
 /// A follow-up command's meaning, applied to the sample that asked for it.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub(super) enum Follow {
+pub(crate) enum Follow {
     /// The reply is the oldest waiting job's enqueue time in this unit
     /// (BullMQ's `timestamp` in ms, asynq's `pending_since` in ns, RQ's
     /// `enqueued_at` as RFC 3339 text).
@@ -141,7 +166,7 @@ pub(super) enum Follow {
 
 /// One logical queue after round 1: its sample, and the follow-ups it needs.
 #[derive(Debug)]
-pub(super) struct Stage {
+pub(crate) struct Stage {
     /// The sample as far as round 1 could fill it.
     pub sample: QueueSample,
     /// Round-2 commands and how to apply their replies.
@@ -303,73 +328,31 @@ pub(super) fn apply(s: &mut QueueSample, follow: Follow, v: &Value, now: f64) {
     }
 }
 
+/// The library of `preset` (every parsed entry's kind is one).
+fn lib(preset: &Preset) -> &'static dyn library::Library {
+    // A `Preset` is only made by config parsing or recognition, from a
+    // library of the list; the first library stands in for none.
+    library::of(preset.kind).unwrap_or(LIBRARIES[0])
+}
+
 /// Where the library of `preset` keeps `unit`'s finished jobs with their
-/// start and end times, if it does (BullMQ, Bull, RQ): the queues whose service
-/// time the exporter measures.
+/// start and end times, if it does: the queues whose service time the
+/// exporter measures.
 fn finished_layout(preset: &Preset, unit: &Unit) -> Option<FinishedLayout> {
     let Unit::Queue(queue) = unit else {
         return None;
     };
-    match preset {
-        Preset::Bullmq { prefix, .. } => Some(bullmq::finished(prefix, queue)),
-        Preset::Bull { prefix, .. } => Some(bull::finished(prefix, queue)),
-        Preset::Rq { prefix } => Some(rq::finished(prefix, queue)),
-        _ => None,
-    }
+    lib(preset).finished(preset, queue)
 }
 
 /// Round-1 commands of one logical queue (or of the shared keys).
 pub(super) fn plan(preset: &Preset, unit: &Unit, now: f64) -> Vec<redis::Cmd> {
-    let queue = match unit {
-        Unit::Queue(q) => q.as_slice(),
-        Unit::Shared => &[],
-    };
-    match preset {
-        Preset::Rq { prefix } => rq::plan(prefix, queue, now),
-        Preset::Sidekiq { prefix, .. } => sidekiq::plan(prefix, unit, now),
-        Preset::Asynq { prefix } => asynq::plan(prefix, queue, now),
-        Preset::Bullmq {
-            prefix,
-            stalled_check_limit,
-        } => bullmq::plan(prefix, queue, *stalled_check_limit, now),
-        Preset::Bull {
-            prefix,
-            stalled_check_limit,
-        } => bull::plan(prefix, queue, *stalled_check_limit, now),
-        Preset::Celery {
-            sep,
-            priority_steps,
-            prefix,
-            visibility_timeout,
-            ..
-        } => celery::plan(prefix, sep, priority_steps, unit, now, *visibility_timeout),
-        Preset::Rediswq {
-            stalled_check_limit,
-            ..
-        } => rediswq::plan(queue, *stalled_check_limit),
-        Preset::PriorityZset { prefix } => priority_zset::plan(prefix, unit, now),
-    }
+    lib(preset).plan(preset, unit, now)
 }
 
 /// Reads one logical queue's round-1 replies (pure).
 fn read(preset: &Preset, unit: &Unit, r: &[Value], now: f64) -> Stage {
-    let queue = match unit {
-        Unit::Queue(q) => q.as_slice(),
-        Unit::Shared => &[],
-    };
-    match preset {
-        Preset::Rq { prefix } => rq::read(prefix, queue, r),
-        Preset::Sidekiq {
-            prefix,
-            stalled_check_limit,
-        } => sidekiq::read(prefix, unit, r, now, *stalled_check_limit),
-        Preset::Asynq { prefix } => asynq::read(prefix, queue, r),
-        Preset::Bullmq { prefix, .. } => bullmq::read(prefix, queue, r),
-        Preset::Bull { prefix, .. } => bull::read(prefix, queue, r),
-        Preset::Celery { .. } => celery::read(unit, r),
-        Preset::Rediswq { .. } => rediswq::read(queue, r),
-        Preset::PriorityZset { prefix } => priority_zset::read(prefix, unit, r, now),
-    }
+    lib(preset).read(preset, unit, r, now)
 }
 
 /// `GET` commands for a `counters:` block, in processed, failed, enqueued
@@ -627,6 +610,8 @@ impl PresetState {
                         };
                         let f = Follow::Finished;
                         stage.follow.extend(jobs.into_iter().map(|c| (c, f)));
+                        facts(&mut stage.sample).finished_jobs =
+                            Some(lib(&e.spec.preset).unmeasured_why());
                         m = Some((entry, name.clone()));
                     }
                     stages.push((entry, stage));
@@ -727,23 +712,16 @@ impl PresetState {
     }
 }
 
+/// `units` sorted, without repeats.
+pub(super) fn sorted(mut units: Vec<Unit>) -> Vec<Unit> {
+    units.sort();
+    units.dedup();
+    units
+}
+
 /// Queues a preset reports without a registry.
 pub(super) fn fixed_queues(preset: &Preset) -> Vec<Unit> {
-    match preset {
-        Preset::Celery { queues, .. } => {
-            let mut v: Vec<Unit> = queues
-                .iter()
-                .map(|q| Unit::Queue(q.as_bytes().to_vec()))
-                .collect();
-            v.push(Unit::Shared);
-            sorted(v)
-        }
-        Preset::Rediswq { name, .. } => vec![Unit::Queue(name.as_bytes().to_vec())],
-        Preset::PriorityZset { .. } | Preset::Sidekiq { .. } => vec![Unit::Shared],
-        Preset::Rq { .. } | Preset::Asynq { .. } | Preset::Bullmq { .. } | Preset::Bull { .. } => {
-            Vec::new()
-        }
-    }
+    lib(preset).fixed_queues(preset)
 }
 
 #[cfg(test)]
@@ -778,7 +756,7 @@ mod tests {
 
     #[test]
     fn follow_ups_apply_stamps_and_stalled_checks() {
-        let mut s = preset_sample(PresetKind::Rq, b"q");
+        let mut s = preset_sample(rq::KIND, b"q");
         apply(
             &mut s,
             Follow::Stamp(TimeUnit::Milliseconds),
@@ -825,7 +803,7 @@ mod tests {
     #[test]
     fn a_refused_follow_up_makes_its_count_unknown_not_smaller() {
         let refused = refused();
-        let mut s = preset_sample(PresetKind::Sidekiq, b"(all)");
+        let mut s = preset_sample(sidekiq::KIND, b"(all)");
         facts(&mut s).stalled = Some(0);
         set_state(&mut s, JobState::Active, Some(0));
         apply(&mut s, Follow::StalledIfMissing, &int(0), 0.0);
@@ -894,9 +872,9 @@ mod tests {
         assert_eq!(queue_label(b"x28all)"), "x28all)");
         assert_eq!(queue_label(b"default"), "default");
         assert_eq!(queue_label(b"(all"), "(all");
-        let sidekiq = Preset::Sidekiq {
-            prefix: String::new(),
+        let sidekiq = Preset {
             stalled_check_limit: 1,
+            ..Preset::new(sidekiq::KIND, "")
         };
         let real = read(&sidekiq, &Unit::Queue(b"(all)".to_vec()), &[int(2)], 0.0);
         let shared = read(&sidekiq, &Unit::Shared, &[], 0.0);
@@ -905,7 +883,7 @@ mod tests {
         assert_eq!(real.sample.preset.unwrap().unit, PresetUnit::Queue);
         assert_eq!(shared.sample.preset.unwrap().unit, PresetUnit::Shared);
         // The registry's `(all)` and the shared keys are two units.
-        let units = registry_units(&sidekiq, vec![b"(all)".to_vec()]);
+        let units = lib(&sidekiq).registry_units(&sidekiq, vec![b"(all)".to_vec()]);
         assert_eq!(units, [Unit::Queue(b"(all)".to_vec()), Unit::Shared]);
     }
 }

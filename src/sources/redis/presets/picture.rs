@@ -8,6 +8,7 @@ use super::super::keyname::display_key;
 use super::super::tracked::KeyState;
 use super::bounded::Bound;
 use super::recognise::Hides;
+use super::library::rank;
 use crate::config::{KeyType, Preset, default_prefix};
 use crate::snapshot::{PresetKind, Reason};
 
@@ -43,16 +44,7 @@ pub fn withheld_names(keys: &std::collections::BTreeSet<Vec<u8>>) -> Vec<String>
 
 /// The library's name as its users write it, for the log line.
 pub fn library(kind: PresetKind) -> &'static str {
-    match kind {
-        PresetKind::Bullmq => "BullMQ",
-        PresetKind::Bull => "Bull",
-        PresetKind::Sidekiq => "Sidekiq",
-        PresetKind::Celery => "Celery",
-        PresetKind::Rq => "RQ",
-        PresetKind::Asynq => "asynq",
-        PresetKind::Rediswq => "rediswq",
-        PresetKind::PriorityZset => "priority-zset",
-    }
+    super::library::of(kind).map_or(kind.as_str(), |l| l.title())
 }
 
 /// How many keys of each type `states` holds (the plain keys of the log
@@ -81,15 +73,20 @@ pub fn picture(
     plain: &BTreeMap<KeyType, usize>,
     left_out: &LeftOut,
 ) -> String {
-    let mut by_kind: BTreeMap<PresetKind, (usize, Vec<&str>)> = BTreeMap::new();
+    // In the list's order of libraries.
+    type ByKind<'a> = BTreeMap<(usize, PresetKind), (usize, Vec<&'a str>)>;
+    let mut by_kind: ByKind<'_> = BTreeMap::new();
     for (preset, queues) in entries {
-        let e = by_kind.entry(preset.kind()).or_default();
+        let kind = preset.kind();
+        let e = by_kind.entry((rank(kind), kind)).or_default();
         e.0 += queues;
-        e.1.extend(preset.prefix());
+        if super::lib(preset).options().contains(&"prefix") {
+            e.1.push(&preset.prefix);
+        }
     }
     let libs: Vec<String> = by_kind
         .into_iter()
-        .map(|(kind, (n, prefixes))| {
+        .map(|((_, kind), (n, prefixes))| {
             let mut s = plural(n, &format!("{} queue", library(kind)));
             if prefixes.len() > 1 || prefixes.iter().any(|p| *p != default_prefix(kind)) {
                 let word = if prefixes.len() > 1 {
@@ -148,16 +145,11 @@ mod tests {
 
     #[test]
     fn the_picture_names_libraries_prefixes_and_plain_keys() {
-        let bull = |p: &str| Preset::Bullmq {
-            prefix: p.into(),
-            stalled_check_limit: 1,
-        };
+        let bull = |p: &str| Preset::new(PresetKind::named("bullmq"), p);
         let (a, b, rq) = (
             bull("bull"),
             bull("myapp"),
-            Preset::Rq {
-                prefix: "rq".into(),
-            },
+            Preset::new(PresetKind::named("rq"), "rq"),
         );
         let plain = BTreeMap::from([(KeyType::List, 1)]);
         assert_eq!(

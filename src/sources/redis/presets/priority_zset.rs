@@ -4,6 +4,8 @@
 //! `<prefix>:completed` zset and a `<prefix>:dlq` list. One logical queue,
 //! `<prefix>`, with a `priority` label on the per-priority samples.
 
+use super::library::{Library, Registry};
+use crate::config::{KeyType, Preset};
 use redis::Value;
 
 use super::{Stage, Unit, count, key, preset_sample, set_state};
@@ -38,7 +40,7 @@ pub fn plan(prefix: &str, unit: &Unit, now: f64) -> Vec<redis::Cmd> {
 /// Reads [`plan`]'s replies (pure).
 pub fn read(prefix: &str, unit: &Unit, r: &[Value], now: f64) -> Stage {
     let at = |i: usize| r.get(i).unwrap_or(&Value::Nil);
-    let mut s = preset_sample(PresetKind::PriorityZset, prefix.as_bytes());
+    let mut s = preset_sample(KIND, prefix.as_bytes());
     let Unit::Queue(p) = unit else {
         super::shared(&mut s);
         super::kept_elsewhere(&mut s, QUEUE_STATES);
@@ -64,6 +66,66 @@ pub fn read(prefix: &str, unit: &Unit, r: &[Value], now: f64) -> Stage {
         None => 0.0,
     });
     Stage::done(s)
+}
+
+/// The priority-zset layout's `preset` name.
+pub const KIND: PresetKind = PresetKind::named("priority-zset");
+
+/// `<prefix>:pending:{priority}` zsets and friends: one logical queue,
+/// named by its prefix, with a sample per priority.
+pub struct PriorityZset;
+
+impl Library for PriorityZset {
+    fn kind(&self) -> PresetKind {
+        KIND
+    }
+
+    fn title(&self) -> &'static str {
+        "priority-zset"
+    }
+
+    fn options(&self) -> &'static [&'static str] {
+        &["prefix"]
+    }
+
+    fn default_prefix(&self) -> &'static str {
+        "jobs"
+    }
+
+    fn takes_counters(&self) -> bool {
+        true
+    }
+
+    /// Each priority is a "queue" of the entry.
+    fn registry(&self, preset: &Preset) -> Registry {
+        let p = super::super::glob::escape(preset.prefix.as_bytes());
+        Registry::Scan {
+            pattern: key(&[&p, b":pending:*"]),
+            key_type: Some(KeyType::Zset),
+        }
+    }
+
+    fn queue_of_key(&self, preset: &Preset, k: &[u8]) -> Option<Vec<u8>> {
+        let start = preset.prefix.len() + b":pending:".len();
+        k.get(start..).filter(|p| !p.is_empty()).map(<[u8]>::to_vec)
+    }
+
+    /// The keys shared by all priorities.
+    fn fixed_queues(&self, _: &Preset) -> Vec<Unit> {
+        vec![Unit::Shared]
+    }
+
+    fn fixed_names(&self, preset: &Preset) -> Vec<String> {
+        vec![preset.prefix.clone()]
+    }
+
+    fn plan(&self, preset: &Preset, unit: &Unit, now: f64) -> Vec<redis::Cmd> {
+        plan(&preset.prefix, unit, now)
+    }
+
+    fn read(&self, preset: &Preset, unit: &Unit, r: &[Value], now: f64) -> Stage {
+        read(&preset.prefix, unit, r, now)
+    }
 }
 
 #[cfg(test)]

@@ -3,39 +3,16 @@
 //! exactly as the matching `- preset:` entry would (the entries are built
 //! here and polled by the same code).
 //!
-//! What marks a library (docs/presets.md, "Zero config"):
-//! - **RQ**: a set `<prefix>:queues` whose members are all full keys
-//!   `<prefix>:queue:<name>`.
-//! - **asynq**: a set `<prefix>:queues` of bare names where the prefix is
-//!   `asynq` or some member `<m>` has a list or zset `<prefix>:{<m>}:...`.
-//! - **Sidekiq**: the set `queues` (7.x/8.x keep bare keys) beside a list
-//!   `queue:<m>` for some member, the set `processes` or the string
-//!   `stat:processed` (a bare `queues` alone is some app's own set); or a
-//!   set `<ns>:queues` (a 6.x redis-namespace) with a list `<ns>:queue:<m>`
-//!   for some member or a `<ns>:schedule`/`retry`/`dead` zset beside it.
-//! - **BullMQ** at any prefix: a hash `<prefix>:<name>:meta` whose `version`
-//!   starts with `bullmq:` or which has `opts.maxLenEvents` (both written by
-//!   the `Queue` constructor); names cannot contain `:`, so a name parses
-//!   from the right. Old Bull (3.x/4.x) writes no `meta` hash with these
-//!   marks: its `meta`, if any, holds only `paused`). See Bull below.
-//! - **Bull** (3.x/4.x) at any prefix: a list or zset `<prefix>:<name>:<part>`
-//!   of Bull's (`wait`, `paused`, `active`, `delayed`, `priority`,
-//!   `completed`, `failed`) beside an integer string `<prefix>:<name>:id`
-//!   (INCRed for every job added), with no BullMQ `meta` hash there.
-//! - **Celery**: `[<global_keyprefix>]_kombu.binding.<exchange>` sets, whose
-//!   members are `routing_key␆␖pattern␆␖queue`; the `*.pidbox` exchanges
-//!   (remote control and its replies) and Celery's event exchange
-//!   `celeryev` are skipped, and so is an event receiver's binding in any
-//!   exchange (`worker.#` or `#` to `<prefix>.<uuid>`); a member without `␆␖`
-//!   and of exactly three `:`-separated parts means `sep: ":"`, as Celery's
-//!   docs suggest with priorities. Priority lists are those of kombu's
-//!   default steps plus any `<queue><sep><n>` list found.
+//! What marks each library is its own file's (`Library::mark_read`,
+//! `Library::recognise`; docs/presets.md, "Zero config"); here the one way
+//! through: the names a scan kept are classified against the libraries'
+//! marks ([`Marks`]), read once ([`seen`]), and each library recognises
+//! its entries in what was read ([`recognise`]).
 //!
 //! Every key a recognised library's entry reads with the type the library
-//! gives it, and the library's other keys of its queues (BullMQ's `events`,
-//! `marker`, job logs; RQ's `intermediate` lists, result streams; asynq's
-//! per-queue keys...), is consumed: it is not also reported as a plain key.
-//! A key the entry reads that has another type (a lookalike) stays plain.
+//! gives it, and the library's other keys of its queues (`Library::owned`),
+//! is consumed: it is not also reported as a plain key. A key the entry
+//! reads that has another type (a lookalike) stays plain.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -43,260 +20,157 @@ use redis::Value;
 
 use super::super::discovery::{Candidate, Candidates};
 use super::super::keyname::display_key;
-use super::super::tracked::KeyState;
+use super::LIBRARIES;
 use super::bounded::{Bound, SetRead};
-use super::consumed::{consumed, type_at, under};
-use super::{Unit, bull, bullmq, fixed_queues, key, registry_units, sidekiq};
-use crate::config::{
-    CELERY_PRIORITY_STEPS, CELERY_SEP, CELERY_VISIBILITY_TIMEOUT, DEFAULT_STALLED_CHECK_LIMIT,
-    KeyType, Preset, PresetSpec, default_prefix,
-};
-use crate::snapshot::{PresetKind, Reason};
+use super::consumed::consumed;
+use super::library::{Hidden, Library, MarkRead, Registry, Seen};
+use super::Unit;
+use crate::config::PresetSpec;
 
-/// The name part of kombu's binding tables.
-const BINDING: &[u8] = b"_kombu.binding.";
+/// The libraries in the order they claim a mark several may share
+/// (`Library::claim_rank`; the list's order among equals).
+fn by_claim_rank() -> Vec<&'static dyn Library> {
+    let mut libraries: Vec<&'static dyn Library> = LIBRARIES.to_vec();
+    libraries.sort_by_key(|l| l.claim_rank());
+    libraries
+}
+
+/// How the first library (in the list's order) whose mark `k` is named
+/// like reads it.
+fn classify(k: &[u8]) -> Option<MarkRead> {
+    LIBRARIES.iter().find_map(|l| l.mark_read(k))
+}
 
 /// The keys whose type [`recognise`] looks at, given the marks read and
-/// the `names` the pass kept by shape (pure): for a `<p>:queues` registry
-/// that neither its members (RQ) nor its prefix (asynq) already tell, the
-/// Sidekiq namespace's `<p>:queue:<m>` lists and `<p>:schedule`/`retry`/
-/// `dead` zsets and the kept keys under asynq's `<p>:{<m>}:`; for a Celery
-/// queue, the kept `<queue><sep><n>` lists of a step kombu's defaults lack;
-/// the kept Bull-named keys where no BullMQ `meta` is beside them.
+/// the `names` the pass kept by shape (pure): each library's
+/// `Library::evidence`, in claim order (a registry one library tells is
+/// not looked into by the next).
 pub(super) fn evidence(seen: &Seen, names: Vec<Vec<u8>>) -> Vec<Vec<u8>> {
     let mut wanted: BTreeSet<Vec<u8>> = BTreeSet::new();
-    // The `<p>:{<m>}:` prefixes, looked up by each name's own (no pass over
-    // every member for every name).
-    let mut under_asynq: BTreeSet<Vec<u8>> = BTreeSet::new();
-    let mut celery_bases: BTreeSet<Vec<u8>> = BTreeSet::new();
-    for (set, members) in &seen.sets {
-        if let Some((prefix, _)) = binding(set) {
-            for (q, sep) in members.iter().filter_map(|m| binding_queue(m)) {
-                celery_bases.insert(key(&[prefix, q.as_bytes(), sep.as_bytes()]));
-            }
-            continue;
-        }
-        let Some(prefix) = registry_prefix(set) else {
-            continue;
-        };
-        if prefix.is_empty() {
-            // Sidekiq's bare `queues`: a `queue:<member>` list says it.
-            wanted.extend(members.iter().map(|m| key(&[b"queue:", m])));
-            continue;
-        }
-        let rq = key(&[prefix, b":queue:"]);
-        let told = members.iter().all(|m| m.starts_with(&rq))
-            || prefix == default_prefix(PresetKind::Asynq).as_bytes();
-        if told {
-            continue;
-        }
-        for m in members {
-            wanted.insert(key(&[prefix, b":queue:", m]));
-            under_asynq.insert(key(&[prefix, b":{", m, b"}:"]));
-        }
-        for n in [&b"schedule"[..], b"retry", b"dead"] {
-            wanted.insert(key(&[prefix, b":", n]));
-        }
-    }
-    for k in names {
-        let bull = !k.ends_with(b":id")
-            && bull::queue_of_part(&k).is_some_and(|(prefix, name)| {
-                !seen.bullmq.contains(&key(&[prefix, b":", name, b":meta"]))
-            });
-        let asynq = !under_asynq.is_empty() && braced(&k).any(|p| under_asynq.contains(p));
-        let step = celery_step(&k).is_some_and(|(base, n)| {
-            celery_bases.contains(base) && !CELERY_PRIORITY_STEPS.contains(&n)
-        });
-        if bull || asynq || step {
-            wanted.insert(k);
-        }
+    let mut told = BTreeSet::new();
+    for library in by_claim_rank() {
+        wanted.extend(library.evidence(seen, &names, &mut told));
     }
     wanted.into_iter().collect()
 }
 
-/// Each prefix of `k` that ends an asynq-shaped `:{…}:` (pure): `a:{b}:`
-/// and `a:{b}:c:{d}:` of `a:{b}:c:{d}:e`. A name has a few, so looking
-/// each up costs a name its length, whatever the registries hold.
-fn braced(k: &[u8]) -> impl Iterator<Item = &[u8]> + '_ {
-    let opens = k.windows(2).enumerate().filter(|(_, w)| *w == b":{");
-    opens.flat_map(move |(at, _)| {
-        k.windows(2)
-            .enumerate()
-            .skip(at + 2)
-            .filter(|(_, w)| *w == b"}:")
-            .map(move |(end, _)| &k[..end + 2])
-    })
-}
-
-/// Whether the libraries-only pass keeps `k` for [`evidence`]: a key under
-/// an asynq-shaped `<p>:{<q>}:` (but not its task hashes `t:` nor its daily
-/// `processed:`/`failed:` strings, the bulk of its keys and never a list,
-/// zset or stream), a name ending in a separator and a number up to 255
-/// (a Celery priority list, `<queue>\x06\x16<n>` or `<queue>:<n>`), or
-/// one named like a Bull list or zset (`<prefix>:<q>:wait`...).
+/// Whether the libraries-only pass keeps `k` for [`evidence`]: a name some
+/// library may ask the type of (`Library::is_evidence`).
 pub(super) fn is_evidence(k: &[u8]) -> bool {
-    let bull = !k.ends_with(b":id") && bull::queue_of_part(k).is_some();
-    let asynq = k
-        .windows(2)
-        .position(|w| w == b":{")
-        .and_then(|at| {
-            k[at..]
-                .windows(2)
-                .position(|w| w == b"}:")
-                .map(|e| at + e + 2)
-        })
-        .is_some_and(|rest| {
-            let rest = &k[rest..];
-            ![&b"t:"[..], b"processed:", b"failed:"]
-                .iter()
-                .any(|p| rest.starts_with(p))
-        });
-    bull || asynq || celery_step(k).is_some()
+    LIBRARIES.iter().any(|l| l.is_evidence(k))
 }
 
-/// `(base, n)` of a name `<base><n>` whose base ends in kombu's default
-/// separator or `:` and whose `n` (1-3 digits) is a priority step.
-fn celery_step(k: &[u8]) -> Option<(&[u8], u8)> {
-    let digits = k.iter().rev().take_while(|b| b.is_ascii_digit()).count();
-    if !(1..=3).contains(&digits) {
-        return None;
-    }
-    let (base, n) = k.split_at(k.len() - digits);
-    let sep_ok = base.ends_with(CELERY_SEP.as_bytes()) || base.ends_with(COLON_SEP.as_bytes());
-    let n = std::str::from_utf8(n).ok()?.parse::<u8>().ok()?;
-    sep_ok.then_some((base, n))
-}
-
-/// Keys that may mark a library, by name (their type is told by the reply
-/// to the read each gets).
+/// Keys that may mark a library, by the read each gets.
 #[derive(Debug, Default)]
 pub struct Marks {
-    /// Keys named `*:meta` (BullMQ queues, if hashes with its marks).
-    pub(super) metas: Vec<Vec<u8>>,
-    /// Keys named like a registry or a kombu binding table (if sets).
+    /// Sets (registries, binding tables), read by bounded `SSCAN`.
     pub(super) sets: Vec<Vec<u8>>,
-    /// `<prefix>:<name>:id` beside a list or zset named like Bull's (a Bull
-    /// queue, if an integer string).
-    pub(super) bull_ids: Vec<Vec<u8>>,
+    /// Marks read by one command each (`meta` hashes), by name.
+    pub(super) cmds: Vec<(Vec<u8>, redis::Cmd)>,
+    /// Marks found beside the typed keys (`Library::marks_beside`), by
+    /// name, with their read.
+    pub(super) beside: Vec<(Vec<u8>, redis::Cmd)>,
     /// Libraries only: the names [`is_evidence`] keeps, whose type
     /// recognition may ask.
     pub(super) evidence: Vec<Vec<u8>>,
-    /// Sidekiq's own keys beside a bare `queues` set (`processes`,
-    /// `stat:processed`), whose type is asked: what tells Sidekiq's
-    /// registry from an app's own set named `queues`.
-    pub(super) signs: Vec<Vec<u8>>,
+    /// Keys a library keeps under a fixed name beside its registry, whose
+    /// type is asked ([`MarkRead::Sign`]).
+    pub(super) signs: Vec<(Vec<u8>, redis::Cmd)>,
+}
+
+/// `list` sorted by name, without repeats.
+fn sort_named(list: &mut Vec<(Vec<u8>, redis::Cmd)>) {
+    list.sort_by(|a, b| a.0.cmp(&b.0));
+    list.dedup_by(|a, b| a.0 == b.0);
 }
 
 impl Marks {
     /// Keeps at most `max` marks to read (the source's `max_keys`): the
-    /// sets first (registries and bindings, few), then the `meta` hashes,
-    /// then Bull's `id`s, each in name order; returns the others, which
-    /// are not read. (The two [`SIGNS`] are not counted: fixed names.)
+    /// sets first (registries and bindings, few), then the marks read by a
+    /// command, then those beside typed keys, each in name order; returns
+    /// the others, which are not read. (Signs are not counted: fixed
+    /// names.)
     pub(super) fn keep_within(&mut self, max: usize) -> Vec<Vec<u8>> {
         let mut left = max;
         let mut beyond = Vec::new();
-        for list in [&mut self.sets, &mut self.metas, &mut self.bull_ids] {
-            list.sort_unstable();
-            list.dedup();
+        self.sets.sort_unstable();
+        self.sets.dedup();
+        let keep = self.sets.len().min(left);
+        beyond.extend(self.sets.drain(keep..));
+        left -= keep;
+        for list in [&mut self.cmds, &mut self.beside] {
+            sort_named(list);
             let keep = list.len().min(left);
-            beyond.extend(list.drain(keep..));
+            beyond.extend(list.drain(keep..).map(|(k, _)| k));
             left -= keep;
         }
         beyond
     }
 }
 
-/// Sidekiq's keys at the bare names beside its `queues` registry, with the
-/// type Sidekiq gives them: the live processes' set, the processed total.
-const SIGNS: [(&[u8], &str); 2] = [(b"processes", "set"), (b"stat:processed", "string")];
-
-/// Whether `k` is one of Sidekiq's [`SIGNS`].
-fn is_sign(k: &[u8]) -> bool {
-    SIGNS.iter().any(|(n, _)| *n == k)
+/// The marks found beside the keys `keys` (`Library::marks_beside`), at
+/// most `limit` per library, with their reads.
+pub(super) fn beside_marks(
+    keys: &BTreeMap<Vec<u8>, Candidate>,
+    limit: usize,
+) -> Vec<(Vec<u8>, redis::Cmd)> {
+    LIBRARIES
+        .iter()
+        .flat_map(|l| {
+            l.marks_beside(keys, limit)
+                .into_iter()
+                .filter_map(|k| l.beside_read(&k).map(|c| (k, c)))
+        })
+        .collect()
 }
 
-/// The `<prefix>:<name>:id` keys to probe for Bull queues: one per
-/// `<prefix>:<name>` that has a list or zset named like one of Bull's keys,
-/// at most `limit` (the source's `max_keys`), so a keyspace of such names
-/// costs a bounded number of `GET`s.
-pub(super) fn bull_candidates(keys: &BTreeMap<Vec<u8>, Candidate>, limit: usize) -> Vec<Vec<u8>> {
-    let mut ids = BTreeSet::new();
-    for (k, c) in keys {
-        if !matches!(c.state, KeyState::Typed(KeyType::List | KeyType::Zset)) {
-            continue;
-        }
-        if let Some((prefix, name)) = bull::queue_of_part(k) {
-            ids.insert(key(&[prefix, b":", name, b":id"]));
-            if ids.len() >= limit {
-                break;
-            }
-        }
-    }
-    ids.into_iter().collect()
-}
-
-/// Whether `k` is named like a library's mark: a `meta` hash, a registry,
-/// a kombu binding table, or one of Sidekiq's [`SIGNS`].
+/// Whether `k` is named like a library's mark.
 pub(super) fn is_mark(k: &[u8]) -> bool {
-    is_meta(k) || registry_prefix(k).is_some() || binding(k).is_some() || is_sign(k)
+    classify(k).is_some()
 }
 
 /// The marks a pass kept, split by the read each gets.
 pub(super) fn marks_of(marks: Vec<Vec<u8>>, evidence: Vec<Vec<u8>>) -> Marks {
-    let (signs, marks): (Vec<_>, Vec<_>) = marks.into_iter().partition(|k| is_sign(k));
-    let (metas, sets) = marks.into_iter().partition(|k| is_meta(k));
-    Marks {
-        metas,
-        sets,
-        bull_ids: Vec::new(),
+    let mut out = Marks {
         evidence,
-        signs,
+        ..Marks::default()
+    };
+    for k in marks {
+        match classify(&k) {
+            Some(MarkRead::Set) => out.sets.push(k),
+            Some(MarkRead::Cmd(c)) => out.cmds.push((k, c)),
+            Some(MarkRead::Sign(c)) => out.signs.push((k, c)),
+            None => {}
+        }
     }
+    out
 }
 
-/// Marks known by name, split by the read each gets: `meta` hashes,
-/// registries and kombu bindings, and Bull's `id` keys (the rest).
+/// Marks known by name, split by the read each gets: those named like a
+/// mark, and those found beside typed keys (the rest).
 pub(super) fn marks_named(names: Vec<Vec<u8>>) -> Marks {
-    let (marks, bull_ids): (Vec<_>, Vec<_>) = names.into_iter().partition(|k| is_mark(k));
+    let (marks, others): (Vec<_>, Vec<_>) = names.into_iter().partition(|k| is_mark(k));
+    let beside = others
+        .into_iter()
+        .filter_map(|k| {
+            let c = LIBRARIES.iter().find_map(|l| l.beside_read(&k))?;
+            Some((k, c))
+        })
+        .collect();
     Marks {
-        bull_ids,
+        beside,
         ..marks_of(marks, Vec::new())
     }
 }
 
-/// Whether `k` is named like a BullMQ `meta` hash.
-fn is_meta(k: &[u8]) -> bool {
-    k.ends_with(b":meta")
-}
-
-/// What the marks hold.
-#[derive(Debug, Default)]
-pub struct Seen {
-    /// Registry and binding sets with their members, by name.
-    sets: BTreeMap<Vec<u8>, Vec<Vec<u8>>>,
-    /// `meta` hashes that carry BullMQ's marks.
-    bullmq: BTreeSet<Vec<u8>>,
-    /// `id` keys that hold an integer (Bull's job counter).
-    pub(super) bull_ids: BTreeSet<Vec<u8>>,
-    /// Marks whose read Redis refused or failed (`NOPERM`...), with why:
-    /// whose keys those beside them are is unknown ([`withheld`]).
-    pub(super) unread: BTreeMap<Vec<u8>, Reason>,
-    /// Marks not read for a bound of discovery's work (beyond `max_keys`,
-    /// a set over the cap): unknown as the `unread` ones are, but counted
-    /// as dropped keys, not as errors.
-    pub(super) bounded: BTreeMap<Vec<u8>, Bound>,
-    /// One of Sidekiq's [`SIGNS`] is there, with Sidekiq's type.
-    sidekiq_signs: bool,
-}
-
 impl Seen {
     /// The unread marks whose library's queue names cannot be told from
-    /// key names: registries, `meta` hashes, Bull `id`s. (A kombu binding's
-    /// queues are the lists under its prefix, which are withheld by name.)
+    /// key names (a registry, a queue's own mark); not those whose queues
+    /// are keys held back by name ([`Hidden::Nothing`]).
     pub fn names_unknown(&self) -> Vec<String> {
         self.unread
             .keys()
-            .filter(|m| binding(m).is_none())
+            .filter(|m| hidden(m) != Some(Hidden::Nothing))
             .map(|m| display_key(m))
             .collect()
     }
@@ -314,60 +188,56 @@ impl Seen {
         hides(self.bounded.keys().map(Vec::as_slice))
     }
 
-    /// Whether `mark` went unread (refused, or for a bound).
-    fn not_read(&self, mark: &[u8]) -> bool {
-        self.unread.contains_key(mark) || self.bounded.contains_key(mark)
-    }
-
     /// Notes the marks `beyond` [`Marks::keep_within`]'s `max`, not read;
-    /// a Bull `id` whose `meta` beside it says BullMQ's, or went unread
-    /// itself, is left out: it would tell nothing more.
+    /// a mark found beside typed keys whose library says it would tell
+    /// nothing more (`Library::beside_tells`) is left out.
     pub(super) fn beyond(&mut self, beyond: Vec<Vec<u8>>, max: usize) {
-        let (ids, marks): (Vec<_>, Vec<_>) = beyond.into_iter().partition(|k| !is_mark(k));
+        let (others, marks): (Vec<_>, Vec<_>) = beyond.into_iter().partition(|k| !is_mark(k));
         for m in marks {
             self.bounded.insert(m, Bound::MaxKeys(max));
         }
-        for id in ids {
-            let Some(base) = id.strip_suffix(b":id") else {
-                continue;
-            };
-            let meta = key(&[base, b":meta"]);
-            if !self.bullmq.contains(&meta) && !self.not_read(&meta) {
-                self.bounded.insert(id, Bound::MaxKeys(max));
+        for k in others {
+            let owner = LIBRARIES.iter().find(|l| l.beside_read(&k).is_some());
+            if owner.is_some_and(|l| l.beside_tells(&k, self)) {
+                self.bounded.insert(k, Bound::MaxKeys(max));
             }
         }
     }
 
     /// What recognition reads in the sets, by set: a registry's members,
-    /// a binding table's queues (with their separator; an event receiver's
-    /// binding, which comes and goes with every `celery events` or Flower,
-    /// is left out), sorted; sets with none are left out (a set Redis holds
-    /// is never empty: an empty read is a missing key). Library rounds
-    /// compare it with the scan's.
+    /// a table's view as its library gives it (`Library::set_view`),
+    /// sorted; sets with none are left out (a set Redis holds is never
+    /// empty: an empty read is a missing key). Library rounds compare it
+    /// with the scan's.
     pub(super) fn set_members(&self) -> BTreeMap<Vec<u8>, Vec<Vec<u8>>> {
+        self.set_views()
+            .into_iter()
+            .map(|(name, (view, _))| (name, view))
+            .collect()
+    }
+
+    /// Each set's view, and whether a library marks it whatever entry
+    /// came from it.
+    fn set_views(&self) -> BTreeMap<Vec<u8>, (Vec<Vec<u8>>, bool)> {
         self.sets
             .iter()
             .filter_map(|(name, members)| {
-                let mut view: Vec<Vec<u8>> = match binding(name) {
-                    Some(_) => members
-                        .iter()
-                        .filter_map(|m| binding_queue(m))
-                        .map(|(q, sep)| key(&[sep.as_bytes(), b"\0", q.as_bytes()]))
-                        .collect(),
-                    None => members.clone(),
-                };
+                let own = LIBRARIES.iter().find_map(|l| l.set_view(name, members));
+                let always = own.is_some();
+                let mut view = own.unwrap_or_else(|| members.clone());
                 view.sort_unstable();
                 view.dedup();
-                (!view.is_empty()).then(|| (name.clone(), view))
+                (!view.is_empty()).then(|| (name.clone(), (view, always)))
             })
             .collect()
     }
 
     /// [`Seen::set_members`] of the sets that mark a library: a registry
-    /// an entry of `entries` came from, a binding table (its work queues),
-    /// and the registries libraries keep under a `fixed` name. A set named
-    /// like a registry that marks no library (an app's own `<p>:queues`)
-    /// is left out, so its changes make no library round a scan.
+    /// an entry of `entries` came from, a set its library marks whatever
+    /// entry came from it (a binding table: its work queues), and the
+    /// registries libraries keep under a `fixed` name. A set named like a
+    /// registry that marks no library (an app's own `<p>:queues`) is left
+    /// out, so its changes make no library round a scan.
     pub(super) fn library_set_members(
         &self,
         entries: &[(PresetSpec, Vec<Unit>)],
@@ -375,23 +245,23 @@ impl Seen {
     ) -> BTreeMap<Vec<u8>, Vec<Vec<u8>>> {
         let registries: BTreeSet<Vec<u8>> = entries
             .iter()
-            .filter_map(|(spec, _)| registry_of(&spec.preset))
+            .filter_map(|(spec, _)| registry_of(spec))
             .collect();
-        let mut members = self.set_members();
-        members.retain(|name, _| {
-            binding(name).is_some() || fixed.contains(&name.as_slice()) || registries.contains(name)
-        });
-        members
+        self.set_views()
+            .into_iter()
+            .filter(|(name, (_, always))| {
+                *always || fixed.contains(&name.as_slice()) || registries.contains(name)
+            })
+            .map(|(name, (view, _))| (name, view))
+            .collect()
     }
 
     /// Adds what a later read of more marks saw.
     pub(super) fn extend(&mut self, more: Seen) {
         self.sets.extend(more.sets);
-        self.bullmq.extend(more.bullmq);
-        self.bull_ids.extend(more.bull_ids);
+        self.replies.extend(more.replies);
         self.unread.extend(more.unread);
         self.bounded.extend(more.bounded);
-        self.sidekiq_signs |= more.sidekiq_signs;
     }
 }
 
@@ -400,30 +270,27 @@ impl Seen {
 pub struct Hides {
     /// Any name: a registry's members are unknown.
     pub any: bool,
-    /// The `queue` labels of the queues a `meta` hash or Bull `id` names:
+    /// The `queue` labels of the queues a queue's own mark names:
     /// `<name>`, and `<prefix>:<name>` (its label beside a queue of that
     /// name at another prefix).
     pub names: BTreeSet<String>,
 }
 
-/// Which names the unread `marks` may hide (pure): any for a registry (its
-/// members are unknown); the queue a `<prefix>:<name>:meta` or `:id` names;
-/// none for a kombu binding (its queues are lists, held back by name).
+/// What the libraries say an unread `mark` hides (`Library::hidden`), if
+/// one of them knows it.
+fn hidden(mark: &[u8]) -> Option<Hidden> {
+    LIBRARIES.iter().find_map(|l| l.hidden(mark))
+}
+
+/// Which names the unread `marks` may hide (pure): as each mark's library
+/// says; any for a mark no library knows.
 pub fn hides<'a>(marks: impl Iterator<Item = &'a [u8]>) -> Hides {
     let mut out = Hides::default();
     for mark in marks {
-        if binding(mark).is_some() {
-            continue;
-        }
-        let base = mark
-            .strip_suffix(b":meta")
-            .or_else(|| mark.strip_suffix(b":id"));
-        match base.and_then(|b| Some((b, b.iter().rposition(|c| *c == b':')?))) {
-            Some((base, at)) if registry_prefix(mark).is_none() => {
-                out.names.insert(display_key(&base[at + 1..]));
-                out.names.insert(display_key(base));
-            }
-            _ => out.any = true,
+        match hidden(mark) {
+            Some(Hidden::Nothing) => {}
+            Some(Hidden::Names(names)) => out.names.extend(names),
+            Some(Hidden::Any) | None => out.any = true,
         }
     }
     out
@@ -431,16 +298,18 @@ pub fn hides<'a>(marks: impl Iterator<Item = &'a [u8]>) -> Hides {
 
 /// Pairs the marks with what their reads found (pure): `sets`, the
 /// bounded reads of the sets ([`super::bounded::read_sets`]); `replies`,
-/// those of the `meta` hashes, then Bull's `id`s, then the [`SIGNS`]'
-/// `TYPE`. A key of another type (`WRONGTYPE`) or a reply of another
-/// shape marks nothing; a read Redis refused or failed is
-/// [`Seen::unread`]; a set over the cap, [`Seen::bounded`].
+/// those of the marks read by a command, then of those beside typed keys,
+/// then of the signs. A key of another type (`WRONGTYPE`) or a reply of
+/// another shape marks nothing; a read Redis refused or failed is
+/// unread (a sign's tells nothing); a set over the cap, not read for a
+/// bound.
 pub(super) fn seen(marks: Marks, sets: Vec<SetRead>, replies: &[Value]) -> Seen {
-    let (meta_replies, rest) = replies.split_at(marks.metas.len().min(replies.len()));
-    let (id_replies, sign_replies) = rest.split_at(marks.bull_ids.len().min(rest.len()));
+    let (cmd_replies, rest) = replies.split_at(marks.cmds.len().min(replies.len()));
+    let (beside_replies, sign_replies) = rest.split_at(marks.beside.len().min(rest.len()));
     let mut out = Seen::default();
-    let metas = answered(marks.metas, meta_replies, &mut out.unread);
-    let ids = answered(marks.bull_ids, id_replies, &mut out.unread);
+    let names = |list: Vec<(Vec<u8>, redis::Cmd)>| list.into_iter().map(|(k, _)| k);
+    answered(names(marks.cmds), cmd_replies, &mut out);
+    answered(names(marks.beside), beside_replies, &mut out);
     for (name, read) in marks.sets.into_iter().zip(sets) {
         match read {
             SetRead::Members(members) => {
@@ -456,41 +325,25 @@ pub(super) fn seen(marks: Marks, sets: Vec<SetRead>, replies: &[Value]) -> Seen 
             }
         }
     }
-    out.sidekiq_signs = marks.signs.iter().zip(sign_replies).any(|(k, v)| {
-        let want = SIGNS.iter().find(|(n, _)| *n == k.as_slice()).map(|s| s.1);
-        want.is_some() && super::reply::as_str(v) == want
-    });
-    for (meta, v) in metas {
-        if bullmq::has_marks(v) == Ok(true) {
-            out.bullmq.insert(meta);
-        }
-    }
-    for (id, v) in ids {
-        if super::reply::as_u64(v).is_some() {
-            out.bull_ids.insert(id);
-        }
+    for ((name, _), v) in marks.signs.into_iter().zip(sign_replies) {
+        out.replies.insert(name, v.clone());
     }
     out
 }
 
-/// `names` paired with their `replies`, those Redis answered; the others
-/// go to `unread`, with why.
-fn answered<'a>(
-    names: Vec<Vec<u8>>,
-    replies: &'a [Value],
-    unread: &mut BTreeMap<Vec<u8>, Reason>,
-) -> Vec<(Vec<u8>, &'a Value)> {
-    names
-        .into_iter()
-        .zip(replies)
-        .filter_map(|(name, v)| match super::reply::refusal(v) {
+/// Puts `names`' `replies` Redis answered into `seen`'s replies, and the
+/// others into its unread marks, with why.
+fn answered(names: impl Iterator<Item = Vec<u8>>, replies: &[Value], seen: &mut Seen) {
+    for (name, v) in names.zip(replies) {
+        match super::reply::refusal(v) {
             Some(reason) => {
-                unread.insert(name, reason);
-                None
+                seen.unread.insert(name, reason);
             }
-            None => Some((name, v)),
-        })
-        .collect()
+            None => {
+                seen.replies.insert(name, v.clone());
+            }
+        }
+    }
 }
 
 /// The outcome of recognition.
@@ -505,143 +358,31 @@ pub struct Recognition {
     pub withheld: BTreeSet<Vec<u8>>,
 }
 
-/// The registry set an entry of `preset` is read from, if it has one.
-fn registry_of(preset: &Preset) -> Option<Vec<u8>> {
-    match preset {
-        Preset::Rq { prefix } | Preset::Sidekiq { prefix, .. } | Preset::Asynq { prefix } => {
-            Some(super::registry::registry_key(preset, prefix))
-        }
+/// The registry set an entry is read from, if it has one.
+fn registry_of(spec: &PresetSpec) -> Option<Vec<u8>> {
+    match super::lib(&spec.preset).registry(&spec.preset) {
+        Registry::Set(k) => Some(k),
         _ => None,
     }
 }
 
-/// The prefix of a registry set's name: `""` for `queues`, `<p>` for
-/// `<p>:queues`.
-fn registry_prefix(k: &[u8]) -> Option<&[u8]> {
-    if k == b"queues" {
-        return Some(b"");
-    }
-    k.strip_suffix(b":queues").filter(|p| !p.is_empty())
-}
-
-/// Celery's default `event_exchange`: its bindings are event receivers'
-/// queues, never work.
-const EVENT_EXCHANGE: &[u8] = b"celeryev";
-
-/// `(global_keyprefix, exchange)` of a kombu binding table, unless the
-/// exchange is a `pidbox` one (remote control traffic) or Celery's event
-/// exchange `celeryev`: neither carries work.
-fn binding(k: &[u8]) -> Option<(&[u8], &[u8])> {
-    let at = k.windows(BINDING.len()).position(|w| w == BINDING)?;
-    let exchange = &k[at + BINDING.len()..];
-    let work = !exchange.is_empty() && !exchange.ends_with(b"pidbox") && exchange != EVENT_EXCHANGE;
-    work.then_some((&k[..at], exchange))
-}
-
-/// Whether a binding `routing_key`, `queue` is a Celery event receiver's,
-/// whatever the `event_exchange` is called: `EventReceiver` binds
-/// `<event_queue_prefix>.<uuid4>` with `#` (`celery events`, Flower) or
-/// `worker.#` (every worker's gossip). Such queues live on `PUBLISH` (the
-/// event exchange is fanout on Redis), never hold work, and a killed
-/// worker's binding stays for good.
-fn event_receiver(routing_key: &[u8], queue: &[u8]) -> bool {
-    let uuid = |u: &[u8]| {
-        u.len() == 36
-            && u.iter().enumerate().all(|(i, b)| match i {
-                8 | 13 | 18 | 23 => *b == b'-',
-                _ => b.is_ascii_hexdigit(),
-            })
-    };
-    let named = queue
-        .len()
-        .checked_sub(37)
-        .is_some_and(|at| at > 0 && queue[at] == b'.' && uuid(&queue[at + 1..]));
-    matches!(routing_key, b"#" | b"worker.#") && named
-}
-
-/// Recognises the libraries the marks show (pure): entries sorted by
-/// library, then prefix; and the keys they consume.
+/// Recognises the libraries the marks show (pure): each library's
+/// entries (`Library::recognise`, in claim order: a registry set one
+/// library takes is no other's), sorted by library in the list's order,
+/// then as each library found them; and the keys they consume.
 pub fn recognise(seen: &Seen, found: &Candidates) -> Recognition {
     let keys = &found.keys;
     let mut entries: Vec<(PresetSpec, Vec<Unit>)> = Vec::new();
-    // (key prefix, sep) → queues.
-    let mut celery: BTreeMap<(Vec<u8>, &str), BTreeSet<String>> = BTreeMap::new();
-    for (set, members) in &seen.sets {
-        if let Some((prefix, _)) = binding(set) {
-            for m in members {
-                if let Some((q, sep)) = binding_queue(m) {
-                    celery.entry((prefix.to_vec(), sep)).or_default().insert(q);
-                }
-            }
-            continue;
-        }
-        let Some(prefix) = registry_prefix(set) else {
-            continue;
-        };
-        if let Some(preset) = registry_library(prefix, members, keys, seen.sidekiq_signs) {
-            let units = registry_units(&preset, members.clone());
-            entries.push((spec(preset), units));
-        }
+    let mut claimed = BTreeSet::new();
+    for library in by_claim_rank() {
+        let found = library.recognise(seen, keys, &mut claimed);
+        entries.extend(
+            found
+                .into_iter()
+                .map(|(preset, units)| (spec(preset), units)),
+        );
     }
-    let mut bull: BTreeMap<&[u8], Vec<Unit>> = BTreeMap::new();
-    for meta in &seen.bullmq {
-        if let Some((prefix, name)) = bullmq::queue_of_meta(meta) {
-            bull.entry(prefix)
-                .or_default()
-                .push(Unit::Queue(name.to_vec()));
-        }
-    }
-    for (prefix, units) in bull {
-        if let Ok(prefix) = std::str::from_utf8(prefix) {
-            let preset = Preset::Bullmq {
-                prefix: prefix.to_string(),
-                stalled_check_limit: DEFAULT_STALLED_CHECK_LIMIT,
-            };
-            entries.push((spec(preset), units));
-        }
-    }
-    // Bull: an integer `id` where no BullMQ `meta` says the queue is BullMQ's.
-    let mut old_bull: BTreeMap<&[u8], Vec<Unit>> = BTreeMap::new();
-    for id in &seen.bull_ids {
-        let Some(base) = id.strip_suffix(b":id") else {
-            continue;
-        };
-        // BullMQ's, or unknown: its `meta` could not be read.
-        let meta = key(&[base, b":meta"]);
-        if seen.bullmq.contains(&meta) || seen.not_read(&meta) {
-            continue;
-        }
-        if let Some((prefix, name)) = bull::queue_of_part(id) {
-            old_bull
-                .entry(prefix)
-                .or_default()
-                .push(Unit::Queue(name.to_vec()));
-        }
-    }
-    for (prefix, units) in old_bull {
-        if let Ok(prefix) = std::str::from_utf8(prefix) {
-            let preset = Preset::Bull {
-                prefix: prefix.to_string(),
-                stalled_check_limit: DEFAULT_STALLED_CHECK_LIMIT,
-            };
-            entries.push((spec(preset), units));
-        }
-    }
-    for ((prefix, sep), queues) in celery {
-        let Ok(prefix) = String::from_utf8(prefix) else {
-            continue;
-        };
-        let preset = Preset::Celery {
-            priority_steps: celery_steps(&prefix, sep, &queues, keys),
-            queues: queues.into_iter().collect(),
-            sep: sep.to_string(),
-            prefix,
-            visibility_timeout: CELERY_VISIBILITY_TIMEOUT,
-        };
-        let units = fixed_queues(&preset);
-        entries.push((spec(preset), units));
-    }
-    entries.sort_by_key(|(s, _)| s.preset.kind());
+    entries.sort_by_key(|(s, _)| super::library::rank(s.preset.kind()));
     let consumed = consumed(&entries, keys);
     let mut withheld = withheld(seen.unread.keys().chain(seen.bounded.keys()), keys);
     withheld.retain(|k| !consumed.contains(k));
@@ -653,154 +394,26 @@ pub fn recognise(seen: &Seen, found: &Candidates) -> Recognition {
 }
 
 /// The keys found that the `unread` marks (refused, or not read for a
-/// bound) may own (pure): under
-/// `<prefix>:<name>:` for a `meta` hash or Bull `id` (every key of that
-/// BullMQ or Bull queue); under `<p>:` for a `<p>:queues` registry (RQ's,
-/// asynq's or a Sidekiq namespace's keys), Sidekiq's own keys for
-/// `queues`; for a kombu binding table, every list under its
-/// `global_keyprefix` and kombu's `unacked_index` (any list may be a
-/// Celery queue of that exchange).
+/// bound) may own, as each mark's library says (`Library::withheld`).
 fn withheld<'a>(
     unread: impl Iterator<Item = &'a Vec<u8>>,
     keys: &BTreeMap<Vec<u8>, Candidate>,
 ) -> BTreeSet<Vec<u8>> {
     let mut owned = BTreeSet::new();
     for mark in unread {
-        if let Some(base) = mark
-            .strip_suffix(b":meta")
-            .or_else(|| mark.strip_suffix(b":id"))
-        {
-            owned.extend(under(keys, &key(&[base, b":"])).cloned());
-        } else if let Some((prefix, _)) = binding(mark) {
-            let index = key(&[prefix, b"unacked_index"]);
-            owned.extend(
-                under(keys, prefix)
-                    .filter(|k| type_at(keys, k) == Some(KeyType::List) || **k == index)
-                    .cloned(),
-            );
-        } else if mark.as_slice() == b"queues" {
-            owned.extend(under(keys, b"queue:").cloned());
-            for k in [&b"schedule"[..], b"retry", b"dead"] {
-                owned.extend(keys.get_key_value(k).map(|(k, _)| k.clone()));
-            }
-        } else if let Some(prefix) = registry_prefix(mark) {
-            owned.extend(under(keys, &key(&[prefix, b":"])).cloned());
+        for library in LIBRARIES {
+            owned.extend(library.withheld(mark, keys));
         }
     }
     owned
 }
 
 /// A `- preset:` entry for `preset`, without `counters:`.
-fn spec(preset: Preset) -> PresetSpec {
+fn spec(preset: crate::config::Preset) -> PresetSpec {
     PresetSpec {
         preset,
         counters: None,
     }
-}
-
-/// The library whose registry `<prefix>:queues` (or `queues`) holds
-/// `members`, if the keys beside it say which (see the module docs). A
-/// bare `queues` is Sidekiq's only beside a `queue:<member>` list or one
-/// of Sidekiq's [`SIGNS`] (`sidekiq_signs`): a set an app calls `queues`
-/// would otherwise make its members Sidekiq queues, and its own
-/// `schedule`, `retry` or `dead` zsets Sidekiq's.
-fn registry_library(
-    prefix: &[u8],
-    members: &[Vec<u8>],
-    keys: &BTreeMap<Vec<u8>, Candidate>,
-    sidekiq_signs: bool,
-) -> Option<Preset> {
-    let text = std::str::from_utf8(prefix).ok()?.to_string();
-    if members.is_empty() || members.iter().any(Vec::is_empty) {
-        return None;
-    }
-    if !prefix.is_empty() {
-        let full = key(&[prefix, b":queue:"]);
-        let rq = members.iter().all(|m| {
-            m.strip_prefix(full.as_slice())
-                .is_some_and(|n| !n.is_empty())
-        });
-        if rq {
-            return Some(Preset::Rq { prefix: text });
-        }
-        let asynq = text == default_prefix(PresetKind::Asynq)
-            || members.iter().any(|m| {
-                under(keys, &key(&[prefix, b":{", m, b"}:"]))
-                    .next()
-                    .is_some()
-            });
-        if asynq {
-            return Some(Preset::Asynq { prefix: text });
-        }
-    }
-    let queue_list = members
-        .iter()
-        .any(|m| type_at(keys, &sidekiq::k(&text, &key(&[b"queue:", m]))) == Some(KeyType::List));
-    let global_zset = [&b"schedule"[..], b"retry", b"dead"]
-        .iter()
-        .any(|n| type_at(keys, &sidekiq::k(&text, n)) == Some(KeyType::Zset));
-    let evidence = match prefix.is_empty() {
-        true => queue_list || sidekiq_signs,
-        false => queue_list || global_zset,
-    };
-    evidence.then_some(Preset::Sidekiq {
-        prefix: text,
-        stalled_check_limit: DEFAULT_STALLED_CHECK_LIMIT,
-    })
-}
-
-/// The separator Celery's docs suggest with `priority_steps` of their own
-/// (`broker_transport_options = {"sep": ":", ...}`), beside kombu's default.
-const COLON_SEP: &str = ":";
-
-/// The queue of a binding member `routing_key<sep>pattern<sep>queue`, and the
-/// `sep`: kombu's default `␆␖` when the member holds it, else `:` when the
-/// member has exactly three `:`-separated parts (a routing key or queue
-/// holding a `:` is then ambiguous, and not recognised). `None` for any
-/// other shape, a name that is not text, or a Celery event receiver's
-/// binding ([`event_receiver`]).
-fn binding_queue(member: &[u8]) -> Option<(String, &'static str)> {
-    let default = CELERY_SEP.as_bytes();
-    let holds_default = member.windows(default.len()).any(|w| w == default);
-    let sep = if holds_default { CELERY_SEP } else { COLON_SEP };
-    let s = sep.as_bytes();
-    let mut parts = Vec::new();
-    let mut rest = member;
-    while let Some(at) = rest.windows(s.len()).position(|w| w == s) {
-        parts.push(&rest[..at]);
-        rest = &rest[at + s.len()..];
-    }
-    parts.push(rest);
-    match parts.as_slice() {
-        [rk, _, queue] if !queue.is_empty() && !event_receiver(rk, queue) => {
-            String::from_utf8(queue.to_vec()).ok().map(|q| (q, sep))
-        }
-        _ => None,
-    }
-}
-
-/// kombu's default priority steps, plus every `<queue><sep><n>` list found
-/// (a `priority_steps` of the application's own, such as `range(10)`).
-fn celery_steps(
-    prefix: &str,
-    sep: &str,
-    queues: &BTreeSet<String>,
-    keys: &BTreeMap<Vec<u8>, Candidate>,
-) -> Vec<u8> {
-    let mut steps: BTreeSet<u8> = CELERY_PRIORITY_STEPS.into_iter().collect();
-    for q in queues {
-        let base = key(&[prefix.as_bytes(), q.as_bytes(), sep.as_bytes()]);
-        for k in under(keys, &base) {
-            let step = std::str::from_utf8(&k[base.len()..])
-                .ok()
-                .filter(|s| s.bytes().all(|b| b.is_ascii_digit()))
-                .and_then(|s| s.parse::<u8>().ok());
-            if let (Some(n), Some(KeyType::List)) = (step, type_at(keys, k)) {
-                steps.insert(n);
-            }
-        }
-    }
-    steps.into_iter().collect()
 }
 
 #[cfg(test)]

@@ -3,6 +3,9 @@
 //! `<name>:leased_by_session:<sha224 hex of the item>`. Items carry no
 //! timestamp, so there is no latency.
 
+use super::Unit;
+use super::library::Library;
+use crate::config::{Given, Preset};
 use redis::Value;
 use sha2::{Digest, Sha224};
 
@@ -33,7 +36,7 @@ pub fn lease_key(name: &[u8], item: &[u8]) -> Vec<u8> {
 /// Reads [`plan`]'s replies (pure).
 pub fn read(name: &[u8], r: &[Value]) -> Stage {
     let at = |i: usize| r.get(i).unwrap_or(&Value::Nil);
-    let mut s = preset_sample(PresetKind::Rediswq, name);
+    let mut s = preset_sample(KIND, name);
     set_state(&mut s, JobState::Waiting, count(at(0)));
     set_state(&mut s, JobState::Active, count(at(1)));
     let mut follow = Vec::new();
@@ -48,6 +51,56 @@ pub fn read(name: &[u8], r: &[Value]) -> Stage {
         }
     }
     Stage { sample: s, follow }
+}
+
+/// rediswq's `preset` name.
+pub const KIND: PresetKind = PresetKind::named("rediswq");
+
+/// The Kubernetes fine-parallel work queue: one queue, the main list
+/// `name:` (`job2` in the Kubernetes example).
+pub struct Rediswq;
+
+impl Library for Rediswq {
+    fn kind(&self) -> PresetKind {
+        KIND
+    }
+
+    fn title(&self) -> &'static str {
+        "rediswq"
+    }
+
+    fn options(&self) -> &'static [&'static str] {
+        &["name", "stalled_check_limit"]
+    }
+
+    fn configure(&self, preset: &mut Preset, given: &Given) -> Result<(), String> {
+        match &given.name {
+            Some(n) if !n.is_empty() => preset.name = n.clone(),
+            Some(_) => return Err("name: must not be empty".into()),
+            None => return Err("name: required by preset rediswq (the main list)".into()),
+        }
+        Ok(())
+    }
+
+    fn takes_counters(&self) -> bool {
+        true
+    }
+
+    fn fixed_queues(&self, preset: &Preset) -> Vec<Unit> {
+        vec![Unit::Queue(preset.name.as_bytes().to_vec())]
+    }
+
+    fn fixed_names(&self, preset: &Preset) -> Vec<String> {
+        vec![preset.name.clone()]
+    }
+
+    fn plan(&self, preset: &Preset, unit: &Unit, _: f64) -> Vec<redis::Cmd> {
+        plan(unit.name(), preset.stalled_check_limit)
+    }
+
+    fn read(&self, _: &Preset, unit: &Unit, r: &[Value], _: f64) -> Stage {
+        read(unit.name(), r)
+    }
 }
 
 #[cfg(test)]

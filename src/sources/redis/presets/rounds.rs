@@ -19,10 +19,11 @@ use super::super::discovery::{self, Candidate, Candidates, Discovered};
 use super::super::tracked::KeyState;
 use super::Unit;
 use super::consumed::consumed;
+use super::library::Seen;
 use super::library_round::{Learnt, read_marks};
 use super::picture::{LeftOut, withheld_names};
 use super::recognise::{
-    Marks, Recognition, Seen, bull_candidates, evidence, is_evidence, is_mark, marks_of, recognise,
+    Marks, Recognition, beside_marks, evidence, is_evidence, is_mark, marks_of, recognise,
 };
 use super::remembered::{Learner, Remembered};
 use crate::config::{KeyType, PresetSpec, RedisSourceConfig};
@@ -108,7 +109,7 @@ pub async fn discover(
             typed_passes(conn, config, known, type_refused).await?
         }
     };
-    marks.bull_ids = bull_candidates(&found.keys, config.max_keys);
+    marks.beside = beside_marks(&found.keys, config.max_keys);
     let beyond = marks.keep_within(config.max_keys);
     let mut seen = read_marks(conn, marks, config).await?;
     seen.beyond(beyond, config.max_keys);
@@ -328,7 +329,7 @@ async fn libraries_only(conn: &Conn, config: &RedisSourceConfig) -> redis::Redis
     let mut marks = scan_marks(conn, config.scan_count, true, None).await?;
     let names = std::mem::take(&mut marks.evidence);
     let beyond = marks.keep_within(config.max_keys);
-    let marks_left = config.max_keys - (marks.sets.len() + marks.metas.len());
+    let marks_left = config.max_keys - (marks.sets.len() + marks.cmds.len());
     let mut seen = read_marks(conn, marks, config).await?;
     seen.beyond(beyond, config.max_keys);
     let (mut seen, wanted) = apart(move || {
@@ -355,11 +356,11 @@ async fn libraries_only(conn: &Conn, config: &RedisSourceConfig) -> redis::Redis
         };
         found.keys.insert(k, c);
     }
-    // Bull: the `id` beside a Bull-named list or zset, as with plain keys.
-    let bull_ids = bull_candidates(&found.keys, config.max_keys);
-    if !bull_ids.is_empty() {
+    // The marks beside the typed keys found, as with plain keys.
+    let beside = beside_marks(&found.keys, config.max_keys);
+    if !beside.is_empty() {
         let mut ids = Marks {
-            bull_ids,
+            beside,
             ..Marks::default()
         };
         let beyond = ids.keep_within(marks_left);

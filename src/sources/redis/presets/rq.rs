@@ -1,6 +1,13 @@
 //! RQ (`rq` 2.x/3.x): `<prefix>:queue:<q>` lists (RPUSH, LPOP: the oldest
 //! is at the head) and one zset registry per state.
 
+use super::Unit;
+use std::collections::BTreeSet;
+
+use super::library::{
+    Hidden, Keys, Library, MarkRead, Owned, Registry, Seen, registry_prefix, under,
+};
+use crate::config::Preset;
 use std::collections::HashSet;
 
 use redis::Value;
@@ -112,7 +119,7 @@ fn members(v: &Value) -> Option<impl Iterator<Item = &[u8]>> {
 
 /// Reads [`plan`]'s replies (pure).
 pub fn read(prefix: &str, q: &[u8], r: &[Value]) -> Stage {
-    let mut s = preset_sample(PresetKind::Rq, q);
+    let mut s = preset_sample(KIND, q);
     let at = |i: usize| r.get(i).unwrap_or(&Value::Nil);
     // Deferred jobs (waiting on dependencies) count as waiting: they are
     // queued work a worker will run without anyone scheduling it.
@@ -141,6 +148,155 @@ pub fn read(prefix: &str, q: &[u8], r: &[Value]) -> Stage {
         }
     }
     Stage { sample: s, follow }
+}
+
+/// RQ's `preset` name.
+pub const KIND: PresetKind = PresetKind::named("rq");
+
+/// RQ: queues from the `<prefix>:queues` set of full keys
+/// `<prefix>:queue:<name>`.
+pub struct Rq;
+
+impl Library for Rq {
+    fn kind(&self) -> PresetKind {
+        KIND
+    }
+
+    fn title(&self) -> &'static str {
+        "RQ"
+    }
+
+    fn options(&self) -> &'static [&'static str] {
+        &["prefix"]
+    }
+
+    fn default_prefix(&self) -> &'static str {
+        "rq"
+    }
+
+    fn registry(&self, preset: &Preset) -> Registry {
+        Registry::Set(key(&[preset.prefix.as_bytes(), b":queues"]))
+    }
+
+    /// Full keys `<prefix>:queue:<name>` give their names; others are
+    /// skipped.
+    fn registry_units(&self, preset: &Preset, members: Vec<Vec<u8>>) -> Vec<Unit> {
+        let full = key(&[preset.prefix.as_bytes(), b":queue:"]);
+        let units = members
+            .into_iter()
+            .filter_map(|m| m.strip_prefix(full.as_slice()).map(<[u8]>::to_vec))
+            .map(Unit::Queue)
+            .collect();
+        super::sorted(units)
+    }
+
+    /// Results, executions, `intermediate` lists, `ready`/`canceled`
+    /// registries of the queues.
+    fn owned(&self, preset: &Preset, units: &[Unit]) -> Vec<Owned> {
+        let p = preset.prefix.as_bytes();
+        let mut v: Vec<Owned> = [&b"results:"[..], b"executions:", b"execution:", b"rl:"]
+            .iter()
+            .map(|n| Owned::Under(key(&[p, b":", n])))
+            .collect();
+        for u in units {
+            if let Unit::Queue(q) = u {
+                v.push(Owned::Under(key(&[p, b":queue:", q, b":"])));
+                v.push(Owned::Key(key(&[p, b":ready:", q])));
+                v.push(Owned::Key(key(&[p, b":canceled:", q])));
+            }
+        }
+        v
+    }
+
+    fn fixed_marks(&self) -> &'static [&'static [u8]] {
+        &[b"rq:queues"]
+    }
+
+    /// A set `<prefix>:queues` (shared in shape with other libraries':
+    /// its members tell).
+    fn mark_read(&self, key: &[u8]) -> Option<MarkRead> {
+        registry_prefix(key)
+            .filter(|p| !p.is_empty())
+            .map(|_| MarkRead::Set)
+    }
+
+    /// A registry of full keys is told: RQ's, nothing more to ask.
+    fn evidence(&self, seen: &Seen, _: &[Vec<u8>], told: &mut BTreeSet<Vec<u8>>) -> Vec<Vec<u8>> {
+        for (set, members) in seen.sets() {
+            if let Some(p) = registry_prefix(set).filter(|p| !p.is_empty()) {
+                let full = key(&[p, b":queue:"]);
+                if members.iter().all(|m| m.starts_with(&full)) {
+                    told.insert(set.clone());
+                }
+            }
+        }
+        Vec::new()
+    }
+
+    /// A set `<prefix>:queues` whose members are all full keys
+    /// `<prefix>:queue:<name>`.
+    fn recognise(
+        &self,
+        seen: &Seen,
+        _: &Keys,
+        claimed: &mut BTreeSet<Vec<u8>>,
+    ) -> Vec<(Preset, Vec<Unit>)> {
+        let mut out = Vec::new();
+        for (set, members) in seen.sets() {
+            let Some(prefix) = registry_prefix(set).filter(|p| !p.is_empty()) else {
+                continue;
+            };
+            let Ok(text) = std::str::from_utf8(prefix) else {
+                continue;
+            };
+            if claimed.contains(set) || members.is_empty() || members.iter().any(Vec::is_empty) {
+                continue;
+            }
+            let full = key(&[prefix, b":queue:"]);
+            let rq = members.iter().all(|m| {
+                m.strip_prefix(full.as_slice())
+                    .is_some_and(|n| !n.is_empty())
+            });
+            if rq {
+                claimed.insert(set.clone());
+                let preset = Preset::new(KIND, text);
+                let units = self.registry_units(&preset, members.clone());
+                out.push((preset, units));
+            }
+        }
+        out
+    }
+
+    /// An unread `<prefix>:queues`: any key under `<prefix>:` may be RQ's.
+    fn withheld(&self, mark: &[u8], keys: &Keys) -> Vec<Vec<u8>> {
+        match registry_prefix(mark).filter(|p| !p.is_empty()) {
+            Some(p) => under(keys, &key(&[p, b":"])).cloned().collect(),
+            None => Vec::new(),
+        }
+    }
+
+    fn hidden(&self, mark: &[u8]) -> Option<Hidden> {
+        registry_prefix(mark)
+            .filter(|p| !p.is_empty())
+            .map(|_| Hidden::Any)
+    }
+
+    fn plan(&self, preset: &Preset, unit: &Unit, now: f64) -> Vec<redis::Cmd> {
+        plan(&preset.prefix, unit.name(), now)
+    }
+
+    fn read(&self, preset: &Preset, unit: &Unit, r: &[Value], _: f64) -> Stage {
+        read(&preset.prefix, unit.name(), r)
+    }
+
+    fn finished(&self, preset: &Preset, queue: &[u8]) -> Option<super::service::FinishedLayout> {
+        Some(finished(&preset.prefix, queue))
+    }
+
+    fn unmeasured_why(&self) -> &'static str {
+        "no job with started_at and ended_at kept finished in the last 10 minutes \
+         (none finished lately, or the jobs are enqueued with result_ttl=0)"
+    }
 }
 
 #[cfg(test)]
@@ -180,7 +336,7 @@ mod tests {
         ];
         let st = read("rq", b"default", &r);
         let f = st.sample.preset.as_ref().unwrap();
-        assert_eq!(f.preset, PresetKind::Rq);
+        assert_eq!(f.preset, KIND);
         assert_eq!(f.states[&JobState::Waiting], Some(2 + 6));
         assert_eq!(f.states[&JobState::Active], Some(1 + 3));
         assert_eq!(f.states[&JobState::Completed], Some(4));

@@ -3,6 +3,13 @@
 //! totals and `processes`, reported once under the queue `(all)`. A queue
 //! in Sidekiq Pro's `paused` set keeps its jobs in `waiting`.
 
+use std::collections::BTreeSet;
+
+use super::key;
+use super::library::{
+    Hidden, Keys, Library, MarkRead, Registry, Seen, registry_prefix, type_at, under,
+};
+use crate::config::{ALL_QUEUES, KeyType, Preset};
 use redis::Value;
 
 use super::{Follow, Stage, Unit, count, due_count, preset_sample, set_state, shared_sample, sum};
@@ -62,7 +69,7 @@ pub fn plan(prefix: &str, unit: &Unit, now: f64) -> Vec<redis::Cmd> {
 pub fn read(prefix: &str, unit: &Unit, r: &[Value], now: f64, limit: usize) -> Stage {
     let at = |i: usize| r.get(i).unwrap_or(&Value::Nil);
     let Unit::Queue(q) = unit else {
-        let mut s = shared_sample(PresetKind::Sidekiq);
+        let mut s = shared_sample(KIND);
         super::kept_elsewhere(&mut s, QUEUE_STATES);
         set_state(&mut s, JobState::Delayed, count(at(0)));
         set_state(&mut s, JobState::Retry, count(at(1)));
@@ -96,7 +103,7 @@ pub fn read(prefix: &str, unit: &Unit, r: &[Value], now: f64, limit: usize) -> S
         }
         return Stage { sample: s, follow };
     };
-    let mut s = preset_sample(PresetKind::Sidekiq, q);
+    let mut s = preset_sample(KIND, q);
     super::kept_elsewhere(&mut s, SHARED_STATES);
     set_state(&mut s, JobState::Waiting, count(at(0)));
     super::facts(&mut s).paused = super::reply::as_u64(at(2)).map(|n| n == 1);
@@ -120,6 +127,172 @@ pub fn latency(job: &[u8], now: f64) -> Option<f64> {
     };
     Some((now - seconds).max(0.0))
 }
+
+/// Sidekiq's `preset` name.
+pub const KIND: PresetKind = PresetKind::named("sidekiq");
+
+/// Sidekiq 6–8: queues from the `queues` set (under a redis-namespace
+/// `prefix`, as Sidekiq 6 deployments used; none for 7.x/8.x), and the
+/// source-wide keys under `(all)`.
+pub struct Sidekiq;
+
+impl Library for Sidekiq {
+    fn kind(&self) -> PresetKind {
+        KIND
+    }
+
+    fn title(&self) -> &'static str {
+        "Sidekiq"
+    }
+
+    fn options(&self) -> &'static [&'static str] {
+        &["prefix", "stalled_check_limit"]
+    }
+
+    fn registry(&self, preset: &Preset) -> Registry {
+        Registry::Set(k(&preset.prefix, b"queues"))
+    }
+
+    fn fixed_queues(&self, _: &Preset) -> Vec<Unit> {
+        vec![Unit::Shared]
+    }
+
+    fn fixed_names(&self, _: &Preset) -> Vec<String> {
+        vec![ALL_QUEUES.to_string()]
+    }
+
+    /// Bare names, and the shared keys beside them.
+    fn registry_units(&self, _: &Preset, members: Vec<Vec<u8>>) -> Vec<Unit> {
+        let mut units: Vec<Unit> = members.into_iter().map(Unit::Queue).collect();
+        units.push(Unit::Shared);
+        super::sorted(units)
+    }
+
+    fn fixed_marks(&self) -> &'static [&'static [u8]] {
+        &[b"queues"]
+    }
+
+    /// The set `queues` (7.x/8.x keep bare keys) or `<ns>:queues` (a 6.x
+    /// redis-namespace); and Sidekiq's own keys beside a bare `queues`
+    /// ([`SIGNS`]), whose type is asked.
+    fn mark_read(&self, key: &[u8]) -> Option<MarkRead> {
+        if let Some((name, _)) = SIGNS.iter().find(|(n, _)| *n == key) {
+            return Some(MarkRead::Sign(super::cmd("TYPE", name)));
+        }
+        registry_prefix(key).map(|_| MarkRead::Set)
+    }
+
+    /// A registry no other library told: its queue lists, and a
+    /// namespace's `schedule`/`retry`/`dead` zsets, are what say Sidekiq.
+    fn evidence(&self, seen: &Seen, _: &[Vec<u8>], told: &mut BTreeSet<Vec<u8>>) -> Vec<Vec<u8>> {
+        let mut wanted = Vec::new();
+        for (set, members) in seen.sets() {
+            let Some(prefix) = registry_prefix(set) else {
+                continue;
+            };
+            if prefix.is_empty() {
+                // Sidekiq's bare `queues`: a `queue:<member>` list says it.
+                wanted.extend(members.iter().map(|m| key(&[&b"queue:"[..], m])));
+                continue;
+            }
+            if told.contains(set) {
+                continue;
+            }
+            wanted.extend(members.iter().map(|m| key(&[prefix, b":queue:", m])));
+            for n in GLOBAL_ZSETS {
+                wanted.push(key(&[prefix, b":", n]));
+            }
+        }
+        wanted
+    }
+
+    /// Told by other keys than its registry's members: after the
+    /// libraries whose registries their members or prefix tell.
+    fn claim_rank(&self) -> u8 {
+        1
+    }
+
+    /// A bare `queues` is Sidekiq's only beside a `queue:<member>` list or
+    /// one of Sidekiq's [`SIGNS`] (a set an app calls `queues` would
+    /// otherwise make its members Sidekiq queues, and its own `schedule`,
+    /// `retry` or `dead` zsets Sidekiq's); a `<ns>:queues` beside a list
+    /// `<ns>:queue:<m>` for some member or a `<ns>:schedule`/`retry`/`dead`
+    /// zset.
+    fn recognise(
+        &self,
+        seen: &Seen,
+        keys: &Keys,
+        claimed: &mut BTreeSet<Vec<u8>>,
+    ) -> Vec<(Preset, Vec<Unit>)> {
+        let signs = SIGNS
+            .iter()
+            .any(|(name, want)| seen.reply(name).and_then(super::reply::as_str) == Some(*want));
+        let mut out = Vec::new();
+        for (set, members) in seen.sets() {
+            let Some(prefix) = registry_prefix(set) else {
+                continue;
+            };
+            let Ok(text) = std::str::from_utf8(prefix) else {
+                continue;
+            };
+            if claimed.contains(set) || members.is_empty() || members.iter().any(Vec::is_empty) {
+                continue;
+            }
+            let queue_list = members
+                .iter()
+                .any(|m| type_at(keys, &k(text, &key(&[&b"queue:"[..], m]))) == Some(KeyType::List));
+            let global_zset = GLOBAL_ZSETS
+                .iter()
+                .any(|n| type_at(keys, &k(text, n)) == Some(KeyType::Zset));
+            let evidence = match prefix.is_empty() {
+                true => queue_list || signs,
+                false => queue_list || global_zset,
+            };
+            if evidence {
+                claimed.insert(set.clone());
+                let preset = Preset::new(KIND, text);
+                let units = self.registry_units(&preset, members.clone());
+                out.push((preset, units));
+            }
+        }
+        out
+    }
+
+    /// An unread `queues`: its queue lists and global zsets; an unread
+    /// `<ns>:queues`: any key under `<ns>:`.
+    fn withheld(&self, mark: &[u8], keys: &Keys) -> Vec<Vec<u8>> {
+        match registry_prefix(mark) {
+            Some(b"") => {
+                let mut owned: Vec<Vec<u8>> = under(keys, b"queue:").cloned().collect();
+                for n in GLOBAL_ZSETS {
+                    owned.extend(keys.get_key_value(n).map(|(k, _)| k.clone()));
+                }
+                owned
+            }
+            Some(p) => under(keys, &key(&[p, b":"])).cloned().collect(),
+            None => Vec::new(),
+        }
+    }
+
+    fn hidden(&self, mark: &[u8]) -> Option<Hidden> {
+        registry_prefix(mark).map(|_| Hidden::Any)
+    }
+
+    fn plan(&self, preset: &Preset, unit: &Unit, now: f64) -> Vec<redis::Cmd> {
+        plan(&preset.prefix, unit, now)
+    }
+
+    fn read(&self, preset: &Preset, unit: &Unit, r: &[Value], now: f64) -> Stage {
+        read(&preset.prefix, unit, r, now, preset.stalled_check_limit)
+    }
+}
+
+/// Sidekiq's keys at the bare names beside its `queues` registry, with the
+/// type Sidekiq gives them: the live processes' set, the processed total.
+const SIGNS: [(&[u8], &str); 2] = [(b"processes", "set"), (b"stat:processed", "string")];
+
+/// Sidekiq's source-wide zsets.
+const GLOBAL_ZSETS: [&[u8]; 3] = [b"schedule", b"retry", b"dead"];
 
 #[cfg(test)]
 mod tests {
