@@ -139,13 +139,22 @@ async fn states_latency_overdue_stalled_and_arrivals_of_real_jobs() {
         Some(0.0)
     );
     // No service time: bee-queue keeps no start or end stamps.
-    assert_eq!(s.value("queue_service_time_seconds", &[("preset", PRESET)]), None);
+    assert_eq!(
+        s.value("queue_service_time_seconds", &[("preset", PRESET)]),
+        None
+    );
     // The exporter only read: the overdue job is still in `delayed`, the
     // stalled one still in `stalling`.
     let mut conn = redis.conn();
-    let delayed: u64 = redis::cmd("ZCARD").arg("bq:mail:delayed").query(&mut conn).unwrap();
+    let delayed: u64 = redis::cmd("ZCARD")
+        .arg("bq:mail:delayed")
+        .query(&mut conn)
+        .unwrap();
     assert_eq!(delayed, 2);
-    let stalling: u64 = redis::cmd("SCARD").arg("bq:stall:stalling").query(&mut conn).unwrap();
+    let stalling: u64 = redis::cmd("SCARD")
+        .arg("bq:stall:stalling")
+        .query(&mut conn)
+        .unwrap();
     assert_eq!(stalling, 1);
     app.stop().await;
 }
@@ -159,7 +168,10 @@ async fn a_stall_window_still_open_counts_no_job_stalled() {
     // A stall check's window as bee-queue opens it (`SET stallBlock 1 PX
     // <stallInterval> NX`), over the job left in `stalling`.
     let mut conn = redis.conn();
-    rcmd(&mut conn, &["SET", "bq:stall:stallBlock", "1", "PX", "60000", "NX"]);
+    rcmd(
+        &mut conn,
+        &["SET", "bq:stall:stallBlock", "1", "PX", "60000", "NX"],
+    );
     let app = TestApp::start(&config(&redis.url, BOTH_PREFIXES)).await;
     let s = all_queues(&app).await;
     assert_eq!(gauge(&s, "queue_stalled_jobs", "stall"), Some(0.0), "{s}");
@@ -190,7 +202,10 @@ async fn zero_config_recognises_it_at_the_default_and_a_custom_prefix() {
     let mut conn = redis.conn();
     rcmd(&mut conn, &["RPUSH", "tasks", "a"]);
     // An app's own `jobs` hash beside a list is no bee-queue queue.
-    rcmd(&mut conn, &["HSET", "app:users:jobs", "1", r#"{"name":"x"}"#]);
+    rcmd(
+        &mut conn,
+        &["HSET", "app:users:jobs", "1", r#"{"name":"x"}"#],
+    );
     rcmd(&mut conn, &["RPUSH", "app:users:waiting", "1"]);
     let app = TestApp::start(&config(&redis.url, "")).await;
     let s = all_queues(&app).await;
@@ -256,7 +271,8 @@ async fn a_queue_that_comes_and_goes_between_rounds() {
     rcmd(&mut conn, &["RPUSH", "tasks", "a"]);
     for queues in ["", "- preset: bee-queue\n"] {
         let app = TestApp::start(&config(&redis.url, queues)).await;
-        let pop = |how: &str| Library::BeeQueue.run("node/beequeue_fixture.js", &[&redis.url, "bq", how]);
+        let pop =
+            |how: &str| Library::BeeQueue.run("node/beequeue_fixture.js", &[&redis.url, "bq", how]);
         if pop("add").is_none() {
             return;
         }
@@ -290,10 +306,19 @@ async fn a_read_redis_refuses_is_unavailable_never_zero() {
         return;
     }
     // Every key of queue `mail` but its `waiting` list.
-    let keys: Vec<String> = ["active", "delayed", "succeeded", "failed", "stalling", "stallBlock", "id", "jobs"]
-        .iter()
-        .map(|k| format!("~bq:mail:{k}"))
-        .collect();
+    let keys: Vec<String> = [
+        "active",
+        "delayed",
+        "succeeded",
+        "failed",
+        "stalling",
+        "stallBlock",
+        "id",
+        "jobs",
+    ]
+    .iter()
+    .map(|k| format!("~bq:mail:{k}"))
+    .collect();
     let mut rules = vec!["-@all", "+@read", "+@connection"];
     rules.extend(keys.iter().map(String::as_str));
     let url = redis.acl_user("qe", "pw", &rules);
@@ -307,7 +332,10 @@ async fn a_read_redis_refuses_is_unavailable_never_zero() {
     assert_eq!(depth(&s, "mail", PRESET, "waiting"), None, "{s}");
     assert_eq!(gauge(&s, "queue_oldest_message_age_seconds", "mail"), None);
     let c = client(&app).await;
-    for q in [vec![("queue", "mail")], vec![("queue", "mail"), ("mode", "Age")]] {
+    for q in [
+        vec![("queue", "mail")],
+        vec![("queue", "mail"), ("mode", "Age")],
+    ] {
         let e = wait_code(&c, &q, Code::Unavailable, WAIT).await;
         assert!(e.message().contains("mail"), "{}", e.message());
     }

@@ -8,15 +8,175 @@
 //! is stalled, by bee-queue's rule, when it is still in `stalling` once the
 //! stall window that snapshotted it has ended (`stallBlock` gone).
 
+use std::collections::{BTreeMap, BTreeSet};
+
 use redis::Value;
 use serde::Deserialize;
 use serde::de::IgnoredAny;
 
-use super::{Follow, Stage, count, key, preset_sample, set_state};
-use crate::snapshot::{Counters, JobState, PresetKind, QueueSample};
+use super::super::keyname::display_key;
+use super::library::{Hidden, Keys, Library, Mark, MarkRead, Owned, Registry, Seen, under};
+use super::{Follow, ReadReply, Stage, Unit, count, key, preset_sample, set_state};
+use crate::config::{KeyType, Preset};
+use crate::snapshot::{Counters, JobState, PresetKind, QueueSample, Reason};
+
+/// bee-queue's `preset` name.
+pub const KIND: PresetKind = PresetKind::named("bee-queue");
 
 /// bee-queue's own key prefix (`lib/defaults.js`).
 pub const DEFAULT_PREFIX: &str = "bq";
+
+/// bee-queue: queues found by their `jobs` hashes, told from any other
+/// hash of that name by one job's JSON.
+pub struct BeeQueue;
+
+impl Library for BeeQueue {
+    fn kind(&self) -> PresetKind {
+        KIND
+    }
+
+    fn title(&self) -> &'static str {
+        "bee-queue"
+    }
+
+    fn options(&self) -> &'static [&'static str] {
+        &["prefix"]
+    }
+
+    fn default_prefix(&self) -> &'static str {
+        DEFAULT_PREFIX
+    }
+
+    /// Every queue holding a job has its `jobs` hash (`addJob.lua`,
+    /// `addDelayedJob.lua`); bee-queue keeps no list of queue names.
+    fn registry(&self, preset: &Preset) -> Registry {
+        let p = super::super::glob::escape(preset.prefix.as_bytes());
+        Registry::Scan {
+            pattern: key(&[&p, b":*:jobs"]),
+            key_type: Some(KeyType::Hash),
+        }
+    }
+
+    fn queue_of_key(&self, preset: &Preset, k: &[u8]) -> Option<Vec<u8>> {
+        let name = k
+            .strip_prefix(preset.prefix.as_bytes())?
+            .strip_prefix(b":")?
+            .strip_suffix(b":jobs")?;
+        (!name.is_empty()).then(|| name.to_vec())
+    }
+
+    /// One job of the queue's `jobs` hash: an app's own `<prefix>:x:jobs`
+    /// hash is no bee-queue queue.
+    fn queue_mark(&self, preset: &Preset, queue: &[u8]) -> Option<Mark> {
+        let jobs = k(&preset.prefix, queue, b"jobs");
+        Some(Mark {
+            cmd: marks_cmd(&jobs),
+            key: jobs,
+        })
+    }
+
+    fn takes_marked(&self, reply: &Value) -> Result<bool, Reason> {
+        has_marks(reply)
+    }
+
+    /// Every key of a queue is under `<prefix>:<q>:` (`toKey`).
+    fn owned(&self, preset: &Preset, units: &[Unit]) -> Vec<Owned> {
+        units
+            .iter()
+            .filter_map(|u| match u {
+                Unit::Queue(q) => Some(Owned::Under(k(&preset.prefix, q, b""))),
+                Unit::Shared => None,
+            })
+            .collect()
+    }
+
+    /// Its `jobs` hashes, found by a SCAN of one pattern.
+    fn relisted_each_round(&self) -> bool {
+        true
+    }
+
+    /// A `<prefix>:<name>:jobs` key (any prefix), read for one job.
+    fn mark_read(&self, k: &[u8]) -> Option<MarkRead> {
+        k.ends_with(b":jobs").then(|| MarkRead::Cmd(marks_cmd(k)))
+    }
+
+    /// Before the libraries told by an `id` counter beside lists named
+    /// like theirs: bee-queue's `id`, `active` and `delayed` look alike.
+    fn claim_rank(&self) -> u8 {
+        0
+    }
+
+    /// A `jobs` hash one of whose values is a bee-queue job, at any
+    /// prefix ([`queue_of_jobs`]). Its `<prefix>:<name>:id` counter is
+    /// claimed (no other library's), and so is that of a `jobs` hash whose
+    /// read went unread: whose queue it is is unknown.
+    fn recognise(
+        &self,
+        seen: &Seen,
+        _: &Keys,
+        claimed: &mut BTreeSet<Vec<u8>>,
+    ) -> Vec<(Preset, Vec<Unit>)> {
+        let mut by_prefix: BTreeMap<&[u8], Vec<Unit>> = BTreeMap::new();
+        for (jobs, reply) in seen.replies() {
+            if has_marks(reply) != Ok(true) {
+                continue;
+            }
+            if let Some((prefix, name)) = queue_of_jobs(jobs) {
+                claimed.insert(id_beside(jobs));
+                by_prefix
+                    .entry(prefix)
+                    .or_default()
+                    .push(Unit::Queue(name.to_vec()));
+            }
+        }
+        for jobs in seen.unread.keys().chain(seen.bounded.keys()) {
+            if queue_of_jobs(jobs).is_some() {
+                claimed.insert(id_beside(jobs));
+            }
+        }
+        by_prefix
+            .into_iter()
+            .filter_map(|(prefix, units)| {
+                let prefix = std::str::from_utf8(prefix).ok()?;
+                Some((Preset::new(KIND, prefix), super::sorted(units)))
+            })
+            .collect()
+    }
+
+    /// An unread `jobs` hash: every key of that queue, under
+    /// `<prefix>:<name>:`.
+    fn withheld(&self, mark: &[u8], keys: &Keys) -> Vec<Vec<u8>> {
+        match mark.strip_suffix(b":jobs") {
+            Some(base) => under(keys, &key(&[base, b":"])).cloned().collect(),
+            None => Vec::new(),
+        }
+    }
+
+    /// The names an unread `jobs` hash may hide: the queue's name as zero
+    /// config reads it, and `<prefix>:<name>` (its label beside a queue of
+    /// that name at another prefix).
+    fn hidden(&self, mark: &[u8]) -> Option<Hidden> {
+        let base = mark.strip_suffix(b":jobs")?;
+        Some(match queue_of_jobs(mark) {
+            Some((_, name)) => Hidden::Names(vec![display_key(name), display_key(base)]),
+            None => Hidden::Any,
+        })
+    }
+
+    fn plan(&self, preset: &Preset, unit: &Unit, now: f64) -> Vec<redis::Cmd> {
+        plan(&preset.prefix, unit.name(), now)
+    }
+
+    fn read(&self, preset: &Preset, unit: &Unit, r: &[Value], _: f64) -> Stage {
+        read(&preset.prefix, unit.name(), r)
+    }
+}
+
+/// The `id` counter beside a `<prefix>:<name>:jobs` hash.
+fn id_beside(jobs: &[u8]) -> Vec<u8> {
+    let base = jobs.strip_suffix(b":jobs").unwrap_or(jobs);
+    key(&[base, b":id"])
+}
 
 /// `<prefix>:<q>:<name>`.
 fn k(prefix: &str, q: &[u8], name: &[u8]) -> Vec<u8> {
@@ -58,7 +218,7 @@ pub fn plan(prefix: &str, q: &[u8], now: f64) -> Vec<redis::Cmd> {
 /// for its age.
 pub fn read(prefix: &str, q: &[u8], r: &[Value]) -> Stage {
     let at = |i: usize| r.get(i).unwrap_or(&Value::Nil);
-    let mut s = preset_sample(PresetKind::BeeQueue, q);
+    let mut s = preset_sample(KIND, q);
     set_state(&mut s, JobState::Waiting, count(at(0)));
     set_state(&mut s, JobState::Active, count(at(1)));
     // Scheduled jobs and failed ones retrying after a backoff alike
@@ -86,7 +246,7 @@ pub fn read(prefix: &str, q: &[u8], r: &[Value]) -> Stage {
             if let Some(id) = super::reply::as_bytes(v) {
                 let mut c = super::cmd("HGET", &k(prefix, q, b"jobs"));
                 c.arg(id);
-                follow.push((c, Follow::BeeQueueJob));
+                follow.push((c, Follow::Read(ReadReply(apply_job))));
             }
         }
     }
@@ -144,9 +304,10 @@ struct JobOptions {
 /// `None` for a value that is not a bee-queue job.
 pub fn waiting_since(json: &[u8]) -> Option<f64> {
     let job: JobJson = serde_json::from_slice(json).ok()?;
-    let ms = job.options.delay.map_or(job.options.timestamp, |d| {
-        d.max(job.options.timestamp)
-    });
+    let ms = job
+        .options
+        .delay
+        .map_or(job.options.timestamp, |d| d.max(job.options.timestamp));
     (ms.is_finite() && ms > 0.0).then_some(ms / 1e3)
 }
 
@@ -167,7 +328,10 @@ pub fn apply_job(s: &mut QueueSample, v: &Value, now: f64) {
 pub fn queue_of_jobs(jobs: &[u8]) -> Option<(&[u8], &[u8])> {
     let rest = jobs.strip_suffix(b":jobs")?;
     let default = DEFAULT_PREFIX.as_bytes();
-    let (prefix, name) = match rest.strip_prefix(default).and_then(|r| r.strip_prefix(b":")) {
+    let (prefix, name) = match rest
+        .strip_prefix(default)
+        .and_then(|r| r.strip_prefix(b":"))
+    {
         Some(name) => (default, name),
         None => {
             let colon = rest.iter().rposition(|b| *b == b':')?;
@@ -190,7 +354,7 @@ pub fn marks_cmd(jobs: &[u8]) -> redis::Cmd {
 /// has `data`, `options.timestamp`, `status` and `progress`. A key of
 /// another type or an empty hash marks nothing; a read Redis refused tells
 /// nothing (`Err`).
-pub fn has_marks(reply: &Value) -> Result<bool, crate::snapshot::Reason> {
+pub fn has_marks(reply: &Value) -> Result<bool, Reason> {
     if let Some(reason) = super::reply::refusal(reply) {
         return Err(reason);
     }
@@ -250,7 +414,7 @@ mod tests {
         // The `id` counter: jobs created without an id of their own.
         assert_eq!(st.sample.counters().published, Some(9));
         assert_eq!(st.follow.len(), 1);
-        assert_eq!(st.follow[0].1, Follow::BeeQueueJob);
+        assert!(matches!(st.follow[0].1, Follow::Read(_)));
         assert_eq!(
             st.follow[0].0.get_packed_command(),
             redis::cmd("HGET")
@@ -288,7 +452,10 @@ mod tests {
         r[7] = refused();
         let st = read("bq", b"q", &r);
         assert_eq!(st.sample.oldest_age_seconds, None);
-        assert_eq!(st.sample.preset.as_ref().unwrap().states[&JobState::Waiting], None);
+        assert_eq!(
+            st.sample.preset.as_ref().unwrap().states[&JobState::Waiting],
+            None
+        );
         assert!(st.follow.is_empty());
         // No `id` key (every job named by its producer, or none yet): unknown.
         let mut r = replies(0, None, 0, 0);
@@ -312,12 +479,12 @@ mod tests {
         ] {
             assert_eq!(waiting_since(not_a_job.as_bytes()), None, "{not_a_job}");
         }
-        let mut s = preset_sample(PresetKind::BeeQueue, b"q");
+        let mut s = preset_sample(KIND, b"q");
         apply_job(&mut s, &bulk(JOB), 1_795_893_195.402);
         let age = s.oldest_age_seconds.unwrap();
         assert!((age - 10.0).abs() < 1e-6, "{age}");
         // Gone between the rounds: unknown for this poll.
-        let mut s = preset_sample(PresetKind::BeeQueue, b"q");
+        let mut s = preset_sample(KIND, b"q");
         apply_job(&mut s, &Value::Nil, 5.0);
         assert_eq!(s.oldest_age_seconds, None);
     }

@@ -359,12 +359,7 @@ fn binding_queue(member: &[u8]) -> Option<(String, &'static str)> {
 
 /// kombu's default priority steps, plus every `<queue><sep><n>` list found
 /// (a `priority_steps` of the application's own, such as `range(10)`).
-fn celery_steps(
-    prefix: &str,
-    sep: &str,
-    queues: &BTreeSet<String>,
-    keys: &Keys,
-) -> Vec<u8> {
+fn celery_steps(prefix: &str, sep: &str, queues: &BTreeSet<String>, keys: &Keys) -> Vec<u8> {
     let mut steps: BTreeSet<u8> = PRIORITY_STEPS.into_iter().collect();
     for q in queues {
         let base = key(&[prefix.as_bytes(), q.as_bytes(), sep.as_bytes()]);

@@ -12,6 +12,7 @@
 //! Discovery reads each library's registry every `discovery_interval`.
 
 mod asynq;
+mod beequeue;
 mod bounded;
 mod bull;
 mod bullmq;
@@ -61,6 +62,7 @@ pub static LIBRARIES: &[&dyn library::Library] = &[
     &asynq::Asynq,
     &rediswq::Rediswq,
     &priority_zset::PriorityZset,
+    &beequeue::BeeQueue,
 ];
 
 /// What a preset source keeps between polls: the logical queues each entry's
@@ -162,6 +164,29 @@ pub(crate) enum Follow {
     /// A finished job's start and end stamps (`HMGET`), for the queue's
     /// service time (its window knows what each is for).
     Finished,
+    /// A reply only its library can read (a job's JSON, whose stamps it
+    /// knows), applied to the sample by the library's own pure function.
+    Read(ReadReply),
+}
+
+/// A library's pure function applying a follow-up reply to its sample
+/// (`sample`, `reply`, now in unix seconds): for what no [`Follow`] of the
+/// generic kinds reads (bee-queue's stamps inside a job's JSON).
+#[derive(Clone, Copy)]
+pub(crate) struct ReadReply(pub fn(&mut QueueSample, &Value, f64));
+
+impl std::fmt::Debug for ReadReply {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ReadReply")
+    }
+}
+
+impl PartialEq for ReadReply {
+    /// The same function (by address: enough for tests telling follow-ups
+    /// apart, which is all this is compared for).
+    fn eq(&self, other: &Self) -> bool {
+        std::ptr::fn_addr_eq(self.0, other.0)
+    }
 }
 
 /// One logical queue after round 1: its sample, and the follow-ups it needs.
@@ -325,6 +350,7 @@ pub(super) fn apply(s: &mut QueueSample, follow: Follow, v: &Value, now: f64) {
         }
         // Recorded into the queue's window by the poll, which owns it.
         Follow::Finished => {}
+        Follow::Read(ReadReply(read)) => read(s, v, now),
     }
 }
 

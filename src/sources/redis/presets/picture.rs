@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use super::super::keyname::display_key;
 use super::super::tracked::KeyState;
 use super::bounded::Bound;
-use super::recognise::Hides;
 use super::library::rank;
+use super::recognise::Hides;
 use crate::config::{KeyType, Preset, default_prefix};
 use crate::snapshot::{PresetKind, Reason};
 

@@ -21,10 +21,10 @@ use redis::Value;
 use super::super::discovery::{Candidate, Candidates};
 use super::super::keyname::display_key;
 use super::LIBRARIES;
+use super::Unit;
 use super::bounded::{Bound, SetRead};
 use super::consumed::consumed;
 use super::library::{Hidden, Library, MarkRead, Registry, Seen};
-use super::Unit;
 use crate::config::PresetSpec;
 
 /// The libraries in the order they claim a mark several may share

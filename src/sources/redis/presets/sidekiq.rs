@@ -238,9 +238,9 @@ impl Library for Sidekiq {
             if claimed.contains(set) || members.is_empty() || members.iter().any(Vec::is_empty) {
                 continue;
             }
-            let queue_list = members
-                .iter()
-                .any(|m| type_at(keys, &k(text, &key(&[&b"queue:"[..], m]))) == Some(KeyType::List));
+            let queue_list = members.iter().any(|m| {
+                type_at(keys, &k(text, &key(&[&b"queue:"[..], m]))) == Some(KeyType::List)
+            });
             let global_zset = GLOBAL_ZSETS
                 .iter()
                 .any(|n| type_at(keys, &k(text, n)) == Some(KeyType::Zset));
