@@ -360,6 +360,7 @@ const LIBRARY_NAMES: &[(&str, &[&str])] = &[
     ("asynq", &["asynq.rs"]),
     ("rediswq", &["rediswq.rs"]),
     ("priority[-_]?zset", &["priority_zset.rs"]),
+    ("bee[-_]?queue", &["beequeue.rs"]),
 ];
 
 /// Files whose library knowledge has not moved into the libraries' files
