@@ -532,6 +532,131 @@ mod tests {
         assert_eq!(queue_of_jobs(b"bq:mail:jobs2"), None);
     }
 
+    /// What zero config read: `jobs` hashes' replies, and marks refused.
+    fn seen(replies: &[(&str, Value)], refused_marks: &[&str]) -> Seen {
+        let mut s = Seen::default();
+        for (k, v) in replies {
+            s.replies.insert(k.as_bytes().to_vec(), v.clone());
+        }
+        for k in refused_marks {
+            s.unread.insert(k.as_bytes().to_vec(), Reason::Auth);
+        }
+        s
+    }
+
+    /// An `HRANDFIELD … WITHVALUES` reply holding `json`.
+    fn one_job(json: &str) -> Value {
+        Value::Array(vec![bulk("1"), bulk(json)])
+    }
+
+    /// Keys found by a scan, each of type `t`.
+    fn found(keys: &[(&str, KeyType)]) -> super::super::super::discovery::Candidates {
+        use super::super::super::discovery::{Candidate, Candidates};
+        use super::super::super::tracked::KeyState;
+        let keys = keys
+            .iter()
+            .map(|(k, t)| {
+                let c = Candidate {
+                    spec: 0,
+                    exact: false,
+                    state: KeyState::Typed(*t),
+                };
+                (k.as_bytes().to_vec(), c)
+            })
+            .collect();
+        Candidates::of_pattern_keys(keys)
+    }
+
+    #[test]
+    fn zero_config_takes_jobs_hashes_holding_its_jobs_and_claims_their_counters() {
+        let s = seen(
+            &[
+                ("bq:mail:jobs", one_job(JOB)),
+                ("legacy:bq:reports:jobs", one_job(JOB)),
+                // An app's own hash of that name.
+                ("app:users:jobs", one_job(r#"{"name":"x"}"#)),
+            ],
+            &["bq:secret:jobs"],
+        );
+        let mut claimed = BTreeSet::new();
+        let entries = BeeQueue.recognise(&s, &Keys::new(), &mut claimed);
+        let got: Vec<(String, Vec<Unit>)> =
+            entries.into_iter().map(|(p, u)| (p.prefix, u)).collect();
+        assert_eq!(
+            got,
+            [
+                ("bq".to_string(), vec![Unit::Queue(b"mail".to_vec())]),
+                (
+                    "legacy:bq".to_string(),
+                    vec![Unit::Queue(b"reports".to_vec())]
+                ),
+            ]
+        );
+        // The counters beside them, and beside the unread one, are no
+        // other library's.
+        let claimed: Vec<&[u8]> = claimed.iter().map(Vec::as_slice).collect();
+        assert_eq!(
+            claimed,
+            [&b"bq:mail:id"[..], b"bq:secret:id", b"legacy:bq:reports:id"]
+        );
+    }
+
+    #[test]
+    fn its_id_counter_beside_active_and_delayed_is_never_taken_for_bulls() {
+        // bee-queue's keys, which look like an old Bull queue's: an integer
+        // `id` beside an `active` list and a `delayed` zset.
+        let keys = found(&[
+            ("bq:mail:active", KeyType::List),
+            ("bq:mail:delayed", KeyType::Zset),
+            ("bq:secret:active", KeyType::List),
+            ("bq:secret:delayed", KeyType::Zset),
+        ]);
+        let s = seen(
+            &[
+                ("bq:mail:jobs", one_job(JOB)),
+                ("bq:mail:id", bulk("5")),
+                ("bq:secret:id", bulk("2")),
+            ],
+            &["bq:secret:jobs"],
+        );
+        let r = super::super::recognise::recognise(&s, &keys);
+        let kinds: Vec<(&str, &str)> = r
+            .entries
+            .iter()
+            .map(|(spec, _)| (spec.preset.kind.as_str(), spec.preset.prefix.as_str()))
+            .collect();
+        assert_eq!(kinds, [("bee-queue", "bq")], "{:?}", r.entries);
+        assert!(r.consumed.contains(&b"bq:mail:active"[..]));
+        // The unread queue's keys: neither bee-queue's nor plain.
+        let withheld: Vec<&[u8]> = r.withheld.iter().map(Vec::as_slice).collect();
+        assert_eq!(withheld, [&b"bq:secret:active"[..], b"bq:secret:delayed"]);
+        assert_eq!(
+            BeeQueue.hidden(b"bq:secret:jobs"),
+            Some(Hidden::Names(vec!["secret".into(), "bq:secret".into()]))
+        );
+    }
+
+    #[test]
+    fn a_configured_entry_finds_its_queues_by_their_jobs_hashes() {
+        let preset = Preset::new(KIND, "bq");
+        assert_eq!(
+            BeeQueue.registry(&preset),
+            Registry::Scan {
+                pattern: b"bq:*:jobs".to_vec(),
+                key_type: Some(KeyType::Hash),
+            }
+        );
+        let q = |k: &str| BeeQueue.queue_of_key(&preset, k.as_bytes());
+        assert_eq!(q("bq:mail:jobs"), Some(b"mail".to_vec()));
+        assert_eq!(q("bq:eu:mail:jobs"), Some(b"eu:mail".to_vec()));
+        assert_eq!(q("bq::jobs"), None);
+        assert_eq!(q("bqx:mail:jobs"), None);
+        assert_eq!(
+            BeeQueue.owned(&preset, &[Unit::Queue(b"mail".to_vec())]),
+            [Owned::Under(b"bq:mail:".to_vec())]
+        );
+    }
+
     #[test]
     fn a_jobs_hash_is_bee_queues_when_its_job_is_one() {
         let pair = |v: &str| Value::Array(vec![bulk("1"), bulk(v)]);
