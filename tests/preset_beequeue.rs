@@ -373,3 +373,50 @@ fn discover_prints_it_and_once_reads_what_zero_config_reads() {
     assert_eq!(depth(&s, "mail", PRESET, "waiting"), Some(4.0), "{out}");
     assert_eq!(depth(&s, "reports", PRESET, "waiting"), Some(1.0), "{out}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zero_config_leaves_a_queue_whose_jobs_hash_it_may_not_read_unknown() {
+    let redis = RedisServer::start();
+    if write_jobs(&redis.url).is_none() {
+        return;
+    }
+    // `HRANDFIELD` of `bq:stall:jobs` refused: whose its keys are is unknown.
+    let url = redis.acl_user(
+        "qe",
+        "pw",
+        &[
+            READ_ONLY_ACL,
+            &[
+                "-hrandfield",
+                "(+hrandfield ~bq:mail:* ~bq:done:* ~legacy:bq:*)",
+            ],
+        ]
+        .concat(),
+    );
+    let app = TestApp::start(&config(&url, "")).await;
+    let s = app
+        .until("the readable queues and the refusal", WAIT, |s| {
+            ["mail", "done", "reports"]
+                .iter()
+                .all(|q| depth(s, q, PRESET, "waiting").is_some())
+                && s.errors("main", "auth").is_some_and(|n| n >= 1.0)
+        })
+        .await;
+    assert_eq!(s.source_up("main"), Some(1.0), "{s}");
+    // Neither bee-queue's, nor Bull's (its `id` beside `active`), nor plain.
+    assert!(!s.has("queue_depth", &[("queue", "stall")]), "{s}");
+    assert!(!s.text().contains("preset=\"bull\""), "{s}");
+    assert!(plain_queues(&s).is_empty(), "{s}");
+    let c = client(&app).await;
+    let e = wait_code(&c, &[("queue", "stall")], Code::Unavailable, WAIT).await;
+    assert!(e.message().contains("bq:stall:jobs"), "{}", e.message());
+    // The readable ones answer.
+    assert_eq!(
+        metrics(&mut c.clone(), &[("queue", "mail")])
+            .await
+            .unwrap()
+            .1,
+        4.0
+    );
+    app.stop().await;
+}
