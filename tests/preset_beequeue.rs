@@ -218,6 +218,15 @@ async fn zero_config_recognises_it_at_the_default_and_a_custom_prefix() {
     assert_eq!(plain, ["app:users:waiting", "tasks"], "{s}");
     assert!(!s.text().contains("preset=\"bull\""), "{s}");
     app.stop().await;
+
+    // With `plain_keys: false` (the libraries alone, in one scan pass): the same.
+    let only_libraries = format!("{}    plain_keys: false\n", config(&redis.url, ""));
+    let app = TestApp::start(&only_libraries).await;
+    let s = all_queues(&app).await;
+    assert_states(&s, &lib);
+    assert!(plain_queues(&s).is_empty(), "{s}");
+    assert!(!s.text().contains("preset=\"bull\""), "{s}");
+    app.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
