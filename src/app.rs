@@ -134,13 +134,12 @@ async fn select_sources(config: &Config) -> Vec<SourceConfig> {
     for s in &config.sources {
         match s {
             SourceConfig::Redis(r) => {
+                let libraries = crate::sources::redis::recognised_libraries().join(", ");
                 let what = match r.plain_keys {
-                    true => {
-                        "recognising queue libraries' queues (Sidekiq, RQ, asynq, BullMQ, Bull, Celery) and other list, zset and stream keys"
-                    }
-                    false => {
-                        "recognising queue libraries' queues (Sidekiq, RQ, asynq, BullMQ, Bull, Celery)"
-                    }
+                    true => format!(
+                        "recognising queue libraries' queues ({libraries}) and other list, zset and stream keys"
+                    ),
+                    false => format!("recognising queue libraries' queues ({libraries})"),
                 };
                 tracing::info!(source = %r.name, url = %r.url.redacted(), "default source: local Redis, {what}");
                 chosen.push(s.clone());

@@ -257,11 +257,11 @@ mod tests {
     #[test]
     fn a_celery_entry_says_what_differs_from_kombus_defaults() {
         let spec = PresetSpec {
-            preset: Preset {
+            preset: crate::config::Preset {
                 queues: vec!["tasks".into()],
                 priority_steps: vec![0, 1, 3, 6, 9],
                 sep: ":".into(),
-                ..Preset::new(crate::snapshot::PresetKind::named("celery"), "app:")
+                ..crate::config::Preset::new(crate::snapshot::PresetKind::named("celery"), "app:")
             },
             counters: None,
         };

@@ -266,7 +266,7 @@ impl SnapshotCollector {
         self.queue_counter(
             enc,
             "queue_messages_published",
-            "Messages published to the queue (RabbitMQ publish, Redis stream entries-added, BullMQ id counter, counters: enqueued)",
+            "Messages published to the queue (RabbitMQ publish, Redis stream entries-added, a queue library's job id counter, counters: enqueued)",
             |q| q.counters().published,
         )?;
         self.queue_counter(

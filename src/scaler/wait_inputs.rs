@@ -129,9 +129,10 @@ pub fn gather(
                 return Err(unknown(
                     "arrival rate",
                     &format!(
-                        " (needs a publish counter, as RabbitMQ queues, streams, BullMQ queues and \
-                         `counters: enqueued` have, or a processed total beside the depth, as asynq \
-                         queues and `counters: processed` have; read in two polls within window {})",
+                        " (needs a publish counter, as RabbitMQ queues, streams, the queues of libraries \
+                         that number their jobs and `counters: enqueued` have, or a processed total \
+                         beside the depth, as the queues of libraries that count them and \
+                         `counters: processed` have (docs/keda.md); read in two polls within window {})",
                         humantime::format_duration(window)
                     ),
                 ));

@@ -41,7 +41,7 @@ use commands::Conn;
 use rounds::{DiscoveryFailure, DiscoveryTask, Plain, RoundInput, RoundKind, Rounds};
 
 pub use commands::PIPELINE_CHUNK;
-pub use presets::library::printed_options;
+pub use presets::library::{printed_options, recognised_libraries};
 pub use presets::picture::library as library_name;
 pub use scope::RedisScope;
 pub use tracked::TrackedKey;
@@ -253,7 +253,7 @@ impl RedisSource {
                 source = %self.config.name,
                 marks = found.left_out.unread.len(),
                 keys = found.left_out.keys,
-                "Redis refused reading some queue libraries' marks (a BullMQ meta hash, a registry set, a kombu binding); the queues and keys they may own are reported neither as the library's nor as plain keys"
+                "Redis refused reading some queue libraries' marks (a registry set, a queue's meta hash, a table of bindings); the queues and keys they may own are reported neither as the library's nor as plain keys"
             );
         }
         if found.left_out.over != self.discovery.left_out.over && !found.left_out.over.is_empty() {

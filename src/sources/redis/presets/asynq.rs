@@ -237,6 +237,10 @@ impl Library for Asynq {
             .map(|_| Hidden::Any)
     }
 
+    fn zero_config(&self) -> bool {
+        true
+    }
+
     fn plan(&self, preset: &Preset, unit: &Unit, now: f64) -> Vec<redis::Cmd> {
         plan(&preset.prefix, unit.name(), now)
     }

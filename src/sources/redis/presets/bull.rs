@@ -168,7 +168,7 @@ impl Library for Bull {
     }
 
     fn takes_marked(&self, reply: &Value) -> Result<bool, Reason> {
-        super::bullmq::has_marks(reply).map(|m| m == false)
+        super::bullmq::has_marks(reply).map(|m| !m)
     }
 
     /// Its `priority` zset, `stalled-check`, job hashes: all under
@@ -286,6 +286,10 @@ impl Library for Bull {
 
     fn hidden(&self, mark: &[u8]) -> Option<Hidden> {
         mark.strip_suffix(b":id").map(super::bullmq::queue_hidden)
+    }
+
+    fn zero_config(&self) -> bool {
+        true
     }
 
     fn plan(&self, preset: &Preset, unit: &Unit, now: f64) -> Vec<redis::Cmd> {

@@ -280,7 +280,7 @@ impl Library for Bullmq {
     }
 
     fn takes_marked(&self, reply: &Value) -> Result<bool, Reason> {
-        super::bullmq::has_marks(reply).map(|m| m == true)
+        has_marks(reply)
     }
 
     /// `<prefix>:<q>:` holds every key of the queue: events, marker, pc,
@@ -341,6 +341,10 @@ impl Library for Bullmq {
 
     fn hidden(&self, mark: &[u8]) -> Option<Hidden> {
         mark.strip_suffix(b":meta").map(queue_hidden)
+    }
+
+    fn zero_config(&self) -> bool {
+        true
     }
 
     fn plan(&self, preset: &Preset, unit: &Unit, now: f64) -> Vec<redis::Cmd> {

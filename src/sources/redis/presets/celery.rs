@@ -273,6 +273,10 @@ impl Library for Celery {
         Some(view)
     }
 
+    fn zero_config(&self) -> bool {
+        true
+    }
+
     fn plan(&self, p: &Preset, unit: &Unit, now: f64) -> Vec<redis::Cmd> {
         plan(
             &p.prefix,

@@ -72,6 +72,17 @@ pub fn registry_prefix(k: &[u8]) -> Option<&[u8]> {
     k.strip_suffix(b":queues").filter(|p| !p.is_empty())
 }
 
+/// The names users write of the libraries zero config recognises
+/// ([`Library::zero_config`]), in the list's order (for the log line of a
+/// default source).
+pub fn recognised_libraries() -> Vec<&'static str> {
+    super::LIBRARIES
+        .iter()
+        .filter(|l| l.zero_config())
+        .map(|l| l.title())
+        .collect()
+}
+
 /// `kind`'s place in the list of libraries (unknown kinds last): the order
 /// entries and log lines list libraries in.
 pub fn rank(kind: PresetKind) -> usize {
@@ -253,6 +264,12 @@ pub trait Library: Sync {
     /// [`Library::finished`] gives a layout.
     fn unmeasured_why(&self) -> &'static str {
         "no job kept finished in the last 10 minutes"
+    }
+
+    /// Whether zero config recognises this library (its `recognise` finds
+    /// entries): named in the log line of a default source.
+    fn zero_config(&self) -> bool {
+        false
     }
 
     /// Zero config: sets this library writes under a fixed name (its

@@ -418,7 +418,11 @@ fn spec(preset: crate::config::Preset) -> PresetSpec {
 
 #[cfg(test)]
 mod tests {
+    use super::super::super::tracked::KeyState;
+    use super::super::{asynq, bull, bullmq, celery, rq, sidekiq};
     use super::*;
+    use crate::config::KeyType;
+    use crate::snapshot::{PresetKind, Reason};
 
     fn keys(list: &[(&str, KeyType)]) -> Candidates {
         let mut c = Candidates::default();
@@ -435,6 +439,14 @@ mod tests {
         c
     }
 
+    /// A reply to a `meta` hash's marks read: BullMQ's.
+    fn bullmq_marks() -> Value {
+        Value::Array(vec![
+            Value::BulkString(b"bullmq:5.1.0".to_vec()),
+            Value::Nil,
+        ])
+    }
+
     fn seen(sets: &[(&str, &[&str])], bullmq: &[&str]) -> Seen {
         Seen {
             sets: sets
@@ -444,12 +456,30 @@ mod tests {
                     (k.as_bytes().to_vec(), members)
                 })
                 .collect(),
-            bullmq: bullmq.iter().map(|s| s.as_bytes().to_vec()).collect(),
-            bull_ids: BTreeSet::new(),
+            replies: bullmq
+                .iter()
+                .map(|s| (s.as_bytes().to_vec(), bullmq_marks()))
+                .collect(),
             unread: BTreeMap::new(),
             bounded: BTreeMap::new(),
-            sidekiq_signs: false,
         }
+    }
+
+    /// `s` with the integer `id`s `ids` read.
+    fn with_ids(mut s: Seen, ids: &[&str]) -> Seen {
+        for id in ids {
+            let v = Value::BulkString(b"7".to_vec());
+            s.replies.insert(id.as_bytes().to_vec(), v);
+        }
+        s
+    }
+
+    /// A mark named `name`, with its library's read.
+    fn cmd_mark(name: &str) -> (Vec<u8>, redis::Cmd) {
+        let Some(MarkRead::Cmd(c) | MarkRead::Sign(c)) = classify(name.as_bytes()) else {
+            panic!("{name} is no mark read by a command")
+        };
+        (name.as_bytes().to_vec(), c)
     }
 
     /// `s` with `marks` unread (refused).
@@ -505,9 +535,11 @@ mod tests {
             ("secret:jobsx:wait", List),
             ("plain", List),
         ]);
-        let mut s = refused(seen(&[], &[]), &["secret:jobs:meta"]);
         // Bull's `id` beside it is an integer: still not Bull's.
-        s.bull_ids.insert(b"secret:jobs:id".to_vec());
+        let s = with_ids(
+            refused(seen(&[], &[]), &["secret:jobs:meta"]),
+            &["secret:jobs:id"],
+        );
         let r = recognise(&s, &found);
         assert!(r.entries.is_empty());
         assert_eq!(
@@ -558,7 +590,7 @@ mod tests {
         let reply = |resp: &[u8]| redis::parse_redis_value(resp).unwrap();
         let marks = Marks {
             sets: vec![b"queues".to_vec(), b"rq:queues".to_vec()],
-            metas: vec![b"a:q:meta".to_vec(), b"b:q:meta".to_vec()],
+            cmds: vec![cmd_mark("a:q:meta"), cmd_mark("b:q:meta")],
             ..Marks::default()
         };
         let sets = vec![
@@ -580,14 +612,14 @@ mod tests {
             ])
         );
         assert_eq!(s.sets.keys().collect::<Vec<_>>(), [b"rq:queues"]);
-        assert!(s.bullmq.is_empty());
+        assert!(!bullmq::marked(&s, b"a:q:meta"));
     }
 
     fn names(r: &Recognition) -> Vec<(PresetKind, String, Vec<Unit>)> {
         r.entries
             .iter()
             .map(|(s, u)| {
-                let prefix = s.preset.prefix().unwrap_or_default().to_string();
+                let prefix = s.preset.prefix.clone();
                 (s.preset.kind(), prefix, u.clone())
             })
             .collect()
@@ -627,14 +659,14 @@ mod tests {
         assert_eq!(
             names(&r),
             vec![
-                (PresetKind::Sidekiq, "ns".into(), vec![q("x"), Unit::Shared]),
+                (sidekiq::KIND, "ns".into(), vec![q("x"), Unit::Shared]),
                 (
-                    PresetKind::Sidekiq,
+                    sidekiq::KIND,
                     "".into(),
                     vec![q("(all)"), q("mail"), Unit::Shared]
                 ),
-                (PresetKind::Rq, "rq".into(), vec![q("default")]),
-                (PresetKind::Asynq, "asynq".into(), vec![q("critical")]),
+                (rq::KIND, "rq".into(), vec![q("default")]),
+                (asynq::KIND, "asynq".into(), vec![q("critical")]),
             ]
         );
         let consumed: Vec<&str> = r
@@ -674,8 +706,8 @@ mod tests {
         assert_eq!(
             names(&r),
             vec![
-                (PresetKind::Bullmq, "bull".into(), vec![q("mail")]),
-                (PresetKind::Bullmq, "my:app".into(), vec![q("jobs")]),
+                (bullmq::KIND, "bull".into(), vec![q("mail")]),
+                (bullmq::KIND, "my:app".into(), vec![q("jobs")]),
             ]
         );
         let consumed: Vec<&[u8]> = r.consumed.iter().map(Vec::as_slice).collect();
@@ -703,8 +735,14 @@ mod tests {
             ("plain:thing:wait", List),
         ]);
         // Probed: one `id` per `<prefix>:<name>` with a Bull-like key.
+        let ids = |limit| -> Vec<Vec<u8>> {
+            beside_marks(&found.keys, limit)
+                .into_iter()
+                .map(|(k, _)| k)
+                .collect()
+        };
         assert_eq!(
-            bull_candidates(&found.keys, 100),
+            ids(100),
             [
                 b"bull:new:id".to_vec(),
                 b"bull:old:id".to_vec(),
@@ -712,21 +750,20 @@ mod tests {
                 b"plain:thing:id".to_vec(),
             ]
         );
-        assert_eq!(bull_candidates(&found.keys, 2).len(), 2);
-        let mut s = seen(&[], &["bull:new:meta"]);
+        assert_eq!(ids(2).len(), 2);
         // `bull:new` has an `id` too, but its BullMQ `meta` says BullMQ;
-        // `plain:thing:id` held no integer, so it was never seen.
-        s.bull_ids = ["bull:old:id", "bull:new:id", "my:app:paused:id"]
-            .iter()
-            .map(|k| k.as_bytes().to_vec())
-            .collect();
+        // `plain:thing:id` held no integer.
+        let s = with_ids(
+            seen(&[], &["bull:new:meta"]),
+            &["bull:old:id", "bull:new:id", "my:app:paused:id"],
+        );
         let r = recognise(&s, &found);
         assert_eq!(
             names(&r),
             [
-                (PresetKind::Bullmq, "bull".into(), vec![q("new")]),
-                (PresetKind::Bull, "bull".into(), vec![q("old")]),
-                (PresetKind::Bull, "my:app".into(), vec![q("paused")]),
+                (bullmq::KIND, "bull".into(), vec![q("new")]),
+                (bull::KIND, "bull".into(), vec![q("old")]),
+                (bull::KIND, "my:app".into(), vec![q("paused")]),
             ]
         );
         let consumed: Vec<&[u8]> = r.consumed.iter().map(Vec::as_slice).collect();
@@ -773,14 +810,8 @@ mod tests {
         let [(spec, units)] = &r.entries[..] else {
             panic!("{:?}", r.entries)
         };
-        let Preset::Celery {
-            queues,
-            priority_steps,
-            ..
-        } = &spec.preset
-        else {
-            panic!("{spec:?}")
-        };
+        let (queues, priority_steps) = (&spec.preset.queues, &spec.preset.priority_steps);
+        assert_eq!(spec.preset.kind, celery::KIND);
         assert_eq!(queues, &["celery", "emails"]);
         assert_eq!(priority_steps, &[0, 1, 3, 6, 9]);
         assert_eq!(units, &[q("celery"), q("emails"), Unit::Shared]);
@@ -834,15 +865,15 @@ mod tests {
         .into_iter()
         .map(|(k, m)| (k.as_bytes().to_vec(), members(&m)))
         .collect();
-        assert!(binding(b"_kombu.binding.celeryev").is_none());
-        assert!(binding(b"app:_kombu.binding.celeryev").is_none());
-        assert!(binding(b"_kombu.binding.celeryev2").is_some());
+        assert!(!is_mark(b"_kombu.binding.celeryev"));
+        assert!(!is_mark(b"app:_kombu.binding.celeryev"));
+        assert!(is_mark(b"_kombu.binding.celeryev2"));
         let r = recognise(&s, &keys(&[]));
         let queues: Vec<(String, Vec<String>)> = r
             .entries
             .iter()
             .map(|(spec, _)| match &spec.preset {
-                Preset::Celery { prefix, queues, .. } => (prefix.clone(), queues.clone()),
+                p if p.kind == celery::KIND => (p.prefix.clone(), p.queues.clone()),
                 p => panic!("{p:?}"),
             })
             .collect();
@@ -877,16 +908,10 @@ mod tests {
         let [(spec, _)] = &r.entries[..] else {
             panic!("{:?}", r.entries)
         };
-        let Preset::Celery {
-            queues,
-            priority_steps,
-            sep,
-            prefix,
-            ..
-        } = &spec.preset
-        else {
-            panic!("{spec:?}")
-        };
+        let p = &spec.preset;
+        assert_eq!(p.kind, celery::KIND);
+        let (queues, priority_steps, sep, prefix) =
+            (&p.queues, &p.priority_steps, &p.sep, &p.prefix);
         assert_eq!(
             (queues.as_slice(), sep.as_str(), prefix.as_str()),
             (&["tasks".to_string()][..], ":", "app:")
@@ -903,15 +928,17 @@ mod tests {
     #[test]
     fn bullmq_marks_are_the_version_or_max_len_events() {
         let marks = Marks {
-            metas: vec![
-                b"a:q:meta".to_vec(),
-                b"b:q:meta".to_vec(),
-                b"c:q:meta".to_vec(),
+            cmds: vec![
+                cmd_mark("a:q:meta"),
+                cmd_mark("b:q:meta"),
+                cmd_mark("c:q:meta"),
             ],
             sets: vec![b"queues".to_vec(), b"x:queues".to_vec()],
-            bull_ids: vec![b"old:q:id".to_vec(), b"app:x:id".to_vec()],
+            beside: ["old:q:id", "app:x:id"]
+                .map(|k| (k.as_bytes().to_vec(), redis::cmd("GET")))
+                .to_vec(),
             evidence: Vec::new(),
-            signs: vec![b"processes".to_vec(), b"stat:processed".to_vec()],
+            signs: vec![cmd_mark("processes"), cmd_mark("stat:processed")],
         };
         let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
         let wrong_type = redis::parse_redis_value(
@@ -935,17 +962,19 @@ mod tests {
             Value::SimpleString("none".into()),
         ];
         let s = super::seen(marks, sets, &replies);
-        assert!(!s.sidekiq_signs);
-        assert_eq!(
-            s.bull_ids.iter().cloned().collect::<Vec<_>>(),
-            [b"old:q:id".to_vec()]
-        );
-        assert_eq!(
-            s.bullmq.into_iter().collect::<Vec<_>>(),
-            [b"a:q:meta".to_vec(), b"b:q:meta".to_vec()]
-        );
         assert_eq!(s.sets[&b"queues".to_vec()], [b"mail".to_vec()]);
         assert_eq!(s.sets.len(), 1);
+        // `a` and `b` are BullMQ's; Bull's `old` counts jobs, `app:x` not;
+        // the bare `queues` has no sign of Sidekiq's beside it.
+        let r = recognise(&s, &keys(&[]));
+        assert_eq!(
+            names(&r),
+            [
+                (bullmq::KIND, "a".into(), vec![q("q")]),
+                (bullmq::KIND, "b".into(), vec![q("q")]),
+                (bull::KIND, "old".into(), vec![q("q")]),
+            ]
+        );
     }
 
     #[test]
@@ -985,10 +1014,10 @@ mod tests {
 
     #[test]
     fn braced_prefixes_are_each_open_brace_to_each_close_after_it() {
-        let all: Vec<&[u8]> = braced(b"a:{b}:c:{d}:e").collect();
+        let all: Vec<&[u8]> = asynq::braced(b"a:{b}:c:{d}:e").collect();
         // From the first `:{`, and from the second.
         assert_eq!(all, [&b"a:{b}:"[..], b"a:{b}:c:{d}:", b"a:{b}:c:{d}:"]);
-        assert_eq!(braced(b"plain:key").count(), 0);
+        assert_eq!(asynq::braced(b"plain:key").count(), 0);
     }
 
     #[test]

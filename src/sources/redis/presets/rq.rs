@@ -281,6 +281,10 @@ impl Library for Rq {
             .map(|_| Hidden::Any)
     }
 
+    fn zero_config(&self) -> bool {
+        true
+    }
+
     fn plan(&self, preset: &Preset, unit: &Unit, now: f64) -> Vec<redis::Cmd> {
         plan(&preset.prefix, unit.name(), now)
     }

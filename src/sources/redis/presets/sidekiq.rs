@@ -278,6 +278,10 @@ impl Library for Sidekiq {
         registry_prefix(mark).map(|_| Hidden::Any)
     }
 
+    fn zero_config(&self) -> bool {
+        true
+    }
+
     fn plan(&self, preset: &Preset, unit: &Unit, now: f64) -> Vec<redis::Cmd> {
         plan(&preset.prefix, unit, now)
     }
