@@ -90,6 +90,11 @@ impl Library for BeeQueue {
             .collect()
     }
 
+    /// Recognised at any prefix by its `jobs` hashes.
+    fn zero_config(&self) -> bool {
+        true
+    }
+
     /// Its `jobs` hashes, found by a SCAN of one pattern.
     fn relisted_each_round(&self) -> bool {
         true
