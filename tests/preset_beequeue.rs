@@ -429,3 +429,41 @@ async fn zero_config_leaves_a_queue_whose_jobs_hash_it_may_not_read_unknown() {
     );
     app.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_configured_entry_leaves_a_queue_whose_jobs_hash_it_may_not_read_unknown() {
+    let redis = RedisServer::start();
+    if write_jobs(&redis.url).is_none() {
+        return;
+    }
+    let url = redis.acl_user(
+        "qe",
+        "pw",
+        &[
+            READ_ONLY_ACL,
+            &["-hrandfield", "(+hrandfield ~bq:mail:* ~bq:done:*)"],
+        ]
+        .concat(),
+    );
+    let app = TestApp::start(&config(&url, "- preset: bee-queue\n")).await;
+    let s = app
+        .until("the readable queues and the refusal", WAIT, |s| {
+            ["mail", "done"]
+                .iter()
+                .all(|q| depth(s, q, PRESET, "waiting").is_some())
+                && s.errors("main", "auth").is_some_and(|n| n >= 1.0)
+        })
+        .await;
+    assert!(!s.has("queue_depth", &[("queue", "stall")]), "{s}");
+    let c = client(&app).await;
+    let e = wait_code(&c, &[("queue", "stall")], Code::Unavailable, WAIT).await;
+    assert!(e.message().contains("bq:stall:jobs"), "{}", e.message());
+    assert_eq!(
+        metrics(&mut c.clone(), &[("queue", "mail")])
+            .await
+            .unwrap()
+            .1,
+        4.0
+    );
+    app.stop().await;
+}
