@@ -73,8 +73,22 @@ impl fmt::Display for JobState {
 /// library: each library's file makes its own ([`PresetKind::named`]), and
 /// the one list of libraries (`sources::redis::presets::library`) parses
 /// names; here it is compared as a value.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct PresetKind(&'static str);
+
+/// The name in CamelCase (`priority-zset` → `PriorityZset`), as the kinds
+/// were written when they were an enum (logs and tests print them so).
+impl fmt::Debug for PresetKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for part in self.0.split('-') {
+            let mut chars = part.chars();
+            if let Some(first) = chars.next() {
+                write!(f, "{}{}", first.to_ascii_uppercase(), chars.as_str())?;
+            }
+        }
+        Ok(())
+    }
+}
 
 impl PresetKind {
     /// The kind of the library whose config name is `name`.
