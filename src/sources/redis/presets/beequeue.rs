@@ -280,17 +280,17 @@ fn stalled(stalling: &Value, block: &Value) -> Option<u64> {
 /// another JSON value.
 #[derive(Deserialize)]
 struct JobJson {
-    /// The job's payload: never read.
-    #[allow(dead_code)]
-    data: IgnoredAny,
+    /// The job's payload: required, never read.
+    #[serde(rename = "data")]
+    _data: IgnoredAny,
     /// Its options, with the stamps.
     options: JobOptions,
-    /// `created`, `succeeded`, `failed`, `retrying`: never read.
-    #[allow(dead_code)]
-    status: IgnoredAny,
-    /// Reported progress: never read.
-    #[allow(dead_code)]
-    progress: IgnoredAny,
+    /// `created`, `succeeded`, `failed`, `retrying`: required, never read.
+    #[serde(rename = "status")]
+    _status: IgnoredAny,
+    /// Reported progress: required, never read.
+    #[serde(rename = "progress")]
+    _progress: IgnoredAny,
 }
 
 /// `options` of a job's JSON.
