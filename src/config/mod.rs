@@ -36,7 +36,7 @@ pub(crate) use error::one_line;
 pub use load::{LoadOptions, is_read_once};
 pub use preset::{
     ALL_QUEUES, CounterKeys, DEFAULT_STALLED_CHECK_LIMIT, Given, Preset, PresetSpec,
-    default_prefix, preset_kind, preset_names,
+    default_prefix, libraries_with_arrivals, preset_kind, preset_names,
 };
 pub use rabbitmq::{ClientTlsConfig, NameRegex, RabbitMethod, RabbitSourceConfig, RabbitStats};
 pub use redis::{

@@ -183,6 +183,16 @@ pub fn preset_names() -> Vec<&'static str> {
     library::names()
 }
 
+/// The names of the libraries whose queues' arrivals the exporter reads
+/// from a job id counter (`true`) or a processed total (`false`), for
+/// messages saying what a queue without them lacks.
+pub fn libraries_with_arrivals(id_counter: bool) -> Vec<&'static str> {
+    library::arrivals_from(match id_counter {
+        true => library::Arrivals::IdCounter,
+        false => library::Arrivals::ProcessedTotal,
+    })
+}
+
 /// The library's own key prefix: what `prefix:` defaults to.
 pub fn default_prefix(kind: PresetKind) -> &'static str {
     library::of(kind).map_or("", |l| l.default_prefix())

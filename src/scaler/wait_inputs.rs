@@ -126,13 +126,14 @@ pub fn gather(
             Some(r) => checked(r, "arrival rate (jobs per second)")?,
             None if missing && s.history.spans(window) => 0.0,
             None => {
+                let numbered = crate::config::libraries_with_arrivals(true).join(", ");
+                let counted = crate::config::libraries_with_arrivals(false).join(", ");
                 return Err(unknown(
                     "arrival rate",
                     &format!(
-                        " (needs a publish counter, as RabbitMQ queues, streams, the queues of libraries \
-                         that number their jobs and `counters: enqueued` have, or a processed total \
-                         beside the depth, as the queues of libraries that count them and \
-                         `counters: processed` have (docs/keda.md); read in two polls within window {})",
+                        " (needs a publish counter, as RabbitMQ queues, streams, {numbered} queues and \
+                         `counters: enqueued` have, or a processed total beside the depth, as {counted} \
+                         queues and `counters: processed` have; read in two polls within window {})",
                         humantime::format_duration(window)
                     ),
                 ));

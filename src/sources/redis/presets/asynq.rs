@@ -5,7 +5,7 @@ use super::Unit;
 use std::collections::BTreeSet;
 
 use super::library::{
-    Hidden, Keys, Library, MarkRead, Owned, Registry, Seen, registry_prefix, under,
+    Arrivals, Hidden, Keys, Library, MarkRead, Owned, Registry, Seen, registry_prefix, under,
 };
 use crate::config::Preset;
 use redis::Value;
@@ -235,6 +235,11 @@ impl Library for Asynq {
         registry_prefix(mark)
             .filter(|p| !p.is_empty())
             .map(|_| Hidden::Any)
+    }
+
+    /// Its `processed` total per queue.
+    fn arrivals(&self) -> Arrivals {
+        Arrivals::ProcessedTotal
     }
 
     fn zero_config(&self) -> bool {

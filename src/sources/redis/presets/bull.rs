@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::super::tracked::KeyState;
 use super::Unit;
 use super::key;
-use super::library::{Hidden, Keys, Library, Mark, Owned, Registry, Seen, under};
+use super::library::{Arrivals, Hidden, Keys, Library, Mark, Owned, Registry, Seen, under};
 use crate::config::KeyType;
 use crate::config::Preset;
 use crate::snapshot::Reason;
@@ -286,6 +286,11 @@ impl Library for Bull {
 
     fn hidden(&self, mark: &[u8]) -> Option<Hidden> {
         mark.strip_suffix(b":id").map(super::bullmq::queue_hidden)
+    }
+
+    /// `GET id`: every added job INCRs it.
+    fn arrivals(&self) -> Arrivals {
+        Arrivals::IdCounter
     }
 
     fn zero_config(&self) -> bool {

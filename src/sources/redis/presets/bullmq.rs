@@ -10,7 +10,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::super::keyname::display_key;
 use super::Unit;
-use super::library::{Hidden, Keys, Library, Mark, MarkRead, Owned, Registry, Seen, under};
+use super::library::{
+    Arrivals, Hidden, Keys, Library, Mark, MarkRead, Owned, Registry, Seen, under,
+};
 use crate::config::Preset;
 use redis::Value;
 
@@ -341,6 +343,11 @@ impl Library for Bullmq {
 
     fn hidden(&self, mark: &[u8]) -> Option<Hidden> {
         mark.strip_suffix(b":meta").map(queue_hidden)
+    }
+
+    /// `GET id`: every added job INCRs it.
+    fn arrivals(&self) -> Arrivals {
+        Arrivals::IdCounter
     }
 
     fn zero_config(&self) -> bool {

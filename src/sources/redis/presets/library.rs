@@ -43,7 +43,7 @@ pub fn names_taking_counters() -> Vec<&'static str> {
 }
 
 /// The options `discover` prints for `preset` beyond its prefix
-/// ([`Library::printed_options`]).
+/// (`Library::printed_options`).
 pub fn printed_options(preset: &Preset, quote: fn(&str) -> String) -> Vec<String> {
     of(preset.kind).map_or_else(Vec::new, |l| l.printed_options(preset, quote))
 }
@@ -73,12 +73,22 @@ pub fn registry_prefix(k: &[u8]) -> Option<&[u8]> {
 }
 
 /// The names users write of the libraries zero config recognises
-/// ([`Library::zero_config`]), in the list's order (for the log line of a
+/// (`Library::zero_config`), in the list's order (for the log line of a
 /// default source).
 pub fn recognised_libraries() -> Vec<&'static str> {
     super::LIBRARIES
         .iter()
         .filter(|l| l.zero_config())
+        .map(|l| l.title())
+        .collect()
+}
+
+/// The names users write of the libraries whose arrivals come from
+/// `from`, in the list's order (for messages).
+pub fn arrivals_from(from: Arrivals) -> Vec<&'static str> {
+    super::LIBRARIES
+        .iter()
+        .filter(|l| l.arrivals() == from)
         .map(|l| l.title())
         .collect()
 }
@@ -101,7 +111,7 @@ pub enum Registry {
     Set(Vec<u8>),
     /// Keys found by a `SCAN` (bounded `COUNT`) of a glob, each naming one
     /// queue ([`Library::queue_of_key`]); where the library has a
-    /// [`Library::mark`], only the queues whose mark it takes.
+    /// [`Library::queue_mark`], only the queues whose mark it takes.
     Scan {
         /// The glob (its prefix escaped).
         pattern: Vec<u8>,
@@ -266,6 +276,12 @@ pub trait Library: Sync {
         "no job kept finished in the last 10 minutes"
     }
 
+    /// Where the arrivals of its queues come from (for WaitTime's
+    /// arrival rate, and the message saying what is missing without one).
+    fn arrivals(&self) -> Arrivals {
+        Arrivals::Unknown
+    }
+
     /// Whether zero config recognises this library (its `recognise` finds
     /// entries): named in the log line of a default source.
     fn zero_config(&self) -> bool {
@@ -386,6 +402,20 @@ pub trait Library: Sync {
         let _ = (set, members);
         None
     }
+}
+
+/// Where a library's queues' arrivals come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Arrivals {
+    /// Nowhere the exporter reads: a queue's arrival rate is unknown
+    /// without `counters:`.
+    Unknown,
+    /// A job id counter every added job increments, read as the queue's
+    /// `published` counter.
+    IdCounter,
+    /// A processed total per queue beside its depth: arrivals are
+    /// Δ(waiting + active) + Δprocessed.
+    ProcessedTotal,
 }
 
 /// How zero config reads a key named like a library's mark.
