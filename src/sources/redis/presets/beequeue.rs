@@ -15,7 +15,9 @@ use serde::Deserialize;
 use serde::de::IgnoredAny;
 
 use super::super::keyname::display_key;
-use super::library::{Hidden, Keys, Library, Mark, MarkRead, Owned, Registry, Seen, under};
+use super::library::{
+    Arrivals, Hidden, Keys, Library, Mark, MarkRead, Owned, Registry, Seen, under,
+};
 use super::{Follow, ReadReply, Stage, Unit, count, key, preset_sample, set_state};
 use crate::config::{KeyType, Preset};
 use crate::snapshot::{Counters, JobState, PresetKind, QueueSample, Reason};
@@ -88,6 +90,12 @@ impl Library for BeeQueue {
                 Unit::Shared => None,
             })
             .collect()
+    }
+
+    /// Its `id` counter, INCRed for each job made without an id of its
+    /// own (`addJob.lua`, `addDelayedJob.lua`).
+    fn arrivals(&self) -> Arrivals {
+        Arrivals::IdCounter
     }
 
     /// Recognised at any prefix by its `jobs` hashes.
