@@ -364,6 +364,7 @@ const LIBRARY_NAMES: &[(&str, &[&str])] = &[
     ("dramatiq", &["dramatiq.rs"]),
     ("huey", &["huey.rs"]),
     ("arq", &["arq.rs"]),
+    ("bee[-_]?queue", &["beequeue.rs"]),
 ];
 
 /// `text` without the registration list (`LIBRARIES` and the `mod` lines

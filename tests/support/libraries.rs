@@ -90,6 +90,8 @@ pub enum Library {
     Dramatiq,
     /// Huey with its Redis storages, from PyPI.
     Huey,
+    /// bee-queue 2.x, from npm.
+    BeeQueue,
 }
 
 impl Library {
@@ -103,16 +105,16 @@ impl Library {
             Library::Bull => "Bull (npm ci in tests/fixtures/presets/node)",
             Library::Dramatiq => "Dramatiq (pip install 'dramatiq[redis]==2.2.1')",
             Library::Huey => "Huey (pip install huey redis)",
+            Library::BeeQueue => "bee-queue (npm ci in tests/fixtures/presets/node)",
         }
     }
 
     /// The program that runs its scripts.
     fn program(self) -> &'static str {
         match self {
-            Library::Rq | Library::Celery | Library::Dramatiq
-            | Library::Huey => "python3",
+            Library::Rq | Library::Celery | Library::Dramatiq | Library::Huey => "python3",
             Library::Sidekiq => "ruby",
-            Library::Bullmq | Library::Bull => "node",
+            Library::Bullmq | Library::Bull | Library::BeeQueue => "node",
         }
     }
 
@@ -129,6 +131,7 @@ impl Library {
             Library::Bull => format!("require('{node_dir}/node_modules/bull')"),
             Library::Dramatiq => "import dramatiq.brokers.redis".to_string(),
             Library::Huey => "import huey, redis".to_string(),
+            Library::BeeQueue => format!("require('{node_dir}/node_modules/bee-queue')"),
         }
     }
 

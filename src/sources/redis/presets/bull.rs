@@ -229,6 +229,12 @@ impl Library for Bull {
             .collect()
     }
 
+    /// Told by an `id` counter beside lists named like its own, which
+    /// other libraries keep too: after those told by a mark of their own.
+    fn claim_rank(&self) -> u8 {
+        1
+    }
+
     /// An integer `id` (INCRed for every job added) beside a list or zset
     /// of Bull's, where no BullMQ `meta` says the queue is BullMQ's (nor
     /// went unread: whose it is would be unknown).
@@ -236,13 +242,17 @@ impl Library for Bull {
         &self,
         seen: &Seen,
         _: &Keys,
-        _: &mut BTreeSet<Vec<u8>>,
+        claimed: &mut BTreeSet<Vec<u8>>,
     ) -> Vec<(Preset, Vec<Unit>)> {
         let mut by_prefix: BTreeMap<&[u8], Vec<Unit>> = BTreeMap::new();
         for (id, reply) in seen.replies() {
             let Some(base) = id.strip_suffix(b":id") else {
                 continue;
             };
+            // Another library's counter beside lists named like Bull's.
+            if claimed.contains(id) {
+                continue;
+            }
             if super::reply::as_u64(reply).is_none() {
                 continue;
             }

@@ -13,6 +13,7 @@
 
 mod arq;
 mod asynq;
+mod beequeue;
 mod bounded;
 mod bull;
 mod bullmq;
@@ -67,6 +68,7 @@ pub static LIBRARIES: &[&dyn library::Library] = &[
     &dramatiq::Dramatiq,
     &huey::Huey,
     &arq::Arq,
+    &beequeue::BeeQueue,
 ];
 
 /// What a preset source keeps between polls: the logical queues each entry's
@@ -181,6 +183,29 @@ pub(crate) enum Follow {
     /// A reply the library reads itself: a stage's `Own` replies, in
     /// order, go to its `Library::settle` once round 2 is in.
     Own,
+    /// A reply only its library can read (a job's JSON, whose stamps it
+    /// knows), applied to the sample by the library's own pure function.
+    Read(ReadReply),
+}
+
+/// A library's pure function applying a follow-up reply to its sample
+/// (`sample`, `reply`, now in unix seconds): for what no [`Follow`] of the
+/// generic kinds reads (bee-queue's stamps inside a job's JSON).
+#[derive(Clone, Copy)]
+pub(crate) struct ReadReply(pub fn(&mut QueueSample, &Value, f64));
+
+impl std::fmt::Debug for ReadReply {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ReadReply")
+    }
+}
+
+impl PartialEq for ReadReply {
+    /// The same function (by address: enough for tests telling follow-ups
+    /// apart, which is all this is compared for).
+    fn eq(&self, other: &Self) -> bool {
+        std::ptr::fn_addr_eq(self.0, other.0)
+    }
 }
 
 /// One logical queue after round 1: its sample, and the follow-ups it needs.
@@ -363,6 +388,7 @@ pub(super) fn apply(s: &mut QueueSample, follow: Follow, v: &Value, now: f64) {
         // Recorded into the queue's window, or settled by the library,
         // by the poll, which owns both.
         Follow::Finished | Follow::Own => {}
+        Follow::Read(ReadReply(read)) => read(s, v, now),
     }
 }
 
