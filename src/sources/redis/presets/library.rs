@@ -166,8 +166,9 @@ pub trait Library: Sync {
         Ok(())
     }
 
-    /// Whether its entry may carry `counters:` (one logical queue, no
-    /// totals of its own).
+    /// Whether its entry is one logical queue known at load, so its
+    /// `counters:` may name keys outright; every other entry's keys are
+    /// templates naming `{queue}`, read once per queue.
     fn takes_counters(&self) -> bool {
         false
     }
