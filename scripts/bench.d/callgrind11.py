@@ -22,7 +22,9 @@ def cli(port, *args):
 def wait_up(port):
     for _ in range(1200):
         try:
-            if "loading:0" in cli(port, "INFO", "persistence"): return
+            # PING answers an error (LOADING) until the data is in.
+            if "loading:0" in cli(port, "INFO", "persistence") and cli(port, "PING").strip() == "PONG":
+                return
         except subprocess.CalledProcessError: pass
         time.sleep(0.5)
     sys.exit("redis-server did not come up")
