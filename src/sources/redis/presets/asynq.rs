@@ -5,7 +5,8 @@ use super::Unit;
 use std::collections::BTreeSet;
 
 use super::library::{
-    Arrivals, Hidden, Keys, Library, MarkRead, Owned, Registry, Seen, registry_prefix, under,
+    Arrivals, Hidden, Keys, Library, MarkRead, Owned, Registry, Seen, prefixed_registry_hides,
+    registry_prefix, under, under_prefixed_registry,
 };
 use crate::config::Preset;
 use redis::Value;
@@ -225,16 +226,11 @@ impl Library for Asynq {
 
     /// An unread `<prefix>:queues`: any key under `<prefix>:` may be asynq's.
     fn withheld(&self, mark: &[u8], keys: &Keys) -> Vec<Vec<u8>> {
-        match registry_prefix(mark).filter(|p| !p.is_empty()) {
-            Some(p) => under(keys, &key(&[p, b":"])).cloned().collect(),
-            None => Vec::new(),
-        }
+        under_prefixed_registry(mark, keys)
     }
 
     fn hidden(&self, mark: &[u8]) -> Option<Hidden> {
-        registry_prefix(mark)
-            .filter(|p| !p.is_empty())
-            .map(|_| Hidden::Any)
+        prefixed_registry_hides(mark)
     }
 
     /// Its `processed` total per queue.

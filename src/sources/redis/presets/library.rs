@@ -63,6 +63,22 @@ pub fn registry_prefix(k: &[u8]) -> Option<&[u8]> {
     k.strip_suffix(b":queues").filter(|p| !p.is_empty())
 }
 
+/// What an unread `<p>:queues` registry (RQ's, asynq's; not a bare
+/// `queues`) may own: every key under `<p>:`.
+pub fn under_prefixed_registry(mark: &[u8], keys: &Keys) -> Vec<Vec<u8>> {
+    match registry_prefix(mark).filter(|p| !p.is_empty()) {
+        Some(p) => under(keys, &[p, b":"].concat()).cloned().collect(),
+        None => Vec::new(),
+    }
+}
+
+/// An unread `<p>:queues` registry names its queues: it may hide any name.
+pub fn prefixed_registry_hides(mark: &[u8]) -> Option<Hidden> {
+    registry_prefix(mark)
+        .filter(|p| !p.is_empty())
+        .map(|_| Hidden::Any)
+}
+
 /// The names users write of the libraries zero config recognises
 /// (`Library::zero_config`), in the list's order (for the log line of a
 /// default source).

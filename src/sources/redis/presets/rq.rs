@@ -5,7 +5,8 @@ use super::Unit;
 use std::collections::BTreeSet;
 
 use super::library::{
-    Hidden, Keys, Library, MarkRead, Owned, Registry, Seen, registry_prefix, under,
+    Hidden, Keys, Library, MarkRead, Owned, Registry, Seen, prefixed_registry_hides,
+    registry_prefix, under_prefixed_registry,
 };
 use crate::config::Preset;
 use std::collections::HashSet;
@@ -269,16 +270,11 @@ impl Library for Rq {
 
     /// An unread `<prefix>:queues`: any key under `<prefix>:` may be RQ's.
     fn withheld(&self, mark: &[u8], keys: &Keys) -> Vec<Vec<u8>> {
-        match registry_prefix(mark).filter(|p| !p.is_empty()) {
-            Some(p) => under(keys, &key(&[p, b":"])).cloned().collect(),
-            None => Vec::new(),
-        }
+        under_prefixed_registry(mark, keys)
     }
 
     fn hidden(&self, mark: &[u8]) -> Option<Hidden> {
-        registry_prefix(mark)
-            .filter(|p| !p.is_empty())
-            .map(|_| Hidden::Any)
+        prefixed_registry_hides(mark)
     }
 
     fn zero_config(&self) -> bool {
