@@ -581,12 +581,13 @@ def report(results, meta, png_rel, smoke=False):
     return "\n".join(text) + "\n"
 
 
-def splice(path, section):
-    """Puts `section` into the report at `path`, replacing an earlier one."""
+def splice(path, section, start=START_MARK, end=END_MARK):
+    """Puts `section` into the report at `path`, replacing an earlier one
+    between the marks `start` and `end` (the grid's section has its own)."""
     old = open(path).read() if os.path.exists(path) else "# Benchmarks\n"
-    if START_MARK in old and END_MARK in old:
-        head, rest = old.split(START_MARK, 1)
-        tail = rest.split(END_MARK, 1)[1].lstrip("\n")
+    if start in old and end in old:
+        head, rest = old.split(start, 1)
+        tail = rest.split(end, 1)[1].lstrip("\n")
         new = head + section + ("\n" + tail if tail else "")
     else:
         new = old.rstrip("\n") + "\n\n" + section

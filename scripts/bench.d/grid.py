@@ -427,18 +427,6 @@ def misses(rows):
     return lines + [""]
 
 
-def splice(path, section):
-    old = open(path).read() if os.path.exists(path) else "# Benchmarks\n"
-    if START_MARK in old and END_MARK in old:
-        head, rest = old.split(START_MARK, 1)
-        tail = rest.split(END_MARK, 1)[1].lstrip("\n")
-        new = head + section + ("\n" + tail if tail else "")
-    else:
-        new = old.rstrip("\n") + "\n\n" + section
-    with open(path, "w") as f:
-        f.write(new)
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sim", help="the benches/waitgrid.rs binary (required unless --report-only)")
@@ -480,7 +468,8 @@ def main():
     os.makedirs(args.plot_dir, exist_ok=True)
     png = plot(saved["rows"], os.path.join(args.plot_dir, "bench-closed-loop-grid.png"))
     rel = os.path.relpath(png, os.path.dirname(os.path.abspath(args.out))) if png else None
-    splice(args.out, report(saved["meta"], saved["validation"], saved["rows"], rel, saved["meta"]["smoke"]))
+    cl.splice(args.out, report(saved["meta"], saved["validation"], saved["rows"], rel, saved["meta"]["smoke"]),
+              START_MARK, END_MARK)
     log(f"grid: wrote {args.out}" + (f", {png}" if png else ""))
 
 
