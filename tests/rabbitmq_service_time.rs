@@ -5,8 +5,9 @@
 //! its own throw-away vhost, with real AMQP consumers (prefetch 1) that
 //! spend a known time on each message. RabbitMQ updates its counters once
 //! per `collect_statistics_interval` (5 s), so each test runs for a few of
-//! those. The hold time (10 minutes) and its expiry are unit-tested in
-//! `src/sources/rabbitmq/service.rs`. Mode `WaitTime` without
+//! those. The hold time is the source's `service_time_max_age` (10 minutes
+//! by default; one test sets 4 s and sees the figure dropped). Mode
+//! `WaitTime` without
 //! `processingTime` is asked through a real gRPC client.
 mod scaler_common;
 mod support;
@@ -190,6 +191,53 @@ async fn busy_consumers_over_the_ack_rate_measure_the_time_per_message() {
     let kept = kept.expect("kept after the backlog drained");
     assert!(PER_MESSAGE.contains(&kept.mean_seconds), "{kept:?}");
 
+    workers.stop().await;
+}
+
+/// Issue 36: a figure measured during a backlog is kept the source's
+/// `service_time_max_age` (here 4 s) after the backlog is gone, then
+/// dropped: unknown, never the old figure.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_measurement_is_dropped_service_time_max_age_after_the_backlog() {
+    const MAX_AGE: f64 = 4.0;
+    let (vh, conn, ch) = RabbitVhost::with_queue("svc-lapse", "work").await;
+    // 4 workers at 100 ms: 600 messages keep them busy for 15 s.
+    publish(&ch, "work", 600, BasicProperties::default()).await;
+    let yaml = sources(&vh).replacen(
+        "    poll_interval: 500ms\n",
+        &format!("    poll_interval: 500ms\n    service_time_max_age: {MAX_AGE}s\n"),
+        1,
+    );
+    let app = TestApp::start(&yaml).await;
+    let workers = consumers(&conn, "work", 4, Duration::from_millis(100)).await;
+    let m = wait_for(
+        "measured while the backlog lasts",
+        Duration::from_secs(40),
+        || async { sample(&app, "mgmt", "work")?.service_time() },
+    )
+    .await;
+    assert!(PER_MESSAGE.contains(&m.mean_seconds), "{m:?}");
+    // The exporter's first reading without a backlog: the figure was last
+    // made at most a poll before.
+    let drained = wait_for("the backlog drained", Duration::from_secs(60), || async {
+        let q = sample(&app, "mgmt", "work")?;
+        (q.ready == Some(0)).then(std::time::Instant::now)
+    })
+    .await;
+    let kept = sample(&app, "mgmt", "work").and_then(|q| q.service_time());
+    assert!(kept.is_some(), "kept once the backlog is gone");
+    wait_for("the figure dropped", Duration::from_secs(20), || async {
+        let q = sample(&app, "mgmt", "work")?;
+        q.service_time().is_none().then_some(())
+    })
+    .await;
+    let after = drained.elapsed().as_secs_f64();
+    // Kept about MAX_AGE: from the last busy poll (up to two polls before
+    // `drained` was seen) to the first poll after it.
+    assert!(
+        (MAX_AGE - 1.0..=MAX_AGE + 3.0).contains(&after),
+        "dropped {after} s after the backlog"
+    );
     workers.stop().await;
 }
 

@@ -275,3 +275,66 @@ async fn rq_jobs_finishing_after_one_kept_a_day_are_measured() {
     );
     app.stop().await;
 }
+
+/// Issue 36: a measurement is kept `service_time_max_age` (here 3 s) with
+/// no newly finished job, then dropped while jobs still wait: absent on
+/// /metrics and `UNAVAILABLE` for WaitTime without `processingTime`,
+/// naming the setting, never the old figure. The next jobs to finish are
+/// measured afresh.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_time_with_nothing_finishing_lapses_after_service_time_max_age() {
+    const MAX_AGE: f64 = 3.0;
+    let redis = RedisServer::start();
+    let yaml = config(&redis.url, "- preset: bullmq\n").replace(
+        "    queues:\n",
+        &format!("    service_time_max_age: {MAX_AGE}s\n    queues:\n"),
+    );
+    let app = TestApp::start(&yaml).await;
+    let fixture = (Library::Bullmq, "node/bullmq_service_fixture.js", "bullmq");
+    // Returns once its worker has closed: nothing finishes after this.
+    let Some(measured) = measure(&app, &redis, fixture, 40.0, Some(3.0)).await else {
+        return;
+    };
+    eprintln!("measured {measured} s");
+    let last_finished = std::time::Instant::now();
+    // Lapsed within its max age (plus a read, every MAX_AGE / 2, and a
+    // poll) of the last job: not the default 10 minutes.
+    let s = app
+        .scrape_until("timed's service time lapsed", WAIT, |s| {
+            service_time(s, "timed", "bullmq").is_none()
+        })
+        .await;
+    let lapsed = last_finished.elapsed().as_secs_f64();
+    eprintln!("lapsed {lapsed} s after the fixture's last job");
+    let c = client(&app).await;
+    let timed = trigger("timed", "bullmq");
+    assert_eq!(depth(&s, "timed", "bullmq", "waiting"), Some(40.0), "{s}");
+    let e = metrics(&mut c.clone(), &timed).await.unwrap_err();
+    assert_eq!(e.code(), Code::Unavailable, "{e:?}");
+    for needle in [
+        "\"timed\"",
+        "its service time is unknown",
+        "service_time_max_age",
+        "set processingTime",
+    ] {
+        assert!(e.message().contains(needle), "{needle}: {}", e.message());
+    }
+    // processingTime still sizes it.
+    let mut set = timed.clone();
+    set.push(("processingTime", "2s"));
+    wait_value(&c, &set, 40.0 * 2.0 / 10.0).await;
+
+    // Work resumes: measured again from the new jobs.
+    Library::Bullmq
+        .run_async("node/bullmq_service_fixture.js", &[&redis.url])
+        .await
+        .unwrap();
+    let s = app
+        .scrape_until("timed measured again", WAIT, |s| {
+            service_time(s, "timed", "bullmq").is_some()
+        })
+        .await;
+    let again = service_time(&s, "timed", "bullmq").unwrap();
+    assert!(TOLERANCE.contains(&again), "{again}\n{s}");
+    app.stop().await;
+}

@@ -35,6 +35,14 @@ pub(crate) fn de_durations<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Durati
         .map_err(serde::de::Error::custom)
 }
 
+/// How long a measured service time is trusted with nothing newly
+/// measured (`service_time_max_age`, both source kinds): workers may have
+/// changed since (a new release, a slower dependency), so after this the
+/// queue's service time is unknown, never the old figure.
+pub fn default_service_time_max_age() -> Duration {
+    Duration::from_secs(600)
+}
+
 fn duration_from_value(v: &serde_json::Value) -> Result<Duration, String> {
     match v {
         serde_json::Value::String(s) => parse_duration(s),

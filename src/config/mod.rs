@@ -30,7 +30,7 @@ mod source;
 mod web;
 
 use duration::Bounds;
-pub use duration::parse_duration;
+pub use duration::{default_service_time_max_age, parse_duration};
 pub use error::ConfigError;
 pub(crate) use error::one_line;
 pub use load::{LoadOptions, is_read_once};

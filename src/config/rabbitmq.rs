@@ -94,6 +94,14 @@ pub struct RabbitSourceConfig {
     /// Time between polls.
     #[serde(default = "default_poll_interval", deserialize_with = "de_duration")]
     pub poll_interval: Duration,
+    /// How long a queue's service time measured from its acknowledgements
+    /// is kept once the backlog that allowed it is gone: then it is
+    /// unknown (WaitTime without `processingTime` answers `UNAVAILABLE`).
+    #[serde(
+        default = "super::duration::default_service_time_max_age",
+        deserialize_with = "de_duration"
+    )]
+    pub service_time_max_age: Duration,
     /// Per HTTP request / AMQP operation.
     #[serde(default = "default_timeout", deserialize_with = "de_duration")]
     pub timeout: Duration,
@@ -189,8 +197,12 @@ impl RabbitSourceConfig {
         if c.max_response_bytes == 0 {
             return Err((at("max_response_bytes"), "must be greater than 0".into()));
         }
-        for (field, d) in [("poll_interval", c.poll_interval), ("timeout", c.timeout)] {
-            Bounds::HOUR.check(d).map_err(|m| (at(field), m))?;
+        for (field, d, bounds) in [
+            ("poll_interval", c.poll_interval, Bounds::HOUR),
+            ("timeout", c.timeout, Bounds::HOUR),
+            ("service_time_max_age", c.service_time_max_age, Bounds::DAY),
+        ] {
+            bounds.check(d).map_err(|m| (at(field), m))?;
         }
         if c.password.is_some() && c.password_file.is_some() {
             return Err((
@@ -220,6 +232,7 @@ impl RabbitSourceConfig {
             queues: Vec::new(),
             poll_interval: default_poll_interval(),
             timeout: default_timeout(),
+            service_time_max_age: super::duration::default_service_time_max_age(),
             max_response_bytes: default_max_response_bytes(),
             stats: RabbitStats::default(),
             tls: ClientTlsConfig::default(),

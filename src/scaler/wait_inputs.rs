@@ -44,7 +44,7 @@ fn unmeasured_why(q: &QueueSample) -> &'static str {
         Some(Some(why)) => why,
         None if q.vhost().is_some() => {
             "it is measured from the ack counter while a backlog keeps every consumer \
-             busy, which has not happened in the last 10 minutes (or the method reads no \
+             busy, which has not happened within the source's service_time_max_age (or the method reads no \
              ack counter: amqp, stats: totals, prometheus on RabbitMQ 3.10)"
         }
         _ => "the source has not measured it yet",

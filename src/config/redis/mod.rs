@@ -84,6 +84,14 @@ pub struct RedisSourceConfig {
         deserialize_with = "de_duration"
     )]
     pub age_histogram_interval: Duration,
+    /// How long a queue's service time measured from its library's
+    /// finished jobs is kept with no newly finished job: then it is
+    /// unknown (WaitTime without `processingTime` answers `UNAVAILABLE`).
+    #[serde(
+        default = "super::duration::default_service_time_max_age",
+        deserialize_with = "de_duration"
+    )]
+    pub service_time_max_age: Duration,
     /// Ask Redis which polled keys changed (`CLIENT TRACKING` over a second,
     /// RESP3 connection) and read only those: an idle queue then costs no
     /// command per poll. Ignored for a cluster. A server that refuses it is
@@ -139,6 +147,7 @@ impl RedisSourceConfig {
             tls: None,
             poll_interval: default_poll_interval(),
             discovery_interval: default_discovery_interval(),
+            service_time_max_age: super::duration::default_service_time_max_age(),
             timeout: default_timeout(),
             max_keys: default_max_keys(),
             scan_count: default_scan_count(),
@@ -265,6 +274,11 @@ impl RedisSourceConfig {
             ("poll_interval", self.poll_interval, Bounds::HOUR),
             ("timeout", self.timeout, Bounds::HOUR),
             ("discovery_interval", self.discovery_interval, Bounds::DAY),
+            (
+                "service_time_max_age",
+                self.service_time_max_age,
+                Bounds::DAY,
+            ),
             (
                 "keyspace_scan_interval",
                 self.keyspace_scan_interval.unwrap_or_default(),

@@ -75,9 +75,9 @@ impl RabbitSource {
         };
         RabbitSource {
             filter: Arc::new(QueueFilter::new(&config)),
+            acks: service::AckMeter::holding(config.service_time_max_age),
             config,
             method,
-            acks: service::AckMeter::default(),
         }
     }
 }

@@ -3,7 +3,8 @@
 //! time per message is consumer-seconds over messages acknowledged.
 //! Without a backlog the acknowledgements follow the arrivals, not the
 //! workers' capacity, so nothing is measured then: the last figure is kept
-//! for [`HOLD`] and then dropped (unknown, never a guess).
+//! for the source's `service_time_max_age` (10 minutes by default) and
+//! then dropped (unknown, never a guess).
 //!
 //! The assumption (docs/rabbitmq.md): one consumer is one worker taking one
 //! message at a time. A consumer that works on several messages at once
@@ -16,8 +17,6 @@ use std::time::{Duration, Instant};
 
 use crate::snapshot::{QueueId, QueueSample, ServiceSource, ServiceTime};
 
-/// How long a measurement is kept once the backlog that allowed it is gone.
-pub const HOLD: Duration = Duration::from_secs(600);
 /// The span a measurement covers at most: the service time may change, so
 /// an old busy stretch should not outweigh a recent one.
 const SPAN: Duration = Duration::from_secs(120);
@@ -30,10 +29,13 @@ const MAX_CHANGES: usize = 12;
 /// [`ServiceTime`]s. Its size is bounded: an entry only for a queue of the
 /// last poll that is busy or has a measurement kept, each with at most
 /// [`MAX_CHANGES`] marks.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct AckMeter {
     /// Each queue's state, by (vhost, name).
     queues: HashMap<QueueId, QueueMeter>,
+    /// How long a measurement is kept once the backlog that allowed it is
+    /// gone (the source's `service_time_max_age`).
+    hold: Duration,
 }
 
 /// One queue's busy stretch and its last measurement.
@@ -78,6 +80,14 @@ struct Mark {
 }
 
 impl AckMeter {
+    /// A meter with nothing measured that keeps a measurement for `hold`.
+    pub fn holding(hold: Duration) -> Self {
+        AckMeter {
+            queues: HashMap::new(),
+            hold,
+        }
+    }
+
     /// Reads one poll's queues (with `now`, when the poll finished) and
     /// fills each one's `BrokerFacts::service_time`; forgets queues the poll
     /// did not list.
@@ -91,6 +101,7 @@ impl AckMeter {
                 q.ready,
                 q.broker().consumers,
                 now,
+                self.hold,
             );
             // A measurement needs consumers, so a sample that has one has
             // broker facts already.
@@ -113,6 +124,7 @@ impl QueueMeter {
         ready: Option<u64>,
         consumers: Option<u64>,
         now: Instant,
+        hold: Duration,
     ) -> Option<ServiceTime> {
         match (acks, ready, consumers) {
             (Some(acks), Some(ready), Some(consumers)) if ready > 0 && consumers > 0 => {
@@ -164,7 +176,7 @@ impl QueueMeter {
         }
         if self
             .kept
-            .is_some_and(|(_, at)| now.saturating_duration_since(at) > HOLD)
+            .is_some_and(|(_, at)| now.saturating_duration_since(at) > hold)
         {
             self.kept = None;
         }
@@ -195,6 +207,9 @@ fn measure(changes: &VecDeque<Mark>) -> Option<ServiceTime> {
 mod tests {
     use super::*;
 
+    /// The default `service_time_max_age`.
+    const HOLD: Duration = Duration::from_secs(600);
+
     /// A meter fed one reading per second from `start`.
     struct Feed {
         meter: QueueMeter,
@@ -216,7 +231,7 @@ mod tests {
             self.t += 1;
             let now = self.start + Duration::from_secs(self.t);
             self.meter
-                .read(acks, Some(ready), Some(consumers), now)
+                .read(acks, Some(ready), Some(consumers), now, HOLD)
                 .map(|m| m.mean_seconds)
         }
 
@@ -282,7 +297,7 @@ mod tests {
         }
         let mut meter = QueueMeter::default();
         let now = Instant::now();
-        assert_eq!(meter.read(Some(1), None, Some(4), now), None);
+        assert_eq!(meter.read(Some(1), None, Some(4), now, HOLD), None);
     }
 
     #[test]
@@ -350,7 +365,7 @@ mod tests {
 
     #[test]
     fn the_meter_fills_samples_and_forgets_unlisted_queues() {
-        let mut meter = AckMeter::default();
+        let mut meter = AckMeter::holding(HOLD);
         let start = Instant::now();
         let sample = |acks: u64| {
             let mut q = QueueSample::named("q");

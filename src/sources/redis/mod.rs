@@ -96,7 +96,7 @@ impl RedisSource {
             ))
         });
         RedisSource {
-            presets: presets::PresetState::new(&config.presets),
+            presets: presets::PresetState::new(&config.presets, config.service_time_max_age),
             config,
             conn: None,
             sentinels,

@@ -387,7 +387,7 @@ pub(super) fn queue_hidden(base: &[u8]) -> Hidden {
 }
 
 /// Why a BullMQ or Bull queue's service time is unknown.
-pub(super) const UNMEASURED: &str = "no job with processedOn and finishedOn kept finished in the last 10 minutes \
+pub(super) const UNMEASURED: &str = "no job with processedOn and finishedOn kept that finished within the source's service_time_max_age \
      (none finished lately, or the jobs are added with removeOnComplete/removeOnFail)";
 
 /// Every key under `<prefix>:<q>:` of each queue of `units` (BullMQ's and

@@ -288,7 +288,7 @@ pub trait Library: Sync {
     /// message (`PresetFacts::finished_jobs`); only asked when
     /// [`Library::finished`] gives a layout.
     fn unmeasured_why(&self) -> &'static str {
-        "no job kept finished in the last 10 minutes"
+        "no job kept that finished within the source's service_time_max_age"
     }
 
     /// Where the arrivals of its queues come from (for WaitTime's

@@ -37,7 +37,7 @@ mod service;
 mod sidekiq;
 
 use std::collections::HashMap;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use redis::Value;
 
@@ -73,10 +73,13 @@ pub static LIBRARIES: &[&dyn library::Library] = &[
 
 /// What a preset source keeps between polls: the logical queues each entry's
 /// registry named at the last discovery.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct PresetState {
     /// One per `- preset:` entry, in config order.
     entries: Vec<Entry>,
+    /// Seconds a measured service time is kept with no newly finished job
+    /// (the source's `service_time_max_age`).
+    service_keep: f64,
     /// Logical queues the registries named beyond the source's `max_keys`
     /// at the last discovery (counted in `dropped_keys`, logged on change).
     dropped: u64,
@@ -490,10 +493,12 @@ enum Slot {
 }
 
 impl PresetState {
-    /// The state for a source's preset entries, before any discovery.
-    pub fn new(specs: &[PresetSpec]) -> Self {
+    /// The state for a source's preset entries, before any discovery,
+    /// keeping a measured service time `service_keep` with nothing new.
+    pub fn new(specs: &[PresetSpec], service_keep: Duration) -> Self {
         PresetState {
             entries: specs.iter().cloned().map(Entry::new).collect(),
+            service_keep: service_keep.as_secs_f64(),
             dropped: 0,
             dropped_names: Vec::new(),
         }
@@ -594,6 +599,7 @@ impl PresetState {
         now: SystemTime,
     ) -> redis::RedisResult<PresetPoll> {
         let now = unix_seconds(now);
+        let keep = self.service_keep;
         let mut cmds = Vec::new();
         let mut slots: Vec<(Slot, std::ops::Range<usize>)> = Vec::new();
         // Which `key:` entries' keys a preset queue counts (by the queue's
@@ -613,7 +619,7 @@ impl PresetState {
                     match entry.service.get(name) {
                         Some(w) if w.due(now) => cmds.extend(w.plan(&layout, now)),
                         Some(_) => {}
-                        None => cmds.extend(ServiceWindow::default().plan(&layout, now)),
+                        None => cmds.extend(ServiceWindow::keeping(keep).plan(&layout, now)),
                     }
                 }
                 let slot = Slot::Queue {
@@ -677,7 +683,10 @@ impl PresetState {
                     let layout = finished_layout(&e.spec.preset, unit);
                     let mut m = None;
                     if let (Some(layout), Unit::Queue(name)) = (layout, unit) {
-                        let window = e.service.entry(name.clone()).or_default();
+                        let window = e
+                            .service
+                            .entry(name.clone())
+                            .or_insert_with(|| ServiceWindow::keeping(keep));
                         // Read only when its sets were asked (due) this poll.
                         let jobs = if finished_r.is_empty() {
                             Vec::new()

@@ -294,7 +294,7 @@ impl Library for Rq {
     }
 
     fn unmeasured_why(&self) -> &'static str {
-        "no job with started_at and ended_at kept finished in the last 10 minutes \
+        "no job with started_at and ended_at kept that finished within the source's service_time_max_age \
          (none finished lately, or the jobs are enqueued with result_ttl=0)"
     }
 }

@@ -5,7 +5,8 @@
 //! without `processingTime`. A job whose end equals its start took less
 //! than the stamps' resolution and counts as that (1 ms for BullMQ's
 //! whole milliseconds), never 0. A queue with no newly finished job for
-//! [`KEEP`] has none (as the RabbitMQ meter's `HOLD`).
+//! its source's `service_time_max_age` (10 minutes by default, as the
+//! RabbitMQ meter's) has none.
 //!
 //! Cheap by construction: every [`READ_EVERY`] (not every poll: a mean
 //! over 100 jobs moves slowly) each finished set is asked only for what
@@ -34,12 +35,6 @@ pub const WINDOW: usize = 100;
 /// queue adds to a poll stay bounded however fast jobs finish (the newest
 /// are a fair sample of the rest).
 pub const PER_POLL: usize = 16;
-
-/// How long (seconds) a measurement is kept with no newly finished job:
-/// then the queue's service time is unknown, as a RabbitMQ queue's is
-/// after `sources::rabbitmq::service::HOLD`. Workers may have changed (a
-/// new release, a slower dependency) since the last job anyone measured.
-pub const KEEP: f64 = 600.0;
 
 /// The share of the window, at each end, that the mean clamps to the
 /// nearest value inside ([`winsorized_mean`]).
@@ -82,7 +77,9 @@ pub enum Scores {
 
 /// How often a queue's finished sets are read. Measured (200 BullMQ and
 /// 200 RQ queues, commandstats): reading them every 1 s poll added about a
-/// quarter to the presets' Redis CPU with nothing finishing.
+/// quarter to the presets' Redis CPU with nothing finishing. A window
+/// kept for less than twice this is read every half of its keep instead,
+/// so that jobs finishing all along never let it lapse between reads.
 pub const READ_EVERY: f64 = 5.0;
 
 /// Most ids kept at one score; beyond, that score is left behind (read
@@ -304,8 +301,13 @@ enum Pending {
 }
 
 /// One queue's measurement, kept by the source between polls.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ServiceWindow {
+    /// How long (seconds) a measurement is kept with no newly finished
+    /// job (the source's `service_time_max_age`): then the queue's service
+    /// time is unknown. Workers may have changed (a new release, a slower
+    /// dependency) since the last job anyone measured.
+    keep: f64,
     /// Per end-scored set of the layout, how far it was read.
     cursors: [Cursor; 2],
     /// Per expiry-scored set of the layout, how far it was read.
@@ -329,6 +331,22 @@ pub struct ServiceWindow {
 }
 
 impl ServiceWindow {
+    /// A window with nothing measured that keeps a measurement `keep`
+    /// seconds with no newly finished job.
+    pub fn keeping(keep: f64) -> Self {
+        ServiceWindow {
+            keep,
+            cursors: Default::default(),
+            expiry: Default::default(),
+            skew: 0.0,
+            pending: VecDeque::new(),
+            stamps: None,
+            durations: VecDeque::new(),
+            last_new: None,
+            next_read: None,
+        }
+    }
+
     /// Whether a poll at `now` reads the finished sets.
     pub fn due(&self, now: f64) -> bool {
         self.next_read.is_none_or(|t| now >= t)
@@ -406,7 +424,7 @@ impl ServiceWindow {
     /// <job> <start> <end>` per job not read before, each reply to be
     /// handed to [`record`](Self::record) in order. An unreadable reply
     /// (refused by an ACL, say) moves nothing and asks nothing. The next
-    /// read is due [`READ_EVERY`] after `now`.
+    /// read is due [`READ_EVERY`] after `now` (half the keep if shorter).
     pub fn read(
         &mut self,
         now: f64,
@@ -414,7 +432,7 @@ impl ServiceWindow {
         replies: &[Value],
     ) -> Vec<redis::Cmd> {
         let asks = self.asks(layout, now);
-        self.next_read = Some(now + READ_EVERY);
+        self.next_read = Some(now + READ_EVERY.min(self.keep / 2.0));
         self.pending.clear();
         self.stamps = Some((layout.unit, layout.resolution));
         let mut follow = Vec::new();
@@ -510,7 +528,7 @@ impl ServiceWindow {
             }
         };
         if let Some(at) = measured {
-            if self.last_new.is_some_and(|t| at - t > KEEP) {
+            if self.last_new.is_some_and(|t| at - t > self.keep) {
                 self.durations.clear();
             }
             if self.durations.len() == WINDOW {
@@ -524,9 +542,10 @@ impl ServiceWindow {
     /// The service time at `now`: the [`winsorized_mean`] over the jobs
     /// measured; `None` before any (the library keeps no finished job, as
     /// with BullMQ's `removeOnComplete` or RQ's `result_ttl=0`, or none
-    /// has finished yet) and when none was newly measured for [`KEEP`].
+    /// has finished yet) and when none was newly measured for
+    /// [`keep`](Self::keeping) seconds.
     pub fn mean(&self, now: f64) -> Option<ServiceTime> {
-        if self.last_new.is_none_or(|t| now - t > KEEP) {
+        if self.last_new.is_none_or(|t| now - t > self.keep) {
             return None;
         }
         let mean_seconds = winsorized_mean(&self.durations)?;
@@ -631,6 +650,11 @@ mod tests {
         String::from_utf8_lossy(&c.get_packed_command()).replace("\r\n", " ")
     }
 
+    /// A window keeping its measurement the default 10 minutes.
+    fn window() -> ServiceWindow {
+        ServiceWindow::keeping(crate::config::default_service_time_max_age().as_secs_f64())
+    }
+
     /// An `HMGET` reply of a start and an end stamp.
     fn hm(start: &str, end: &str) -> Value {
         Value::Array(vec![bulk(start), bulk(end)])
@@ -658,7 +682,7 @@ mod tests {
     #[test]
     fn the_first_read_takes_the_newest_then_only_what_finished_since() {
         let l = layout();
-        let mut w = ServiceWindow::default();
+        let mut w = window();
         let first = w.plan(&l, 0.0);
         assert_eq!(
             first[0].get_packed_command(),
@@ -722,16 +746,26 @@ mod tests {
 
     #[test]
     fn finished_sets_are_read_at_once_then_every_read_every() {
-        let mut w = ServiceWindow::default();
+        let mut w = window();
         assert!(w.due(100.0));
         w.read(100.0, &layout(), &[scored(&[]), scored(&[])]);
         assert!(!w.due(100.0 + READ_EVERY - 0.1));
         assert!(w.due(100.0 + READ_EVERY));
     }
 
+    /// A `service_time_max_age` under two reads' interval: read every half
+    /// of it, so steady work keeps the measurement from lapsing.
+    #[test]
+    fn a_window_kept_briefly_is_read_every_half_its_keep() {
+        let mut w = ServiceWindow::keeping(3.0);
+        w.read(100.0, &layout(), &[scored(&[]), scored(&[])]);
+        assert!(!w.due(101.4));
+        assert!(w.due(101.5));
+    }
+
     #[test]
     fn the_mean_is_over_the_newest_jobs_and_unknown_before_any() {
-        let mut w = ServiceWindow::default();
+        let mut w = window();
         assert_eq!(w.mean(0.0), None);
         feed(&mut w, 0.0, &[200, 400]);
         let m = w.mean(0.0).unwrap();
@@ -770,12 +804,12 @@ mod tests {
     /// and counts as that, never 0.
     #[test]
     fn a_job_whose_end_equals_its_start_counts_as_the_stamps_resolution() {
-        let mut w = ServiceWindow::default();
+        let mut w = window();
         feed(&mut w, 0.0, &[0, 0, 0]);
         let m = w.mean(0.0).unwrap();
         assert_eq!((m.mean_seconds, m.jobs), (0.001, 3));
 
-        let (l, mut w) = (rq_layout(), ServiceWindow::default());
+        let (l, mut w) = (rq_layout(), window());
         let stamp = "2026-11-26T13:00:00.100000Z";
         let end = 1_795_698_000.1;
         let replies = w.plan(&l, end + 1.0).len();
@@ -786,12 +820,13 @@ mod tests {
         assert_eq!(w.mean(end + 1.0).unwrap().mean_seconds, 1e-6);
     }
 
-    /// As the RabbitMQ meter's: with no newly finished job for KEEP, the
+    /// As the RabbitMQ meter's: with no newly finished job for `keep`, the
     /// measurement is gone (absent, UNAVAILABLE for WaitTime without
     /// processingTime), and the next job starts a new one.
     #[test]
     fn a_measurement_with_no_newly_finished_job_for_keep_expires() {
-        let mut w = ServiceWindow::default();
+        const KEEP: f64 = 600.0;
+        let mut w = ServiceWindow::keeping(KEEP);
         feed(&mut w, 1000.0, &[200, 200]);
         assert!(w.mean(1000.0 + KEEP).is_some(), "kept for KEEP");
         // Reads that find nothing new do not keep it.
@@ -823,7 +858,7 @@ mod tests {
         assert!((m(&spread).unwrap() - 0.59).abs() < 1e-9);
 
         // The window serves it.
-        let mut w = ServiceWindow::default();
+        let mut w = window();
         let mut jobs = vec![200; 99];
         jobs.push(3_600_000);
         feed(&mut w, 0.0, &jobs);
@@ -832,7 +867,7 @@ mod tests {
 
     #[test]
     fn rq_stamps_are_read_as_rfc3339() {
-        let (l, mut w) = (rq_layout(), ServiceWindow::default());
+        let (l, mut w) = (rq_layout(), window());
         let now = 1_795_698_001.0;
         let mut r = vec![scored(&[]); w.plan(&l, now).len()];
         r[0] = scored(&[("j", 1_795_698_000.0 + 500.0)]);
@@ -851,7 +886,7 @@ mod tests {
     /// as soon as they finish.
     #[test]
     fn an_expiry_scored_set_is_read_per_ttl_class() {
-        let (l, mut w) = (rq_layout(), ServiceWindow::default());
+        let (l, mut w) = (rq_layout(), window());
         let t0 = 1_795_698_000.0;
         let stamp = |t: f64| {
             chrono::DateTime::from_timestamp_micros((t * 1e6) as i64)
