@@ -169,8 +169,7 @@ async fn celery_queues_arrive_by_the_count_a_publish_signal_keeps() {
     let redis = RedisServer::start();
     // `apply_async` with an `after_task_publish` handler INCRing the
     // counter: 10 tasks a second to `celery`, 4 to `emails`, and a real
-    // worker running them as they come (Celery's messages carry no enqueue
-    // time, so the age is known only while nothing waits: 0).
+    // worker running them as they come.
     let Some(_worker) = Library::Celery.spawn(
         "arrivals_celery.py",
         &[&redis.url, "worker", "celery", "emails"],
@@ -194,6 +193,67 @@ async fn celery_queues_arrive_by_the_count_a_publish_signal_keeps() {
     wait_for_arrivals(&app, &c, "emails", "celery", (2.5, 5.5)).await;
     shown_once(&app, &redis, "celery", "celery", &[]).await;
     shown_once(&app, &redis, "emails", "celery", &[]).await;
+    app.stop().await;
+}
+
+/// Celery's messages carry no enqueue time: the recipe's
+/// `before_task_publish` handler stamps an `enqueued_at` header, and the
+/// preset reads each priority list's tail (its oldest task) for the age.
+/// With tasks waiting (no worker), WaitTime answers from the backlog, the
+/// age and the arrivals; a queue whose producer lacks the handler has no
+/// age: absent on /metrics and `UNAVAILABLE` naming it, never 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn celery_tasks_stamped_by_a_publish_signal_have_an_age_while_they_wait() {
+    let redis = RedisServer::start();
+    let started = std::time::Instant::now();
+    let Some(_stamped) =
+        Library::Celery.spawn("arrivals_celery.py", &[&redis.url, "celery:10", "emails:4"])
+    else {
+        return;
+    };
+    let Some(_unstamped) =
+        Library::Celery.spawn("arrivals_celery.py", &[&redis.url, "unstamped", "bulk:5"])
+    else {
+        return;
+    };
+    wait_until_counted(&redis, &["celery", "emails", "bulk"]).await;
+    let app = TestApp::start(&redis_config(
+        &redis.url,
+        "100ms",
+        "- preset: celery\n  queues: [celery, emails, bulk]\n  \
+         counters: { enqueued: \"myapp:enqueued:{queue}\" }\n",
+    ))
+    .await;
+    let c = client(&app).await;
+    let (replicas, _) = wait_for_arrivals(&app, &c, "celery", "celery", (7.0, 13.0)).await;
+    wait_for_arrivals(&app, &c, "emails", "celery", (2.5, 5.5)).await;
+    let s = app.scrape().await;
+    let age = |q: &str| {
+        s.value(
+            "queue_oldest_message_age_seconds",
+            &[("queue", q), ("preset", "celery")],
+        )
+    };
+    // The oldest task was sent after `started` and has waited since.
+    let (waited, elapsed) = (age("celery").unwrap(), started.elapsed().as_secs_f64());
+    assert!(
+        waited > 0.5 && waited <= elapsed,
+        "age {waited} of {elapsed} s\n{s}"
+    );
+    let backlog = depth(&s, "celery", "celery", "waiting").unwrap();
+    assert!(backlog > 0.0, "{s}");
+    // Jobs of 1 s to start within 30 s: at least the arrivals' load.
+    assert!(replicas >= 7.0, "{replicas}");
+    // `bulk`'s tasks carry no stamp: its age is unknown, never a number.
+    assert_eq!(age("bulk"), None, "{s}");
+    assert!(depth(&s, "bulk", "celery", "waiting").is_some_and(|n| n > 0.0));
+    let e = metrics(&mut c.clone(), &trigger("bulk", "celery"))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::Unavailable, "{e:?}");
+    for needle in ["oldest age", "enqueued_at", "before_task_publish"] {
+        assert!(e.message().contains(needle), "{needle}: {}", e.message());
+    }
     app.stop().await;
 }
 

@@ -114,10 +114,13 @@ pub fn gather(
             0.0
         } else {
             let age = q.oldest_age_seconds.ok_or_else(|| {
+                let why = q.preset.as_ref().and_then(|f| f.age_unknown_why);
                 unknown(
                     "oldest age",
-                    " (lists need `age:` in the exporter config, zsets `score: timestamp`, \
-                     RabbitMQ messages a timestamp property)",
+                    why.unwrap_or(
+                        " (lists need `age:` in the exporter config, zsets `score: timestamp`, \
+                         RabbitMQ messages a timestamp property)",
+                    ),
                 )
             })?;
             checked(age, "oldest age (seconds)")?

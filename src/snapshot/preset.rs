@@ -143,6 +143,11 @@ pub struct PresetFacts {
     /// `processingTime`. Set by the library, so readers never ask which
     /// library this is.
     pub finished_jobs: Option<&'static str>,
+    /// What an unknown oldest age means for this library, where it can
+    /// say (Celery: its producers stamp no `enqueued_at` header), for
+    /// KEDA's message; `None`: the generic hint. Set by the library, so
+    /// readers never ask which library this is.
+    pub age_unknown_why: Option<&'static str>,
     /// States the library has but keeps in its other unit, set by the
     /// preset: on a queue, those it keeps only for all its queues together
     /// in the shared unit (Sidekiq's `retry`, under `(all)`); on the shared

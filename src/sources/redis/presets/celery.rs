@@ -1,7 +1,15 @@
 //! Celery on kombu's Redis transport: a list per queue and priority step
 //! (`<q>`, `<q><sep><step>`), and the broker-wide `unacked` hash and
-//! `unacked_index` zset, reported once under the queue `(all)`. Messages
-//! carry no enqueue time, so there is no latency.
+//! `unacked_index` zset, reported once under the queue `(all)`.
+//!
+//! Celery's messages carry no enqueue time of their own (protocol 2's
+//! headers have `eta`, `expires`, ids; kombu's properties a uuid delivery
+//! tag), so the oldest age is known only where the producers stamp one:
+//! an [`ENQUEUED_AT`] header, which a `before_task_publish` handler adds
+//! (docs/keda.md). kombu `LPUSH`es and workers `BRPOP`, so each priority
+//! list's oldest message is its tail (`LINDEX <list> -1`, O(1)); the
+//! queue's age is the oldest of those tails, and unknown if any tail has
+//! no stamp.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -11,8 +19,12 @@ use std::time::Duration;
 
 use redis::Value;
 
-use super::{Stage, Unit, below, count, key, preset_sample, set_state, shared_sample, sum};
-use crate::snapshot::{JobState, PresetKind};
+use super::{
+    Follow, Stage, Unit, below, count, json_stamp_seconds, key, preset_sample, set_state,
+    shared_sample, sum,
+};
+use crate::snapshot::{JobState, PresetKind, QueueSample};
+use crate::time::TimeUnit;
 
 /// The states kombu keeps for all queues together, under `(all)`: the
 /// `unacked` hash (reserved and running tasks: active).
@@ -38,21 +50,39 @@ pub fn plan(
             .arg(below(now - visibility_timeout.as_secs_f64()));
         return vec![super::cmd("HLEN", &key(&[p, b"unacked"])), stalled];
     };
+    lists(p, sep, steps, q)
+        .iter()
+        .map(|list| super::cmd("LLEN", list))
+        .collect()
+}
+
+/// A queue's lists, one per priority step, in `steps`' order.
+fn lists(prefix: &[u8], sep: &str, steps: &[u8], q: &[u8]) -> Vec<Vec<u8>> {
     steps
         .iter()
         .map(|step| {
-            let list = if *step == 0 {
-                key(&[p, q])
+            if *step == 0 {
+                key(&[prefix, q])
             } else {
-                key(&[p, q, sep.as_bytes(), step.to_string().as_bytes()])
-            };
-            super::cmd("LLEN", &list)
+                key(&[prefix, q, sep.as_bytes(), step.to_string().as_bytes()])
+            }
         })
         .collect()
 }
 
-/// Reads [`plan`]'s replies (pure).
-pub fn read(unit: &Unit, r: &[Value]) -> Stage {
+/// The header a producer stamps each task with when it sends it (unix
+/// seconds, as `time.time()` gives; milliseconds or RFC 3339 text are read
+/// too), at this JSON pointer of kombu's message.
+pub const ENQUEUED_AT: &str = "/headers/enqueued_at";
+
+/// What an unknown age of a Celery queue means, for KEDA's message.
+const AGE_UNKNOWN: &str = ": Celery's messages carry no enqueue time, and its oldest \
+     waiting task has no enqueued_at header (a before_task_publish handler in every \
+     producer stamps it: docs/keda.md), or Redis refused the read";
+
+/// Reads [`plan`]'s replies (pure): the waiting count, and a `LINDEX -1`
+/// follow-up per non-empty list for the oldest age ([`settle`]).
+pub fn read(prefix: &str, sep: &str, steps: &[u8], unit: &Unit, r: &[Value]) -> Stage {
     let Unit::Queue(q) = unit else {
         let mut s = shared_sample(KIND);
         super::kept_elsewhere(&mut s, QUEUE_STATES);
@@ -64,9 +94,43 @@ pub fn read(unit: &Unit, r: &[Value]) -> Stage {
     };
     let mut s = preset_sample(KIND, q);
     super::kept_elsewhere(&mut s, SHARED_STATES);
+    super::facts(&mut s).age_unknown_why = Some(AGE_UNKNOWN);
     let all: Vec<&Value> = r.iter().collect();
-    set_state(&mut s, JobState::Waiting, sum(&all));
-    Stage::done(s)
+    let waiting = sum(&all);
+    set_state(&mut s, JobState::Waiting, waiting);
+    if waiting == Some(0) {
+        // Nothing waits: no job is late.
+        s.oldest_age_seconds = Some(0.0);
+        return Stage::done(s);
+    }
+    let mut follow = Vec::new();
+    if waiting.is_some() {
+        for (list, n) in lists(prefix.as_bytes(), sep, steps, q).iter().zip(r) {
+            if count(n).is_some_and(|n| n > 0) {
+                let mut tail = super::cmd("LINDEX", list);
+                tail.arg(-1);
+                follow.push((tail, Follow::Own));
+            }
+        }
+    }
+    Stage { sample: s, follow }
+}
+
+/// Round 2 (pure): the oldest of the non-empty lists' tails, each a
+/// message whose [`ENQUEUED_AT`] header says when it was sent. A tail
+/// without it (no stamping producer, a refused read) leaves the age
+/// unknown: the oldest may be that one. A list emptied since round 1
+/// (`nil`) holds nothing older.
+pub fn settle(s: &mut QueueSample, tails: &[Value], now: f64) {
+    let mut oldest = Some(0.0_f64);
+    for tail in tails {
+        if *tail == Value::Nil {
+            continue;
+        }
+        let age = json_stamp_seconds(tail, ENQUEUED_AT, TimeUnit::Auto).map(|t| (now - t).max(0.0));
+        oldest = oldest.zip(age).map(|(a, b)| a.max(b));
+    }
+    s.oldest_age_seconds = oldest;
 }
 
 /// Celery's `preset` name.
@@ -288,8 +352,12 @@ impl Library for Celery {
         )
     }
 
-    fn read(&self, _: &Preset, unit: &Unit, r: &[Value], _: f64) -> Stage {
-        read(unit, r)
+    fn read(&self, p: &Preset, unit: &Unit, r: &[Value], _: f64) -> Stage {
+        read(&p.prefix, &p.sep, &p.priority_steps, unit, r)
+    }
+
+    fn settle(&self, _: &Preset, sample: &mut QueueSample, tails: &[Value], now: f64) {
+        settle(sample, tails, now);
     }
 }
 
@@ -398,14 +466,28 @@ mod tests {
     use super::super::test_util::*;
     use super::*;
 
+    /// `read` with kombu's defaults (no prefix, its `sep`, steps 0 3 6 9).
+    fn read_default(unit: &Unit, r: &[Value]) -> Stage {
+        read("", SEP, &PRIORITY_STEPS, unit, r)
+    }
+
+    /// A kombu message JSON whose headers carry `enqueued_at`, if given.
+    fn message(enqueued_at: Option<&str>) -> Value {
+        let stamp = enqueued_at.map_or(String::new(), |t| format!(r#","enqueued_at":{t}"#));
+        bulk(&format!(
+            r#"{{"body":"W10=","headers":{{"task":"t","id":"x"{stamp}}},"properties":{{}}}}"#
+        ))
+    }
+
     #[test]
     fn priority_lists_sum_into_waiting() {
-        let st = read(
+        let st = read_default(
             &Unit::Queue(b"celery".to_vec()),
             &[int(4), int(3), int(3), int(1)],
         );
         let f = st.sample.preset.as_ref().unwrap();
         assert_eq!(f.states[&JobState::Waiting], Some(11));
+        // Unknown until the tails are read in round 2.
         assert_eq!(st.sample.oldest_age_seconds, None);
         let cmds = plan(
             "",
@@ -425,7 +507,7 @@ mod tests {
 
     #[test]
     fn all_reads_unacked_and_stalled() {
-        let st = read(&Unit::Shared, &[int(5), int(2)]);
+        let st = read_default(&Unit::Shared, &[int(5), int(2)]);
         let f = st.sample.preset.as_ref().unwrap();
         assert_eq!(f.states[&JobState::Active], Some(5));
         assert_eq!(f.stalled, Some(2));
@@ -451,11 +533,11 @@ mod tests {
     /// as kept elsewhere (what the scaler refuses when asked of it alone).
     #[test]
     fn each_unit_holds_its_states_and_names_the_others_as_elsewhere() {
-        let shared = read(&Unit::Shared, &[int(5), int(2)])
+        let shared = read_default(&Unit::Shared, &[int(5), int(2)])
             .sample
             .preset
             .unwrap();
-        let queue = read(&Unit::Queue(b"q".to_vec()), &[int(4)])
+        let queue = read("", SEP, &[0], &Unit::Queue(b"q".to_vec()), &[int(4)])
             .sample
             .preset
             .unwrap();
@@ -466,5 +548,64 @@ mod tests {
             (shared.elsewhere, queue.elsewhere),
             (QUEUE_STATES, SHARED_STATES)
         );
+    }
+
+    /// Nothing waits: the age is 0, with nothing more to read.
+    #[test]
+    fn empty_lists_are_age_zero_without_a_follow_up() {
+        let st = read_default(
+            &Unit::Queue(b"celery".to_vec()),
+            &[int(0), int(0), int(0), int(0)],
+        );
+        assert_eq!(st.sample.oldest_age_seconds, Some(0.0));
+        assert!(st.follow.is_empty());
+    }
+
+    /// Each non-empty list's tail (its oldest message) is read; the age is
+    /// the oldest stamp's.
+    #[test]
+    fn the_age_is_the_oldest_stamped_tail_of_the_non_empty_lists() {
+        let mut st = read_default(
+            &Unit::Queue(b"celery".to_vec()),
+            &[int(2), int(0), int(1), int(0)],
+        );
+        let asked: Vec<Vec<u8>> = st
+            .follow
+            .iter()
+            .map(|(c, _)| c.get_packed_command())
+            .collect();
+        assert_eq!(
+            asked,
+            ["celery", "celery\x06\x166"]
+                .map(|l| redis::cmd("LINDEX").arg(l).arg(-1).get_packed_command())
+        );
+        assert!(st.follow.iter().all(|(_, f)| *f == Follow::Own));
+        let tails = [
+            message(Some("990.5")),
+            message(Some(r#""1970-01-01T00:16:20Z""#)),
+        ];
+        settle(&mut st.sample, &tails, 1000.0);
+        assert_eq!(st.sample.oldest_age_seconds, Some(20.0));
+    }
+
+    /// One tail without the stamp (a producer without the handler, a read
+    /// Redis refused): the oldest may be that one, so the age is unknown.
+    #[test]
+    fn an_unstamped_or_refused_tail_leaves_the_age_unknown() {
+        for bad in [message(None), refused(), bulk("not json")] {
+            let mut s = preset_sample(KIND, b"celery");
+            settle(&mut s, &[message(Some("990")), bad.clone()], 1000.0);
+            assert_eq!(s.oldest_age_seconds, None, "{bad:?}");
+            settle(&mut s, &[bad.clone(), message(Some("990"))], 1000.0);
+            assert_eq!(s.oldest_age_seconds, None, "{bad:?}");
+        }
+    }
+
+    /// A list drained between the two rounds holds nothing older.
+    #[test]
+    fn a_list_emptied_between_rounds_adds_nothing() {
+        let mut s = preset_sample(KIND, b"celery");
+        settle(&mut s, &[Value::Nil, message(Some("995"))], 1000.0);
+        assert_eq!(s.oldest_age_seconds, Some(5.0));
     }
 }
