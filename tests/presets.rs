@@ -246,6 +246,50 @@ async fn sidekiq_queues_global_sets_latency_and_a_dead_process() {
     app.stop().await;
 }
 
+/// `processes` is read bounded, never whole: with more Sidekiq processes
+/// than `stalled_check_limit`, the busy threads of those not checked would
+/// be missing from `active`, so it (and stalled) is unknown: absent, and
+/// `UNAVAILABLE` for KEDA, never the part that was read (it was before).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn more_sidekiq_processes_than_the_check_limit_leave_active_unknown() {
+    let redis = RedisServer::start();
+    let mut conn = redis.conn();
+    // Three live processes (heartbeat hashes as Sidekiq writes them), with
+    // 1, 2 and 3 busy threads.
+    for (p, busy) in [("h:1:a", "1"), ("h:2:b", "2"), ("h:3:c", "3")] {
+        rcmd(&mut conn, &["SADD", "processes", p]);
+        rcmd(&mut conn, &["HSET", p, "busy", busy, "beat", "1"]);
+    }
+    let preset = |limit: u32| format!("- preset: sidekiq\n  stalled_check_limit: {limit}\n");
+    let app = TestApp::start(&config(&redis.url, &preset(2))).await;
+    let s = app
+        .scrape_until("sidekiq (all)", Duration::from_secs(15), |s| {
+            depth(s, "(all)", "sidekiq", "delayed").is_some()
+        })
+        .await;
+    assert_eq!(depth(&s, "(all)", "sidekiq", "active"), None, "{s}");
+    assert_eq!(gauge(&s, "queue_stalled_jobs", "(all)", "sidekiq"), None);
+    let mut c = client(&app).await;
+    let e = metrics(&mut c, &[("queue", "(all)"), ("state", "active")])
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::Unavailable, "{e:?}");
+    app.stop().await;
+    // Within the limit, every process is checked: 1 + 2 + 3.
+    let app = TestApp::start(&config(&redis.url, &preset(3))).await;
+    let s = app
+        .scrape_until("sidekiq active", Duration::from_secs(15), |s| {
+            depth(s, "(all)", "sidekiq", "active").is_some()
+        })
+        .await;
+    assert_eq!(depth(&s, "(all)", "sidekiq", "active"), Some(6.0), "{s}");
+    assert_eq!(
+        gauge(&s, "queue_stalled_jobs", "(all)", "sidekiq"),
+        Some(0.0)
+    );
+    app.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn celery_priority_lists_sum_into_waiting() {
     let redis = RedisServer::start();

@@ -270,7 +270,7 @@ async fn preset_entries_registries_and_meta_hashes_have_the_same_bounds() {
         None,
         "{s}"
     );
-    // (Sidekiq's poll reads `SMEMBERS processes`; discovery reads no set whole.)
+    // (Sidekiq's poll reads `SRANDMEMBER processes`, bounded; no set is read whole.)
     assert!(calls(&redis, "scard") >= 1, "{:?}", redis.commandstats());
     // The registry's members are unknown, so no name has a number.
     let mut c = client(&app).await;

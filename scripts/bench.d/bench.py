@@ -1434,7 +1434,7 @@ class Bench:
         # makes one pass (docs/presets.md, "What zero config costs"). Read right after the
         # exporter counts a round (`queue_exporter_discovery_rounds_total`),
         # so a window holds whole rounds. Polls send a few of them too
-        # (Sidekiq's `SMEMBERS processes`), alike in every config.
+        # (Sidekiq's `SRANDMEMBER processes`), alike in every config.
         for run in range(p["runs"]):
             for i, (label, body) in enumerate(configs):
                 row = rows[i]

@@ -38,17 +38,23 @@ pub const SHARED_STATES: &[JobState] = &[
 pub const QUEUE_STATES: &[JobState] = &[JobState::Waiting];
 
 /// Round 1: three commands per queue; eight for the shared keys (`(all)`).
-pub fn plan(prefix: &str, unit: &Unit, now: f64) -> Vec<redis::Cmd> {
+/// `processes` is read bounded: at most `limit` + 1 of its members
+/// (`SRANDMEMBER` with a positive count returns distinct members, the
+/// whole set when it holds no more), so a reply of `limit` or fewer is all
+/// of it.
+pub fn plan(prefix: &str, unit: &Unit, now: f64, limit: usize) -> Vec<redis::Cmd> {
     let q = match unit {
         Unit::Queue(q) => q.as_slice(),
         Unit::Shared => {
+            let mut members = super::cmd("SRANDMEMBER", &k(prefix, b"processes"));
+            members.arg(limit.saturating_add(1));
             return vec![
                 super::cmd("ZCARD", &k(prefix, b"schedule")),
                 super::cmd("ZCARD", &k(prefix, b"retry")),
                 super::cmd("ZCARD", &k(prefix, b"dead")),
                 super::cmd("GET", &k(prefix, b"stat:processed")),
                 super::cmd("GET", &k(prefix, b"stat:failed")),
-                super::cmd("SMEMBERS", &k(prefix, b"processes")),
+                members,
                 // Due jobs the scheduled-set poller (every ~5 s across all
                 // processes) has not pushed to their queue yet.
                 due_count(&k(prefix, b"schedule"), now),
@@ -79,18 +85,17 @@ pub fn read(prefix: &str, unit: &Unit, r: &[Value], now: f64, limit: usize) -> S
             failed: count(at(4)),
         });
         super::facts(&mut s).overdue = sum(&[at(6), at(7)]);
-        let processes = super::reply::as_array(at(5)).unwrap_or(&[]);
         let mut follow = Vec::new();
-        if super::reply::as_array(at(5)).is_some() {
+        // All of `processes`, read within the limit: more processes than
+        // that, and the busy threads of those not checked would be missing
+        // from a sum presented as whole, so it is unknown instead.
+        let processes = super::reply::as_array(at(5)).filter(|members| members.len() <= limit);
+        if let Some(processes) = processes {
             // Busy threads of live processes; dead processes (heartbeat
             // hash expired while still in `processes`) lost their jobs.
             set_state(&mut s, JobState::Active, Some(0));
             super::facts(&mut s).stalled = Some(0);
-            for p in processes
-                .iter()
-                .filter_map(super::reply::as_bytes)
-                .take(limit)
-            {
+            for p in processes.iter().filter_map(super::reply::as_bytes) {
                 let identity = k(prefix, p);
                 follow.push((super::cmd("EXISTS", &identity), Follow::StalledIfMissing));
                 let mut busy = super::cmd("HGET", &identity);
@@ -98,7 +103,8 @@ pub fn read(prefix: &str, unit: &Unit, r: &[Value], now: f64, limit: usize) -> S
                 follow.push((busy, Follow::AddActive));
             }
         } else {
-            // `processes` refused or unreadable: who is busy is unknown.
+            // `processes` refused, unreadable, or beyond the limit: who is
+            // busy is unknown.
             set_state(&mut s, JobState::Active, None);
         }
         return Stage { sample: s, follow };
@@ -283,7 +289,7 @@ impl Library for Sidekiq {
     }
 
     fn plan(&self, preset: &Preset, unit: &Unit, now: f64) -> Vec<redis::Cmd> {
-        plan(&preset.prefix, unit, now)
+        plan(&preset.prefix, unit, now, preset.stalled_check_limit)
     }
 
     fn read(&self, preset: &Preset, unit: &Unit, r: &[Value], now: f64) -> Stage {
@@ -381,7 +387,7 @@ mod tests {
     }
 
     #[test]
-    fn all_reads_global_sets_totals_and_bounds_process_checks() {
+    fn all_reads_global_sets_totals_and_checks_each_process() {
         let r = [
             int(1),
             int(2),
@@ -392,7 +398,7 @@ mod tests {
             int(1),
             int(1),
         ];
-        let st = read("ns", &Unit::Shared, &r, 0.0, 2);
+        let st = read("ns", &Unit::Shared, &r, 0.0, 3);
         let f = st.sample.preset.as_ref().unwrap();
         assert_eq!(f.states[&JobState::Delayed], Some(1));
         assert_eq!(f.states[&JobState::Retry], Some(2));
@@ -402,10 +408,17 @@ mod tests {
         assert_eq!(f.overdue, Some(2));
         assert_eq!(st.sample.jobs().processed, Some(10));
         assert_eq!(st.sample.jobs().failed, Some(0));
-        // Two processes checked (the bound), two commands each.
-        assert_eq!(st.follow.len(), 4);
-        let all = plan("ns", &Unit::Shared, 1000.25);
+        // Each of the three processes checked, two commands each.
+        assert_eq!(st.follow.len(), 6);
+        let all = plan("ns", &Unit::Shared, 1000.25, 3);
         assert_eq!(all.len(), 8);
+        assert_eq!(
+            all[5].get_packed_command(),
+            redis::cmd("SRANDMEMBER")
+                .arg("ns:processes")
+                .arg(4)
+                .get_packed_command()
+        );
         assert_eq!(
             all[6].get_packed_command(),
             redis::cmd("ZCOUNT")
@@ -414,7 +427,30 @@ mod tests {
                 .arg("1000.25")
                 .get_packed_command()
         );
-        assert_eq!(plan("", &Unit::Queue(b"q".to_vec()), 0.0).len(), 3);
+        assert_eq!(plan("", &Unit::Queue(b"q".to_vec()), 0.0, 3).len(), 3);
+    }
+
+    /// More processes than `stalled_check_limit` (the reply of limit + 1
+    /// members says so): the busy threads of those not checked would be
+    /// missing from the sum, so `active` and `stalled` are unknown, never a
+    /// part presented as the whole; nothing is checked.
+    #[test]
+    fn more_processes_than_the_limit_leave_active_and_stalled_unknown() {
+        let r = [
+            int(0),
+            int(0),
+            int(0),
+            Value::Nil,
+            Value::Nil,
+            list(&["h:1:a", "h:2:b", "h:3:c"]),
+            int(0),
+            int(0),
+        ];
+        let st = read("", &Unit::Shared, &r, 0.0, 2);
+        let f = st.sample.preset.as_ref().unwrap();
+        assert_eq!(f.states[&JobState::Active], None);
+        assert_eq!(f.stalled, None);
+        assert!(st.follow.is_empty());
     }
 
     /// The states each unit reads are exactly those it says it holds, and
