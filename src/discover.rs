@@ -107,11 +107,12 @@ fn render_queues(found: &Recognised) -> String {
 fn preset_entry(spec: &PresetSpec, names: &[String]) -> String {
     let kind = spec.preset.kind();
     let mut out = format!(
-        "      # {} {}: {}\n",
+        "      # {}{}: {}\n",
         crate::sources::redis::library_name(kind),
         match spec.preset.prefix.as_str() {
-            "" => "without prefix".to_string(),
-            p => format!("at prefix {p:?}"),
+            _ if !crate::sources::redis::has_prefix(kind) => String::new(),
+            "" => " without prefix".to_string(),
+            p => format!(" at prefix {p:?}"),
         },
         if names.is_empty() {
             "no queue yet".to_string()
@@ -269,6 +270,19 @@ mod tests {
             preset_entry(&spec, &["tasks".into()]),
             "      # Celery at prefix \"app:\": tasks\n      - preset: celery\n        prefix: \"app:\"\n        queues: [\"tasks\"]\n        sep: \":\"\n        priority_steps: [0, 1, 3, 6, 9]\n"
         );
+    }
+
+    /// A library whose key names are fixed (no `prefix:` option) has no
+    /// prefix to speak of in the comment.
+    #[test]
+    fn a_library_without_a_prefix_option_names_no_prefix() {
+        let kind = crate::snapshot::PresetKind::named("huey");
+        let spec = PresetSpec {
+            preset: crate::config::Preset::new(kind, ""),
+            counters: None,
+        };
+        let entry = preset_entry(&spec, &["huey".into()]);
+        assert!(entry.starts_with("      # Huey: huey\n"), "{entry}");
     }
 
     #[test]

@@ -41,7 +41,7 @@ use commands::Conn;
 use rounds::{DiscoveryFailure, DiscoveryTask, Plain, RoundInput, RoundKind, Rounds};
 
 pub use commands::PIPELINE_CHUNK;
-pub use presets::library::{printed_options, recognised_libraries};
+pub use presets::library::{has_prefix, printed_options, recognised_libraries};
 pub use presets::picture::library as library_name;
 pub use scope::RedisScope;
 pub use tracked::TrackedKey;

@@ -39,6 +39,12 @@ pub fn printed_options(preset: &Preset, quote: fn(&str) -> String) -> Vec<String
     of(preset.kind).map_or_else(Vec::new, |l| l.printed_options(preset, quote))
 }
 
+/// Whether `kind`'s library takes a `prefix:` option (Huey and arq fix
+/// their keys' names: no prefix to speak of).
+pub fn has_prefix(kind: PresetKind) -> bool {
+    of(kind).is_some_and(|l| l.options().contains(&"prefix"))
+}
+
 /// The type discovery found for `k`, if it found the key.
 pub fn type_at(keys: &Keys, k: &[u8]) -> Option<crate::config::KeyType> {
     match keys.get(k).map(|c| &c.state) {
