@@ -101,6 +101,10 @@ pub enum Lib {
     Celery,
     /// BullMQ at prefix `bull` (group `b`).
     Bullmq,
+    /// arq: queue zsets `arq:a…` and per-job keys under `arq:` (group `a`).
+    Arq,
+    /// Dramatiq in its default namespace `dramatiq`, queues `d…` (group `d`).
+    Dramatiq,
 }
 
 impl Lib {
@@ -111,6 +115,8 @@ impl Lib {
             Lib::Sidekiq => &['s'],
             Lib::Celery => &['_', 'c'],
             Lib::Bullmq => &['b'],
+            Lib::Arq => &['a'],
+            Lib::Dramatiq => &['d'],
         }
     }
 }
@@ -384,7 +390,15 @@ impl Scenario {
         });
 
         // Libraries, each present with probability 0.6.
-        for lib in [Lib::Rq, Lib::Sidekiq, Lib::Celery, Lib::Bullmq] {
+        let libraries = [
+            Lib::Rq,
+            Lib::Sidekiq,
+            Lib::Celery,
+            Lib::Bullmq,
+            Lib::Arq,
+            Lib::Dramatiq,
+        ];
+        for lib in libraries {
             // Seeds 8, 16, … always have Celery (issue 36's case 2).
             let forced = lib == Lib::Celery && seed.is_multiple_of(8);
             if !forced && !rng.chance(0.6) {
@@ -395,6 +409,8 @@ impl Scenario {
                 Lib::Sidekiq => &["sdefault", "scritical"],
                 Lib::Celery => &["cmail", "cwork"],
                 Lib::Bullmq => &["bemail", "bimport"],
+                Lib::Arq => &["arq:aone", "arq:atwo"],
+                Lib::Dramatiq => &["ddefault", "dmail"],
             };
             let mut queues: Vec<String> = rng
                 .subset(names, 0.7)
@@ -496,15 +512,85 @@ impl Scenario {
                 self.writes
                     .push(cmd(&["SADD", "_kombu.binding.celery", &member]));
                 self.key("_kombu.binding.celery", Kind::Set, lib);
+                // Most producers stamp `enqueued_at` (docs/keda.md's
+                // recipe); some do not, and the age is then unknown.
+                let stamped = rng.chance(0.7);
+                let headers = |at: f64| {
+                    if stamped {
+                        format!("{{\"task\":\"t\",\"enqueued_at\":{at:.3}}}")
+                    } else {
+                        "{\"task\":\"t\"}".to_string()
+                    }
+                };
                 for i in 0..n {
-                    let msg = format!("{{\"body\":\"{i}\",\"headers\":{{\"task\":\"t\"}}}}");
+                    let h = headers(t + i as f64 * 0.1);
+                    let msg = format!("{{\"body\":\"{i}\",\"headers\":{h}}}");
                     self.writes.push(cmd(&["LPUSH", q, &msg]));
                 }
                 self.key(q, Kind::List, lib);
                 if rng.chance(0.5) {
                     let pri = format!("{q}\x06\x163");
-                    self.writes.push(cmd(&["LPUSH", &pri, "{\"body\":\"p\"}"]));
+                    let msg = format!("{{\"body\":\"p\",\"headers\":{}}}", headers(t + 1.0));
+                    self.writes.push(cmd(&["LPUSH", &pri, &msg]));
                     self.key(&pri, Kind::List, lib);
+                }
+            }
+            Lib::Arq => {
+                // The queue zset scores job ids by due time (ms); a job's
+                // own key is pickled; `in-progress` marks a running job,
+                // `retry` one run before.
+                let short = q.trim_start_matches("arq:");
+                let ids: Vec<String> = (0..n).map(|i| format!("{short}{i}")).collect();
+                for (i, id) in ids.iter().enumerate() {
+                    let due = format!("{}", ((t + i as f64 * 0.1) * 1000.0) as u64);
+                    self.writes.push(cmd(&["ZADD", q, &due, id]));
+                    let job = format!("arq:job:{id}");
+                    self.writes.push(cmd(&["SET", &job, "\u{80}\u{4}pickled"]));
+                    self.key(&job, Kind::Str, lib);
+                }
+                self.key(q, Kind::Zset, lib);
+                if rng.chance(0.5) {
+                    let later = format!("{}", ((t + 100_000.0) * 1000.0) as u64);
+                    self.writes
+                        .push(cmd(&["ZADD", q, &later, &format!("{short}-later")]));
+                }
+                if rng.chance(0.3) {
+                    let running = format!("arq:in-progress:{}", ids[0]);
+                    self.writes.push(cmd(&["SET", &running, "1"]));
+                    self.key(&running, Kind::Str, lib);
+                }
+                if rng.chance(0.3) {
+                    let tried = format!("arq:retry:{}", ids[ids.len() - 1]);
+                    self.writes.push(cmd(&["SET", &tried, "1"]));
+                    self.key(&tried, Kind::Str, lib);
+                }
+            }
+            Lib::Dramatiq => {
+                // A list of message ids beside the hash of id → message
+                // JSON (`message_timestamp` in ms); maybe a dead letter.
+                let list = format!("dramatiq:{q}");
+                let msgs = format!("dramatiq:{q}.msgs");
+                for i in 0..n {
+                    let id = format!("{q}-m{i}");
+                    let ms = ((t + i as f64 * 0.1) * 1000.0) as u64;
+                    let msg = format!(
+                        "{{\"queue_name\":\"{q}\",\"actor_name\":\"a\",\"args\":[],\"kwargs\":{{}},\"options\":{{}},\"message_id\":\"{id}\",\"message_timestamp\":{ms}}}"
+                    );
+                    self.writes.push(cmd(&["HSET", &msgs, &id, &msg]));
+                    self.writes.push(cmd(&["RPUSH", &list, &id]));
+                }
+                self.key(&list, Kind::List, lib);
+                self.key(&msgs, Kind::Hash, lib);
+                if rng.chance(0.4) {
+                    let dead = format!("dramatiq:{q}.XQ");
+                    let ms = format!("{}", (t * 1000.0) as u64);
+                    self.writes
+                        .push(cmd(&["ZADD", &dead, &ms, &format!("{q}-dead")]));
+                    self.key(&dead, Kind::Zset, lib);
+                    let dead_msgs = format!("dramatiq:{q}.XQ.msgs");
+                    self.writes
+                        .push(cmd(&["HSET", &dead_msgs, &format!("{q}-dead"), "{}"]));
+                    self.key(&dead_msgs, Kind::Hash, lib);
                 }
             }
             Lib::Bullmq => {
@@ -552,6 +638,13 @@ impl Scenario {
 
     /// A library's source-wide keys.
     fn write_lib_shared(&mut self, lib: Lib, _queues: &[String], t0: f64) {
+        if lib == Lib::Dramatiq {
+            // A worker's heartbeat: the mark zero config knows Dramatiq by.
+            let ms = format!("{}", (t0 * 1000.0) as u64);
+            self.writes
+                .push(cmd(&["ZADD", "dramatiq:__heartbeats__", &ms, "w1"]));
+            self.key("dramatiq:__heartbeats__", Kind::Zset, lib);
+        }
         if lib == Lib::Sidekiq {
             let later = format!("{:.3}", t0 + 50_000.0);
             self.writes
@@ -655,7 +748,7 @@ impl Scenario {
         if self.restricted.contains(&'_') {
             self.restricted.insert('c');
             if self.zero_config {
-                self.restricted.extend(['e', 'g', 'n', 'r', 's', 'b']);
+                self.restricted.extend(['e', 'g', 'n', 'r', 's', 'b', 'd']);
             }
         }
     }
@@ -782,6 +875,10 @@ impl Scenario {
                     let _ = writeln!(y, "- preset: celery\n  queues: [{}]", queues.join(", "));
                 }
                 Lib::Bullmq => y.push_str("- preset: bullmq\n"),
+                Lib::Arq => {
+                    let _ = writeln!(y, "- preset: arq\n  queues: [{}]", queues.join(", "));
+                }
+                Lib::Dramatiq => y.push_str("- preset: dramatiq\n"),
             }
         }
         y
