@@ -175,12 +175,17 @@ class ServiceSampler:
     def __init__(self, exporter):
         self.exporter = exporter
         self.samples = {}  # queue -> [(unix s, seconds)]
+        self.load = []  # the machine's 1-minute load average, every 10 real seconds
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self.loop, daemon=True)
         self.thread.start()
 
     def loop(self):
+        n = 0
         while not self.stop.wait(1.0):
+            if n % 10 == 0:
+                self.load.append(os.getloadavg()[0])
+            n += 1
             try:
                 text = self.exporter.scrape()
             except OSError:
@@ -231,7 +236,8 @@ def main():
     ap.add_argument("--json", required=True)
     ap.add_argument("--command", default="scripts/bench --closed-loop --measured")
     ap.add_argument("--smoke", action="store_true")
-    ap.add_argument("--parallel", type=int, default=3, help="runs at the same time (default 3)")
+    ap.add_argument("--parallel", type=int, default=5,
+                    help="runs at the same time (default 5: all, so every trigger meets the same machine load)")
     ap.add_argument("--report-only", action="store_true")
     args = ap.parse_args()
     if args.report_only:
@@ -294,8 +300,11 @@ def main():
                     f"{r.get('fallbacks', 0)} fallbacks; service time {r['service']}")
                 results.append(r)
     finally:
+        load = None
         if sampler:
             sampler.stop.set()
+            if sampler.load:
+                load = [min(sampler.load), sum(sampler.load) / len(sampler.load), max(sampler.load)]
         for b in backends:
             b.close()
         for proc in CHILDREN:
@@ -307,7 +316,8 @@ def main():
                 minutes=(time.time() - started.timestamp()) / 60, rev=rev, smoke=args.smoke,
                 cell=dict(service=service, mult=mult, wait=wait, peak=peak, shape=shape, index=index,
                           seed=gr.SEED + index, length=length, total=total, lead_in=lead_in),
-                job_ms=round(real(service) * 1000), parallel=args.parallel, bullmq=bullmq_version())
+                job_ms=round(real(service) * 1000), parallel=args.parallel, bullmq=bullmq_version(),
+                cores=os.cpu_count(), load=load)
     with open(args.json, "w") as f:
         json.dump(dict(meta=meta, results=results), f, indent=1)
     write_report(args, results, meta)
@@ -391,8 +401,9 @@ def report(results, meta, png_rel):
             f"**The measured service time.** The workers sleep {ms} ms ({ms * cl.SPEEDUP / 1000:g} model "
             f"seconds); `queue_service_time_seconds{{from=\"finished_jobs\"}}` of the measured run's queue, "
             f"scraped every real second, read {1000 * s['mean']:.1f} ms on average ({s['min'] * 1000:.1f}–"
-            f"{s['max'] * 1000:.1f} ms over {s['readings']} scrapes), {100 * (s['mean'] * 1000 / ms - 1):+.1f} % "
-            f"over the sleep: BullMQ's `finishedOn − processedOn` includes the worker's own work on a job "
+            f"{s['max'] * 1000:.1f} ms over {s['readings']} scrapes; {s['mean'] * cl.SPEEDUP:.3f} model seconds), "
+            f"{100 * (s['mean'] * 1000 / ms - 1):+.1f} % over the sleep and "
+            f"{100 * (s['mean'] / real(c['service']) - 1):+.1f} % over S: BullMQ's `finishedOn − processedOn` includes the worker's own work on a job "
             f"(stamping it active, calling the processor, moving it to completed), which the pods really spend "
             f"and `processingTime` = S leaves out. It first appeared {s['first']:.0f} model seconds after the "
             f"trace began: the first jobs wait for KEDA's poll, the fallback pods' start and the exporter's "
@@ -400,6 +411,10 @@ def report(results, meta, png_rel):
             f"model seconds here; 5 s at 1:1 time).", ""]
     lag = max((r["producer_lag"] or 0) for r in results) if results else 0
     together = f"{meta['parallel']} runs at a time" if meta["parallel"] > 1 else "one run at a time"
+    if meta.get("load"):
+        lo, mean, hi = meta["load"]
+        together += (f"; {meta['cores']} cores, shared: the 1-minute load average read {lo:.1f}–{hi:.1f} "
+                     f"(mean {mean:.1f}) while it ran")
     text = [
         START_MARK,
         "### Measured service time in the loop: a real BullMQ queue (issue 38)",
