@@ -89,6 +89,8 @@ CLOSED_LOOP_START = "<!-- closed-loop: written by scripts/bench --closed-loop --
 CLOSED_LOOP_END = "<!-- /closed-loop -->"
 GRID_START = "<!-- closed-loop-grid: written by scripts/bench --closed-loop --grid -->"
 GRID_END = "<!-- /closed-loop-grid -->"
+MEASURED_START = "<!-- closed-loop-measured: written by scripts/bench --closed-loop --measured -->"
+MEASURED_END = "<!-- /closed-loop-measured -->"
 CLEANUPS = []  # callables to run on exit
 
 
@@ -2539,8 +2541,9 @@ def main():
         text += "\n(matplotlib not available: no plots.)\n"
     if os.path.exists(args.out):
         old = open(args.out).read()
-        # The closed loop's sections (closedloop.py, grid.py) are kept.
-        for start, end in ((CLOSED_LOOP_START, CLOSED_LOOP_END), (GRID_START, GRID_END)):
+        # The closed loop's sections (closedloop.py, grid.py, measured.py) are kept.
+        for start, end in ((CLOSED_LOOP_START, CLOSED_LOOP_END), (GRID_START, GRID_END),
+                           (MEASURED_START, MEASURED_END)):
             if start in old and end in old:
                 kept = old.split(start, 1)[1].split(end, 1)[0]
                 text = text.rstrip("\n") + "\n\n" + start + kept + end + "\n"

@@ -352,21 +352,40 @@ class PrivateRabbit:
 
 
 class Run:
-    """One trigger against the trace: producer, pods and the KEDA/HPA loop."""
+    """One trigger against the trace: producer, pods and the KEDA/HPA loop.
 
-    def __init__(self, args, backend, exporter, name, meta, arrivals, length):
+    Options of the measured runs (measured.py), off by default: `fallback`
+    (replicas, failureThreshold) emulates KEDA's `fallback`, at each KEDA
+    poll that hears an error (scale_scaledobjects.go: not active, in error,
+    fallback set: the target goes to fallback.replicas) and in the HPA
+    after more than failureThreshold failed GetMetrics in a row (the
+    metrics adapter then answers fallback.replicas × the target);
+    `score_from` (model seconds) leaves the jobs arriving before it and the
+    worker time before it out of the scored figures, as the grid's lead-in
+    (the whole trace's figures are kept beside them); `settle` False ends
+    the run once the trace is out and the queue empty, without waiting for
+    the pods to go (a smoke); `target_wait` (model seconds) is the goal a
+    job is on time against."""
+
+    def __init__(self, args, backend, exporter, name, meta, arrivals, length,
+                 fallback=None, score_from=0.0, settle=True, target_wait=TARGET_WAIT):
         self.args, self.backend, self.exporter = args, backend, exporter
         self.name, self.meta = name, backend.meta() + meta
         self.arrivals, self.length = arrivals, length
+        self.fallback, self.score_from, self.settle = fallback, score_from, settle
+        self.target_wait = target_wait
         self.lock = threading.Lock()
         self.waits = []  # model seconds
+        self.indices = []  # the trace's index of each job in `waits`, where the backend says it
         self.pods, self.gone = [], []
         self.timeline = []  # (model t, replicas, backlog, value)
         self.errors = 0
+        self.fallbacks = 0  # KEDA polls and HPA syncs that applied the fallback
 
-    def started(self, real_wait):
+    def started(self, real_wait, index=None):
         with self.lock:
             self.waits.append(max(0.0, real_wait) * SPEEDUP)
+            self.indices.append(index)
 
     def set_replicas(self, n, now):
         while len(self.pods) < n:
@@ -407,21 +426,25 @@ class Run:
         t0 = time.time()
         producer = threading.Thread(target=self.backend.produce, args=(t0, self.arrivals), daemon=True)
         producer.start()
-        last_active, recs, next_keda = None, [], t0
+        last_active, recs, next_keda, failures = None, [], t0, 0
         end = t0 + real(self.length)
         while True:
             now = time.time()
-            if now >= end and self.backend.backlog() == 0 and not self.pods:
+            if now >= end and self.backend.backlog() == 0 and (not self.pods or not self.settle):
                 break
             if now >= end + real(COOLDOWN + DOWN_WINDOW) * 2:
                 log(f"{self.backend.label} {self.name}: still {len(self.pods)} pods after the trace; stopping")
                 break
             answer = self.ask()
+            failures = 0 if answer else failures + 1
             replicas = len(self.pods)
             value = answer[2] if answer else None
-            if answer and now >= next_keda:
+            if (answer or self.fallback) and now >= next_keda:
                 next_keda = now + real(KEDA_POLL)
-                if answer[0]:
+                if answer is None:
+                    self.set_replicas(self.fallback[0], now)
+                    self.fallbacks += 1
+                elif answer[0]:
                     last_active = now
                     if replicas == 0:
                         self.set_replicas(1, now)
@@ -429,13 +452,20 @@ class Run:
                     self.set_replicas(0, now)
                     recs = []
             replicas = len(self.pods)
-            if answer and replicas > 0:
+            falling_back = answer is None and self.fallback and failures > self.fallback[1]
+            if (answer or falling_back) and replicas > 0:
                 # GetExternalPerPodMetricReplicas, in milli-units as the HPA
-                # reads a quantity.
-                target = answer[1]
+                # reads a quantity; under fallback the value is
+                # fallback.replicas × the target.
                 desired = replicas
-                if abs(1.0 - value / (target * replicas)) > TOLERANCE:
-                    desired = math.ceil(round(value * 1000) / round(target * 1000))
+                if falling_back:
+                    self.fallbacks += 1
+                    if abs(1.0 - self.fallback[0] / replicas) > TOLERANCE:
+                        desired = self.fallback[0]
+                else:
+                    target = answer[1]
+                    if abs(1.0 - value / (target * replicas)) > TOLERANCE:
+                        desired = math.ceil(round(value * 1000) / round(target * 1000))
                 desired = max(1, min(MAX_REPLICAS, desired))
                 recs = [(t, d) for t, d in recs if now - t < real(DOWN_WINDOW)] + [(now, desired)]
                 if desired > replicas:
@@ -449,17 +479,30 @@ class Run:
         self.set_replicas(0, time.time())
         for pod in self.gone:
             pod.thread.join(timeout=real(SERVICE) + 5)
-        worker_s = sum(((p.stopped or time.time()) - p.created) * SPEEDUP for p in self.gone)
         left = self.backend.backlog()
-        waits = sorted(self.waits)
-        jobs = len(self.arrivals)
-        within = sum(1 for w in waits if w <= TARGET_WAIT)
-        return dict(
-            name=self.name, backend=self.backend.label, meta=dict(self.meta), jobs=jobs, started=len(waits), left=left,
-            within_pct=100.0 * within / jobs if jobs else None,
-            p99_wait=pct(waits, 99), max_wait=waits[-1] if waits else None,
-            worker_s=worker_s, ask_errors=self.errors, timeline=self.timeline,
+        out = dict(
+            name=self.name, backend=self.backend.label, meta=dict(self.meta), left=left,
+            ask_errors=self.errors, timeline=self.timeline,
+            **self.score(t0, self.waits, len(self.arrivals), 0.0),
         )
+        if self.score_from:
+            first = next((i for i, a in enumerate(self.arrivals) if a >= self.score_from), len(self.arrivals))
+            scored = [w for w, i in zip(self.waits, self.indices) if i is not None and i >= first]
+            out["whole"] = {k: out[k] for k in ("jobs", "started", "within_pct", "p99_wait", "max_wait", "worker_s")}
+            out.update(self.score(t0, scored, len(self.arrivals) - first, self.score_from))
+        if self.fallback:
+            out["fallbacks"] = self.fallbacks
+        return out
+
+    def score(self, t0, waits, jobs, since):
+        """The figures over `waits` of `jobs` (the jobs never started count
+        as late) and the pods' time from `since` (model seconds) on."""
+        waits = sorted(waits)
+        within = sum(1 for w in waits if w <= self.target_wait)
+        start = t0 + real(since)
+        worker_s = sum(max(0.0, (p.stopped or time.time()) - max(p.created, start)) * SPEEDUP for p in self.gone)
+        return dict(jobs=jobs, started=len(waits), within_pct=100.0 * within / jobs if jobs else None,
+                    p99_wait=pct(waits, 99), max_wait=waits[-1] if waits else None, worker_s=worker_s)
 
 
 def triggers(smoke):
