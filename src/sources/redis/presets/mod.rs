@@ -24,17 +24,15 @@ mod counted;
 mod dramatiq;
 mod huey;
 pub mod library;
-pub mod library_round;
 pub mod picture;
 mod priority_zset;
-pub mod recognise;
 mod rediswq;
 mod registry;
 pub mod remembered;
-pub mod rounds;
 mod rq;
 mod service;
 mod sidekiq;
+pub mod zero;
 
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime};

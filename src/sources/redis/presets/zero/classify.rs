@@ -1,354 +1,21 @@
-//! Zero config: a source given no `queues:` recognises the queue libraries'
-//! keys itself, in the discovery round, and reports each library's queues
-//! exactly as the matching `- preset:` entry would (the entries are built
-//! here and polled by the same code).
-//!
-//! What marks each library is its own file's (`Library::mark_read`,
-//! `Library::recognise`; docs/presets.md, "Zero config"); here the one way
-//! through: the names a scan kept are classified against the libraries'
-//! marks ([`Marks`]), read once ([`seen`]), and each library recognises
-//! its entries in what was read ([`recognise`]).
-//!
-//! Every key a recognised library's entry reads with the type the library
-//! gives it, and the library's other keys of its queues (`Library::owned`),
-//! is consumed: it is not also reported as a plain key. A key the entry
-//! reads that has another type (a lookalike) stays plain.
+//! Zero config's classify stage (pure): the keys a round gathered, against
+//! the libraries' marks as read, give each library's entries, the keys
+//! they consume and those an unread mark withholds ([`recognise`]); the
+//! keys a queue polled until now owned that nothing claims now
+//! ([`Recognition::recheck`]); and, for a library round, whether a mark
+//! changed since the scan ([`changed_since`]). Imports no later stage and
+//! not the orchestrator (`tests/architecture.rs`).
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use redis::Value;
-
-use super::super::discovery::{Candidate, Candidates};
-use super::super::keyname::display_key;
-use super::LIBRARIES;
-use super::Unit;
-use super::bounded::{Bound, SetRead};
-use super::consumed::consumed;
-use super::library::{Hidden, Library, MarkRead, Registry, Seen};
+use super::super::super::discovery::{Candidate, Candidates};
+use super::super::LIBRARIES;
+use super::super::Unit;
+use super::super::consumed::consumed;
+use super::super::library::Seen;
+use super::learnt::Learnt;
+use super::marks::by_claim_rank;
 use crate::config::PresetSpec;
-
-/// The libraries in the order they claim a mark several may share
-/// (`Library::claim_rank`; the list's order among equals).
-fn by_claim_rank() -> Vec<&'static dyn Library> {
-    let mut libraries: Vec<&'static dyn Library> = LIBRARIES.to_vec();
-    libraries.sort_by_key(|l| l.claim_rank());
-    libraries
-}
-
-/// How the first library (in the list's order) whose mark `k` is named
-/// like reads it.
-fn classify(k: &[u8]) -> Option<MarkRead> {
-    LIBRARIES.iter().find_map(|l| l.mark_read(k))
-}
-
-/// The keys whose type [`recognise`] looks at, given the marks read and
-/// the `names` the pass kept by shape (pure): each library's
-/// `Library::evidence`, in claim order (a registry one library tells is
-/// not looked into by the next).
-pub(super) fn evidence(seen: &Seen, names: Vec<Vec<u8>>) -> Vec<Vec<u8>> {
-    let mut wanted: BTreeSet<Vec<u8>> = BTreeSet::new();
-    let mut told = BTreeSet::new();
-    for library in by_claim_rank() {
-        wanted.extend(library.evidence(seen, &names, &mut told));
-    }
-    wanted.into_iter().collect()
-}
-
-/// Whether the libraries-only pass keeps `k` for [`evidence`]: a name some
-/// library may ask the type of (`Library::is_evidence`).
-pub(super) fn is_evidence(k: &[u8]) -> bool {
-    LIBRARIES.iter().any(|l| l.is_evidence(k))
-}
-
-/// Keys that may mark a library, by the read each gets.
-#[derive(Debug, Default)]
-pub struct Marks {
-    /// Sets (registries, binding tables), read by bounded `SSCAN`.
-    pub(super) sets: Vec<Vec<u8>>,
-    /// Marks read by one command each (`meta` hashes), by name.
-    pub(super) cmds: Vec<(Vec<u8>, redis::Cmd)>,
-    /// Marks found beside the typed keys (`Library::marks_beside`), by
-    /// name, with their read.
-    pub(super) beside: Vec<(Vec<u8>, redis::Cmd)>,
-    /// Libraries only: the names [`is_evidence`] keeps, whose type
-    /// recognition may ask.
-    pub(super) evidence: Vec<Vec<u8>>,
-    /// Keys a library keeps under a fixed name beside its registry, whose
-    /// type is asked ([`MarkRead::Sign`]).
-    pub(super) signs: Vec<(Vec<u8>, redis::Cmd)>,
-}
-
-/// `list` sorted by name, without repeats.
-fn sort_named(list: &mut Vec<(Vec<u8>, redis::Cmd)>) {
-    list.sort_by(|a, b| a.0.cmp(&b.0));
-    list.dedup_by(|a, b| a.0 == b.0);
-}
-
-impl Marks {
-    /// Keeps at most `max` marks to read (the source's `max_keys`): the
-    /// sets first (registries and bindings, few), then the marks read by a
-    /// command, then those beside typed keys, each in name order; returns
-    /// the others, which are not read. (Signs are not counted: fixed
-    /// names.)
-    pub(super) fn keep_within(&mut self, max: usize) -> Vec<Vec<u8>> {
-        let mut left = max;
-        let mut beyond = Vec::new();
-        self.sets.sort_unstable();
-        self.sets.dedup();
-        let keep = self.sets.len().min(left);
-        beyond.extend(self.sets.drain(keep..));
-        left -= keep;
-        for list in [&mut self.cmds, &mut self.beside] {
-            sort_named(list);
-            let keep = list.len().min(left);
-            beyond.extend(list.drain(keep..).map(|(k, _)| k));
-            left -= keep;
-        }
-        beyond
-    }
-}
-
-/// The marks found beside the keys `keys` (`Library::marks_beside`), at
-/// most `limit` per library, with their reads.
-pub(super) fn beside_marks(
-    keys: &BTreeMap<Vec<u8>, Candidate>,
-    limit: usize,
-) -> Vec<(Vec<u8>, redis::Cmd)> {
-    LIBRARIES
-        .iter()
-        .flat_map(|l| {
-            l.marks_beside(keys, limit)
-                .into_iter()
-                .filter_map(|k| l.beside_read(&k).map(|c| (k, c)))
-        })
-        .collect()
-}
-
-/// Whether `k` is named like a library's mark.
-pub(super) fn is_mark(k: &[u8]) -> bool {
-    classify(k).is_some()
-}
-
-/// The marks a pass kept, split by the read each gets.
-pub(super) fn marks_of(marks: Vec<Vec<u8>>, evidence: Vec<Vec<u8>>) -> Marks {
-    let mut out = Marks {
-        evidence,
-        ..Marks::default()
-    };
-    for k in marks {
-        match classify(&k) {
-            Some(MarkRead::Set) => out.sets.push(k),
-            Some(MarkRead::Cmd(c)) => out.cmds.push((k, c)),
-            Some(MarkRead::Sign(c)) => out.signs.push((k, c)),
-            None => {}
-        }
-    }
-    out
-}
-
-/// Marks known by name, split by the read each gets: those named like a
-/// mark, and those found beside typed keys (the rest).
-pub(super) fn marks_named(names: Vec<Vec<u8>>) -> Marks {
-    let (marks, others): (Vec<_>, Vec<_>) = names.into_iter().partition(|k| is_mark(k));
-    let beside = others
-        .into_iter()
-        .filter_map(|k| {
-            let c = LIBRARIES.iter().find_map(|l| l.beside_read(&k))?;
-            Some((k, c))
-        })
-        .collect();
-    Marks {
-        beside,
-        ..marks_of(marks, Vec::new())
-    }
-}
-
-impl Seen {
-    /// The unread marks whose library's queue names cannot be told from
-    /// key names (a registry, a queue's own mark); not those whose queues
-    /// are keys held back by name ([`Hidden::Nothing`]).
-    pub fn names_unknown(&self) -> Vec<String> {
-        self.unread
-            .keys()
-            .filter(|m| hidden(m) != Some(Hidden::Nothing))
-            .map(|m| display_key(m))
-            .collect()
-    }
-
-    /// The marks not read for a bound, by name, with the bound.
-    pub fn over(&self) -> Vec<(String, Bound)> {
-        self.bounded
-            .iter()
-            .map(|(m, b)| (display_key(m), *b))
-            .collect()
-    }
-
-    /// Which names the marks not read for a bound may hide.
-    pub fn over_hides(&self) -> Hides {
-        hides(self.bounded.keys().map(Vec::as_slice))
-    }
-
-    /// Notes the marks `beyond` [`Marks::keep_within`]'s `max`, not read;
-    /// a mark found beside typed keys whose library says it would tell
-    /// nothing more (`Library::beside_tells`) is left out.
-    pub(super) fn beyond(&mut self, beyond: Vec<Vec<u8>>, max: usize) {
-        let (others, marks): (Vec<_>, Vec<_>) = beyond.into_iter().partition(|k| !is_mark(k));
-        for m in marks {
-            self.bounded.insert(m, Bound::MaxKeys(max));
-        }
-        for k in others {
-            let owner = LIBRARIES.iter().find(|l| l.beside_read(&k).is_some());
-            if owner.is_some_and(|l| l.beside_tells(&k, self)) {
-                self.bounded.insert(k, Bound::MaxKeys(max));
-            }
-        }
-    }
-
-    /// What recognition reads in the sets, by set: a registry's members,
-    /// a table's view as its library gives it (`Library::set_view`),
-    /// sorted; sets with none are left out (a set Redis holds is never
-    /// empty: an empty read is a missing key). Library rounds compare it
-    /// with the scan's.
-    pub(super) fn set_members(&self) -> BTreeMap<Vec<u8>, Vec<Vec<u8>>> {
-        self.set_views()
-            .into_iter()
-            .map(|(name, (view, _))| (name, view))
-            .collect()
-    }
-
-    /// Each set's view, and whether a library marks it whatever entry
-    /// came from it.
-    fn set_views(&self) -> BTreeMap<Vec<u8>, (Vec<Vec<u8>>, bool)> {
-        self.sets
-            .iter()
-            .filter_map(|(name, members)| {
-                let own = LIBRARIES.iter().find_map(|l| l.set_view(name, members));
-                let always = own.is_some();
-                let mut view = own.unwrap_or_else(|| members.clone());
-                view.sort_unstable();
-                view.dedup();
-                (!view.is_empty()).then(|| (name.clone(), (view, always)))
-            })
-            .collect()
-    }
-
-    /// [`Seen::set_members`] of the sets that mark a library: a registry
-    /// an entry of `entries` came from, a set its library marks whatever
-    /// entry came from it (a binding table: its work queues), and the
-    /// registries libraries keep under a `fixed` name. A set named like a
-    /// registry that marks no library (an app's own `<p>:queues`) is left
-    /// out, so its changes make no library round a scan.
-    pub(super) fn library_set_members(
-        &self,
-        entries: &[(PresetSpec, Vec<Unit>)],
-        fixed: &[&[u8]],
-    ) -> BTreeMap<Vec<u8>, Vec<Vec<u8>>> {
-        let registries: BTreeSet<Vec<u8>> = entries
-            .iter()
-            .filter_map(|(spec, _)| registry_of(spec))
-            .collect();
-        self.set_views()
-            .into_iter()
-            .filter(|(name, (_, always))| {
-                *always || fixed.contains(&name.as_slice()) || registries.contains(name)
-            })
-            .map(|(name, (view, _))| (name, view))
-            .collect()
-    }
-
-    /// Adds what a later read of more marks saw.
-    pub(super) fn extend(&mut self, more: Seen) {
-        self.sets.extend(more.sets);
-        self.replies.extend(more.replies);
-        self.unread.extend(more.unread);
-        self.bounded.extend(more.bounded);
-    }
-}
-
-/// The names some unread marks may hide from the scaler.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Hides {
-    /// Any name: a registry's members are unknown.
-    pub any: bool,
-    /// Any name, even of a refused mark (`Hidden::Every`), whose library's
-    /// keys found do not tell its queue names.
-    pub every: bool,
-    /// The `queue` labels of the queues a queue's own mark names:
-    /// `<name>`, and `<prefix>:<name>` (its label beside a queue of that
-    /// name at another prefix).
-    pub names: BTreeSet<String>,
-}
-
-/// What the libraries say an unread `mark` hides (`Library::hidden`), if
-/// one of them knows it.
-fn hidden(mark: &[u8]) -> Option<Hidden> {
-    LIBRARIES.iter().find_map(|l| l.hidden(mark))
-}
-
-/// Which names the unread `marks` may hide (pure): as each mark's library
-/// says; any for a mark no library knows.
-pub fn hides<'a>(marks: impl Iterator<Item = &'a [u8]>) -> Hides {
-    let mut out = Hides::default();
-    for mark in marks {
-        match hidden(mark) {
-            Some(Hidden::Nothing) => {}
-            Some(Hidden::Names(names)) => out.names.extend(names),
-            Some(Hidden::Any) | None => out.any = true,
-            Some(Hidden::Every) => (out.any, out.every) = (true, true),
-        }
-    }
-    out
-}
-
-/// Pairs the marks with what their reads found (pure): `sets`, the
-/// bounded reads of the sets ([`super::bounded::read_sets`]); `replies`,
-/// those of the marks read by a command, then of those beside typed keys,
-/// then of the signs. A key of another type (`WRONGTYPE`) or a reply of
-/// another shape marks nothing; a read Redis refused or failed is
-/// unread (a sign's tells nothing); a set over the cap, not read for a
-/// bound.
-pub(super) fn seen(marks: Marks, sets: Vec<SetRead>, replies: &[Value]) -> Seen {
-    let (cmd_replies, rest) = replies.split_at(marks.cmds.len().min(replies.len()));
-    let (beside_replies, sign_replies) = rest.split_at(marks.beside.len().min(rest.len()));
-    let mut out = Seen::default();
-    let names = |list: Vec<(Vec<u8>, redis::Cmd)>| list.into_iter().map(|(k, _)| k);
-    answered(names(marks.cmds), cmd_replies, &mut out);
-    answered(names(marks.beside), beside_replies, &mut out);
-    for (name, read) in marks.sets.into_iter().zip(sets) {
-        match read {
-            SetRead::Members(members) => {
-                out.sets.insert(name, members);
-            }
-            SetRead::Over(bound) => {
-                out.bounded.insert(name, bound);
-            }
-            SetRead::Reply(v) => {
-                if let Some(reason) = super::reply::refusal(&v) {
-                    out.unread.insert(name, reason);
-                }
-            }
-        }
-    }
-    for ((name, _), v) in marks.signs.into_iter().zip(sign_replies) {
-        out.replies.insert(name, v.clone());
-    }
-    out
-}
-
-/// Puts `names`' `replies` Redis answered into `seen`'s replies, and the
-/// others into its unread marks, with why.
-fn answered(names: impl Iterator<Item = Vec<u8>>, replies: &[Value], seen: &mut Seen) {
-    for (name, v) in names.zip(replies) {
-        match super::reply::refusal(v) {
-            Some(reason) => {
-                seen.unread.insert(name, reason);
-            }
-            None => {
-                seen.replies.insert(name, v.clone());
-            }
-        }
-    }
-}
 
 /// The outcome of recognition.
 #[derive(Debug, Default)]
@@ -360,21 +27,23 @@ pub struct Recognition {
     /// Keys a mark Redis would not let us read may own: whose they are is
     /// unknown, so they are reported neither as a library's nor as plain.
     pub withheld: BTreeSet<Vec<u8>>,
-}
-
-/// The registry set an entry is read from, if it has one.
-fn registry_of(spec: &PresetSpec) -> Option<Vec<u8>> {
-    match super::lib(&spec.preset).registry(&spec.preset) {
-        Registry::Set(k) => Some(k),
-        _ => None,
-    }
+    /// Keys the entries polled until now owned that these entries leave
+    /// plain: a queue removed while the round ran (between its keys' `TYPE`
+    /// and its mark's read) left them typed as they were, so they are typed
+    /// again before they are adopted (`gather::retype`).
+    pub recheck: Vec<Vec<u8>>,
 }
 
 /// Recognises the libraries the marks show (pure): each library's
 /// entries (`Library::recognise`, in claim order: a registry set one
 /// library takes is no other's), sorted by library in the list's order,
-/// then as each library found them; and the keys they consume.
-pub fn recognise(seen: &Seen, found: &Candidates) -> Recognition {
+/// then as each library found them; the keys they consume; and those of
+/// the entries `polled` until now that they leave plain.
+pub fn recognise(
+    seen: &Seen,
+    found: &Candidates,
+    polled: &[(PresetSpec, Vec<Unit>)],
+) -> Recognition {
     let keys = &found.keys;
     let mut entries: Vec<(PresetSpec, Vec<Unit>)> = Vec::new();
     let mut claimed = BTreeSet::new();
@@ -386,14 +55,19 @@ pub fn recognise(seen: &Seen, found: &Candidates) -> Recognition {
                 .map(|(preset, units)| (spec(preset), units)),
         );
     }
-    entries.sort_by_key(|(s, _)| super::library::rank(s.preset.kind()));
-    let consumed = consumed(&entries, keys);
+    entries.sort_by_key(|(s, _)| super::super::library::rank(s.preset.kind()));
+    let taken = consumed(&entries, keys);
     let mut withheld = withheld(seen.unread.keys().chain(seen.bounded.keys()), keys);
-    withheld.retain(|k| !consumed.contains(k));
+    withheld.retain(|k| !taken.contains(k));
+    let recheck = consumed(polled, keys)
+        .into_iter()
+        .filter(|k| !taken.contains(k) && !withheld.contains(k))
+        .collect();
     Recognition {
         entries,
-        consumed,
+        consumed: taken,
         withheld,
+        recheck,
     }
 }
 
@@ -420,13 +94,42 @@ fn spec(preset: crate::config::Preset) -> PresetSpec {
     }
 }
 
+/// Whether the marks a library round read by name (`seen`) differ from
+/// what the scan `learnt` read of them (a registry's members, a binding's
+/// work queues, a refusal, a bound): the round must scan instead.
+pub fn changed_since(seen: &Seen, learnt: &Learnt) -> bool {
+    let unread: BTreeSet<&Vec<u8>> = seen.unread.keys().collect();
+    let over: BTreeSet<&Vec<u8>> = seen.bounded.keys().collect();
+    let over_then: BTreeSet<&Vec<u8>> = learnt
+        .over
+        .keys()
+        .filter(|m| !learnt.beyond_max_keys(m))
+        .collect();
+    seen.set_members() != learnt.sets
+        || unread != learnt.unread.iter().collect()
+        || over != over_then
+}
+
+/// Whether reading the relisted entries' registries met a mark refused
+/// since the scan (a `meta` hash): whose keys are beside it is unknown, so
+/// the round must scan instead.
+pub fn refused_since(refused: &[(Vec<u8>, crate::snapshot::Reason)], learnt: &Learnt) -> bool {
+    refused.iter().any(|(m, _)| !learnt.unread.contains(m))
+}
+
 #[cfg(test)]
 mod tests {
-    use super::super::super::tracked::KeyState;
-    use super::super::{asynq, bull, bullmq, celery, rq, sidekiq};
+    use super::super::super::super::tracked::KeyState;
+    use super::super::super::bounded::SetRead;
+    use super::super::super::library::MarkRead;
+    use super::super::super::{asynq, bull, bullmq, celery, rq, sidekiq};
+    use super::super::marks::{
+        Hides, Marks, beside_marks, evidence, hides, is_evidence, is_mark, mark_read,
+    };
     use super::*;
     use crate::config::KeyType;
     use crate::snapshot::{PresetKind, Reason};
+    use redis::Value;
 
     fn keys(list: &[(&str, KeyType)]) -> Candidates {
         let mut c = Candidates::default();
@@ -480,7 +183,7 @@ mod tests {
 
     /// A mark named `name`, with its library's read.
     fn cmd_mark(name: &str) -> (Vec<u8>, redis::Cmd) {
-        let Some(MarkRead::Cmd(c) | MarkRead::Sign(c)) = classify(name.as_bytes()) else {
+        let Some(MarkRead::Cmd(c) | MarkRead::Sign(c)) = mark_read(name.as_bytes()) else {
             panic!("{name} is no mark read by a command")
         };
         (name.as_bytes().to_vec(), c)
@@ -544,7 +247,7 @@ mod tests {
             refused(seen(&[], &[]), &["secret:jobs:meta"]),
             &["secret:jobs:id"],
         );
-        let r = recognise(&s, &found);
+        let r = recognise(&s, &found, &[]);
         assert!(r.entries.is_empty());
         assert_eq!(
             strings(&r.withheld),
@@ -561,9 +264,9 @@ mod tests {
             ("retry:other", Zset),
             ("plain", List),
         ]);
-        let r = recognise(&refused(seen(&[], &[]), &["rq:queues"]), &found);
+        let r = recognise(&refused(seen(&[], &[]), &["rq:queues"]), &found, &[]);
         assert_eq!(strings(&r.withheld), ["rq:queue:high"]);
-        let r = recognise(&refused(seen(&[], &[]), &["queues"]), &found);
+        let r = recognise(&refused(seen(&[], &[]), &["queues"]), &found, &[]);
         assert_eq!(strings(&r.withheld), ["queue:default", "retry"]);
     }
 
@@ -579,12 +282,14 @@ mod tests {
         let r = recognise(
             &refused(seen(&[], &[]), &["app:_kombu.binding.celery"]),
             &found,
+            &[],
         );
         assert_eq!(strings(&r.withheld), ["app:celery", "app:unacked_index"]);
         // A pidbox exchange carries no work: nothing to withhold.
         let r = recognise(
             &refused(seen(&[], &[]), &["_kombu.binding.celery.pidbox"]),
             &found,
+            &[],
         );
         assert!(r.withheld.is_empty());
     }
@@ -607,7 +312,7 @@ mod tests {
             reply(b"-WRONGTYPE Operation against a key holding the wrong kind of value\r\n"),
             reply(b"-ERR something else\r\n"),
         ];
-        let s = super::seen(marks, sets, &replies);
+        let s = super::super::marks::seen(marks, sets, &replies);
         assert_eq!(
             s.unread,
             BTreeMap::from([
@@ -659,7 +364,7 @@ mod tests {
             ],
             &[],
         );
-        let r = recognise(&s, &found);
+        let r = recognise(&s, &found, &[]);
         assert_eq!(
             names(&r),
             vec![
@@ -706,7 +411,7 @@ mod tests {
             ("bull:mailer:wait", List),
         ]);
         let s = seen(&[], &["bull:mail:meta", "my:app:jobs:meta"]);
-        let r = recognise(&s, &found);
+        let r = recognise(&s, &found, &[]);
         assert_eq!(
             names(&r),
             vec![
@@ -761,7 +466,7 @@ mod tests {
             seen(&[], &["bull:new:meta"]),
             &["bull:old:id", "bull:new:id", "my:app:paused:id"],
         );
-        let r = recognise(&s, &found);
+        let r = recognise(&s, &found, &[]);
         assert_eq!(
             names(&r),
             [
@@ -810,7 +515,7 @@ mod tests {
             ],
             &[],
         );
-        let r = recognise(&s, &found);
+        let r = recognise(&s, &found, &[]);
         let [(spec, units)] = &r.entries[..] else {
             panic!("{:?}", r.entries)
         };
@@ -872,7 +577,7 @@ mod tests {
         assert!(!is_mark(b"_kombu.binding.celeryev"));
         assert!(!is_mark(b"app:_kombu.binding.celeryev"));
         assert!(is_mark(b"_kombu.binding.celeryev2"));
-        let r = recognise(&s, &keys(&[]));
+        let r = recognise(&s, &keys(&[]), &[]);
         let queues: Vec<(String, Vec<String>)> = r
             .entries
             .iter()
@@ -908,7 +613,7 @@ mod tests {
             )],
             &[],
         );
-        let r = recognise(&s, &found);
+        let r = recognise(&s, &found, &[]);
         let [(spec, _)] = &r.entries[..] else {
             panic!("{:?}", r.entries)
         };
@@ -965,12 +670,12 @@ mod tests {
             Value::SimpleString("list".into()),
             Value::SimpleString("none".into()),
         ];
-        let s = super::seen(marks, sets, &replies);
+        let s = super::super::marks::seen(marks, sets, &replies);
         assert_eq!(s.sets[&b"queues".to_vec()], [b"mail".to_vec()]);
         assert_eq!(s.sets.len(), 1);
         // `a` and `b` are BullMQ's; Bull's `old` counts jobs, `app:x` not;
         // the bare `queues` has no sign of Sidekiq's beside it.
-        let r = recognise(&s, &keys(&[]));
+        let r = recognise(&s, &keys(&[]), &[]);
         assert_eq!(
             names(&r),
             [
