@@ -90,7 +90,8 @@ pub async fn scan(
 /// [`Recognition::recheck`](super::classify::Recognition::recheck)), so one
 /// deleted since its `TYPE` is dropped, not tracked as an empty plain
 /// queue until the next scan. Sends nothing when `recheck` is empty (no
-/// queue went while the round ran).
+/// queue went while the round ran; the orchestrator then does not call
+/// it).
 pub async fn retype(
     conn: &Conn,
     found: &mut Candidates,

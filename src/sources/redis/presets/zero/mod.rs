@@ -61,7 +61,9 @@ pub async fn scan(
         (gathered, recognition)
     })
     .await?;
-    gather::retype(conn, &mut gathered.found, &recognition.recheck).await?;
+    if !recognition.recheck.is_empty() {
+        gather::retype(conn, &mut gathered.found, &recognition.recheck).await?;
+    }
     Ok(adopt::scan(gathered, recognition, config, Instant::now()))
 }
 
