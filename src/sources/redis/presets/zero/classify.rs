@@ -118,20 +118,26 @@ pub fn refused_since(refused: &[(Vec<u8>, crate::snapshot::Reason)], learnt: &Le
 }
 
 #[cfg(test)]
-mod tests {
-    use super::super::super::super::tracked::KeyState;
-    use super::super::super::bounded::SetRead;
-    use super::super::super::library::MarkRead;
-    use super::super::super::{asynq, bull, bullmq, celery, rq, sidekiq};
-    use super::super::marks::{
+pub(in super::super) mod test_util {
+    //! Recognition's test fixtures, shared with the libraries' own tests
+    //! of it: keys found, marks read, refused, with their readers.
+
+    pub use super::super::super::super::tracked::KeyState;
+    pub use super::super::super::Unit;
+    pub use super::super::super::bounded::SetRead;
+    pub use super::super::super::library::{MarkRead, Seen};
+    pub(in crate::sources::redis::presets) use super::super::marks::{
         Hides, Marks, beside_marks, evidence, hides, is_evidence, is_mark, mark_read,
     };
-    use super::*;
-    use crate::config::KeyType;
-    use crate::snapshot::{PresetKind, Reason};
-    use redis::Value;
+    pub use super::{Recognition, recognise};
+    pub use crate::config::KeyType::{self, List, Stream, Zset};
+    pub use crate::snapshot::{PresetKind, Reason};
+    pub use redis::Value;
+    pub use std::collections::{BTreeMap, BTreeSet};
 
-    fn keys(list: &[(&str, KeyType)]) -> Candidates {
+    use super::super::super::super::discovery::{Candidate, Candidates};
+
+    pub fn keys(list: &[(&str, KeyType)]) -> Candidates {
         let mut c = Candidates::default();
         for (k, t) in list {
             c.keys.insert(
@@ -154,7 +160,7 @@ mod tests {
         ])
     }
 
-    fn seen(sets: &[(&str, &[&str])], bullmq: &[&str]) -> Seen {
+    pub fn seen(sets: &[(&str, &[&str])], bullmq: &[&str]) -> Seen {
         Seen {
             sets: sets
                 .iter()
@@ -173,7 +179,7 @@ mod tests {
     }
 
     /// `s` with the integer `id`s `ids` read.
-    fn with_ids(mut s: Seen, ids: &[&str]) -> Seen {
+    pub fn with_ids(mut s: Seen, ids: &[&str]) -> Seen {
         for id in ids {
             let v = Value::BulkString(b"7".to_vec());
             s.replies.insert(id.as_bytes().to_vec(), v);
@@ -182,7 +188,7 @@ mod tests {
     }
 
     /// A mark named `name`, with its library's read.
-    fn cmd_mark(name: &str) -> (Vec<u8>, redis::Cmd) {
+    pub fn cmd_mark(name: &str) -> (Vec<u8>, redis::Cmd) {
         let Some(MarkRead::Cmd(c) | MarkRead::Sign(c)) = mark_read(name.as_bytes()) else {
             panic!("{name} is no mark read by a command")
         };
@@ -190,18 +196,38 @@ mod tests {
     }
 
     /// `s` with `marks` unread (refused).
-    fn refused(mut s: Seen, marks: &[&str]) -> Seen {
+    pub fn refused(mut s: Seen, marks: &[&str]) -> Seen {
         for m in marks {
             s.unread.insert(m.as_bytes().to_vec(), Reason::Auth);
         }
         s
     }
 
-    fn strings(set: &BTreeSet<Vec<u8>>) -> Vec<String> {
+    pub fn strings(set: &BTreeSet<Vec<u8>>) -> Vec<String> {
         set.iter()
             .map(|k| String::from_utf8_lossy(k).into_owned())
             .collect()
     }
+
+    pub fn names(r: &Recognition) -> Vec<(PresetKind, String, Vec<Unit>)> {
+        r.entries
+            .iter()
+            .map(|(s, u)| {
+                let prefix = s.preset.prefix.clone();
+                (s.preset.kind(), prefix, u.clone())
+            })
+            .collect()
+    }
+
+    pub fn q(name: &str) -> Unit {
+        Unit::Queue(name.as_bytes().to_vec())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::super::{asynq, bull, bullmq, rq, sidekiq};
+    use super::test_util::*;
 
     #[test]
     fn what_library_rounds_compare_leaves_event_receivers_and_empty_reads_out() {
@@ -235,27 +261,6 @@ mod tests {
     }
 
     #[test]
-    fn an_unread_meta_withholds_its_queues_keys_and_is_never_taken_for_bull() {
-        let found = keys(&[
-            ("secret:jobs:wait", List),
-            ("secret:jobs:events", Stream),
-            ("secret:jobsx:wait", List),
-            ("plain", List),
-        ]);
-        // Bull's `id` beside it is an integer: still not Bull's.
-        let s = with_ids(
-            refused(seen(&[], &[]), &["secret:jobs:meta"]),
-            &["secret:jobs:id"],
-        );
-        let r = recognise(&s, &found, &[]);
-        assert!(r.entries.is_empty());
-        assert_eq!(
-            strings(&r.withheld),
-            ["secret:jobs:events", "secret:jobs:wait"]
-        );
-    }
-
-    #[test]
     fn an_unread_registry_withholds_the_keys_its_library_may_own() {
         let found = keys(&[
             ("rq:queue:high", List),
@@ -268,30 +273,6 @@ mod tests {
         assert_eq!(strings(&r.withheld), ["rq:queue:high"]);
         let r = recognise(&refused(seen(&[], &[]), &["queues"]), &found, &[]);
         assert_eq!(strings(&r.withheld), ["queue:default", "retry"]);
-    }
-
-    #[test]
-    fn an_unread_kombu_binding_withholds_every_list_under_its_prefix() {
-        let found = keys(&[
-            ("celery", List),
-            ("app:celery", List),
-            ("app:unacked_index", Zset),
-            ("app:events", Stream),
-            ("other", List),
-        ]);
-        let r = recognise(
-            &refused(seen(&[], &[]), &["app:_kombu.binding.celery"]),
-            &found,
-            &[],
-        );
-        assert_eq!(strings(&r.withheld), ["app:celery", "app:unacked_index"]);
-        // A pidbox exchange carries no work: nothing to withhold.
-        let r = recognise(
-            &refused(seen(&[], &[]), &["_kombu.binding.celery.pidbox"]),
-            &found,
-            &[],
-        );
-        assert!(r.withheld.is_empty());
     }
 
     #[test]
@@ -323,22 +304,6 @@ mod tests {
         assert_eq!(s.sets.keys().collect::<Vec<_>>(), [b"rq:queues"]);
         assert!(!bullmq::marked(&s, b"a:q:meta"));
     }
-
-    fn names(r: &Recognition) -> Vec<(PresetKind, String, Vec<Unit>)> {
-        r.entries
-            .iter()
-            .map(|(s, u)| {
-                let prefix = s.preset.prefix.clone();
-                (s.preset.kind(), prefix, u.clone())
-            })
-            .collect()
-    }
-
-    fn q(name: &str) -> Unit {
-        Unit::Queue(name.as_bytes().to_vec())
-    }
-
-    use KeyType::{List, Stream, Zset};
 
     #[test]
     fn registries_tell_rq_asynq_and_sidekiq_apart() {
@@ -399,242 +364,6 @@ mod tests {
     }
 
     #[test]
-    fn bullmq_at_any_prefix_consumes_its_queue_keys_but_not_lookalikes() {
-        let found = keys(&[
-            ("bull:mail:wait", List),
-            ("bull:mail:events", Stream),
-            ("bull:mail:marker", Zset),
-            ("bull:mail:1:logs", List),
-            // BullMQ's `wait` is a list: a zset is somebody else's.
-            ("my:app:jobs:wait", Zset),
-            ("my:app:jobs:delayed", Zset),
-            ("bull:mailer:wait", List),
-        ]);
-        let s = seen(&[], &["bull:mail:meta", "my:app:jobs:meta"]);
-        let r = recognise(&s, &found, &[]);
-        assert_eq!(
-            names(&r),
-            vec![
-                (bullmq::KIND, "bull".into(), vec![q("mail")]),
-                (bullmq::KIND, "my:app".into(), vec![q("jobs")]),
-            ]
-        );
-        let consumed: Vec<&[u8]> = r.consumed.iter().map(Vec::as_slice).collect();
-        assert_eq!(
-            consumed,
-            [
-                &b"bull:mail:1:logs"[..],
-                b"bull:mail:events",
-                b"bull:mail:marker",
-                b"bull:mail:wait",
-                b"my:app:jobs:delayed",
-            ]
-        );
-    }
-
-    #[test]
-    fn bull_is_an_integer_id_beside_its_keys_where_no_bullmq_meta_is() {
-        let found = keys(&[
-            ("bull:old:wait", List),
-            ("bull:old:priority", Zset),
-            ("bull:old:completed", Zset),
-            ("bull:old:1", List),
-            ("bull:new:wait", List),
-            ("my:app:paused:paused", List),
-            ("plain:thing:wait", List),
-        ]);
-        // Probed: one `id` per `<prefix>:<name>` with a Bull-like key.
-        let ids = |limit| -> Vec<Vec<u8>> {
-            beside_marks(&found.keys, limit)
-                .into_iter()
-                .map(|(k, _)| k)
-                .collect()
-        };
-        assert_eq!(
-            ids(100),
-            [
-                b"bull:new:id".to_vec(),
-                b"bull:old:id".to_vec(),
-                b"my:app:paused:id".to_vec(),
-                b"plain:thing:id".to_vec(),
-            ]
-        );
-        assert_eq!(ids(2).len(), 2);
-        // `bull:new` has an `id` too, but its BullMQ `meta` says BullMQ;
-        // `plain:thing:id` held no integer.
-        let s = with_ids(
-            seen(&[], &["bull:new:meta"]),
-            &["bull:old:id", "bull:new:id", "my:app:paused:id"],
-        );
-        let r = recognise(&s, &found, &[]);
-        assert_eq!(
-            names(&r),
-            [
-                (bullmq::KIND, "bull".into(), vec![q("new")]),
-                (bull::KIND, "bull".into(), vec![q("old")]),
-                (bull::KIND, "my:app".into(), vec![q("paused")]),
-            ]
-        );
-        let consumed: Vec<&[u8]> = r.consumed.iter().map(Vec::as_slice).collect();
-        assert_eq!(
-            consumed,
-            [
-                &b"bull:new:wait"[..],
-                b"bull:old:1",
-                b"bull:old:completed",
-                b"bull:old:priority",
-                b"bull:old:wait",
-                b"my:app:paused:paused",
-            ]
-        );
-    }
-
-    #[test]
-    fn celery_bindings_give_queues_and_their_priority_lists() {
-        let found = keys(&[
-            ("celery", List),
-            ("celery\x06\x163", List),
-            ("celery\x06\x161", List),
-            ("emails", Zset),
-            ("unacked_index", Zset),
-        ]);
-        let s = seen(
-            &[
-                (
-                    "_kombu.binding.celery",
-                    &[
-                        "celery\x06\x16\x06\x16celery",
-                        "emails\x06\x16\x06\x16emails",
-                    ],
-                ),
-                (
-                    "_kombu.binding.reply.celery.pidbox",
-                    &["x\x06\x16\x06\x16reply"],
-                ),
-                ("_kombu.binding.broken", &["no separators"]),
-            ],
-            &[],
-        );
-        let r = recognise(&s, &found, &[]);
-        let [(spec, units)] = &r.entries[..] else {
-            panic!("{:?}", r.entries)
-        };
-        let (queues, priority_steps) = (&spec.preset.queues, &spec.preset.priority_steps);
-        assert_eq!(spec.preset.kind, celery::KIND);
-        assert_eq!(queues, &["celery", "emails"]);
-        assert_eq!(priority_steps, &[0, 1, 3, 6, 9]);
-        assert_eq!(units, &[q("celery"), q("emails"), Unit::Shared]);
-        // `emails` is a zset: not kombu's list, so it stays plain.
-        let consumed: Vec<&[u8]> = r.consumed.iter().map(Vec::as_slice).collect();
-        assert_eq!(
-            consumed,
-            [
-                &b"celery"[..],
-                b"celery\x06\x161",
-                b"celery\x06\x163",
-                b"unacked_index"
-            ]
-        );
-    }
-
-    #[test]
-    fn celery_event_receivers_are_no_work_queues() {
-        let uuid = "74e6b2c1-9f3a-4d2e-8b1c-0a5f6e7d8c9b";
-        let ev = |rk: &str, q: &str| format!("{rk}\x06\x16\x06\x16{q}.{uuid}");
-        let gossip = ev("worker.#", "celeryev");
-        let monitor = ev("#", "celeryev");
-        let custom = ev("worker.#", "myev");
-        let colon = format!("worker.#::celeryev.{uuid}");
-        // A uuid-named queue under a routing key of its own is work.
-        let own = ev("jobs", "jobs");
-        let members = |m: &[&String]| m.iter().map(|s| s.as_bytes().to_vec()).collect();
-        let mut s = seen(&[], &[]);
-        s.sets = [
-            ("_kombu.binding.celery", vec![&own]),
-            // Celery's default `event_exchange`, at the bare keys and
-            // under a `global_keyprefix`: skipped by name.
-            ("_kombu.binding.celeryev", vec![&gossip, &monitor, &own]),
-            ("app:_kombu.binding.celeryev", vec![&gossip]),
-            // A custom `event_exchange`: told by the receivers' bindings,
-            // beside a work queue bound to it.
-            ("_kombu.binding.events", vec![&custom, &monitor, &colon]),
-            (
-                "_kombu.binding.tasks",
-                vec![&"tasks\x06\x16\x06\x16tasks".to_string()],
-            ),
-            // Not a receiver's: a routing key of its own, or no uuid.
-            (
-                "_kombu.binding.other",
-                vec![
-                    &format!("worker.#\x06\x16\x06\x16celeryev.{}", &uuid[1..]),
-                    &"worker.#\x06\x16\x06\x16logs.v2".to_string(),
-                ],
-            ),
-        ]
-        .into_iter()
-        .map(|(k, m)| (k.as_bytes().to_vec(), members(&m)))
-        .collect();
-        assert!(!is_mark(b"_kombu.binding.celeryev"));
-        assert!(!is_mark(b"app:_kombu.binding.celeryev"));
-        assert!(is_mark(b"_kombu.binding.celeryev2"));
-        let r = recognise(&s, &keys(&[]), &[]);
-        let queues: Vec<(String, Vec<String>)> = r
-            .entries
-            .iter()
-            .map(|(spec, _)| match &spec.preset {
-                p if p.kind == celery::KIND => (p.prefix.clone(), p.queues.clone()),
-                p => panic!("{p:?}"),
-            })
-            .collect();
-        let want = vec![
-            format!("celeryev.{}", &uuid[1..]),
-            format!("jobs.{uuid}"),
-            "logs.v2".to_string(),
-            "tasks".to_string(),
-        ];
-        assert_eq!(queues, [(String::new(), want)]);
-        // The libraries-only pass asks nothing of them either.
-        let names = vec![format!("myev.{uuid}\x06\x167").into_bytes()];
-        assert!(evidence(&s, names).is_empty());
-    }
-
-    #[test]
-    fn celery_with_the_colon_sep_its_docs_suggest_is_recognised_too() {
-        let found = keys(&[
-            ("app:tasks", List),
-            ("app:tasks:1", List),
-            ("app:tasks:7", List),
-            ("app:tasks:x", List),
-        ]);
-        let s = seen(
-            &[(
-                "app:_kombu.binding.tasks",
-                &["tasks::tasks", "a:b:c:d", "\x06\x16\x06\x16"],
-            )],
-            &[],
-        );
-        let r = recognise(&s, &found, &[]);
-        let [(spec, _)] = &r.entries[..] else {
-            panic!("{:?}", r.entries)
-        };
-        let p = &spec.preset;
-        assert_eq!(p.kind, celery::KIND);
-        let (queues, priority_steps, sep, prefix) =
-            (&p.queues, &p.priority_steps, &p.sep, &p.prefix);
-        assert_eq!(
-            (queues.as_slice(), sep.as_str(), prefix.as_str()),
-            (&["tasks".to_string()][..], ":", "app:")
-        );
-        assert_eq!(priority_steps, &[0, 1, 3, 6, 7, 9]);
-        let consumed: Vec<&[u8]> = r.consumed.iter().map(Vec::as_slice).collect();
-        // `app:tasks:x` is no step: it stays plain.
-        assert_eq!(
-            consumed,
-            [&b"app:tasks"[..], b"app:tasks:1", b"app:tasks:7"]
-        );
-    }
-
-    #[test]
     fn bullmq_marks_are_the_version_or_max_len_events() {
         let marks = Marks {
             cmds: vec![
@@ -687,28 +416,6 @@ mod tests {
     }
 
     #[test]
-    fn the_evidence_check_indexes_names_by_their_own_prefixes() {
-        // A registry of 1,000 bare names at a prefix that is not asynq's,
-        // and 100,000 names under asynq-shaped `work:{<q>}:`, half of them
-        // a member's.
-        let members: Vec<String> = (0..1000).map(|i| format!("q{i}")).collect();
-        let refs: Vec<&str> = members.iter().map(String::as_str).collect();
-        let s = seen(&[("work:queues", &refs)], &[]);
-        let names: Vec<Vec<u8>> = (0..100_000)
-            .map(|i| format!("work:{{q{}}}:pending:{i}", i % 2000).into_bytes())
-            .collect();
-        let wanted = evidence(&s, names);
-        // Each member's `work:queue:<m>`, the namespace's three zsets, and
-        // the 50,000 names under a member's braces.
-        assert_eq!(wanted.len(), 1000 + 3 + 50_000);
-        assert!(wanted.contains(&b"work:{q999}:pending:999".to_vec()));
-        assert!(!wanted.contains(&b"work:{q1000}:pending:1000".to_vec()));
-        // Speed is not asserted here (a timed test fails on a loaded
-        // machine): names × members, 10^8 prefix comparisons, took 13.8 s
-        // in a debug build; by each name's own prefixes, 0.6 s.
-    }
-
-    #[test]
     fn an_unread_meta_or_id_hides_its_queue_a_registry_any_name_a_binding_none() {
         let h = hides([&b"eu:app:mail:meta"[..], b"bull:old:id"].into_iter());
         assert!(!h.any);
@@ -717,14 +424,6 @@ mod tests {
         assert!(hides([&b"_kombu.binding.celery"[..]].into_iter()) == Hides::default());
         assert!(hides([&b"queues"[..]].into_iter()).any);
         assert!(hides([&b"rq:queues"[..]].into_iter()).any);
-    }
-
-    #[test]
-    fn braced_prefixes_are_each_open_brace_to_each_close_after_it() {
-        let all: Vec<&[u8]> = asynq::braced(b"a:{b}:c:{d}:e").collect();
-        // From the first `:{`, and from the second.
-        assert_eq!(all, [&b"a:{b}:"[..], b"a:{b}:c:{d}:", b"a:{b}:c:{d}:"]);
-        assert_eq!(asynq::braced(b"plain:key").count(), 0);
     }
 
     #[test]

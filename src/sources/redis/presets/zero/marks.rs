@@ -27,7 +27,7 @@ pub(super) fn by_claim_rank() -> Vec<&'static dyn Library> {
 
 /// How the first library (in the list's order) whose mark `k` is named
 /// like reads it.
-pub(super) fn mark_read(k: &[u8]) -> Option<MarkRead> {
+pub(in super::super) fn mark_read(k: &[u8]) -> Option<MarkRead> {
     LIBRARIES.iter().find_map(|l| l.mark_read(k))
 }
 
@@ -46,7 +46,7 @@ pub(in super::super) fn evidence(seen: &Seen, names: Vec<Vec<u8>>) -> Vec<Vec<u8
 
 /// Whether the libraries-only pass keeps `k` for [`evidence`]: a name some
 /// library may ask the type of (`Library::is_evidence`).
-pub(super) fn is_evidence(k: &[u8]) -> bool {
+pub(in super::super) fn is_evidence(k: &[u8]) -> bool {
     LIBRARIES.iter().any(|l| l.is_evidence(k))
 }
 
