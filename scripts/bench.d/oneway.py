@@ -22,7 +22,10 @@ in files not listed are skipped, not a break: a library's own file, the
 leaves `keyname`, `reply`, `cmd`); a return is a stay in a file that had a
 stay before. Printed per binary: stays, files, returns, the returns per
 file, and the same counted over named functions only (no closure or async
-body, whose entries depend on awaits). `--show` prints the stays in order.
+body, whose entries depend on awaits), and, where the tree has zero
+config's stage files, the steps back between them (an entry into gather or
+classify after a later stage's file was entered). `--show` prints the
+stays in order.
 Deterministic for one binary and keyspace up to how awaits land (a page that
 is ready at once is no re-entry): runs of one binary differ by a few
 returns at most.
@@ -133,6 +136,26 @@ def seed(port):
     return r.dbsize()
 
 
+# Zero config's stages, in the order a round runs them (after the
+# restructure): an entry into one after a later one was entered is a step
+# back.
+STAGES = {"src/sources/redis/presets/zero/gather.rs": 1,
+          "src/sources/redis/presets/zero/classify.rs": 2,
+          "src/sources/redis/presets/zero/adopt.rs": 3}
+
+
+def steps_back(events):
+    """Entries into a stage file after a later stage's file was entered."""
+    top, back = 0, 0
+    for file, _ in events:
+        rank = STAGES.get(file)
+        if rank is None:
+            continue
+        back += rank < top
+        top = max(top, rank)
+    return back
+
+
 def measure(events, named_only=False):
     """Stays and returns of a trace (see the module comment)."""
     stays, seen, returns, per_file = [], set(), 0, {}
@@ -176,6 +199,8 @@ def main():
                             binary, "once", "--config", cfg],
                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=1800)
             events = [tuple(json.loads(l)) for l in open(trace)]
+            if any(f in STAGES for f, _ in events):
+                print(f"{binary} | steps back between zero config's stages: {steps_back(events)}", flush=True)
             for label, named in (("every entry", False), ("named functions only", True)):
                 stays, files, returns, per_file = measure(events, named)
                 short = {f: f.replace("src/sources/redis/", "") for f in files}
