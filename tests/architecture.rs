@@ -8,7 +8,12 @@
 //!   import cycle, but for one edge: `config` parses a `- preset:` entry by
 //!   asking the library it names (`sources::redis::presets::library`);
 //! - a queue library's name appears in `src/` code only in its own file and
-//!   in the one registration list (`presets/mod.rs`'s `LIBRARIES`).
+//!   in the one registration list (`presets/mod.rs`'s `LIBRARIES`);
+//! - zero config's round goes one way (`presets/zero/`): gather → classify
+//!   → adopt, called in order by the folder's `mod.rs`; a stage imports
+//!   neither the orchestrator nor a later stage, and of an earlier stage
+//!   only its output types (never a function: no call back); the leaves
+//!   (`marks`, `learnt`) import no stage.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -449,4 +454,136 @@ fn the_library_name_check_can_fail() {
         "pub static LIBRARIES: &[&dyn L] = &[\n    &bull::Bull,\n];\nmod bull;\nfn f() { bull::x() }\n",
     );
     assert_eq!(code, "fn f() { bull::x() }\n");
+}
+
+/// Zero config's folder and its stages, in the order a round runs them;
+/// the leaves every stage may use.
+const ZERO: &[&str] = &["sources", "redis", "presets", "zero"];
+const ZERO_STAGES: &[&str] = &["gather", "classify", "adopt"];
+const ZERO_LEAVES: &[&str] = &["marks", "learnt"];
+
+/// Each module's references (as [`references`] gives them, with chained
+/// `super::super::` folded: each one more module up), by module.
+fn all_references() -> BTreeMap<ModPath, BTreeSet<ModPath>> {
+    let fold = |p: ModPath| -> ModPath {
+        let mut out = ModPath::new();
+        for seg in p {
+            match seg.as_str() {
+                "super" => {
+                    out.pop();
+                }
+                "self" => {}
+                _ => out.push(seg),
+            }
+        }
+        out
+    };
+    module_files()
+        .into_iter()
+        .map(|(module, path)| {
+            let text = std::fs::read_to_string(&path).expect("read source");
+            let refs = references(&production_code(&text), &module);
+            (module, refs.into_iter().map(fold).collect())
+        })
+        .collect()
+}
+
+/// Where zero config's stages and leaves reach against the round's
+/// direction, as `from -> reference: why`. `refs`: each module's
+/// references; `files`: the module files, which references resolve to.
+fn zero_config_against_the_flow(
+    refs: &BTreeMap<ModPath, BTreeSet<ModPath>>,
+    files: &BTreeSet<ModPath>,
+) -> Vec<String> {
+    let zero: ModPath = ZERO.iter().map(|s| s.to_string()).collect();
+    let child = |p: &ModPath| -> Option<String> {
+        (p.len() > zero.len() && p[..zero.len()] == zero[..]).then(|| p[zero.len()].clone())
+    };
+    let stage = |name: &str| ZERO_STAGES.iter().position(|s| *s == name);
+    let mut out = Vec::new();
+    for (module, rs) in refs {
+        let Some(from) = child(module) else { continue };
+        let from_stage = stage(&from);
+        if from_stage.is_none() && !ZERO_LEAVES.contains(&from.as_str()) {
+            continue;
+        }
+        for r in rs {
+            let mut file = r.clone();
+            while !file.is_empty() && !files.contains(&file) {
+                file.pop();
+            }
+            let why = if file == zero {
+                Some("the orchestrator")
+            } else if let Some(to) = child(&file).filter(|t| *t != from) {
+                match (from_stage, stage(&to)) {
+                    (None, Some(_)) => Some("a stage, from a leaf"),
+                    (Some(a), Some(b)) if b > a => Some("a later stage"),
+                    (Some(_), Some(_)) => {
+                        // An earlier stage: its output types only.
+                        let item = r.get(file.len()).map(String::as_str).unwrap_or("");
+                        (!item.starts_with(|c: char| c.is_ascii_uppercase()))
+                            .then_some("an earlier stage's function (a call back)")
+                    }
+                    _ => None,
+                }
+            } else {
+                None
+            };
+            if let Some(why) = why {
+                let rel = |p: &ModPath| match p.strip_prefix(zero.as_slice()) {
+                    Some(rest) if !rest.is_empty() => rest.join("::"),
+                    _ => show(p),
+                };
+                out.push(format!("{} -> {}: {why}", rel(module), rel(r)));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn zero_config_stages_go_one_way() {
+    let files: BTreeSet<ModPath> = module_files().into_keys().collect();
+    for name in ZERO_STAGES.iter().chain(ZERO_LEAVES) {
+        let mut p: ModPath = ZERO.iter().map(|s| s.to_string()).collect();
+        p.push(name.to_string());
+        assert!(files.contains(&p), "no module {}", show(&p));
+    }
+    let found = zero_config_against_the_flow(&all_references(), &files);
+    assert!(found.is_empty(), "against the round's flow: {found:#?}");
+}
+
+#[test]
+fn the_one_way_check_can_fail() {
+    let zero = ZERO.join("::");
+    let path = |s: &str| -> ModPath { s.split("::").map(str::to_owned).collect() };
+    let files: BTreeSet<ModPath> = ["", "::gather", "::classify", "::adopt", "::marks"]
+        .iter()
+        .map(|s| path(&format!("{zero}{s}")))
+        .collect();
+    let refs = |from: &str, to: &[&str]| {
+        let to = to.iter().map(|t| path(&format!("{zero}{t}"))).collect();
+        (path(&format!("{zero}::{from}")), to)
+    };
+    let all = BTreeMap::from([
+        refs("gather", &["::marks::is_mark", "::classify::Recognition"]),
+        refs(
+            "classify",
+            &["::gather::Gathered", "::gather::retype", "::apart"],
+        ),
+        refs("adopt", &["::classify::Recognition"]),
+        refs("marks", &["::adopt::ZeroConfig"]),
+    ]);
+    let found = zero_config_against_the_flow(&all, &files);
+    let want = [
+        "classify -> gather::retype: an earlier stage's function (a call back)",
+        "classify -> apart: the orchestrator",
+        "gather -> classify::Recognition: a later stage",
+        "marks -> adopt::ZeroConfig: a stage, from a leaf",
+    ];
+    let mut found = found;
+    found.sort();
+    let mut want = want.map(str::to_owned).to_vec();
+    want.sort();
+    assert_eq!(found, want);
 }

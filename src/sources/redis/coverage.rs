@@ -142,7 +142,7 @@ impl Unread {
             // are no run of parts (a queue named before a `.` suffix), or
             // every name, where its keys found do not tell them.
             let marks = left_out.names_unknown.iter().map(|m| m.as_bytes());
-            let hidden = super::presets::recognise::hides(marks);
+            let hidden = super::presets::zero::hides(marks);
             let names = left_out
                 .withheld
                 .iter()

@@ -443,7 +443,7 @@ impl RedisSource {
         let mut round_conn = conn.clone();
         round_conn.begin_discovery();
         let start = commands::SCANNED.load(std::sync::atomic::Ordering::Relaxed);
-        let round = presets::rounds::discover(&mut round_conn, &config, &[], None, &[]);
+        let round = presets::zero::scan(&mut round_conn, &config, &[], None, &[]);
         tokio::pin!(round);
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         tick.tick().await;

@@ -1,7 +1,7 @@
 //! A Redis source's discovery rounds, each on its own task with its own
 //! deadline: what a round is given, what it finds, and (zero config)
 //! whether it scans the keyspace or reads the libraries the last scan
-//! found ([`presets::library_round`]).
+//! found ([`presets::zero::libraries`]).
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -64,7 +64,7 @@ pub(super) struct Memory {
     /// The names of no queue type the last scans saw.
     pub remembered: Option<presets::remembered::Remembered>,
     /// What the last scan recognised, for the library rounds after it.
-    pub learnt: Option<presets::library_round::Learnt>,
+    pub learnt: Option<presets::zero::Learnt>,
 }
 
 /// What a round is given.
@@ -144,7 +144,7 @@ impl DiscoveryTask {
                         .iter()
                         .map(|k| super::keyname::display_key(k))
                         .collect(),
-                    over_hides: presets::recognise::hides(
+                    over_hides: presets::zero::hides(
                         registries.over.iter().map(|(k, _)| k.as_slice()),
                     ),
                     over: registries
@@ -195,7 +195,7 @@ async fn zero_config(
         scan,
     } = round;
     if let (false, Some(learnt)) = (scan, &memory.learnt) {
-        let round = presets::library_round::library_round(conn, config, plain, learnt).await?;
+        let round = presets::zero::libraries(conn, config, plain, learnt).await?;
         if let Some(round) = round {
             let (specs, units) = round.entries.into_iter().unzip();
             return Ok(Found {
@@ -211,8 +211,7 @@ async fn zero_config(
         }
     }
     let started = Instant::now();
-    let mut zero =
-        presets::rounds::discover(conn, config, known, memory.remembered, polled).await?;
+    let mut zero = presets::zero::scan(conn, config, known, memory.remembered, polled).await?;
     zero.learnt.took_since(started);
     let (specs, units) = zero.entries.into_iter().unzip();
     Ok(Found {

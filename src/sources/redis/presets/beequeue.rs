@@ -632,7 +632,7 @@ mod tests {
             ],
             &["bq:secret:jobs"],
         );
-        let r = super::super::recognise::recognise(&s, &keys);
+        let r = super::super::zero::classify::recognise(&s, &keys, &[]);
         let kinds: Vec<(&str, &str)> = r
             .entries
             .iter()

@@ -438,3 +438,68 @@ mod tests {
         assert_eq!(queue_of_id(b"bull", b"bull:mail:ids"), None);
     }
 }
+
+#[cfg(test)]
+mod recognition_tests {
+    //! Zero config's recognition of this library, through the generic
+    //! pass (`zero::classify::recognise`).
+    use super::super::zero::classify::test_util::*;
+    use super::super::{bull, bullmq};
+
+    #[test]
+    fn bull_is_an_integer_id_beside_its_keys_where_no_bullmq_meta_is() {
+        let found = keys(&[
+            ("bull:old:wait", List),
+            ("bull:old:priority", Zset),
+            ("bull:old:completed", Zset),
+            ("bull:old:1", List),
+            ("bull:new:wait", List),
+            ("my:app:paused:paused", List),
+            ("plain:thing:wait", List),
+        ]);
+        // Probed: one `id` per `<prefix>:<name>` with a Bull-like key.
+        let ids = |limit| -> Vec<Vec<u8>> {
+            beside_marks(&found.keys, limit)
+                .into_iter()
+                .map(|(k, _)| k)
+                .collect()
+        };
+        assert_eq!(
+            ids(100),
+            [
+                b"bull:new:id".to_vec(),
+                b"bull:old:id".to_vec(),
+                b"my:app:paused:id".to_vec(),
+                b"plain:thing:id".to_vec(),
+            ]
+        );
+        assert_eq!(ids(2).len(), 2);
+        // `bull:new` has an `id` too, but its BullMQ `meta` says BullMQ;
+        // `plain:thing:id` held no integer.
+        let s = with_ids(
+            seen(&[], &["bull:new:meta"]),
+            &["bull:old:id", "bull:new:id", "my:app:paused:id"],
+        );
+        let r = recognise(&s, &found, &[]);
+        assert_eq!(
+            names(&r),
+            [
+                (bullmq::KIND, "bull".into(), vec![q("new")]),
+                (bull::KIND, "bull".into(), vec![q("old")]),
+                (bull::KIND, "my:app".into(), vec![q("paused")]),
+            ]
+        );
+        let consumed: Vec<&[u8]> = r.consumed.iter().map(Vec::as_slice).collect();
+        assert_eq!(
+            consumed,
+            [
+                &b"bull:new:wait"[..],
+                b"bull:old:1",
+                b"bull:old:completed",
+                b"bull:old:priority",
+                b"bull:old:wait",
+                b"my:app:paused:paused",
+            ]
+        );
+    }
+}

@@ -556,3 +556,66 @@ mod tests {
         );
     }
 }
+
+#[cfg(test)]
+mod recognition_tests {
+    //! Zero config's recognition of this library, through the generic
+    //! pass (`zero::classify::recognise`).
+    use super::super::bullmq;
+    use super::super::zero::classify::test_util::*;
+
+    #[test]
+    fn an_unread_meta_withholds_its_queues_keys_and_is_never_taken_for_bull() {
+        let found = keys(&[
+            ("secret:jobs:wait", List),
+            ("secret:jobs:events", Stream),
+            ("secret:jobsx:wait", List),
+            ("plain", List),
+        ]);
+        // Bull's `id` beside it is an integer: still not Bull's.
+        let s = with_ids(
+            refused(seen(&[], &[]), &["secret:jobs:meta"]),
+            &["secret:jobs:id"],
+        );
+        let r = recognise(&s, &found, &[]);
+        assert!(r.entries.is_empty());
+        assert_eq!(
+            strings(&r.withheld),
+            ["secret:jobs:events", "secret:jobs:wait"]
+        );
+    }
+
+    #[test]
+    fn bullmq_at_any_prefix_consumes_its_queue_keys_but_not_lookalikes() {
+        let found = keys(&[
+            ("bull:mail:wait", List),
+            ("bull:mail:events", Stream),
+            ("bull:mail:marker", Zset),
+            ("bull:mail:1:logs", List),
+            // BullMQ's `wait` is a list: a zset is somebody else's.
+            ("my:app:jobs:wait", Zset),
+            ("my:app:jobs:delayed", Zset),
+            ("bull:mailer:wait", List),
+        ]);
+        let s = seen(&[], &["bull:mail:meta", "my:app:jobs:meta"]);
+        let r = recognise(&s, &found, &[]);
+        assert_eq!(
+            names(&r),
+            vec![
+                (bullmq::KIND, "bull".into(), vec![q("mail")]),
+                (bullmq::KIND, "my:app".into(), vec![q("jobs")]),
+            ]
+        );
+        let consumed: Vec<&[u8]> = r.consumed.iter().map(Vec::as_slice).collect();
+        assert_eq!(
+            consumed,
+            [
+                &b"bull:mail:1:logs"[..],
+                b"bull:mail:events",
+                b"bull:mail:marker",
+                b"bull:mail:wait",
+                b"my:app:jobs:delayed",
+            ]
+        );
+    }
+}

@@ -609,3 +609,180 @@ mod tests {
         assert_eq!(s.oldest_age_seconds, Some(5.0));
     }
 }
+
+#[cfg(test)]
+mod recognition_tests {
+    //! Zero config's recognition of this library, through the generic
+    //! pass (`zero::classify::recognise`).
+    use super::super::celery;
+    use super::super::zero::classify::test_util::*;
+
+    #[test]
+    fn an_unread_kombu_binding_withholds_every_list_under_its_prefix() {
+        let found = keys(&[
+            ("celery", List),
+            ("app:celery", List),
+            ("app:unacked_index", Zset),
+            ("app:events", Stream),
+            ("other", List),
+        ]);
+        let r = recognise(
+            &refused(seen(&[], &[]), &["app:_kombu.binding.celery"]),
+            &found,
+            &[],
+        );
+        assert_eq!(strings(&r.withheld), ["app:celery", "app:unacked_index"]);
+        // A pidbox exchange carries no work: nothing to withhold.
+        let r = recognise(
+            &refused(seen(&[], &[]), &["_kombu.binding.celery.pidbox"]),
+            &found,
+            &[],
+        );
+        assert!(r.withheld.is_empty());
+    }
+
+    #[test]
+    fn celery_bindings_give_queues_and_their_priority_lists() {
+        let found = keys(&[
+            ("celery", List),
+            ("celery\x06\x163", List),
+            ("celery\x06\x161", List),
+            ("emails", Zset),
+            ("unacked_index", Zset),
+        ]);
+        let s = seen(
+            &[
+                (
+                    "_kombu.binding.celery",
+                    &[
+                        "celery\x06\x16\x06\x16celery",
+                        "emails\x06\x16\x06\x16emails",
+                    ],
+                ),
+                (
+                    "_kombu.binding.reply.celery.pidbox",
+                    &["x\x06\x16\x06\x16reply"],
+                ),
+                ("_kombu.binding.broken", &["no separators"]),
+            ],
+            &[],
+        );
+        let r = recognise(&s, &found, &[]);
+        let [(spec, units)] = &r.entries[..] else {
+            panic!("{:?}", r.entries)
+        };
+        let (queues, priority_steps) = (&spec.preset.queues, &spec.preset.priority_steps);
+        assert_eq!(spec.preset.kind, celery::KIND);
+        assert_eq!(queues, &["celery", "emails"]);
+        assert_eq!(priority_steps, &[0, 1, 3, 6, 9]);
+        assert_eq!(units, &[q("celery"), q("emails"), Unit::Shared]);
+        // `emails` is a zset: not kombu's list, so it stays plain.
+        let consumed: Vec<&[u8]> = r.consumed.iter().map(Vec::as_slice).collect();
+        assert_eq!(
+            consumed,
+            [
+                &b"celery"[..],
+                b"celery\x06\x161",
+                b"celery\x06\x163",
+                b"unacked_index"
+            ]
+        );
+    }
+
+    #[test]
+    fn celery_event_receivers_are_no_work_queues() {
+        let uuid = "74e6b2c1-9f3a-4d2e-8b1c-0a5f6e7d8c9b";
+        let ev = |rk: &str, q: &str| format!("{rk}\x06\x16\x06\x16{q}.{uuid}");
+        let gossip = ev("worker.#", "celeryev");
+        let monitor = ev("#", "celeryev");
+        let custom = ev("worker.#", "myev");
+        let colon = format!("worker.#::celeryev.{uuid}");
+        // A uuid-named queue under a routing key of its own is work.
+        let own = ev("jobs", "jobs");
+        let members = |m: &[&String]| m.iter().map(|s| s.as_bytes().to_vec()).collect();
+        let mut s = seen(&[], &[]);
+        s.sets = [
+            ("_kombu.binding.celery", vec![&own]),
+            // Celery's default `event_exchange`, at the bare keys and
+            // under a `global_keyprefix`: skipped by name.
+            ("_kombu.binding.celeryev", vec![&gossip, &monitor, &own]),
+            ("app:_kombu.binding.celeryev", vec![&gossip]),
+            // A custom `event_exchange`: told by the receivers' bindings,
+            // beside a work queue bound to it.
+            ("_kombu.binding.events", vec![&custom, &monitor, &colon]),
+            (
+                "_kombu.binding.tasks",
+                vec![&"tasks\x06\x16\x06\x16tasks".to_string()],
+            ),
+            // Not a receiver's: a routing key of its own, or no uuid.
+            (
+                "_kombu.binding.other",
+                vec![
+                    &format!("worker.#\x06\x16\x06\x16celeryev.{}", &uuid[1..]),
+                    &"worker.#\x06\x16\x06\x16logs.v2".to_string(),
+                ],
+            ),
+        ]
+        .into_iter()
+        .map(|(k, m)| (k.as_bytes().to_vec(), members(&m)))
+        .collect();
+        assert!(!is_mark(b"_kombu.binding.celeryev"));
+        assert!(!is_mark(b"app:_kombu.binding.celeryev"));
+        assert!(is_mark(b"_kombu.binding.celeryev2"));
+        let r = recognise(&s, &keys(&[]), &[]);
+        let queues: Vec<(String, Vec<String>)> = r
+            .entries
+            .iter()
+            .map(|(spec, _)| match &spec.preset {
+                p if p.kind == celery::KIND => (p.prefix.clone(), p.queues.clone()),
+                p => panic!("{p:?}"),
+            })
+            .collect();
+        let want = vec![
+            format!("celeryev.{}", &uuid[1..]),
+            format!("jobs.{uuid}"),
+            "logs.v2".to_string(),
+            "tasks".to_string(),
+        ];
+        assert_eq!(queues, [(String::new(), want)]);
+        // The libraries-only pass asks nothing of them either.
+        let names = vec![format!("myev.{uuid}\x06\x167").into_bytes()];
+        assert!(evidence(&s, names).is_empty());
+    }
+
+    #[test]
+    fn celery_with_the_colon_sep_its_docs_suggest_is_recognised_too() {
+        let found = keys(&[
+            ("app:tasks", List),
+            ("app:tasks:1", List),
+            ("app:tasks:7", List),
+            ("app:tasks:x", List),
+        ]);
+        let s = seen(
+            &[(
+                "app:_kombu.binding.tasks",
+                &["tasks::tasks", "a:b:c:d", "\x06\x16\x06\x16"],
+            )],
+            &[],
+        );
+        let r = recognise(&s, &found, &[]);
+        let [(spec, _)] = &r.entries[..] else {
+            panic!("{:?}", r.entries)
+        };
+        let p = &spec.preset;
+        assert_eq!(p.kind, celery::KIND);
+        let (queues, priority_steps, sep, prefix) =
+            (&p.queues, &p.priority_steps, &p.sep, &p.prefix);
+        assert_eq!(
+            (queues.as_slice(), sep.as_str(), prefix.as_str()),
+            (&["tasks".to_string()][..], ":", "app:")
+        );
+        assert_eq!(priority_steps, &[0, 1, 3, 6, 7, 9]);
+        let consumed: Vec<&[u8]> = r.consumed.iter().map(Vec::as_slice).collect();
+        // `app:tasks:x` is no step: it stays plain.
+        assert_eq!(
+            consumed,
+            [&b"app:tasks"[..], b"app:tasks:1", b"app:tasks:7"]
+        );
+    }
+}

@@ -24,32 +24,31 @@ mod counted;
 mod dramatiq;
 mod huey;
 pub mod library;
-pub mod library_round;
 pub mod picture;
+mod poll;
 mod priority_zset;
-pub mod recognise;
 mod rediswq;
 mod registry;
 pub mod remembered;
-pub mod rounds;
 mod rq;
 mod service;
 mod sidekiq;
+pub mod zero;
 
 use std::collections::HashMap;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use redis::Value;
 
 use super::cmd::cmd;
-use super::commands::{Conn, pipelined};
 use super::keyname::display_key;
 use super::reply;
-use crate::config::{ALL_QUEUES, CounterKeys, Preset, PresetSpec, QueueSpec};
+use crate::config::{ALL_QUEUES, Preset, PresetSpec};
 use crate::snapshot::{
-    CountedIn, JobState, JobTotals, PresetFacts, PresetKind, PresetUnit, QueueSample, Reason,
+    CountedIn, JobState, PresetFacts, PresetKind, PresetUnit, QueueSample, Reason,
 };
-use crate::time::{TimeUnit, unix_seconds};
+use crate::time::TimeUnit;
+pub use poll::CounterReading;
 pub use registry::registries;
 use service::{FinishedLayout, ServiceWindow};
 
@@ -422,76 +421,6 @@ fn read(preset: &Preset, unit: &Unit, r: &[Value], now: f64) -> Stage {
     lib(preset).read(preset, unit, r, now)
 }
 
-/// `GET` commands for a `counters:` block, in processed, failed, enqueued
-/// order; a per-queue template's keys for the queue named `queue` (raw).
-fn counter_cmds(c: &CounterKeys, queue: &[u8]) -> Vec<redis::Cmd> {
-    c.keys_for(queue).map(|k| cmd("GET", &k)).collect()
-}
-
-/// What a `counters:` block read: the job totals, and the enqueued total
-/// (the queue's `published` counter). A key not written yet counts 0; a
-/// refused or unreadable reply is unknown.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct CounterReading {
-    /// `processed` and `failed`.
-    pub totals: JobTotals,
-    /// `enqueued`.
-    pub enqueued: Option<u64>,
-}
-
-impl CounterReading {
-    /// Puts the reading on `sample`: its job totals, and `enqueued` as its
-    /// `published` counter (replacing a stream's `entries-added`, if the
-    /// key is a stream: the configured counter is the one asked for).
-    pub fn apply(self, sample: &mut QueueSample) {
-        sample.set_jobs(self.totals);
-        if let Some(n) = self.enqueued {
-            sample.counters_mut().published = Some(n);
-        }
-    }
-}
-
-/// Reads the replies of [`counter_cmds`] (pure).
-fn read_counters(c: &CounterKeys, r: &[Value]) -> CounterReading {
-    let mut it = r.iter();
-    let mut next = |asked: &Option<String>| asked.as_ref().and_then(|_| it.next()).and_then(count);
-    let processed = next(&c.processed);
-    let failed = next(&c.failed);
-    let enqueued = next(&c.enqueued);
-    CounterReading {
-        totals: JobTotals { processed, failed },
-        enqueued,
-    }
-}
-
-/// The reason label of an error reply, if this is one.
-fn reply_error(v: &Value) -> Option<Reason> {
-    match v {
-        Value::ServerError(e) if super::is_auth_error_code(e.code()) => Some(Reason::Auth),
-        Value::ServerError(_) => Some(Reason::Backend),
-        _ => None,
-    }
-}
-
-/// What to read in round 1: whose replies go where.
-enum Slot {
-    /// A logical queue of entry `entry`; its first `sizes` replies are the
-    /// library's [`plan`], the rest its finished sets' ([`ServiceWindow::plan`]).
-    Queue {
-        entry: usize,
-        queue: usize,
-        sizes: usize,
-    },
-    /// The `counters:` keys of preset entry `entry`, whose one logical
-    /// queue they belong to (keys named outright).
-    PresetCounters { entry: usize },
-    /// The `counters:` template of preset entry `entry`, read for the
-    /// queue of stage `stage` (its name in place of `{queue}`).
-    QueueCounters { entry: usize, stage: usize },
-    /// The `counters:` keys of plain entry `spec`.
-    PlainCounters { spec: usize },
-}
-
 impl PresetState {
     /// The state for a source's preset entries, before any discovery,
     /// keeping a measured service time `service_keep` with nothing new.
@@ -586,228 +515,6 @@ impl PresetState {
             );
         }
         self.dropped = dropped;
-    }
-}
-
-impl PresetState {
-    /// Polls every logical queue and every `counters:` block: at most two
-    /// pipelined round trips, read-only. Moves the service-time windows on.
-    pub async fn poll(
-        &mut self,
-        conn: &Conn,
-        plain: &[QueueSpec],
-        now: SystemTime,
-    ) -> redis::RedisResult<PresetPoll> {
-        let now = unix_seconds(now);
-        let keep = self.service_keep;
-        let mut cmds = Vec::new();
-        let mut slots: Vec<(Slot, std::ops::Range<usize>)> = Vec::new();
-        // Which `key:` entries' keys a preset queue counts (by the queue's
-        // position among the stages, which follow the queue slots' order).
-        let mut counted = counted::Counted::new(plain);
-        let mut queue_slots = 0;
-        for (e, entry) in self.entries.iter().enumerate() {
-            for (q, unit) in entry.queues.iter().enumerate() {
-                let start = cmds.len();
-                cmds.extend(plan(&entry.spec.preset, unit, now));
-                let sizes = cmds.len() - start;
-                counted.note(&cmds[start..], queue_slots);
-                queue_slots += 1;
-                if let (Some(layout), Unit::Queue(name)) =
-                    (finished_layout(&entry.spec.preset, unit), unit)
-                {
-                    match entry.service.get(name) {
-                        Some(w) if w.due(now) => cmds.extend(w.plan(&layout, now)),
-                        Some(_) => {}
-                        None => cmds.extend(ServiceWindow::keeping(keep).plan(&layout, now)),
-                    }
-                }
-                let slot = Slot::Queue {
-                    entry: e,
-                    queue: q,
-                    sizes,
-                };
-                slots.push((slot, start..cmds.len()));
-                // Each logical queue's own counters, from the template.
-                if let (Some(c), Unit::Queue(name)) = (&entry.spec.counters, unit)
-                    && c.per_queue()
-                {
-                    let start = cmds.len();
-                    cmds.extend(counter_cmds(c, name));
-                    let slot = Slot::QueueCounters {
-                        entry: e,
-                        stage: queue_slots - 1,
-                    };
-                    slots.push((slot, start..cmds.len()));
-                }
-            }
-            if let Some(c) = entry.spec.counters.as_ref().filter(|c| !c.per_queue()) {
-                let start = cmds.len();
-                cmds.extend(counter_cmds(c, &[]));
-                slots.push((Slot::PresetCounters { entry: e }, start..cmds.len()));
-            }
-        }
-        for (i, spec) in plain.iter().enumerate() {
-            if let (Some(c), Some(_)) = (&spec.counters, spec.key()) {
-                let start = cmds.len();
-                cmds.extend(counter_cmds(c, &[]));
-                slots.push((Slot::PlainCounters { spec: i }, start..cmds.len()));
-            }
-        }
-        if cmds.is_empty() {
-            return Ok(PresetPoll::default());
-        }
-        let replies = pipelined(conn, cmds).await?;
-        let mut out = PresetPoll {
-            key_errors: replies.iter().filter_map(reply_error).collect(),
-            ..PresetPoll::default()
-        };
-        let mut stages: Vec<(usize, Stage)> = Vec::new();
-        // Per stage that measures its service time: its entry and queue name.
-        let mut measured: Vec<Option<(usize, Vec<u8>)>> = Vec::new();
-        let mut entry_totals: Vec<(usize, CounterReading)> = Vec::new();
-        // Counters of `key:` entries a preset queue counts: (stage, entry).
-        let mut onto_queue: Vec<(usize, usize, CounterReading)> = Vec::new();
-        for (slot, range) in slots {
-            let r = replies.get(range).unwrap_or(&[]);
-            match slot {
-                Slot::Queue {
-                    entry,
-                    queue,
-                    sizes,
-                } => {
-                    let e = &mut self.entries[entry];
-                    let unit = &e.queues[queue];
-                    let (sizes_r, finished_r) = r.split_at(sizes.min(r.len()));
-                    let mut stage = read(&e.spec.preset, unit, sizes_r, now);
-                    let layout = finished_layout(&e.spec.preset, unit);
-                    let mut m = None;
-                    if let (Some(layout), Unit::Queue(name)) = (layout, unit) {
-                        let window = e
-                            .service
-                            .entry(name.clone())
-                            .or_insert_with(|| ServiceWindow::keeping(keep));
-                        // Read only when its sets were asked (due) this poll.
-                        let jobs = if finished_r.is_empty() {
-                            Vec::new()
-                        } else {
-                            window.read(now, &layout, finished_r)
-                        };
-                        let f = Follow::Finished;
-                        stage.follow.extend(jobs.into_iter().map(|c| (c, f)));
-                        facts(&mut stage.sample).finished_jobs =
-                            Some(lib(&e.spec.preset).unmeasured_why());
-                        m = Some((entry, name.clone()));
-                    }
-                    stages.push((entry, stage));
-                    measured.push(m);
-                }
-                Slot::PresetCounters { entry } => {
-                    if let Some(c) = &self.entries[entry].spec.counters {
-                        entry_totals.push((entry, read_counters(c, r)));
-                    }
-                }
-                Slot::QueueCounters { entry, stage } => {
-                    // The queue's stage is in: its slot came just before.
-                    let c = &self.entries[entry].spec.counters;
-                    if let (Some(c), Some((_, stage))) = (c, stages.get_mut(stage)) {
-                        counted::apply_onto(c, read_counters(c, r), &mut stage.sample);
-                    }
-                }
-                Slot::PlainCounters { spec } => {
-                    if let (Some(c), Some(k)) = (&plain[spec].counters, plain[spec].key()) {
-                        match counted.queue_of(k) {
-                            Some(stage) => onto_queue.push((stage, spec, read_counters(c, r))),
-                            None => out.plain_totals.push((k.to_string(), read_counters(c, r))),
-                        }
-                    }
-                }
-            }
-        }
-
-        // Round 2: follow-ups (oldest job's stamp, bounded stalled checks).
-        let mut follow_cmds = Vec::new();
-        let mut follow_meta = Vec::new();
-        for (i, (_, stage)) in stages.iter_mut().enumerate() {
-            for (c, f) in stage.follow.drain(..) {
-                follow_cmds.push(c);
-                follow_meta.push((i, f));
-            }
-        }
-        if !follow_cmds.is_empty() {
-            let replies = pipelined(conn, follow_cmds).await?;
-            out.key_errors
-                .extend(replies.iter().filter_map(reply_error));
-            let mut own: HashMap<usize, Vec<Value>> = HashMap::new();
-            for ((i, f), v) in follow_meta.into_iter().zip(replies) {
-                match (f, measured.get(i).and_then(Option::as_ref)) {
-                    (Follow::Finished, Some((entry, name))) => {
-                        if let Some(w) = self.entries[*entry].service.get_mut(name) {
-                            w.record(&v);
-                        }
-                    }
-                    (Follow::Own, _) => own.entry(i).or_default().push(v),
-                    _ => apply(&mut stages[i].1.sample, f, &v, now),
-                }
-            }
-            for (i, replies) in own {
-                let (entry, stage) = &mut stages[i];
-                let preset = &self.entries[*entry].spec.preset;
-                lib(preset).settle(preset, &mut stage.sample, &replies, now);
-            }
-        }
-        for ((_, stage), m) in stages.iter_mut().zip(&measured) {
-            if let Some((entry, name)) = m {
-                let mean = self.entries[*entry]
-                    .service
-                    .get(name)
-                    .and_then(|w| w.mean(now));
-                facts(&mut stage.sample).service_time = mean;
-            }
-        }
-        for (entry, totals) in entry_totals {
-            // Keys named outright are for an entry with one logical queue
-            // (checked at load): its sample without extra labels.
-            if let Some((_, stage)) = stages
-                .iter_mut()
-                .find(|(e, s)| *e == entry && s.sample.labels.is_empty())
-            {
-                totals.apply(&mut stage.sample);
-            }
-        }
-        for (stage, spec, reading) in onto_queue {
-            if let (Some((_, stage)), Some(keys)) = (stages.get_mut(stage), &plain[spec].counters) {
-                counted::apply_onto(keys, reading, &mut stage.sample);
-            }
-        }
-        let names = collide::labels(
-            &stages
-                .iter()
-                .map(|(e, s)| {
-                    let sample = &s.sample;
-                    let preset = &self.entries[*e].spec.preset;
-                    (*e, preset, sample.name.as_str(), sample.labels.as_slice())
-                })
-                .collect::<Vec<_>>(),
-        );
-        out.counted = counted
-            .keys(plain)
-            .filter_map(|(key, stage)| {
-                let preset = stages.get(stage)?.1.sample.preset.as_deref()?.preset;
-                let queue = names.get(stage)?.clone()?;
-                Some((key.to_string(), CountedIn { preset, queue }))
-            })
-            .collect();
-        out.samples = stages
-            .into_iter()
-            .zip(names)
-            .filter_map(|((_, s), name)| {
-                let mut sample = s.sample;
-                sample.name = name?;
-                Some(sample)
-            })
-            .collect();
-        Ok(out)
     }
 }
 
@@ -919,62 +626,6 @@ mod tests {
             f.unknown_states(&[JobState::Active, JobState::Waiting]),
             [JobState::Active]
         );
-    }
-
-    #[test]
-    fn counters_read_in_order_and_missing_keys_are_zero() {
-        let c = CounterKeys {
-            processed: Some("p".into()),
-            failed: Some("f".into()),
-            enqueued: Some("e".into()),
-        };
-        assert_eq!(
-            read_counters(&c, &[bulk("41"), Value::Nil, bulk("50")]),
-            CounterReading {
-                totals: JobTotals {
-                    processed: Some(41),
-                    failed: Some(0)
-                },
-                enqueued: Some(50),
-            }
-        );
-        let only_failed = CounterKeys {
-            failed: Some("f".into()),
-            ..CounterKeys::default()
-        };
-        assert_eq!(
-            read_counters(&only_failed, &[bulk("7")]).totals,
-            JobTotals {
-                processed: None,
-                failed: Some(7)
-            }
-        );
-        // An enqueued total Redis refused to read is unknown, never 0.
-        let only_enqueued = CounterKeys {
-            enqueued: Some("e".into()),
-            ..CounterKeys::default()
-        };
-        let refused = redis::parse_redis_value(b"-NOPERM no\r\n").unwrap();
-        let r = read_counters(&only_enqueued, &[refused]);
-        assert_eq!(r, CounterReading::default());
-        let mut q = QueueSample::named("q");
-        read_counters(&only_enqueued, &[bulk("9")]).apply(&mut q);
-        assert_eq!(q.counters().published, Some(9));
-    }
-
-    #[test]
-    fn a_counter_template_reads_each_queues_own_key() {
-        let c = CounterKeys {
-            enqueued: Some("myapp:enqueued:{queue}".into()),
-            ..CounterKeys::default()
-        };
-        let packed: Vec<Vec<u8>> = counter_cmds(&c, b"high")
-            .iter()
-            .map(redis::Cmd::get_packed_command)
-            .collect();
-        let mut want = redis::cmd("GET");
-        want.arg("myapp:enqueued:high");
-        assert_eq!(packed, [want.get_packed_command()]);
     }
 
     #[test]

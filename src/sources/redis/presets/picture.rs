@@ -8,7 +8,7 @@ use super::super::keyname::display_key;
 use super::super::tracked::KeyState;
 use super::bounded::Bound;
 use super::library::rank;
-use super::recognise::Hides;
+use super::zero::Hides;
 use crate::config::{KeyType, Preset, default_prefix};
 use crate::snapshot::{PresetKind, Reason};
 
