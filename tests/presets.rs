@@ -1037,3 +1037,71 @@ async fn a_key_entry_on_a_presets_list_is_counted_once_as_the_preset_queue_with_
     assert!(got > 0.0, "{got}");
     app.stop().await;
 }
+
+/// A `pattern:` over a preset's keys (`rq:queue:*` beside `preset: rq`)
+/// counts each job once, as the preset queue, as a `key:` entry does: the
+/// lists the pattern finds keep only their identity (they were shown twice
+/// before), a key no preset queue reads stays the pattern's, and KEDA is
+/// told where the jobs are counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pattern_over_a_presets_lists_counts_each_job_once_as_the_preset_queue() {
+    let redis = RedisServer::start();
+    let mut conn = redis.conn();
+    rcmd(
+        &mut conn,
+        &["SADD", "rq:queues", "rq:queue:high", "rq:queue:low"],
+    );
+    rcmd(&mut conn, &["RPUSH", "rq:queue:high", "j1"]);
+    rcmd(&mut conn, &["RPUSH", "rq:queue:low", "j2", "j3"]);
+    // A list under the pattern that is no RQ queue (not in the registry).
+    rcmd(
+        &mut conn,
+        &["RPUSH", "rq:queue:stray", "x1", "x2", "x3", "x4"],
+    );
+    let app = TestApp::start(&config(
+        &redis.url,
+        "- preset: rq\n- pattern: \"rq:queue:*\"\n",
+    ))
+    .await;
+    let s = app
+        .scrape_until(
+            "rq queues and the stray list",
+            Duration::from_secs(15),
+            |s| {
+                depth(s, "high", "rq", "waiting").is_some()
+                    && depth(s, "low", "rq", "waiting").is_some()
+                    && s.depth("rq:queue:stray").is_some()
+            },
+        )
+        .await;
+    assert_eq!(s.depth("rq:queue:high"), None, "{s}");
+    assert_eq!(s.depth("rq:queue:low"), None, "{s}");
+    assert_eq!(s.depth("rq:queue:stray"), Some(4.0), "{s}");
+    // sum(queue_depth) counts each job once: 1 + 2 in RQ's queues, 4 stray.
+    let total: f64 = s
+        .samples("queue_depth", &[("source", "main")])
+        .map(|x| match x.value {
+            prometheus_parse::Value::Gauge(v) => v,
+            _ => f64::NAN,
+        })
+        .sum();
+    assert_eq!(total, 7.0, "{s}");
+    let mut c = client(&app).await;
+    assert_eq!(metrics(&mut c, &[("queue", "*")]).await.unwrap().1, 7.0);
+    assert_eq!(
+        metrics(&mut c, &[("queue", "rq:queue:stray")])
+            .await
+            .unwrap()
+            .1,
+        4.0
+    );
+    let e = metrics(&mut c, &[("queue", "rq:queue:high")])
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+    assert!(
+        e.message().contains(r#"set queue: "high" and preset: rq"#),
+        "{e:?}"
+    );
+    app.stop().await;
+}

@@ -569,7 +569,7 @@ impl Source for RedisSource {
         // Presets: logical queues, and `counters:` totals of plain keys.
         let preset = self
             .presets
-            .poll(&conn, &self.config.queues, now)
+            .poll(&conn, &self.config.queues, &self.tracked, now)
             .await
             .map_err(|e| self.map_error(e))?;
         for (name, reading) in preset.plain_totals {

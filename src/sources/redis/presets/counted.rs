@@ -5,11 +5,15 @@
 //! key is counted once, as the preset queue: its `counters:` are read onto
 //! that queue (where WaitTime, with the library's age, backlog and service
 //! time, can use them), and its own sample keeps only its identity, marked
-//! `QueueSample::counted_in` (the source does that with [`Counted::keys`]).
+//! `QueueSample::counted_in` (the source does that with
+//! [`Counted::tracked`]). The same holds for a key a `pattern:` entry
+//! tracks (`pattern: "rq:queue:*"` beside `preset: rq`): counted once, as
+//! the preset queue, never beside it.
 
 use std::collections::{HashMap, HashSet};
 
 use super::super::cluster::key_of;
+use super::super::tracked::TrackedKey;
 use super::CounterReading;
 use crate::config::{CounterKeys, QueueSpec};
 use crate::snapshot::QueueSample;
@@ -32,25 +36,30 @@ fn counts_jobs(c: &redis::Cmd) -> bool {
     .any(|n| n.eq_ignore_ascii_case(name))
 }
 
-/// The plain `key:` entries' keys, and which preset queue (by its position
+/// The plain entries' keys (`key:` entries, and the keys the entries
+/// track, patterns' included), and which preset queue (by its position
 /// among the poll's queues) counts jobs in each, as the poll plans.
 #[derive(Debug, Default)]
-pub(super) struct Counted {
-    /// The keys of the source's `key:` entries.
-    wanted: HashSet<Vec<u8>>,
+pub(super) struct Counted<'a> {
+    /// The keys of the source's `key:` entries and its tracked keys.
+    wanted: HashSet<&'a [u8]>,
     /// Each such key a preset queue counts, and that queue's position.
-    found: HashMap<Vec<u8>, usize>,
+    found: HashMap<&'a [u8], usize>,
 }
 
-impl Counted {
-    /// Ready to watch for the keys of `plain`'s `key:` entries.
-    pub(super) fn new(plain: &[QueueSpec]) -> Self {
+impl<'a> Counted<'a> {
+    /// Ready to watch for the keys of `plain`'s `key:` entries and the
+    /// `tracked` keys (none where no preset queue is polled: nothing can
+    /// count them).
+    pub(super) fn new(plain: &'a [QueueSpec], tracked: &'a [TrackedKey]) -> Self {
+        let mut wanted: HashSet<&[u8]> = plain
+            .iter()
+            .filter_map(QueueSpec::key)
+            .map(str::as_bytes)
+            .collect();
+        wanted.extend(tracked.iter().map(|t| t.key.as_slice()));
         Counted {
-            wanted: plain
-                .iter()
-                .filter_map(QueueSpec::key)
-                .map(|k| k.as_bytes().to_vec())
-                .collect(),
+            wanted,
             found: HashMap::new(),
         }
     }
@@ -62,8 +71,8 @@ impl Counted {
             return;
         }
         for c in cmds.iter().filter(|c| counts_jobs(c)) {
-            if let Some(k) = key_of(c).filter(|k| self.wanted.contains(*k)) {
-                self.found.entry(k.to_vec()).or_insert(queue);
+            if let Some(k) = key_of(c).and_then(|k| self.wanted.get(k)) {
+                self.found.entry(*k).or_insert(queue);
             }
         }
     }
@@ -73,15 +82,16 @@ impl Counted {
         self.found.get(key.as_bytes()).copied()
     }
 
-    /// Each `key:` entry's key a preset queue counts, with that queue's position.
-    pub(super) fn keys<'a>(
-        &'a self,
-        plain: &'a [QueueSpec],
-    ) -> impl Iterator<Item = (&'a str, usize)> + 'a {
-        plain
-            .iter()
-            .filter_map(QueueSpec::key)
-            .filter_map(|k| Some((k, self.queue_of(k)?)))
+    /// Each tracked key a preset queue counts, by its `queue` label, with
+    /// that queue's position.
+    pub(super) fn tracked<'b>(
+        &'b self,
+        tracked: &'b [TrackedKey],
+    ) -> impl Iterator<Item = (&'b str, usize)> + 'b {
+        tracked.iter().filter_map(|t| {
+            let queue = self.found.get(t.key.as_slice())?;
+            Some((t.name.as_str(), *queue))
+        })
     }
 }
 
@@ -114,19 +124,55 @@ mod tests {
         QueueSpec::new(QueueTarget::Key(k.into()))
     }
 
+    /// A key a plain entry tracks, labelled `name`.
+    fn tracked(k: &str, name: &str) -> TrackedKey {
+        TrackedKey {
+            key: k.as_bytes().to_vec(),
+            name: name.into(),
+            labels: Vec::new(),
+            spec: 0,
+            state: super::super::super::tracked::KeyState::Typed(crate::config::KeyType::List),
+            exact: false,
+            histogram: Default::default(),
+            peek_paused_until: 0.0,
+            unchanged: None,
+            verify_at: 0.0,
+        }
+    }
+
+    /// The LLEN a preset queue sizes `k` with.
+    fn llen(k: &str) -> redis::Cmd {
+        let mut len = redis::cmd("LLEN");
+        len.arg(k);
+        len
+    }
+
     #[test]
     fn a_key_entry_is_counted_by_the_queue_that_sizes_it_not_one_that_peeks() {
         let plain = [key("rq:queue:high"), key("elsewhere")];
-        let mut c = Counted::new(&plain);
+        let keys = [tracked("rq:queue:high", "rq:queue:high")];
+        let mut c = Counted::new(&plain, &keys);
         let mut peek = redis::cmd("LINDEX");
         peek.arg("rq:queue:high").arg(0);
         c.note(&[peek], 0);
         assert_eq!(c.queue_of("rq:queue:high"), None);
-        let mut len = redis::cmd("LLEN");
-        len.arg("rq:queue:high");
-        c.note(&[len.clone()], 3);
-        c.note(&[len], 4);
-        assert_eq!(c.keys(&plain).collect::<Vec<_>>(), [("rq:queue:high", 3)]);
+        c.note(&[llen("rq:queue:high")], 3);
+        c.note(&[llen("rq:queue:high")], 4);
+        assert_eq!(c.queue_of("rq:queue:high"), Some(3));
+        assert_eq!(c.tracked(&keys).collect::<Vec<_>>(), [("rq:queue:high", 3)]);
+    }
+
+    /// A key a `pattern:` entry tracks (no `key:` entry names it) that a
+    /// preset queue sizes is that queue's, by the key's `queue` label.
+    #[test]
+    fn a_pattern_key_a_preset_queue_sizes_is_counted_by_that_queue() {
+        let keys = [
+            tracked("rq:queue:high", "high-list"),
+            tracked("other", "other"),
+        ];
+        let mut c = Counted::new(&[], &keys);
+        c.note(&[llen("rq:queue:high")], 2);
+        assert_eq!(c.tracked(&keys).collect::<Vec<_>>(), [("high-list", 2)]);
     }
 
     #[test]

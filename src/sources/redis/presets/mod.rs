@@ -150,9 +150,10 @@ pub struct PresetPoll {
     /// What the `counters:` of plain `key:` entries read, by queue label
     /// (those of keys a preset queue counts are on that queue instead).
     pub plain_totals: Vec<(String, CounterReading)>,
-    /// The `key:` entries' keys a preset queue counts jobs in, and that
-    /// queue: their own samples keep only their identity, so no job is
-    /// counted twice (`counted`).
+    /// The tracked keys (of `key:` and `pattern:` entries) a preset queue
+    /// counts jobs in, by their `queue` label, and that queue: their own
+    /// samples keep only their identity, so no job is counted twice
+    /// (`counted`).
     pub counted: Vec<(String, CountedIn)>,
     /// One reason per reply Redis refused (wrong type, no permission).
     pub key_errors: Vec<Reason>,

@@ -12,6 +12,7 @@ use redis::Value;
 
 use super::super::cmd::cmd;
 use super::super::commands::{Conn, pipelined};
+use super::super::tracked::TrackedKey;
 use super::service::ServiceWindow;
 use super::{
     Follow, PresetPoll, PresetState, Stage, Unit, apply, collide, count, counted, facts,
@@ -98,15 +99,22 @@ impl PresetState {
         &mut self,
         conn: &Conn,
         plain: &[QueueSpec],
+        tracked: &[TrackedKey],
         now: SystemTime,
     ) -> redis::RedisResult<PresetPoll> {
         let now = unix_seconds(now);
         let keep = self.service_keep;
         let mut cmds = Vec::new();
         let mut slots: Vec<(Slot, std::ops::Range<usize>)> = Vec::new();
-        // Which `key:` entries' keys a preset queue counts (by the queue's
-        // position among the stages, which follow the queue slots' order).
-        let mut counted = counted::Counted::new(plain);
+        // Which `key:` entries' and tracked keys a preset queue counts (by
+        // the queue's position among the stages, which follow the queue
+        // slots' order).
+        let tracked = if self.entries.is_empty() {
+            &[]
+        } else {
+            tracked
+        };
+        let mut counted = counted::Counted::new(plain, tracked);
         let mut queue_slots = 0;
         for (e, entry) in self.entries.iter().enumerate() {
             for (q, unit) in entry.queues.iter().enumerate() {
@@ -293,11 +301,11 @@ impl PresetState {
                 .collect::<Vec<_>>(),
         );
         out.counted = counted
-            .keys(plain)
-            .filter_map(|(key, stage)| {
+            .tracked(tracked)
+            .filter_map(|(name, stage)| {
                 let preset = stages.get(stage)?.1.sample.preset.as_deref()?.preset;
                 let queue = names.get(stage)?.clone()?;
-                Some((key.to_string(), CountedIn { preset, queue }))
+                Some((name.to_string(), CountedIn { preset, queue }))
             })
             .collect();
         out.samples = stages
