@@ -436,6 +436,15 @@ impl Scenario {
             s.configured()
         };
         s.limit(&mut rng);
+        // Zero config: Dramatiq's queue names are not derivable from a mark
+        // Redis refused (its unread mark hides every name, `Hidden::Every`),
+        // so a restriction on its keys may touch any name.
+        let dramatiq = s.libs.iter().any(|(l, _)| *l == Lib::Dramatiq);
+        if s.zero_config && dramatiq && s.restricted.contains(&'d') {
+            s.global = true;
+            s.story
+                .push("Dramatiq's keys restricted: any name may be one of its queues".into());
+        }
         for k in &s.keys {
             if k.lib.is_some() && s.restricted.contains(&k.group()) {
                 let parts: Vec<&str> = k.name.split(':').collect();
@@ -754,9 +763,18 @@ impl Scenario {
     }
 
     /// Library queues (one per logical queue, and one `(all)` unit per
-    /// library: an over-count, which only makes the drop set larger).
+    /// library: an over-count, which only makes the drop set larger), and
+    /// the marks that count against `max_keys` beside them: Dramatiq's are
+    /// many (its heartbeats zset and every `.msgs` hash, a dead letters'
+    /// too), so it counts three per queue and two more.
     fn library_units(&self) -> usize {
-        self.libs.iter().map(|(_, q)| q.len() + 1).sum()
+        self.libs
+            .iter()
+            .map(|(lib, q)| match lib {
+                Lib::Dramatiq => 3 * q.len() + 2,
+                _ => q.len() + 1,
+            })
+            .sum()
     }
 
     /// The subject's `max_keys`, and the names it may drop.
