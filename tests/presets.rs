@@ -997,13 +997,7 @@ async fn a_key_entry_on_a_presets_list_is_counted_once_as_the_preset_queue_with_
         "{s}"
     );
     // sum(queue_depth) counts each job once: 1 + 2 in RQ's lists, 1 plain.
-    let total: f64 = s
-        .samples("queue_depth", &[("source", "main")])
-        .map(|x| match x.value {
-            prometheus_parse::Value::Gauge(v) => v,
-            _ => f64::NAN,
-        })
-        .sum();
+    let total = total_depth(&s);
     assert_eq!(total, 4.0, "{s}");
     assert_eq!(s.depth("plain"), Some(1.0));
 
@@ -1078,13 +1072,7 @@ async fn a_pattern_over_a_presets_lists_counts_each_job_once_as_the_preset_queue
     assert_eq!(s.depth("rq:queue:low"), None, "{s}");
     assert_eq!(s.depth("rq:queue:stray"), Some(4.0), "{s}");
     // sum(queue_depth) counts each job once: 1 + 2 in RQ's queues, 4 stray.
-    let total: f64 = s
-        .samples("queue_depth", &[("source", "main")])
-        .map(|x| match x.value {
-            prometheus_parse::Value::Gauge(v) => v,
-            _ => f64::NAN,
-        })
-        .sum();
+    let total = total_depth(&s);
     assert_eq!(total, 7.0, "{s}");
     let mut c = client(&app).await;
     assert_eq!(metrics(&mut c, &[("queue", "*")]).await.unwrap().1, 7.0);
@@ -1104,4 +1092,15 @@ async fn a_pattern_over_a_presets_lists_counts_each_job_once_as_the_preset_queue
         "{e:?}"
     );
     app.stop().await;
+}
+
+/// `sum(queue_depth)` of source `main`: what a dashboard's total shows
+/// (NaN if a series is no gauge).
+fn total_depth(s: &Scrape) -> f64 {
+    s.samples("queue_depth", &[("source", "main")])
+        .map(|x| match x.value {
+            prometheus_parse::Value::Gauge(v) => v,
+            _ => f64::NAN,
+        })
+        .sum()
 }
