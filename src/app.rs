@@ -11,6 +11,7 @@ use tokio::sync::watch;
 use tokio::task::{JoinHandle, JoinSet};
 
 use crate::config::{Config, ConfigError, LoadOptions, ScalerConfig, SourceConfig};
+use crate::crypto::TlsFileError;
 use crate::exposition::{Exposition, Format};
 use crate::http::{self, HttpError, HttpSecurity, HttpState};
 use crate::hub::{Hub, HubBuilder, HubControl, SnapshotPublisher, SourceSlot};
@@ -19,7 +20,6 @@ use crate::shutdown::{Shutdown, ShutdownTrigger, Signal, Signals};
 use crate::snapshot::SourceKind;
 use crate::sources::rabbitmq::{self, RabbitSource};
 use crate::sources::redis::RedisSource;
-use crate::sources::redis::tls::RedisTlsError;
 use crate::sources::{self, Source};
 use crate::telemetry::{LogList, Telemetry};
 
@@ -42,14 +42,15 @@ pub enum AppError {
         "the configuration was read from standard input or another file that is not a regular file (a pipe or FIFO) and cannot be read again; restart to change it"
     )]
     ReloadFromStdin,
-    /// A Redis source's TLS file (`sources[i].tls.*`) cannot be used.
+    /// A source's TLS file (`sources[i].tls.*`, Redis or RabbitMQ) cannot
+    /// be used.
     #[error("sources[{index}].{error}")]
-    RedisTls {
+    SourceTls {
         /// The source's position in `sources`.
         index: usize,
         /// Which file, and why.
         #[source]
-        error: RedisTlsError,
+        error: TlsFileError,
     },
 }
 
@@ -186,7 +187,8 @@ fn build(
 
 /// Checks what the config can only tell by touching files: the TLS
 /// certificates and keys of the gRPC listener, the HTTP listener and the
-/// Redis sources must load, and the HTTP basic-auth users must be usable.
+/// sources (Redis and RabbitMQ) must load, and the HTTP basic-auth users
+/// must be usable.
 /// Used by `start`, `reload` and `check`; returns what the HTTP listener needs.
 pub fn preflight(config: &Config) -> Result<HttpSecurity, AppError> {
     crate::crypto::install_crypto_provider();
@@ -196,12 +198,19 @@ pub fn preflight(config: &Config) -> Result<HttpSecurity, AppError> {
         scaler::tls::server_config(tls)?;
     }
     for (index, source) in config.sources.iter().enumerate() {
-        if let SourceConfig::Redis(r) = source
-            && let Some(tls) = &r.tls
-        {
-            crate::sources::redis::tls::certificates(tls)
-                .map_err(|error| AppError::RedisTls { index, error })?;
-        }
+        let checked = match source {
+            SourceConfig::Redis(r) => match &r.tls {
+                Some(tls) => crate::sources::redis::tls::certificates(tls).map(|_| ()),
+                None => Ok(()),
+            },
+            SourceConfig::RabbitMq(r) => crate::crypto::client_tls_files(
+                r.tls.ca_file.as_deref(),
+                r.tls.cert_file.as_deref(),
+                r.tls.key_file.as_deref(),
+            )
+            .map(|_| ()),
+        };
+        checked.map_err(|error| AppError::SourceTls { index, error })?;
     }
     Ok(HttpSecurity::from_config(&config.web)?)
 }

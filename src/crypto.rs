@@ -37,6 +37,57 @@ pub enum PemFileError {
     },
 }
 
+/// A TLS file of a source (`tls: { ca_file, cert_file, key_file }`, Redis
+/// or RabbitMQ) that cannot be used. The message names the field (relative
+/// to the source, e.g. `tls.ca_file`) and the file, never the file's
+/// contents.
+#[derive(Debug, thiserror::Error)]
+#[error("tls.{field}: {error}")]
+pub struct TlsFileError {
+    /// The config field naming the file.
+    pub field: &'static str,
+    /// Why the file cannot be used.
+    #[source]
+    pub error: PemFileError,
+}
+
+/// The files of a source's `tls:` block, read and parsed as they will be
+/// used: `ca_file` (certificates), `cert_file` (a certificate chain) and
+/// `key_file` (its private key). `check` and startup read them first, so a
+/// wrong path fails there, naming the field and the file, instead of
+/// leaving the source down at its first poll.
+pub struct ClientTlsFiles {
+    /// The CA bundle the server's certificate must chain to.
+    pub root_cert: Option<Vec<u8>>,
+    /// The client certificate chain and its key, both PEM as read.
+    pub identity: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+/// Reads and checks `ca_file`, `cert_file` and `key_file` (the config's
+/// validation requires the last two together; one alone is ignored here).
+pub fn client_tls_files(
+    ca_file: Option<&Path>,
+    cert_file: Option<&Path>,
+    key_file: Option<&Path>,
+) -> Result<ClientTlsFiles, TlsFileError> {
+    let at = |field| move |error| TlsFileError { field, error };
+    let root_cert = match ca_file {
+        Some(path) => Some(read_pem_certs(path).map_err(at("ca_file"))?.0),
+        None => None,
+    };
+    let identity = match (cert_file, key_file) {
+        (Some(cert), Some(key)) => Some((
+            read_pem_certs(cert).map_err(at("cert_file"))?.0,
+            read_pem_key(key).map_err(at("key_file"))?.0,
+        )),
+        _ => None,
+    };
+    Ok(ClientTlsFiles {
+        root_cert,
+        identity,
+    })
+}
+
 /// Reads a PEM file that must hold at least one certificate, all valid;
 /// returns the bytes as read and the parsed certificates.
 pub fn read_pem_certs(

@@ -299,3 +299,137 @@ async fn ready_on_a_hash_or_a_set_is_unavailable() {
     }
     app.stop().await;
 }
+
+/// The words of a shell command line (double quotes grouped and removed;
+/// enough for the docs' `ask` lines).
+fn shell_words(line: &str) -> Vec<String> {
+    let line = line.split(" #").next().unwrap_or(line);
+    let mut words = Vec::new();
+    let mut word = String::new();
+    let mut quoted = false;
+    for c in line.chars() {
+        match c {
+            '"' => quoted = !quoted,
+            c if c.is_whitespace() && !quoted => {
+                if !word.is_empty() {
+                    words.push(std::mem::take(&mut word));
+                }
+            }
+            c => word.push(c),
+        }
+    }
+    if !word.is_empty() {
+        words.push(word);
+    }
+    words
+}
+
+/// Whether `got` is `want`, where each `…` in `want` stands for any text.
+fn matches_sample(want: &str, got: &str) -> bool {
+    let parts: Vec<&str> = want.split('…').collect();
+    let mut rest = got;
+    for (i, part) in parts.iter().enumerate() {
+        if i == 0 {
+            let Some(r) = rest.strip_prefix(part) else {
+                return false;
+            };
+            rest = r;
+        } else if i == parts.len() - 1 {
+            return rest.ends_with(part);
+        } else {
+            let Some(at) = rest.find(part) else {
+                return false;
+            };
+            rest = &rest[at + part.len()..];
+        }
+    }
+    rest.is_empty()
+}
+
+/// docs/keda.md's sample output of `ask` is what `ask` prints: the page's
+/// `--grpc` command, run against the exporter its text describes (a list
+/// `jobs:emails` without `age:` under `pattern: "jobs:*"`), prints the
+/// sample's lines, `…` standing for the rest of a message.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_sample_output_in_keda_md_is_what_ask_prints() {
+    let page = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/keda.md"))
+        .expect("docs/keda.md");
+    let section = page
+        .split("## How do I try a trigger before applying it?")
+        .nth(1)
+        .expect("the ask section of docs/keda.md");
+    let mut fences = section.split("```");
+    let command_block = fences.nth(1).expect("the sh block of ask commands");
+    let sample = fences.nth(1).expect("the sample output block");
+    assert!(command_block.starts_with("sh\n"), "{command_block}");
+    let sample: Vec<&str> = sample.trim_matches('\n').lines().collect();
+    let command = command_block
+        .lines()
+        .find(|l| l.contains("--grpc"))
+        .expect("an ask --grpc command");
+    assert!(
+        section.contains("`pattern: \"jobs:*\"`") && section.contains("`jobs:emails`"),
+        "the page says which exporter the sample comes from"
+    );
+
+    let redis = RedisServer::start();
+    redis.run::<()>(&[b"RPUSH", b"jobs:emails", b"e1"]);
+    let app = TestApp::start(&format!(
+        "sources:\n  - name: main\n    type: redis\n    url: {}\n    poll_interval: 100ms\n    queues:\n      - pattern: \"jobs:*\"\n",
+        redis.url
+    ))
+    .await;
+    wait_for("jobs:emails polled", Duration::from_secs(10), || async {
+        Scrape::parse(&app.metrics().await)
+            .depth("jobs:emails")
+            .map(|_| ())
+    })
+    .await;
+    let grpc = app.app().grpc_addr.expect("gRPC on").to_string();
+    let mut args: Vec<String> = shell_words(command);
+    assert_eq!(args[..2], ["queue-exporter", "ask"], "{command}");
+    args.drain(..2);
+    let at = args.iter().position(|a| a == "--grpc").unwrap();
+    args[at + 1] = grpc;
+    let (code, out, err) = ask(args).await;
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(
+        lines.len(),
+        sample.len(),
+        "ask printed:\n{out}\nthe page shows:\n{}",
+        sample.join("\n")
+    );
+    for (want, got) in sample.iter().zip(&lines) {
+        assert!(
+            matches_sample(want, got),
+            "the page shows {want:?}, ask printed {got:?}"
+        );
+    }
+    let errors = sample.iter().filter(|l| l.contains(": error ")).count();
+    assert_eq!(code, if errors > 0 { 1 } else { 0 }, "{err}");
+    app.stop().await;
+}
+
+#[test]
+fn a_sample_line_matches_with_ellipses() {
+    assert!(matches_sample("a: … b …", "a: x y b z"));
+    assert!(matches_sample(
+        "GetMetricSpec: age-jobs-max target 60",
+        "GetMetricSpec: age-jobs-max target 60"
+    ));
+    assert!(!matches_sample(
+        "GetMetricSpec: s0-queue-exporter-… target 60",
+        "GetMetricSpec: age-jobs-max target 60"
+    ));
+    assert_eq!(
+        shell_words(r#"queue-exporter ask --grpc h:1 queue="jobs:*" mode=Age   # c"#),
+        [
+            "queue-exporter",
+            "ask",
+            "--grpc",
+            "h:1",
+            "queue=jobs:*",
+            "mode=Age"
+        ]
+    );
+}

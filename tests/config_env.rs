@@ -242,6 +242,60 @@ fn a_bad_source_override_is_one_line_naming_the_variable() {
     }
 }
 
+/// Issue 45: an environment value may be a secret, so a bad one is named
+/// by its variable and what is wrong with it, and never echoed, whichever
+/// field it sets (a source's or a top-level one) and whatever parses it.
+#[test]
+fn a_bad_override_never_echoes_its_value() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_file(
+        &dir,
+        "config.yaml",
+        "listen: { grpc: null }\nsources:\n  - name: main\n    type: redis\n    queues: [{ key: work, score: timestamp }]\n",
+    );
+    let path = path.to_str().unwrap();
+    let value = "s3cr3tvalue";
+    let cases = [
+        (
+            "QUEUE_EXPORTER__SOURCES__0__POLL_INTERVAL",
+            "sources[0].poll_interval: invalid duration",
+        ),
+        (
+            "QUEUE_EXPORTER__SOURCES__MAIN__MAX_KEYS",
+            "sources[0].max_keys: invalid type",
+        ),
+        (
+            "QUEUE_EXPORTER__SOURCES__MAIN__QUEUES__0__SCORE",
+            "sources[0].queues[0].score: unknown variant",
+        ),
+        ("QUEUE_EXPORTER__LOG__FORMAT", "log.format: unknown variant"),
+        ("QUEUE_EXPORTER__LISTEN__HTTP", "listen.http: "),
+        (
+            "QUEUE_EXPORTER__SCALER__MAX_STALENESS",
+            "scaler.max_staleness: invalid duration",
+        ),
+    ];
+    for (var, want) in cases {
+        for args in [
+            vec!["check", "--config", path],
+            vec!["serve", "--config", path, "--listen-http", "127.0.0.1:0"],
+        ] {
+            let (code, stdout, stderr) =
+                run_bin_for(&args, &[(var, value)], Duration::from_secs(20));
+            assert_eq!(code, 2, "{var} {args:?}: {stdout}{stderr}");
+            assert_eq!(stderr.lines().count(), 1, "{var}: {stderr}");
+            assert!(
+                stderr.starts_with(&format!("environment variable {var}: {want}")),
+                "{var} {args:?}: names the variable, the field and what is wrong: {stderr}"
+            );
+            assert!(
+                !stderr.contains(value) && !stdout.contains(value),
+                "{var} {args:?}: the value is echoed: {stderr}"
+            );
+        }
+    }
+}
+
 /// Issue 40, item 1: a container with no config file can turn the gRPC
 /// listener off from the environment. `off` is the documented spelling;
 /// `none`, `null`, `~` and the empty text (what people try, since YAML's

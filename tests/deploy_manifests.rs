@@ -13,10 +13,18 @@
 //!   Redis really admits the exporter's read-only user;
 //! - the pieces fit together (ports, probes, mounts, selectors, Secret keys,
 //!   the image's user);
-//! - the Dockerfile is a multi-stage, non-root, minimal image that hadolint accepts.
+//! - the Dockerfile is a multi-stage, non-root, minimal image that hadolint accepts;
+//! - every example trigger can connect to the exporter its steps deploy:
+//!   the plain ones to the base, the mutual-TLS ones (with the Secrets
+//!   `make-certs` makes) to `overlays/scaler-mtls`;
+//! - every `scalerAddress`, in the manifests and the docs, is the headless
+//!   scaler Service's name.
 //!
-//! The tools come from `scripts/setup-services`; a missing tool fails the test.
+//! Everything is built from a copy of `deploy/` where `make-certs` has run,
+//! as the docs' steps run it (`deploy_support`). The tools come from
+//! `scripts/setup-services`; a missing tool fails the test.
 
+mod deploy_support;
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -91,20 +99,13 @@ fn kustomizations() -> Vec<String> {
             .map(|n| format!("deploy/kubernetes/overlays/{n}")),
     );
     dirs.push("deploy/kubernetes/examples".to_string());
+    dirs.push("deploy/kubernetes/examples/mtls".to_string());
     dirs
 }
 
-/// `kubectl kustomize DIR`, parsed.
+/// `kubectl kustomize DIR`, parsed, in the tree the docs' steps leave.
 fn kustomize(dir: &str) -> Vec<Value> {
-    let out = run("kubectl", &["kustomize", dir], &root());
-    assert!(
-        out.status.success(),
-        "kubectl kustomize {dir} failed:\n{}",
-        text(&out)
-    );
-    let docs = yaml_documents(&String::from_utf8_lossy(&out.stdout), dir);
-    assert!(!docs.is_empty(), "kubectl kustomize {dir} built nothing");
-    docs
+    deploy_support::kustomize(dir)
 }
 
 fn kind(doc: &Value) -> &str {
@@ -204,8 +205,9 @@ fn kustomize_builds_the_base_every_overlay_and_the_examples() {
     ] {
         assert!(triggers.contains(needed), "{needed} in {triggers:?}");
     }
+    let mtls = kustomize("deploy/kubernetes/examples/mtls");
     assert!(
-        examples.iter().any(|d| kind(d) == "TriggerAuthentication"
+        mtls.iter().any(|d| kind(d) == "TriggerAuthentication"
             && d["spec"]["secretTargetRef"]
                 .as_array()
                 .unwrap()
@@ -974,6 +976,257 @@ fn every_scaled_object_targets_an_example_deployment_and_the_base_service() {
             .all(|p| priority_queues.contains(*p)),
         "the priority example scales jobs:pending:high, :normal and :low: {priority_queues:?}"
     );
+}
+
+/// The exporter builds and the example builds applied beside them, as
+/// docs/kubernetes.md's steps pair them: (exporter, examples).
+const STEPS: [(&str, &str); 2] = [
+    ("deploy/kubernetes/base", "deploy/kubernetes/examples"),
+    (
+        "deploy/kubernetes/overlays/scaler-mtls",
+        "deploy/kubernetes/examples/mtls",
+    ),
+];
+
+/// `scaler.tls` of a build's exporter: from its ConfigMap, or from the
+/// container's `QUEUE_EXPORTER__SCALER__TLS__*` environment. Field → path.
+fn scaler_tls(docs: &[Value]) -> BTreeMap<String, String> {
+    let (_, config) = configmap_config(docs);
+    let config = yaml_documents(&config, "config.yaml").remove(0);
+    let mut tls: BTreeMap<String, String> = config["scaler"]["tls"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string()))
+        .collect();
+    let deployment = only(docs, "Deployment");
+    for c in deployment["spec"]["template"]["spec"]["containers"]
+        .as_array()
+        .unwrap()
+    {
+        for e in c["env"].as_array().into_iter().flatten() {
+            if let Some(field) = e["name"]
+                .as_str()
+                .and_then(|n| n.strip_prefix("QUEUE_EXPORTER__SCALER__TLS__"))
+            {
+                tls.insert(
+                    field.to_lowercase(),
+                    e["value"].as_str().unwrap_or_default().to_string(),
+                );
+            }
+        }
+    }
+    tls
+}
+
+/// The Secret a file path of the exporter's container is in, and its key
+/// there (the path under a Secret volume's mount).
+fn secret_file<'a>(docs: &'a [Value], path: &str) -> Option<(&'a Value, String)> {
+    let pod = &only(docs, "Deployment")["spec"]["template"]["spec"];
+    let c = &pod["containers"][0];
+    for m in c["volumeMounts"].as_array().into_iter().flatten() {
+        let dir = m["mountPath"].as_str().unwrap();
+        let Some(key) = path.strip_prefix(&format!("{dir}/")) else {
+            continue;
+        };
+        let volume = pod["volumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["name"] == m["name"])?;
+        let secret = find(docs, "Secret", volume["secret"]["secretName"].as_str()?);
+        return Some((secret, key.to_string()));
+    }
+    None
+}
+
+#[test]
+fn every_example_trigger_can_connect_to_the_exporter_its_steps_deploy() {
+    let mut checked = 0;
+    for (exporter_dir, examples_dir) in STEPS {
+        let exporter = kustomize(exporter_dir);
+        let examples = kustomize(examples_dir);
+        let address = deploy_support::scaler_address(&exporter);
+        let tls = scaler_tls(&exporter);
+        // Every file scaler.tls names is a key of a Secret the build
+        // makes and mounts, holding what the field needs.
+        for (field, path) in &tls {
+            let (secret, key) = secret_file(&exporter, path).unwrap_or_else(|| {
+                panic!("{exporter_dir}: scaler.tls.{field} {path} is in no mounted Secret")
+            });
+            let value = deploy_support::secret_value(secret, &key)
+                .unwrap_or_else(|| panic!("{exporter_dir}: Secret {} has no {key}", name(secret)));
+            let text = String::from_utf8_lossy(&value);
+            let want = if field == "key_file" {
+                "PRIVATE KEY-----"
+            } else {
+                "BEGIN CERTIFICATE-----"
+            };
+            assert!(
+                text.contains(want),
+                "{exporter_dir}: scaler.tls.{field} holds no {want}"
+            );
+        }
+        for d in examples
+            .iter()
+            .filter(|d| matches!(kind(d), "ScaledObject" | "ScaledJob"))
+        {
+            let what = format!("{examples_dir}: {} {}", kind(d), name(d));
+            let namespace = d["metadata"]["namespace"].as_str().unwrap();
+            for t in d["spec"]["triggers"].as_array().unwrap() {
+                checked += 1;
+                assert_eq!(
+                    t["metadata"]["scalerAddress"], address,
+                    "{what}: the scaler {exporter_dir} deploys"
+                );
+                // The TLS parameters KEDA will hand the scaler.
+                let mut params = BTreeMap::new();
+                if let Some(auth) = t["authenticationRef"]["name"].as_str() {
+                    let ta = examples
+                        .iter()
+                        .find(|x| {
+                            kind(x) == "TriggerAuthentication"
+                                && name(x) == auth
+                                && x["metadata"]["namespace"] == namespace
+                        })
+                        .unwrap_or_else(|| {
+                            panic!("{what}: TriggerAuthentication {auth} is not in the same apply")
+                        });
+                    for r in ta["spec"]["secretTargetRef"].as_array().unwrap() {
+                        let secret_name = r["name"].as_str().unwrap();
+                        let secret = examples
+                            .iter()
+                            .find(|x| {
+                                kind(x) == "Secret"
+                                    && name(x) == secret_name
+                                    && x["metadata"]["namespace"] == namespace
+                            })
+                            .unwrap_or_else(|| {
+                                panic!(
+                                    "{what}: Secret {secret_name} (of TriggerAuthentication \
+                                     {auth}) is made by nothing the steps apply"
+                                )
+                            });
+                        let key = r["key"].as_str().unwrap();
+                        let value = deploy_support::secret_value(secret, key)
+                            .unwrap_or_else(|| panic!("{what}: Secret {secret_name} has no {key}"));
+                        params.insert(r["parameter"].as_str().unwrap().to_string(), value);
+                    }
+                }
+                // A TLS server needs a client that trusts it, a mutual-TLS
+                // one a client certificate; a plain one a plain client.
+                let serves_tls = tls.contains_key("cert_file");
+                let mutual = tls.contains_key("client_ca_file");
+                assert_eq!(
+                    params.contains_key("caCert"),
+                    serves_tls,
+                    "{what}: caCert given where {exporter_dir} serves TLS, and only there"
+                );
+                assert_eq!(
+                    params.contains_key("tlsClientCert") && params.contains_key("tlsClientKey"),
+                    mutual,
+                    "{what}: a client certificate where {exporter_dir} asks for one"
+                );
+                if mutual {
+                    // KEDA trusts the CA that signed the exporter's
+                    // certificate; the exporter the one of KEDA's.
+                    let ca_of = |field: &str| {
+                        let (secret, key) = secret_file(&exporter, &tls[field]).unwrap();
+                        deploy_support::secret_value(secret, &key).unwrap()
+                    };
+                    assert_eq!(params["caCert"], ca_of("client_ca_file"), "{what}: one CA");
+                }
+            }
+        }
+    }
+    assert!(checked >= 7, "only {checked} example triggers");
+}
+
+/// Every `scalerAddress`-like address (`host:9732` naming queue-exporter)
+/// in `text`.
+fn scaler_addresses(text: &str) -> Vec<String> {
+    let address = regex::Regex::new(r"queue-exporter[A-Za-z0-9.-]*:9732\b").unwrap();
+    let field = regex::Regex::new(r"scalerAddress:\s*([^\s#]+)").unwrap();
+    address
+        .find_iter(text)
+        .map(|m| m.as_str().to_string())
+        .chain(field.captures_iter(text).map(|c| c[1].to_string()))
+        .collect()
+}
+
+#[test]
+fn one_scaler_address_everywhere_the_headless_services() {
+    // The headless Service of the base (namespace monitoring) and of the
+    // sidecar overlay, which moves it to default.
+    let allowed: BTreeSet<String> = [
+        "deploy/kubernetes/base",
+        "deploy/kubernetes/overlays/sidecar",
+        "deploy/kubernetes/overlays/scaler-mtls",
+    ]
+    .iter()
+    .map(|d| deploy_support::scaler_address(&kustomize(d)))
+    .collect();
+    assert!(
+        allowed.contains("queue-exporter-scaler.monitoring.svc.cluster.local:9732"),
+        "{allowed:?}"
+    );
+    let mut files = vec![root().join("README.md")];
+    for dir in ["docs", "deploy", "dashboards"] {
+        files.extend(files_with(&root().join(dir), &[".md", ".yaml", ".yml"]));
+    }
+    let mut seen = 0;
+    let mut wrong = Vec::new();
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap();
+        for (n, line) in text.lines().enumerate() {
+            for a in scaler_addresses(line) {
+                seen += 1;
+                if !allowed.contains(&a) {
+                    wrong.push(format!(
+                        "{}:{}: {a}",
+                        file.strip_prefix(root()).unwrap().display(),
+                        n + 1
+                    ));
+                }
+            }
+        }
+    }
+    assert!(seen >= 20, "only {seen} scaler addresses found");
+    assert!(
+        wrong.is_empty(),
+        "scaler addresses that are not the headless Service's ({allowed:?}):\n{}",
+        wrong.join("\n")
+    );
+    // The scan sees the spellings the docs had.
+    assert_eq!(
+        scaler_addresses(
+            "scalerAddress: queue-exporter.monitoring:9732 and `queue-exporter-scaler.monitoring:9732`"
+        ),
+        [
+            "queue-exporter.monitoring:9732",
+            "queue-exporter-scaler.monitoring:9732",
+            "queue-exporter.monitoring:9732"
+        ]
+    );
+}
+
+/// Files under `dir` (recursively) whose name ends with one of `exts`.
+fn files_with(dir: &Path, exts: &[&str]) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            let file = p.file_name().unwrap().to_string_lossy().into_owned();
+            if p.is_dir() {
+                todo.push(p);
+            } else if exts.iter().any(|x| file.ends_with(x)) {
+                out.push(p);
+            }
+        }
+    }
+    out.sort();
+    out
 }
 
 // ------------------------------------------------------------- Dockerfile

@@ -180,3 +180,93 @@ async fn https_management_and_amqps_work_with_the_ca_and_a_client_certificate_an
 async fn exp_scrape(exp: &Exporter) -> Scrape {
     Scrape::parse(&exp.metrics().await)
 }
+
+/// docs/security.md: `check` and `serve` read every TLS file first and exit
+/// 2 with one line naming the config file, the field and the file. Held
+/// for RabbitMQ as for Redis, for every method and each of the three files
+/// (missing, or not what the field needs); no broker is needed, since
+/// nothing may connect before the files are read.
+#[test]
+fn unreadable_tls_files_fail_check_and_serve_with_one_line() {
+    let pki = make_pki("rabbit-files");
+    let dir = tempfile::tempdir().unwrap();
+    let ca = write_file(&dir, "ca.pem", &pki.ca).display().to_string();
+    let cert = write_file(&dir, "client.pem", &pki.client.0)
+        .display()
+        .to_string();
+    let key = write_file(&dir, "client.key", &pki.client.1)
+        .display()
+        .to_string();
+    let not_pem = write_file(&dir, "not-pem.txt", "just text, not PEM\n")
+        .display()
+        .to_string();
+    let tls = |ca: &str, cert: &str, key: &str| {
+        format!("{{ ca_file: \"{ca}\", cert_file: \"{cert}\", key_file: \"{key}\" }}")
+    };
+    let cases = [
+        (
+            tls("/nonexistent/ca.pem", &cert, &key),
+            "sources[0].tls.ca_file: cannot read /nonexistent/ca.pem: No such file or directory"
+                .to_string(),
+        ),
+        (
+            tls(&ca, "/nonexistent/client.pem", &key),
+            "sources[0].tls.cert_file: cannot read /nonexistent/client.pem".to_string(),
+        ),
+        (
+            tls(&ca, &cert, "/nonexistent/client.key"),
+            "sources[0].tls.key_file: cannot read /nonexistent/client.key".to_string(),
+        ),
+        (
+            tls(&not_pem, &cert, &key),
+            format!("sources[0].tls.ca_file: {not_pem}: holds no PEM certificate"),
+        ),
+        (
+            tls(&ca, &cert, &not_pem),
+            format!("sources[0].tls.key_file: {not_pem}: holds no PEM private key"),
+        ),
+    ];
+    let methods = [
+        ("management", "https://127.0.0.1:1"),
+        ("prometheus", "https://127.0.0.1:1"),
+        ("amqp", "amqps://guest:guest@127.0.0.1:1/%2F"),
+    ];
+    for (method, url) in methods {
+        for (tls, want) in &cases {
+            let config = write_file(
+                &dir,
+                "config.yaml",
+                &format!(
+                    "listen: {{ http: 127.0.0.1:0, grpc: null }}\nsources:\n{}",
+                    source("r", method, url, tls)
+                ),
+            );
+            let path = config.to_str().unwrap();
+            let (code, out, err) = run_bin(&["check", "--config", path], &[]);
+            assert_eq!(code, 2, "{method} check: {out}{err}");
+            assert_eq!(err.lines().count(), 1, "{method} check, one line: {err}");
+            assert!(
+                err.starts_with(&format!("{path}: {want}")),
+                "{method} check names the config file, the field and the TLS file: {err}"
+            );
+            let (code, _, err) = run_bin_for(&["--config", path], &[], Duration::from_secs(20));
+            assert_eq!(code, 2, "{method} serve: {err}");
+            assert_eq!(err.lines().count(), 1, "{method} serve, one line: {err}");
+            assert!(
+                err.starts_with(&format!("{path}: {want}")),
+                "{method} serve: {err}"
+            );
+        }
+        // And the same files, readable, pass `check`.
+        let config = write_file(
+            &dir,
+            "config.yaml",
+            &format!(
+                "listen: {{ http: 127.0.0.1:0, grpc: null }}\nsources:\n{}",
+                source("r", method, url, &tls(&ca, &cert, &key))
+            ),
+        );
+        let (code, out, err) = run_bin(&["check", "--config", config.to_str().unwrap()], &[]);
+        assert_eq!(code, 0, "{method}: {out}{err}");
+    }
+}

@@ -1,4 +1,4 @@
-//! The example KEDA manifests in `deploy/kubernetes/examples/keda/` validate against KEDA's CRDs
+//! The example KEDA manifests under `deploy/kubernetes/examples/` validate against KEDA's CRDs
 //! (KEDA v2.20's, copied unmodified into `tests/fixtures/crds/`), and every
 //! external trigger's metadata is accepted by the scaler's own parser.
 
@@ -116,23 +116,37 @@ fn errors(doc: &Value) -> Vec<String> {
     out
 }
 
+/// Every KEDA object of the example manifests (`deploy/kubernetes/examples/`
+/// and its subdirectories: `keda/`, `mtls/`).
 fn manifests() -> Vec<(PathBuf, Value)> {
-    let dir = root().join("deploy/kubernetes/examples/keda");
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "yaml" || e == "yml"))
-        .collect();
+    let mut files = Vec::new();
+    let mut todo = vec![root().join("deploy/kubernetes/examples")];
+    while let Some(dir) = todo.pop() {
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                todo.push(p);
+            } else if p.extension().is_some_and(|e| e == "yaml" || e == "yml") {
+                files.push(p);
+            }
+        }
+    }
     files.sort();
-    assert!(
-        files.len() >= 3,
-        "expected the example manifests in {}",
-        dir.display()
-    );
-    files
+    let docs: Vec<(PathBuf, Value)> = files
         .into_iter()
         .flat_map(|f| documents(&f).into_iter().map(move |d| (f.clone(), d)))
-        .collect()
+        .filter(|(_, d)| {
+            d["apiVersion"]
+                .as_str()
+                .is_some_and(|a| a.starts_with("keda.sh/"))
+        })
+        .collect();
+    assert!(
+        docs.len() >= 6,
+        "expected the example KEDA manifests under deploy/kubernetes/examples: {}",
+        docs.len()
+    );
+    docs
 }
 
 #[test]

@@ -131,6 +131,11 @@ impl SourceOverride {
         out
     }
 
+    /// The value as given: for `Blame` to keep out of every message.
+    pub(super) fn value(&self) -> &str {
+        &self.value
+    }
+
     /// `sources.0.tls.ca_file`, as `Blame` compares paths.
     pub(super) fn dotted(&self) -> String {
         format!("sources.{}.{}", self.index, self.path.join("."))

@@ -12,7 +12,7 @@ use serde::Deserialize;
 
 use super::duration;
 use super::env::{SourceOverride, parse_source_with};
-use super::error::{Blame, ConfigError, one_line, typed};
+use super::error::{Blame, ConfigError, EnvSetting, one_line, typed};
 use super::sections::{ListenConfig, LogConfig, LogFormat, ScalerConfig};
 use super::source::default_source_entries;
 use super::{Config, ENV_PREFIX, WebConfig};
@@ -85,9 +85,13 @@ impl Config {
             origin: origin.clone(),
             env_paths: env
                 .iter()
-                .filter_map(|(k, _)| {
+                .filter_map(|(k, v)| {
                     let rest = k.strip_prefix(&format!("{ENV_PREFIX}__"))?;
-                    Some((rest.to_lowercase().replace("__", "."), k.clone()))
+                    Some(EnvSetting {
+                        path: rest.to_lowercase().replace("__", "."),
+                        var: k.clone(),
+                        value: v.clone(),
+                    })
                 })
                 .collect(),
         };
@@ -138,9 +142,11 @@ impl Config {
                 path,
                 message,
             })?;
-        blame
-            .env_paths
-            .extend(overrides.iter().map(|o| (o.dotted(), o.var.clone())));
+        blame.env_paths.extend(overrides.iter().map(|o| EnvSetting {
+            path: o.dotted(),
+            var: o.var.clone(),
+            value: o.value().to_string(),
+        }));
         let mut sources = Vec::with_capacity(list.len());
         let mut entries = HashMap::new();
         for (i, entry) in list.into_iter().enumerate() {

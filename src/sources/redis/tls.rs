@@ -6,40 +6,25 @@
 use redis::{ClientTlsConfig, TlsCertificates};
 
 use crate::config::RedisTlsConfig;
-use crate::crypto::{PemFileError, read_pem_certs, read_pem_key};
-
-/// A TLS file of a Redis source that cannot be used. The message names the
-/// field (relative to the source, e.g. `tls.ca_file`) and the file, never
-/// the file's contents.
-#[derive(Debug, thiserror::Error)]
-#[error("tls.{field}: {error}")]
-pub struct RedisTlsError {
-    /// The config field naming the file.
-    pub field: &'static str,
-    /// Why the file cannot be used.
-    #[source]
-    pub error: PemFileError,
-}
+pub use crate::crypto::TlsFileError as RedisTlsError;
+use crate::crypto::client_tls_files;
 
 /// Reads and checks the configured files. With no `ca_file` the `redis`
 /// crate's built-in web roots verify the server.
 pub fn certificates(cfg: &RedisTlsConfig) -> Result<TlsCertificates, RedisTlsError> {
-    let at = |field| move |error| RedisTlsError { field, error };
-    let root_cert = match &cfg.ca_file {
-        Some(path) => Some(read_pem_certs(path).map_err(at("ca_file"))?.0),
-        None => None,
-    };
-    let client_tls = match (&cfg.cert_file, &cfg.key_file) {
-        (Some(cert), Some(key)) => Some(ClientTlsConfig {
-            client_cert: read_pem_certs(cert).map_err(at("cert_file"))?.0,
-            client_key: read_pem_key(key).map_err(at("key_file"))?.0,
-        }),
-        // Config validation requires both or neither.
-        _ => None,
-    };
+    let files = client_tls_files(
+        cfg.ca_file.as_deref(),
+        cfg.cert_file.as_deref(),
+        cfg.key_file.as_deref(),
+    )?;
     Ok(TlsCertificates {
-        client_tls,
-        root_cert,
+        client_tls: files
+            .identity
+            .map(|(client_cert, client_key)| ClientTlsConfig {
+                client_cert,
+                client_key,
+            }),
+        root_cert: files.root_cert,
     })
 }
 
