@@ -368,7 +368,7 @@ async fn the_sample_output_in_keda_md_is_what_ask_prints() {
         .find(|l| l.contains("--grpc"))
         .expect("an ask --grpc command");
     assert!(
-        section.contains("`pattern: \"jobs:*\"`") && section.contains("`jobs:emails`"),
+        section.contains("pattern: \"jobs:*\"") && section.contains("`jobs:emails`"),
         "the page says which exporter the sample comes from"
     );
 
