@@ -1145,8 +1145,14 @@ fn every_example_trigger_can_connect_to_the_exporter_its_steps_deploy() {
 /// Every `scalerAddress`-like address (`host:9732` naming queue-exporter)
 /// in `text`.
 fn scaler_addresses(text: &str) -> Vec<String> {
-    let address = regex::Regex::new(r"queue-exporter[A-Za-z0-9.-]*:9732\b").unwrap();
-    let field = regex::Regex::new(r"scalerAddress:\s*([^\s#]+)").unwrap();
+    static PATTERNS: std::sync::LazyLock<(regex::Regex, regex::Regex)> =
+        std::sync::LazyLock::new(|| {
+            (
+                regex::Regex::new(r"queue-exporter[A-Za-z0-9.-]*:9732\b").unwrap(),
+                regex::Regex::new(r"scalerAddress:\s*([^\s#]+)").unwrap(),
+            )
+        });
+    let (address, field) = &*PATTERNS;
     address
         .find_iter(text)
         .map(|m| m.as_str().to_string())
@@ -1179,7 +1185,7 @@ fn one_scaler_address_everywhere_the_headless_services() {
     for file in files {
         let text = std::fs::read_to_string(&file).unwrap();
         for (n, line) in text.lines().enumerate() {
-            for a in scaler_addresses(line) {
+            for a in scaler_addresses(line).into_iter().collect::<BTreeSet<_>>() {
                 seen += 1;
                 if !allowed.contains(&a) {
                     wrong.push(format!(

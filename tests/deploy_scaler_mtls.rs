@@ -135,7 +135,7 @@ async fn the_mtls_overlay_serves_the_examples_trigger_and_refuses_clients_withou
     sources.retain(|s| s["type"] == "redis");
     sources[0]["url"] = Value::String(redis.url.clone());
     sources[0].as_object_mut().unwrap().remove("password_file");
-    let body = serde_json::to_string(&config).unwrap();
+    let body = serde_norway::to_string(&config).unwrap();
     let env_refs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     let app = Exporter::start(&body, &[], &env_refs).await;
     let port = app.grpc.port();

@@ -262,7 +262,10 @@ fn triggers(doc: &Value) -> Option<Vec<Value>> {
     let kind = doc["kind"].as_str().unwrap_or_default();
     let list = if matches!(kind, "ScaledObject" | "ScaledJob") {
         doc["spec"]["triggers"].as_array()?.clone()
-    } else if let Some(list) = doc.get("triggers").filter(|_| doc.as_object().is_some_and(|m| m.len() == 1)) {
+    } else if let Some(list) = doc
+        .get("triggers")
+        .filter(|_| doc.as_object().is_some_and(|m| m.len() == 1))
+    {
         list.as_array()?.clone()
     } else if doc.as_object().is_some_and(|m| m.len() == 1) && doc["metadata"].is_object() {
         vec![json!({"type": "external", "metadata": doc["metadata"]})]
@@ -346,7 +349,8 @@ fn check_document(
             // The top-level sections alone (`listen:`, `scaler:`, `web:`):
             // beside a minimal source, since a config needs one.
             let mut config = doc.clone();
-            config["sources"] = json!([{"name": "main", "type": "redis", "queues": [{"key": "work"}]}]);
+            config["sources"] =
+                json!([{"name": "main", "type": "redis", "queues": [{"key": "work"}]}]);
             load_and_check(&config, files)?;
             tally.fragments += 1;
         }

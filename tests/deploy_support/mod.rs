@@ -102,7 +102,12 @@ pub fn secret_value(secret: &Value, key: &str) -> Option<Vec<u8>> {
         return Some(s.as_bytes().to_vec());
     }
     use base64::Engine as _;
-    let b64 = secret["data"][key].as_str()?;
+    // kubectl wraps long values across lines.
+    let b64: String = secret["data"][key]
+        .as_str()?
+        .chars()
+        .filter(|c| !c.is_whitespace())
+        .collect();
     Some(
         base64::engine::general_purpose::STANDARD
             .decode(b64)
