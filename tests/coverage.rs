@@ -287,3 +287,58 @@ async fn preset_queues_beyond_max_keys_are_unavailable() {
     assert_unavailable(metrics(&mut c, &[("queue", "*")]).await, &["max_keys"]);
     app.stop().await;
 }
+
+/// docs/metrics.md's `refused` cause: it counts refused reads that leave
+/// names unknown (a library's registry or mark), not a queue's own key the
+/// ACL refuses, whose values are absent and whose refusal is counted by
+/// `queue_exporter_poll_errors_total{reason="auth"}` (issue 45). The page
+/// says so, and a refused key shows so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_queue_key_is_an_auth_poll_error_not_a_refused_gap() {
+    let page = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/metrics.md"))
+        .expect("docs/metrics.md");
+    let row = page
+        .lines()
+        .find(|l| l.starts_with("| `queue_exporter_coverage_gaps"))
+        .expect("the coverage_gaps row of docs/metrics.md");
+    let refused = row
+        .split("`refused` (")
+        .nth(1)
+        .and_then(|r| r.split("), `check_failed`").next())
+        .expect("the refused cause in the coverage_gaps row");
+    assert!(
+        refused.contains("mark")
+            && refused.contains(r#"queue_exporter_poll_errors_total{reason="auth"}"#),
+        "the refused cause says a refused queue key is an auth poll error: {refused}"
+    );
+
+    let redis = RedisServer::start();
+    let mut c = redis.conn();
+    list(&mut c, "work", 3);
+    list(&mut c, "open:list", 2);
+    let url = redis.acl_user("qe", "pw", &["-@all", "+@read", "+@connection", "~open:*"]);
+    let app = TestApp::start(&config(
+        &url,
+        "queues: [{ key: work }, { key: \"open:list\" }]\n",
+    ))
+    .await;
+    let s = app
+        .until("the readable key and an auth error", WAIT, |s| {
+            s.value("queue_depth", &[("queue", "open:list")]) == Some(2.0)
+                && s.value(
+                    "queue_exporter_poll_errors_total",
+                    &[("source", "main"), ("reason", "auth")],
+                )
+                .is_some_and(|n| n > 0.0)
+        })
+        .await;
+    assert_eq!(s.value("queue_depth", &[("queue", "work")]), None, "{s}");
+    let gaps = gaps(&s);
+    assert!(
+        gaps.is_empty(),
+        "a refused queue key is no coverage gap: {gaps:?}\n{s}"
+    );
+    let mut g = client(&app).await;
+    assert!(metrics(&mut g, &[("queue", "work")]).await.is_err());
+    app.stop().await;
+}

@@ -370,7 +370,7 @@ sources:
             ),
             (
                 ("QUEUE_EXPORTER__SOURCES__MAIN__POLL_INTERVAL", "often"),
-                r#"environment variable QUEUE_EXPORTER__SOURCES__MAIN__POLL_INTERVAL: sources[0].poll_interval: invalid duration "often""#,
+                "environment variable QUEUE_EXPORTER__SOURCES__MAIN__POLL_INTERVAL: sources[0].poll_interval: invalid duration (the value, not shown)",
             ),
             (
                 ("QUEUE_EXPORTER__SOURCES__0__MAX_KEYS", "0"),
