@@ -675,16 +675,6 @@ fn check_exporter_pod(docs: &[Value], pod: &Value, what: &str) {
         config_path,
         "{what}"
     );
-    let secret_volume = volumes
-        .iter()
-        .find(|v| v["secret"].is_object())
-        .unwrap_or_else(|| panic!("{what}: a Secret volume"));
-    let secret = find(
-        docs,
-        "Secret",
-        secret_volume["secret"]["secretName"].as_str().unwrap(),
-    );
-    let secret_dir = mount_of(secret_volume);
     let password_files: Vec<&str> = config["sources"]
         .as_array()
         .unwrap()
@@ -695,6 +685,19 @@ fn check_exporter_pod(docs: &[Value], pod: &Value, what: &str) {
         !password_files.is_empty(),
         "{what}: passwords come from files"
     );
+    // The Secret volume the password files are in (an overlay may mount
+    // others, such as the scaler's TLS files).
+    let secret_volume = volumes
+        .iter()
+        .filter(|v| v["secret"].is_object())
+        .find(|v| password_files[0].starts_with(&format!("{}/", mount_of(v))))
+        .unwrap_or_else(|| panic!("{what}: a Secret volume holding {}", password_files[0]));
+    let secret = find(
+        docs,
+        "Secret",
+        secret_volume["secret"]["secretName"].as_str().unwrap(),
+    );
+    let secret_dir = mount_of(secret_volume);
     for file in password_files {
         let key = file
             .strip_prefix(&format!("{secret_dir}/"))
@@ -1140,6 +1143,35 @@ fn every_example_trigger_can_connect_to_the_exporter_its_steps_deploy() {
         }
     }
     assert!(checked >= 7, "only {checked} example triggers");
+}
+
+#[test]
+fn the_mtls_overlay_is_the_base_wired_alike_with_its_scaler_tls_secret_mounted_read_only() {
+    let docs = kustomize("deploy/kubernetes/overlays/scaler-mtls");
+    let pod = &only(&docs, "Deployment")["spec"]["template"];
+    check_exporter_pod(&docs, pod, "scaler-mtls Deployment");
+    let tls = scaler_tls(&docs);
+    assert_eq!(
+        tls.keys().map(String::as_str).collect::<Vec<_>>(),
+        ["cert_file", "client_ca_file", "key_file"],
+        "mutual TLS"
+    );
+    let mounts = pod["spec"]["containers"][0]["volumeMounts"]
+        .as_array()
+        .unwrap();
+    for path in tls.values() {
+        let (secret, _) = secret_file(&docs, path).unwrap();
+        assert!(
+            name(secret).starts_with("queue-exporter-scaler-tls"),
+            "{path}"
+        );
+        assert!(
+            mounts.iter().any(
+                |m| path.starts_with(m["mountPath"].as_str().unwrap()) && m["readOnly"] == true
+            ),
+            "{path}: mounted read-only"
+        );
+    }
 }
 
 /// Every `scalerAddress`-like address (`host:9732` naming queue-exporter)

@@ -415,6 +415,7 @@ fn every_yaml_block_of_the_docs_loads_or_fails_as_its_marker_says() {
             }
         }
     }
+    eprintln!("what the docs' YAML blocks are: {tally:?}");
     assert!(
         wrong.is_empty(),
         "doc examples that do not run as written:\n\n{}",
@@ -663,13 +664,14 @@ fn the_every_preset_block_and_the_state_table_name_every_preset() {
     let keda = read(&root().join("docs/keda.md"));
     let table = paragraph(&keda, "| preset | states per queue");
     let mut seen: HashMap<String, usize> = HashMap::new();
+    let code = Regex::new(r"`([a-z-]+)`").unwrap();
     for row in table.lines().skip(2) {
         let first = row
             .trim_start_matches('|')
             .split('|')
             .next()
             .unwrap_or_default();
-        for c in Regex::new(r"`([a-z-]+)`").unwrap().captures_iter(first) {
+        for c in code.captures_iter(first) {
             *seen.entry(c[1].to_string()).or_default() += 1;
         }
     }
