@@ -341,7 +341,8 @@ async fn the_grpc_listener_is_turned_off_from_the_environment() {
     assert_eq!(code, 2, "{stderr}");
     assert_eq!(
         stderr.trim_end(),
-        "environment variable QUEUE_EXPORTER__LISTEN__GRPC: listen.grpc: invalid socket address \"nowhere\" (host:port, or off to disable the listener)"
+        // An environment value is never echoed (issue 45).
+        "environment variable QUEUE_EXPORTER__LISTEN__GRPC: listen.grpc: invalid socket address (the value, not shown) (host:port, or off to disable the listener)"
     );
 }
 
