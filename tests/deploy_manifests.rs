@@ -1174,6 +1174,43 @@ fn the_mtls_overlay_is_the_base_wired_alike_with_its_scaler_tls_secret_mounted_r
     }
 }
 
+/// docs/kubernetes.md's "overlay of your own", built as the page lays it
+/// out: `my-cluster/` beside a checkout `queue-exporter/`, with a
+/// `config.yaml` of the user's sources.
+#[test]
+fn the_overlay_of_your_own_in_kubernetes_md_builds() {
+    let page = std::fs::read_to_string(root().join("docs/kubernetes.md")).unwrap();
+    let block = page
+        .split("```yaml\n")
+        .skip(1)
+        .map(|b| b.split("```").next().unwrap())
+        .find(|b| b.starts_with("# my-cluster/kustomization.yaml"))
+        .expect("docs/kubernetes.md's my-cluster/kustomization.yaml");
+    let dir = tempfile::tempdir().unwrap();
+    let mine = dir.path().join("my-cluster");
+    std::fs::create_dir(&mine).unwrap();
+    std::fs::write(mine.join("kustomization.yaml"), block).unwrap();
+    let config = "listen: { http: 0.0.0.0:9731, grpc: 0.0.0.0:9732 }\nsources:\n  - name: mine\n    type: redis\n    url: redis://redis.mine:6379\n";
+    std::fs::write(mine.join("config.yaml"), config).unwrap();
+    std::os::unix::fs::symlink(deploy_support::tree(), dir.path().join("queue-exporter")).unwrap();
+    let out = run("kubectl", &["kustomize", "my-cluster"], dir.path());
+    assert!(
+        out.status.success(),
+        "kubectl kustomize my-cluster:\n{}",
+        text(&out)
+    );
+    let docs = yaml_documents(&String::from_utf8_lossy(&out.stdout), "my-cluster");
+    let (_, built) = configmap_config(&docs);
+    assert_eq!(built, config, "the ConfigMap holds the user's config");
+    let image = only(&docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["image"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(image, "my-registry.internal/queue-exporter:0.1.0");
+    let out = exporter_check(&built, &[]);
+    assert!(out.status.success(), "{}", text(&out));
+}
+
 /// Every `scalerAddress`-like address (`host:9732` naming queue-exporter)
 /// in `text`.
 fn scaler_addresses(text: &str) -> Vec<String> {
