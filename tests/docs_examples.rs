@@ -661,6 +661,30 @@ fn the_every_preset_block_and_the_state_table_name_every_preset() {
     let every: BTreeSet<String> = names.iter().map(|n| n.to_string()).collect();
     assert_eq!(written, every, "{}: the block of every preset", block.at);
 
+    // The lists of every library: presets.md's title, the README's table row.
+    let readme = read(&root().join("README.md"));
+    let lists = [
+        (
+            "docs/presets.md",
+            presets.lines().next().unwrap_or_default(),
+        ),
+        (
+            "README.md",
+            readme
+                .lines()
+                .find(|l| l.contains("](docs/presets.md)") && l.starts_with("| watch"))
+                .expect("the README's row for presets"),
+        ),
+    ];
+    for (file, line) in lists {
+        let line = line.replace("priority zsets", "priority-zset");
+        let named: BTreeSet<String> = mentioned(&line, &names)
+            .into_iter()
+            .map(String::from)
+            .collect();
+        assert_eq!(named, every, "{file}: {line}");
+    }
+
     let keda = read(&root().join("docs/keda.md"));
     let table = paragraph(&keda, "| preset | states per queue");
     let mut seen: HashMap<String, usize> = HashMap::new();
