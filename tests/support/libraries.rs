@@ -1,7 +1,7 @@
 //! Real queue libraries driven by the fixture scripts under
-//! `tests/fixtures/presets/` (RQ and Celery from PyPI, BullMQ from npm,
-//! Sidekiq from Debian's ruby-sidekiq), shared by the preset and zero-config
-//! tests.
+//! `tests/fixtures/presets/` (RQ, Celery, Dramatiq, Huey, arq and rediswq
+//! from PyPI, BullMQ, Bull and bee-queue from npm, Sidekiq from Debian's
+//! ruby-sidekiq), shared by the preset, zero-config and drained-queue tests.
 //!
 //! A library that is not installed fails its test, naming the library and
 //! how to install it (`scripts/setup-services` installs them all).
