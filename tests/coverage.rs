@@ -245,11 +245,13 @@ async fn queues_an_unread_registry_may_name_are_unavailable() {
             1.0
         );
         assert_eq!(metrics(&mut c, &[("queue", "p*")]).await.unwrap().1, 1.0);
-        // A name nothing has: empty where the config covers every name
-        // (zero config), else not found; in neither case a gap.
-        match metrics(&mut c, &[("queue", "low")]).await {
-            Ok((_, v)) => assert_eq!(v, 0.0),
-            Err(e) => assert_eq!(e.code(), Code::NotFound, "{e:?}"),
+        // A name no key under `rq:` has holds none of RQ's jobs: RQ (zero
+        // config's or the entry's) covers every name, and no gap hides it.
+        for trigger in [
+            vec![("queue", "low")],
+            vec![("queue", "low"), ("preset", "rq")],
+        ] {
+            assert_eq!(metrics(&mut c, &trigger).await.unwrap().1, 0.0, "{rest:?}");
         }
         app.stop().await;
     }

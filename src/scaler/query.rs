@@ -420,6 +420,7 @@ fn name_query<'a>(query: &'a ScalerQuery, selects: &'a dyn Fn(&str) -> bool) -> 
         literal_prefix: query.queue.literal_prefix(),
         selects,
         vhost: query.vhost.as_deref(),
+        preset: query.preset,
     }
 }
 

@@ -5,6 +5,8 @@
 
 use std::fmt;
 
+use super::PresetKind;
+
 /// A queue name or glob a reader asks about, in the terms a [`QueueScope`]
 /// needs. Readers build it; sources' scopes answer it.
 #[derive(Clone, Copy)]
@@ -19,6 +21,9 @@ pub struct NameQuery<'a> {
     pub selects: &'a dyn Fn(&str) -> bool,
     /// The RabbitMQ vhost the query is restricted to, if any.
     pub vhost: Option<&'a str>,
+    /// The library the query is restricted to (`preset`), if any: only
+    /// that library's queues can be what it names.
+    pub preset: Option<PresetKind>,
 }
 
 #[cfg(test)]
@@ -36,6 +41,7 @@ impl<'a> NameQuery<'a> {
             literal_prefix: &text[..text.find('*').unwrap_or(text.len())],
             selects,
             vhost,
+            preset: None,
         }
     }
 }
@@ -46,12 +52,15 @@ impl fmt::Debug for NameQuery<'_> {
             .field("text", &self.text)
             .field("is_glob", &self.is_glob)
             .field("vhost", &self.vhost)
+            .field("preset", &self.preset)
             .finish()
     }
 }
 
-/// How far a source's configuration reaches over the names a query selects.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// How far a source's configuration reaches over the names a query selects,
+/// from nowhere to everywhere (ordered so: a source with several entries
+/// reaches as far as its widest).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Reach {
     /// No name the query selects can ever be reported by this source: a
     /// typo, as far as this source is concerned.

@@ -1,7 +1,7 @@
 //! Real queue libraries driven by the fixture scripts under
-//! `tests/fixtures/presets/` (RQ and Celery from PyPI, BullMQ from npm,
-//! Sidekiq from Debian's ruby-sidekiq), shared by the preset and zero-config
-//! tests.
+//! `tests/fixtures/presets/` (RQ, Celery, Dramatiq, Huey, arq and rediswq
+//! from PyPI, BullMQ, Bull and bee-queue from npm, Sidekiq from Debian's
+//! ruby-sidekiq), shared by the preset, zero-config and drained-queue tests.
 //!
 //! A library that is not installed fails its test, naming the library and
 //! how to install it (`scripts/setup-services` installs them all).
@@ -92,6 +92,15 @@ pub enum Library {
     Huey,
     /// bee-queue 2.x, from npm.
     BeeQueue,
+    /// arq, from PyPI (installed without its redis<6 pin).
+    Arq,
+    /// rediswq, from PyPI: the work queue of Kubernetes' "fine parallel
+    /// processing" example, packaged.
+    Rediswq,
+    /// redis-py alone, from PyPI: what plays a layout whose own library
+    /// does not run here (asynq's Go client, the priority-zset layout)
+    /// with that library's commands.
+    RedisPy,
 }
 
 impl Library {
@@ -106,13 +115,22 @@ impl Library {
             Library::Dramatiq => "Dramatiq (pip install 'dramatiq[redis]==2.2.1')",
             Library::Huey => "Huey (pip install huey redis)",
             Library::BeeQueue => "bee-queue (npm ci in tests/fixtures/presets/node)",
+            Library::Arq => "arq (pip install --no-deps arq==0.28.0)",
+            Library::Rediswq => "rediswq (pip install rediswq==0.1)",
+            Library::RedisPy => "redis-py (pip install redis)",
         }
     }
 
     /// The program that runs its scripts.
     fn program(self) -> &'static str {
         match self {
-            Library::Rq | Library::Celery | Library::Dramatiq | Library::Huey => "python3",
+            Library::Rq
+            | Library::Celery
+            | Library::Dramatiq
+            | Library::Huey
+            | Library::Arq
+            | Library::Rediswq
+            | Library::RedisPy => "python3",
             Library::Sidekiq => "ruby",
             Library::Bullmq | Library::Bull | Library::BeeQueue => "node",
         }
@@ -132,6 +150,9 @@ impl Library {
             Library::Dramatiq => "import dramatiq.brokers.redis".to_string(),
             Library::Huey => "import huey, redis".to_string(),
             Library::BeeQueue => format!("require('{node_dir}/node_modules/bee-queue')"),
+            Library::Arq => "import arq".to_string(),
+            Library::Rediswq => "import rediswq".to_string(),
+            Library::RedisPy => "import redis".to_string(),
         }
     }
 

@@ -600,6 +600,7 @@ mod tests {
                 literal_prefix: text.trim_end_matches('*'),
                 selects,
                 vhost,
+                preset: None,
             }
         };
         let gap = out.coverage.vouch(&query("jobs.*", None)).unwrap_err();

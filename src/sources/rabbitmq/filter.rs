@@ -55,6 +55,10 @@ impl QueueFilter {
 /// a queue that is not there was deleted or misspelled (`NOT_FOUND`).
 impl QueueScope for QueueFilter {
     fn reach(&self, query: &NameQuery<'_>) -> Reach {
+        // A library preset's queue lives in Redis, never in a broker.
+        if query.preset.is_some() {
+            return Reach::Never;
+        }
         if let Some(v) = query.vhost
             && !self.vhosts.is_empty()
             && !self.vhosts.contains(v)
@@ -118,6 +122,7 @@ mod tests {
             literal_prefix: prefix,
             selects: &selects,
             vhost,
+            preset: None,
         })
     }
 

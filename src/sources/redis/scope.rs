@@ -8,11 +8,20 @@
 //! `P`, so it covers every glob whose literal prefix starts with `P`
 //! (`jobs:*` covers `jobs:*` and `jobs:pending:*`). A pattern and a glob
 //! spelled the same with only `*`/`?` wildcards also cover each other.
+//!
+//! A library preset is a pattern over its library's keys: an entry whose
+//! library names its queues itself (a registry set, or a `SCAN` of its key
+//! namespace each discovery round) covers every queue name, as `*` does, and
+//! one whose queues the config names (Celery's `queues`, rediswq's `name`)
+//! covers those names. What a round could not read is the coverage's to say
+//! (a refused registry, a bound): a covered name reads 0 only where nothing
+//! left unread may hide it.
 
-use crate::config::RedisSourceConfig;
-use crate::snapshot::{NameQuery, QueueScope, Reach};
+use crate::config::{ALL_QUEUES, Preset, RedisSourceConfig};
+use crate::snapshot::{NameQuery, PresetKind, QueueScope, Reach};
 
 use super::glob;
+use super::presets::library;
 
 /// The names a Redis source's `queues` entries can produce.
 #[derive(Debug, Clone)]
@@ -21,18 +30,77 @@ pub struct RedisScope {
     keys: Vec<String>,
     /// Configured patterns (`pattern:`), in Redis glob syntax.
     patterns: Vec<Vec<u8>>,
-    /// Logical queues presets report whatever their registry holds
-    /// (Celery's `queues`, rediswq's `name`, `(all)`, ...): a drained one reads 0.
-    preset_names: Vec<String>,
-    /// Whether a preset discovers queues from a registry (RQ, Sidekiq,
-    /// asynq, BullMQ), or zero config may recognise one: any name might be
-    /// one of them.
-    registry_presets: bool,
+    /// What each `- preset:` entry covers; in zero config, each library it
+    /// may recognise.
+    presets: Vec<PresetScope>,
+}
+
+/// The queue names one library preset entry can report.
+#[derive(Debug, Clone)]
+struct PresetScope {
+    /// Its library: a trigger's `preset` restricts a query to entries of it.
+    kind: PresetKind,
+    /// The labels it reports whatever its registry holds (Celery's
+    /// `queues`, rediswq's `name`, the shared `(all)`).
+    fixed: Vec<String>,
+    /// Whether its library names its queues itself, read in full each
+    /// discovery round: then a name the round did not find holds none of
+    /// its jobs, and every queue name is covered.
+    any_queue: bool,
+}
+
+impl PresetScope {
+    /// The scope of a configured entry.
+    fn of(preset: &Preset) -> PresetScope {
+        PresetScope {
+            kind: preset.kind,
+            fixed: preset.fixed_names(),
+            any_queue: library::of(preset.kind).is_some_and(|l| l.names_any_queue(preset)),
+        }
+    }
+
+    /// Zero config: a library it may recognise at any prefix, under any
+    /// queue name.
+    fn recognisable(library: &dyn library::Library) -> PresetScope {
+        let preset = Preset::new(library.kind(), library.default_prefix());
+        PresetScope {
+            kind: library.kind(),
+            fixed: library.fixed_names(&preset),
+            any_queue: true,
+        }
+    }
+
+    /// How far this entry reaches over the query's names. `(all)` is a
+    /// queue name only where the library has that shared unit (a queue
+    /// really named so is labelled escaped).
+    fn reach(&self, query: &NameQuery<'_>) -> Reach {
+        let fixed = |n: &String| !n.is_empty();
+        if !query.is_glob {
+            let listed = self.fixed.iter().filter(|n| fixed(n)).any(|n| n == query.text);
+            let named = self.any_queue && query.text != ALL_QUEUES;
+            return if listed || named { Reach::All } else { Reach::Never };
+        }
+        if self.any_queue {
+            return Reach::All;
+        }
+        match self.fixed.iter().filter(|n| fixed(n)).any(|n| (query.selects)(n)) {
+            true => Reach::Some,
+            false => Reach::Never,
+        }
+    }
 }
 
 impl RedisScope {
     /// The scope of a source's configuration.
     pub fn new(config: &RedisSourceConfig) -> Self {
+        let presets = match config.recognise {
+            true => super::presets::LIBRARIES
+                .iter()
+                .filter(|l| l.zero_config())
+                .map(|l| PresetScope::recognisable(*l))
+                .collect(),
+            false => config.presets.iter().map(|p| PresetScope::of(&p.preset)).collect(),
+        };
         RedisScope {
             keys: config
                 .queues
@@ -44,19 +112,26 @@ impl RedisScope {
                 .iter()
                 .filter_map(|q| q.pattern().map(|p| p.as_bytes().to_vec()))
                 .collect(),
-            preset_names: config
-                .presets
-                .iter()
-                .flat_map(|p| p.preset.fixed_names())
-                .collect(),
-            // Zero config without plain keys (`plain_keys: false`) has
-            // no pattern, but any library it recognises may name any queue.
-            registry_presets: config.recognise
-                || config.presets.iter().any(|p| {
-                    let lib = super::presets::library::of(p.preset.kind);
-                    lib.is_some_and(|l| l.names_any_queue(&p.preset))
-                }),
+            presets,
         }
+    }
+
+    /// How far the key and pattern entries reach over the query's names.
+    fn plain_reach(&self, query: &NameQuery<'_>) -> Reach {
+        if !query.is_glob {
+            let configured = self.keys.iter().any(|k| k == query.text)
+                || self
+                    .patterns
+                    .iter()
+                    .any(|p| glob::matches(p, query.text.as_bytes()));
+            return if configured { Reach::All } else { Reach::Never };
+        }
+        if self.patterns.iter().any(|p| pattern_covers(p, query)) {
+            return Reach::All;
+        }
+        let some = self.keys.iter().any(|k| (query.selects)(k))
+            || self.patterns.iter().any(|p| pattern_may_overlap(p, query));
+        if some { Reach::Some } else { Reach::Never }
     }
 }
 
@@ -91,29 +166,16 @@ impl QueueScope for RedisScope {
             // Redis has no vhosts: a query restricted to one is never ours.
             return Reach::Never;
         }
-        if !query.is_glob && self.preset_names.iter().any(|n| n == query.text) {
-            return Reach::All;
-        }
-        let preset_reach =
-            if self.registry_presets || self.preset_names.iter().any(|n| (query.selects)(n)) {
-                Reach::Some
-            } else {
-                Reach::Never
-            };
-        if !query.is_glob {
-            let configured = self.keys.iter().any(|k| k == query.text)
-                || self
-                    .patterns
-                    .iter()
-                    .any(|p| glob::matches(p, query.text.as_bytes()));
-            return if configured { Reach::All } else { preset_reach };
-        }
-        if self.patterns.iter().any(|p| pattern_covers(p, query)) {
-            return Reach::All;
-        }
-        let some = self.keys.iter().any(|k| (query.selects)(k))
-            || self.patterns.iter().any(|p| pattern_may_overlap(p, query));
-        if some { Reach::Some } else { preset_reach }
+        // A query for one library's queues is never a plain key's.
+        let plain = match query.preset {
+            None => self.plain_reach(query),
+            Some(_) => Reach::Never,
+        };
+        self.presets
+            .iter()
+            .filter(|p| query.preset.is_none_or(|k| k == p.kind))
+            .map(|p| p.reach(query))
+            .fold(plain, Reach::max)
     }
 }
 
@@ -125,14 +187,18 @@ mod tests {
         RedisScope {
             keys: keys.iter().map(|k| k.to_string()).collect(),
             patterns: patterns.iter().map(|p| p.as_bytes().to_vec()).collect(),
-            preset_names: Vec::new(),
-            registry_presets: false,
+            presets: Vec::new(),
         }
     }
 
-    /// Reach of `text` as a trigger would send it (globs matched by a
-    /// simple prefix/suffix test that is enough for these cases).
+    /// Reach of `text` as a trigger would send it.
     fn reach(s: &RedisScope, text: &str) -> Reach {
+        reach_of(s, text, None)
+    }
+
+    /// Reach of `text` restricted to library `preset` (globs matched by a
+    /// simple prefix test that is enough for these cases).
+    fn reach_of(s: &RedisScope, text: &str, preset: Option<&str>) -> Reach {
         let is_glob = text.contains(['*', '?', '[', '{']);
         let prefix_end = text.find(['*', '?', '[', '{', '\\']).unwrap_or(text.len());
         let literal_prefix = &text[..prefix_end];
@@ -149,7 +215,62 @@ mod tests {
             literal_prefix,
             selects: &selects,
             vhost: None,
+            preset: preset.map(|p| crate::config::preset_kind(p).expect("a library")),
         })
+    }
+
+    /// A preset entry of library `name` with its defaults, then `fill`ed.
+    fn preset(name: &str, fill: impl FnOnce(&mut Preset)) -> Preset {
+        let kind = crate::config::preset_kind(name).expect("a library");
+        let mut p = Preset::new(kind, crate::config::default_prefix(kind));
+        fill(&mut p);
+        p
+    }
+
+    /// The scope of `keys`, `patterns` and these preset entries.
+    fn with_presets(keys: &[&str], patterns: &[&str], presets: &[Preset]) -> RedisScope {
+        RedisScope {
+            presets: presets.iter().map(PresetScope::of).collect(),
+            ..scope(keys, patterns)
+        }
+    }
+
+    #[test]
+    fn a_library_that_names_its_queues_covers_every_name_and_a_config_that_names_them_those() {
+        let celery = preset("celery", |p| p.queues = vec!["emails".into()]);
+        let s = with_presets(&[], &[], &[preset("dramatiq", |_| ()), celery]);
+        // Dramatiq's queues are whatever its keys name: every name, exact or glob.
+        for name in ["done", "d*", "*"] {
+            assert_eq!(reach(&s, name), Reach::All, "{name}");
+            assert_eq!(reach_of(&s, name, Some("dramatiq")), Reach::All, "{name}");
+        }
+        // Celery's are the ones its entry lists, and its shared `(all)`.
+        assert_eq!(reach_of(&s, "emails", Some("celery")), Reach::All);
+        assert_eq!(reach_of(&s, "(all)", Some("celery")), Reach::All);
+        assert_eq!(reach_of(&s, "email*", Some("celery")), Reach::Some);
+        assert_eq!(reach_of(&s, "done", Some("celery")), Reach::Never);
+        // `(all)` is no Dramatiq queue (a queue really so named is escaped).
+        assert_eq!(reach_of(&s, "(all)", Some("dramatiq")), Reach::Never);
+        // A library the source has no entry of reaches nothing.
+        assert_eq!(reach_of(&s, "done", Some("rq")), Reach::Never);
+    }
+
+    #[test]
+    fn a_query_for_a_library_is_never_a_plain_key_and_zero_config_names_its_libraries() {
+        let rediswq = preset("rediswq", |p| p.name = "jobs:q".into());
+        let s = with_presets(&["work"], &["jobs:*"], &[rediswq]);
+        assert_eq!(reach(&s, "work"), Reach::All);
+        assert_eq!(reach_of(&s, "work", Some("rediswq")), Reach::Never);
+        assert_eq!(reach_of(&s, "jobs:x", Some("rediswq")), Reach::Never);
+        assert_eq!(reach_of(&s, "jobs:q", Some("rediswq")), Reach::All);
+        let mut zero = RedisSourceConfig::named("main");
+        zero.zero_config();
+        let z = RedisScope::new(&zero);
+        assert_eq!(reach_of(&z, "done", Some("dramatiq")), Reach::All);
+        assert_eq!(reach_of(&z, "fleeting", Some("bee-queue")), Reach::All);
+        // Zero config never reports rediswq's queues (nothing tells them).
+        assert_eq!(reach_of(&z, "done", Some("rediswq")), Reach::Never);
+        assert_eq!(reach(&z, "done"), Reach::All);
     }
 
     #[test]
@@ -198,6 +319,7 @@ mod tests {
             literal_prefix: "w",
             selects: &|n: &str| n == "w",
             vhost: Some("/"),
+            preset: None,
         };
         assert_eq!(s.reach(&q), Reach::Never);
     }
