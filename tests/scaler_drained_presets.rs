@@ -237,6 +237,61 @@ async fn holds_empty(c: &Client, d: &Drain) -> Result<(), String> {
     Ok(())
 }
 
+/// The libraries whose queues' service time the exporter measures from the
+/// finished jobs they keep (docs/presets.md): a `WaitTime` trigger without
+/// `processingTime` reads their drained queue as 0, where any other
+/// library's needs `processingTime` as its live queue does.
+const MEASURED: &[&str] = &["bullmq", "bull", "rq"];
+
+/// A `WaitTime` trigger of the drained queue: `targetWait` 30 s over a
+/// window of 1 s, with `processing_time` if given.
+fn wait_trigger<'a>(d: &'a Drain, processing_time: Option<&'a str>) -> Vec<(&'a str, &'a str)> {
+    let mut t = vec![
+        ("queue", QUEUE),
+        ("preset", d.preset),
+        ("mode", "WaitTime"),
+        ("targetWait", "30s"),
+        ("window", "1s"),
+    ];
+    t.extend(processing_time.map(|p| ("processingTime", p)));
+    t
+}
+
+/// `WaitTime` of a drained queue with no key left: 0 replicas and inactive
+/// with `processingTime`; without it the same for a library whose service
+/// time is measured, and `INVALID_ARGUMENT` naming `processingTime` for
+/// the others (their live queues answer so too), never `NOT_FOUND`.
+async fn wait_time_reads_empty(c: &Client, d: &Drain) -> Result<(), String> {
+    let mut c = c.clone();
+    let set = wait_trigger(d, Some("1s"));
+    let measured = wait_trigger(d, None);
+    let answered = |v: Result<(i64, f64), tonic::Status>, a: Result<bool, tonic::Status>| {
+        format!(
+            "GetMetrics {:?}, IsActive {:?}",
+            v.map_err(|s| (s.code(), s.message().to_string())),
+            a.map_err(|s| (s.code(), s.message().to_string()))
+        )
+    };
+    let (v, a) = (metrics(&mut c, &set).await, active(&mut c, &set).await);
+    if !matches!(v, Ok((_, x)) if x == 0.0) || !matches!(a, Ok(false)) {
+        return Err(format!("WaitTime, processingTime 1s: {}", answered(v, a)));
+    }
+    let (v, a) = (
+        metrics(&mut c, &measured).await,
+        active(&mut c, &measured).await,
+    );
+    let held = if MEASURED.contains(&d.preset) {
+        matches!(v, Ok((_, x)) if x == 0.0) && matches!(a, Ok(false))
+    } else {
+        matches!(&v, Err(s) if s.code() == tonic::Code::InvalidArgument
+            && s.message().contains("processingTime"))
+    };
+    if !held {
+        return Err(format!("WaitTime, measured: {}", answered(v, a)));
+    }
+    Ok(())
+}
+
 /// The keys naming the queue that hold more than the library's leftovers,
 /// and the sets still listing it (a registry).
 fn keys_left(conn: &mut redis::Connection, d: &Drain) -> Vec<String> {
@@ -301,6 +356,9 @@ async fn drained_reads_empty(d: &Drain) -> Result<bool, String> {
     holds_empty(&c, d)
         .await
         .map_err(|e| format!("no key left, across discovery rounds: {e}"))?;
+    wait_time_reads_empty(&c, d)
+        .await
+        .map_err(|e| format!("no key left: {e}"))?;
     // An exporter started on the drained keyspace (a restart, a new pod)
     // has never seen the queue: the same answer.
     let fresh = TestApp::start(&d.config(&redis.url)).await;

@@ -15,7 +15,8 @@ use crate::scaler::metadata::{ListKey, Mode, Operation, ScalerQuery};
 use crate::scaler::wait::{self, ServiceFrom, WaitDecision, WaitInputs};
 use crate::scaler::{units, wait_inputs};
 use crate::snapshot::{
-    JobState, NameQuery, PresetKind, QueueSample, QueueType, Reach, Snapshot, SourceKind, Vouched,
+    JobState, NameQuery, PresetFacts, PresetKind, QueueSample, QueueType, Reach, Snapshot,
+    SourceKind, Vouched,
 };
 
 /// The answer to a query.
@@ -475,11 +476,20 @@ fn read_absent(
     match covering.as_slice() {
         [] => {}
         [snapshot] => {
-            // A covered name with no sample is a plain key or a queue of a
-            // library with fixed names: no measured service time.
+            // A covered name with no sample: a drained queue of a library
+            // that keeps finished jobs needs no service time (nothing
+            // waits or arrives); a plain key, or a library that keeps none,
+            // has no measured one, so the trigger needs `processingTime`.
+            let selects = |name: &str| query.queue.matches(name);
             if let Some(p) = &query.wait
                 && p.processing_time.is_none()
-                && let Some(why) = wait_inputs::unmeasured_kind(snapshot.kind, None)
+                && !snapshot.scope.measures_absent(&name_query(query, &selects))
+                && let Some(why) = wait_inputs::unmeasured_kind(
+                    snapshot.kind,
+                    // A query for a library asks of its queues (which keep
+                    // no finished jobs, as measures_absent said), not of a key.
+                    query.preset.map(|_| PresetFacts::default()).as_ref(),
+                )
             {
                 return Err(processing_time_required(query.queue.text(), snapshot, why));
             }

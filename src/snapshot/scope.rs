@@ -78,6 +78,16 @@ pub enum Reach {
 pub trait QueueScope: fmt::Debug + Send + Sync {
     /// How far this source reaches over the names `query` selects.
     fn reach(&self, query: &NameQuery<'_>) -> Reach;
+
+    /// Whether a queue this source would report under the query's names,
+    /// were one there, has its service time measured (its library keeps
+    /// finished jobs), so a `WaitTime` trigger without `processingTime` may
+    /// read a drained one as 0 instead of asking for `processingTime`.
+    /// False unless the scope knows.
+    fn measures_absent(&self, query: &NameQuery<'_>) -> bool {
+        let _ = query;
+        false
+    }
 }
 
 /// The scope of a source that says nothing about its names: it might hold

@@ -47,6 +47,10 @@ struct PresetScope {
     /// discovery round: then a name the round did not find holds none of
     /// its jobs, and every queue name is covered.
     any_queue: bool,
+    /// Whether its library keeps finished jobs with start and end stamps,
+    /// so its queues' service time is measured: a drained one then needs
+    /// no `processingTime` to read 0 under `WaitTime`.
+    measured: bool,
 }
 
 impl PresetScope {
@@ -56,6 +60,7 @@ impl PresetScope {
             kind: preset.kind,
             fixed: preset.fixed_names(),
             any_queue: library::of(preset.kind).is_some_and(|l| l.names_any_queue(preset)),
+            measured: library::of(preset.kind).is_some_and(|l| keeps_finished(l, preset)),
         }
     }
 
@@ -67,6 +72,7 @@ impl PresetScope {
             kind: library.kind(),
             fixed: library.fixed_names(&preset),
             any_queue: true,
+            measured: keeps_finished(library, &preset),
         }
     }
 
@@ -76,14 +82,27 @@ impl PresetScope {
     fn reach(&self, query: &NameQuery<'_>) -> Reach {
         let fixed = |n: &String| !n.is_empty();
         if !query.is_glob {
-            let listed = self.fixed.iter().filter(|n| fixed(n)).any(|n| n == query.text);
+            let listed = self
+                .fixed
+                .iter()
+                .filter(|n| fixed(n))
+                .any(|n| n == query.text);
             let named = self.any_queue && query.text != ALL_QUEUES;
-            return if listed || named { Reach::All } else { Reach::Never };
+            return if listed || named {
+                Reach::All
+            } else {
+                Reach::Never
+            };
         }
         if self.any_queue {
             return Reach::All;
         }
-        match self.fixed.iter().filter(|n| fixed(n)).any(|n| (query.selects)(n)) {
+        match self
+            .fixed
+            .iter()
+            .filter(|n| fixed(n))
+            .any(|n| (query.selects)(n))
+        {
             true => Reach::Some,
             false => Reach::Never,
         }
@@ -99,7 +118,11 @@ impl RedisScope {
                 .filter(|l| l.zero_config())
                 .map(|l| PresetScope::recognisable(*l))
                 .collect(),
-            false => config.presets.iter().map(|p| PresetScope::of(&p.preset)).collect(),
+            false => config
+                .presets
+                .iter()
+                .map(|p| PresetScope::of(&p.preset))
+                .collect(),
         };
         RedisScope {
             keys: config
@@ -133,6 +156,13 @@ impl RedisScope {
             || self.patterns.iter().any(|p| pattern_may_overlap(p, query));
         if some { Reach::Some } else { Reach::Never }
     }
+}
+
+/// Whether `library` keeps finished jobs for `preset`'s queues: a property
+/// of the library's layout, the same for every queue name (asked of the
+/// empty name).
+fn keeps_finished(library: &dyn library::Library, preset: &Preset) -> bool {
+    library.finished(preset, b"").is_some()
 }
 
 /// Whether every key the trigger glob `query` selects matches `pattern`.
@@ -177,6 +207,15 @@ impl QueueScope for RedisScope {
             .map(|p| p.reach(query))
             .fold(plain, Reach::max)
     }
+
+    fn measures_absent(&self, query: &NameQuery<'_>) -> bool {
+        query.vhost.is_none()
+            && self
+                .presets
+                .iter()
+                .filter(|p| query.preset.is_none_or(|k| k == p.kind))
+                .any(|p| p.measured && p.reach(query) == Reach::All)
+    }
 }
 
 #[cfg(test)]
@@ -199,6 +238,22 @@ mod tests {
     /// Reach of `text` restricted to library `preset` (globs matched by a
     /// simple prefix test that is enough for these cases).
     fn reach_of(s: &RedisScope, text: &str, preset: Option<&str>) -> Reach {
+        asked(s, text, preset, |s, q| s.reach(q))
+    }
+
+    /// Whether a drained queue under `text` (restricted to library
+    /// `preset`) would have a measured service time.
+    fn measured_of(s: &RedisScope, text: &str, preset: Option<&str>) -> bool {
+        asked(s, text, preset, |s, q| s.measures_absent(q))
+    }
+
+    /// `ask` of the query for `text` (restricted to library `preset`).
+    fn asked<T>(
+        s: &RedisScope,
+        text: &str,
+        preset: Option<&str>,
+        ask: impl Fn(&RedisScope, &NameQuery<'_>) -> T,
+    ) -> T {
         let is_glob = text.contains(['*', '?', '[', '{']);
         let prefix_end = text.find(['*', '?', '[', '{', '\\']).unwrap_or(text.len());
         let literal_prefix = &text[..prefix_end];
@@ -209,14 +264,17 @@ mod tests {
                 name == text
             }
         };
-        s.reach(&NameQuery {
-            text,
-            is_glob,
-            literal_prefix,
-            selects: &selects,
-            vhost: None,
-            preset: preset.map(|p| crate::config::preset_kind(p).expect("a library")),
-        })
+        ask(
+            s,
+            &NameQuery {
+                text,
+                is_glob,
+                literal_prefix,
+                selects: &selects,
+                vhost: None,
+                preset: preset.map(|p| crate::config::preset_kind(p).expect("a library")),
+            },
+        )
     }
 
     /// A preset entry of library `name` with its defaults, then `fill`ed.
@@ -233,6 +291,32 @@ mod tests {
             presets: presets.iter().map(PresetScope::of).collect(),
             ..scope(keys, patterns)
         }
+    }
+
+    #[test]
+    fn a_drained_queue_is_measured_only_under_a_library_that_keeps_finished_jobs() {
+        let celery = preset("celery", |p| p.queues = vec!["emails".into()]);
+        let s = with_presets(&["work"], &["jobs:*"], &[preset("bullmq", |_| ()), celery]);
+        // BullMQ keeps finished jobs: any name it covers is measured.
+        assert!(measured_of(&s, "done", None));
+        assert!(measured_of(&s, "done", Some("bullmq")));
+        // Celery keeps none, and a plain key or pattern has no record.
+        assert!(!measured_of(&s, "emails", Some("celery")));
+        assert!(!measured_of(&s, "jobs:a", Some("celery")));
+        let plain = with_presets(&["work"], &["jobs:*"], &[]);
+        assert!(!measured_of(&plain, "work", None));
+        assert!(!measured_of(&plain, "jobs:a", None));
+        // Zero config's libraries that keep them (BullMQ, Bull, RQ) cover any name.
+        let zero = RedisScope {
+            presets: super::super::presets::LIBRARIES
+                .iter()
+                .filter(|l| l.zero_config())
+                .map(|l| PresetScope::recognisable(*l))
+                .collect(),
+            ..scope(&[], &[])
+        };
+        assert!(measured_of(&zero, "done", None));
+        assert!(!measured_of(&zero, "done", Some("celery")));
     }
 
     #[test]
