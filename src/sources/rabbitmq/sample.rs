@@ -209,14 +209,13 @@ mod tests {
     /// check, and a list in another order is sorted anew.
     #[test]
     fn a_remembered_order_sorts_the_same_as_a_sort() {
-        let want: Vec<QueueSample> = (0..40)
+        let mut want: Vec<QueueSample> = (0..40)
             .map(|i| {
                 let mut q = QueueSample::named(format!("q{i:02}"));
                 q.broker_mut().vhost = format!("v{}", i % 3);
                 q
             })
             .collect();
-        let mut want = want;
         sort_by_vhost_and_name(&mut want);
         let mut shuffled = want.clone();
         shuffled.reverse();
