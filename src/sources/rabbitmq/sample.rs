@@ -64,8 +64,13 @@ pub fn sort_by_vhost_and_name(queues: &mut [QueueSample]) {
     }
     let mut order: Vec<usize> = (0..queues.len()).collect();
     order.sort_by(|&a, &b| key(&queues[a]).cmp(&key(&queues[b])));
-    // `order[k]` is where position k's sample is now. Walking a cycle swaps
-    // each sample into place; a visited position is marked `usize::MAX`.
+    apply(queues, order);
+}
+
+/// Puts `queues` in the order `order` gives: `order[k]` is where position
+/// k's sample is now. Walking a cycle swaps each sample into place; a
+/// visited position is marked `usize::MAX`.
+fn apply(queues: &mut [QueueSample], mut order: Vec<usize>) {
     for start in 0..order.len() {
         let mut at = start;
         loop {
@@ -79,15 +84,54 @@ pub fn sort_by_vhost_and_name(queues: &mut [QueueSample]) {
     }
 }
 
+/// [`sort_by_vhost_and_name`] for a backend that lists its queues in the
+/// same unsorted order poll after poll, as the Prometheus plugin does:
+/// `order`, the permutation that sorted the last poll's list, is tried
+/// first and checked in one pass (names are unique, so a permutation that
+/// puts them in strictly increasing order is the sort); only a list it
+/// does not sort is sorted anew, and `order` updated. At 2,000 queues the
+/// check is 2,000 comparisons where the sort made about 22,000.
+pub fn sort_remembering(queues: &mut [QueueSample], order: &mut Vec<usize>) {
+    let sorts = order.len() == queues.len()
+        && order
+            .windows(2)
+            .all(|w| key(&queues[w[0]]) < key(&queues[w[1]]));
+    if !sorts {
+        order.clear();
+        order.extend(0..queues.len());
+        order.sort_by(|&a, &b| key(&queues[a]).cmp(&key(&queues[b])));
+    }
+    apply(queues, order.clone());
+}
+
 /// Source-wide stats for a finished poll: tracked queues, and queues per
-/// vhost (`known_vhosts` get an entry even when they hold no queue).
+/// vhost (`known_vhosts` get an entry even when they hold no queue). The
+/// queues are counted by runs of one vhost (a sorted list is one run per
+/// vhost), so a vhost's name is copied once, not once per queue.
 pub fn stats(queues: &[QueueSample], known_vhosts: &[String]) -> SourceStats {
     let mut per_vhost: BTreeMap<String, u64> =
         known_vhosts.iter().map(|v| (v.clone(), 0)).collect();
-    for q in queues {
-        if let Some(v) = q.vhost() {
-            *per_vhost.entry(v.to_string()).or_insert(0) += 1;
+    let mut add = |vhost: &str, n: u64| match per_vhost.get_mut(vhost) {
+        Some(count) => *count += n,
+        None => {
+            per_vhost.insert(vhost.to_string(), n);
         }
+    };
+    let mut run: Option<(&str, u64)> = None;
+    for v in queues.iter().filter_map(QueueSample::vhost) {
+        if let Some((current, n)) = &mut run
+            && *current == v
+        {
+            *n += 1;
+            continue;
+        }
+        if let Some((current, n)) = run.take() {
+            add(current, n);
+        }
+        run = Some((v, 1));
+    }
+    if let Some((current, n)) = run {
+        add(current, n);
     }
     SourceStats {
         tracked_keys: queues.len() as u64,
@@ -159,6 +203,34 @@ mod tests {
             sort_by_vhost_and_name(&mut tiny);
             assert_eq!(tiny, before);
         }
+    }
+
+    /// The remembered order sorts a list in last poll's order with one
+    /// check, and a list in another order is sorted anew.
+    #[test]
+    fn a_remembered_order_sorts_the_same_as_a_sort() {
+        let mut want: Vec<QueueSample> = (0..40)
+            .map(|i| {
+                let mut q = QueueSample::named(format!("q{i:02}"));
+                q.broker_mut().vhost = format!("v{}", i % 3);
+                q
+            })
+            .collect();
+        sort_by_vhost_and_name(&mut want);
+        let mut shuffled = want.clone();
+        shuffled.reverse();
+        shuffled.rotate_left(7);
+        let mut other = want.clone();
+        other.rotate_left(11);
+        let mut order = Vec::new();
+        for input in [&shuffled, &shuffled, &other, &want, &shuffled] {
+            let mut queues = input.clone();
+            sort_remembering(&mut queues, &mut order);
+            assert_eq!(queues, want);
+        }
+        let mut fewer = shuffled[..20].to_vec();
+        sort_remembering(&mut fewer, &mut order);
+        assert!(fewer.is_sorted_by(|a, b| key(a) < key(b)));
     }
 
     proptest::proptest! {

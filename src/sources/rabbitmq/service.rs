@@ -94,6 +94,16 @@ impl AckMeter {
     pub fn record(&mut self, queues: &mut [QueueSample], now: Instant) {
         let mut next = HashMap::new();
         for q in queues.iter_mut() {
+            // A queue with no meter left to find and no busy reading to
+            // start one measures nothing: no id is built for it (two
+            // strings copied and hashed per queue and poll, where most
+            // queues are idle; `stats: totals` reads no acks at all).
+            if self.queues.is_empty() && !busy(q) {
+                if let Some(b) = q.broker.as_deref_mut() {
+                    b.service_time = None;
+                }
+                continue;
+            }
             let id = q.id();
             let mut meter = self.queues.remove(&id).unwrap_or_default();
             let measured = meter.read(
@@ -114,6 +124,14 @@ impl AckMeter {
         }
         self.queues = next;
     }
+}
+
+/// Whether a sample is a reading [`QueueMeter::read`] measures from:
+/// acknowledgements known while a backlog waits for busy consumers.
+fn busy(q: &QueueSample) -> bool {
+    q.counters().acknowledged.is_some()
+        && q.ready.is_some_and(|r| r > 0)
+        && q.broker().consumers.is_some_and(|c| c > 0)
 }
 
 impl QueueMeter {
