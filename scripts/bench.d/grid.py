@@ -518,13 +518,14 @@ def misses(rows):
     if "cost" in groups:
         cells = "; ".join(f"{name(r)} ({fmt_ratio(r['wt']['ratio'])})" for r in groups["cost"])
         lines.append(
-            f"- **On time, at more than 1.1× the best threshold** ({len(groups['cost'])}): {cells}. WaitTime "
-            f"plans to keep up with the arrivals (Erlang C needs N > a: 3 workers for 2 busy, 2 for 0.3 busy "
-            f"when W = 5 S), while the cheapest threshold lets a queue of v jobs per pod stand, running its "
-            f"pods at 100 % and even at fewer pods than the load through a short peak, spending the wait "
-            f"that W allows; with a few busy workers one pod more is a large share. A threshold also scales "
-            f"to zero whenever its backlog is 0 for the cooldown, even while jobs still arrive; WaitTime "
-            f"stays active while they arrive.")
+            f"- **On time, at more than 1.1× the best threshold** ({len(groups['cost'])}): {cells}. With W at "
+            f"most half the reaction time (S 0.2 s; S 2 s at W 5 S) WaitTime keeps the arrivals' workers "
+            f"(Erlang C needs N > a: 3 workers for 2 busy), while the cheapest threshold lets a queue of v "
+            f"jobs per pod stand. With W above it, a queue stands for WaitTime too; what is left is 10× "
+            f"bursts, where the queue term asks for the burst's backlog, and as the arrivals stop for its "
+            f"tail, and the HPA's {cl.DOWN_WINDOW:g} s scale-down window holds those pods after the burst, "
+            f"while the cheapest threshold runs fewer pods than the load through it; and at 2 busy workers, "
+            f"where one pod more is a large share.")
     if "off" in groups:
         cells = "; ".join(f"{name(r)} (−30 %: {r['lo']['within']:.1f} %, +30 %: {r['hi']['within']:.1f} %)"
                           for r in groups["off"])
