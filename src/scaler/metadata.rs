@@ -846,9 +846,9 @@ mod tests {
         };
         let q = with(&[("workersPerReplica", "10"), ("window", "20s")]).unwrap();
         assert_eq!(q.wait.map(|w| w.workers_per_replica), Some(10));
-        let q = with(&[("reactionTime", "2m")]).unwrap();
+        let slow = with(&[("reactionTime", "2m")]).unwrap();
         assert_eq!(
-            q.wait.map(|w| w.reaction_time),
+            slow.wait.map(|w| w.reaction_time),
             Some(Duration::from_secs(120))
         );
         for (given, share) in [("95", 0.95), ("99.9%", 0.999), (" 50 ", 0.5)] {

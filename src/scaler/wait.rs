@@ -617,12 +617,12 @@ mod tests {
 
     #[test]
     fn a_target_above_the_reaction_time_starts_the_backlog_within_its_share() {
-        // 20 s jobs, 500 s to start, 1 job/s arriving (20 busy workers): a
-        // queue of 600 jobs whose newest just arrived (the oldest 600 s old
-        // at 1/s) needs 600 · 20 / (0.6 · 500) = 40 workers, and no Erlang C
+        // 20 s jobs, 500 s to start, 2 jobs/s arriving (40 busy workers): a
+        // queue of 600 jobs whose newest just arrived (the oldest 300 s old
+        // at 2/s) needs 600 · 20 / (0.6 · 500) = 40 workers, and no Erlang C
         // floor or utilisation cap holds it above that.
         let p = queued(500.0, 1);
-        let d = decide(&p, inputs(600.0, 600.0, 1.0, 20.0));
+        let d = decide(&p, inputs(600.0, 300.0, 2.0, 20.0));
         let time = QUEUE_SHARE * 500.0;
         assert_eq!((d.bound, d.active), (Bound::Queue, true));
         assert!((d.workers - 600.0 * 20.0 / time).abs() < 1e-9, "{d:?}");
