@@ -259,6 +259,7 @@ async fn unknown_inputs_are_unavailable_and_bad_metadata_names_the_key() {
         (("value", "5"), "value"),
         (("workersPerReplica", "-1"), "workersPerReplica"),
         (("targetWaitPercentile", "0.99"), "targetWaitPercentile"),
+        (("reactionTime", "soon"), "reactionTime"),
     ] {
         let mut pairs: Vec<(&str, &str)> = trigger("work")
             .into_iter()
@@ -281,7 +282,7 @@ async fn unknown_inputs_are_unavailable_and_bad_metadata_names_the_key() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rabbitmq_queue_reads_ready_messages_their_age_and_publishes() {
     let (vh, _conn, ch) = RabbitVhost::with_queue("waittime", "orders").await;
-    let sent = (wall() - 1.0) as u64;
+    let sent = (wall() - 90.0) as u64;
     publish(
         &ch,
         "orders",
@@ -298,10 +299,13 @@ async fn a_rabbitmq_queue_reads_ready_messages_their_age_and_publishes() {
         ("processingTime", "5s"),
         ("window", "3s"),
     ];
-    // 20 ready messages of 5 s each to start within 100 s: 1 worker, once
-    // the publishes are behind the window (the management API refreshes
-    // its stats every 5 s).
-    let want = 20.0 * (5.0 / 100.0);
+    // 20 ready messages of 5 s each, stamped 90 s ago, to start within
+    // 100 s, above half the default reactionTime: the queue term. Once the
+    // publishes are behind the window (the management API refreshes its
+    // stats every 5 s) nothing arrives, so the newest message is taken as
+    // old as the oldest, past 0.8 W (half of it comes off 0.6 W): the least
+    // time, 0.2 W, read from the messages' age. 20 · 5 / 20 s = 5 workers.
+    let want = 20.0 * 5.0 / (queue_exporter::scaler::wait::QUEUE_MIN_SHARE * 100.0);
     wait_value_for(&c, &orders, want, Duration::from_secs(40)).await;
     assert!(active(&mut c.clone(), &orders).await.unwrap());
     app.stop().await;

@@ -24,7 +24,7 @@ use crate::scaler::wait::WaitParams;
 use crate::snapshot::{CounterHistory, JobState, PresetKind, QueueSample, Snapshot};
 
 /// Every key this scaler reads, as listed in error messages.
-pub const ACCEPTED_KEYS: [&str; 15] = [
+pub const ACCEPTED_KEYS: [&str; 16] = [
     "queue",
     "source",
     "vhost",
@@ -40,6 +40,7 @@ pub const ACCEPTED_KEYS: [&str; 15] = [
     "processingTime",
     "workersPerReplica",
     "targetWaitPercentile",
+    "reactionTime",
 ];
 
 /// Keys KEDA itself reads from trigger metadata and passes on to us; ignored.
@@ -54,7 +55,7 @@ pub const KEDA_KEYS: [&str; 7] = [
     "tlsCertFile",
 ];
 
-/// Most keys a map may have: ours (15) and KEDA's own (7) with room for
+/// Most keys a map may have: ours (16) and KEDA's own (7) with room for
 /// `*FromEnv` keys.
 pub const MAX_KEYS: usize = 64;
 
@@ -566,7 +567,8 @@ pub fn parse(meta: &HashMap<String, String>) -> Result<ScalerQuery, MetadataErro
     })
 }
 
-/// `targetWait`, `processingTime` and `workersPerReplica`: read by
+/// `targetWait`, `processingTime`, `workersPerReplica`,
+/// `targetWaitPercentile` and `reactionTime`: read by
 /// [`WaitParams::from_metadata`] with mode WaitTime, refused with any other;
 /// and with WaitTime, `value`, `activationValue` and `operation` refused.
 fn parse_wait<'a>(
@@ -834,6 +836,7 @@ mod tests {
                 processing_time: Some(Duration::from_millis(1500)),
                 workers_per_replica: 1,
                 percentile: crate::scaler::wait::PERCENTILE,
+                reaction_time: crate::scaler::wait::DEFAULT_REACTION_TIME,
             })
         );
         let with = |extra: &[(&str, &str)]| {
@@ -843,6 +846,11 @@ mod tests {
         };
         let q = with(&[("workersPerReplica", "10"), ("window", "20s")]).unwrap();
         assert_eq!(q.wait.map(|w| w.workers_per_replica), Some(10));
+        let slow = with(&[("reactionTime", "2m")]).unwrap();
+        assert_eq!(
+            slow.wait.map(|w| w.reaction_time),
+            Some(Duration::from_secs(120))
+        );
         for (given, share) in [("95", 0.95), ("99.9%", 0.999), (" 50 ", 0.5)] {
             let q = with(&[("targetWaitPercentile", given)]).unwrap();
             let got = q.wait.map(|w| w.percentile).unwrap();
@@ -875,6 +883,7 @@ mod tests {
             (vec![("targetWait", "soon")], "targetWait", "duration"),
             (vec![("targetWait", "0s")], "targetWait", "from 1ms"),
             (vec![("processingTime", "2d")], "processingTime", "to 1day"),
+            (vec![("reactionTime", "0s")], "reactionTime", "from 1ms"),
             (
                 vec![("targetWaitPercentile", "0.99")],
                 "targetWaitPercentile",

@@ -1,6 +1,7 @@
 //! The `WaitTime` model: how many replicas start jobs within `targetWait`,
-//! from the backlog, the oldest job's age, the arrival rate and the
-//! service time (docs/keda.md, "How does mode WaitTime compute replicas?").
+//! from the backlog, the oldest job's age, the arrival rate, the service
+//! time and the pipeline's reaction time (docs/keda.md, "How does mode
+//! WaitTime compute replicas?").
 //!
 //! Pure arithmetic on numbers the query gathered from one snapshot: no
 //! I/O, no clock, so every exporter replica answers the same and the model
@@ -45,6 +46,44 @@ const ERLANG_MAX_LOAD: f64 = 100_000.0;
 pub const WAIT_RANGE: std::ops::RangeInclusive<Duration> =
     Duration::from_millis(1)..=Duration::from_secs(24 * 3600);
 
+/// `reactionTime` unless the trigger sets it: from a job waiting to a new
+/// pod taking jobs, KEDA's default `pollingInterval` (30 s), an HPA sync
+/// (the controller's default 15 s) and a pod start (30 s: an image already
+/// pulled, a worker process ready). The grid (scripts/bench --closed-loop
+/// --grid) runs with these timings.
+pub const DEFAULT_REACTION_TIME: Duration = Duration::from_secs(75);
+
+/// Share of `targetWait` the queue term gives the newest waiting job to
+/// start in: the rest is a margin for the reaction time's lag behind a
+/// rising load and for `processingTime` set too low. Set 30 % low, the
+/// queue settles where B·0.7S/(kW) = a, a wait of k/0.7 · W = 0.86 W;
+/// in the grid k = 0.8 lost 17 of the 24 cells' ±30 % figures and
+/// k = 0.5 cost more in bursts for no job more on time.
+pub const QUEUE_SHARE: f64 = 0.6;
+
+/// Share of the newest waiting job's age the queue term takes from its
+/// time: as the arrivals stop the newest job ages and its deadline nears.
+/// In the grid, the whole age (1) kept every cell on time but asked for
+/// the tail of each 10× burst at once (up to 1.62× the best threshold);
+/// none of it (0) left the tails of two bursts at 95 % on time with W 100 S,
+/// and 82–93 % with `processingTime` 30 % low; half kept all on time and
+/// within 95 % either way.
+pub const NEWEST_AGE_SHARE: f64 = 0.5;
+
+/// Least time the queue term gives the backlog, as a share of
+/// `targetWait`, however old its newest job: below it the workers asked
+/// would arrive a reaction time too late to help jobs already late, and
+/// the HPA's scale-down window would keep them (issue 38's worker per late
+/// job, 3× the best threshold's cost).
+pub const QUEUE_MIN_SHARE: f64 = 0.2;
+
+/// `targetWait` must exceed this share of `reactionTime` for the queue
+/// term: below, a standing queue's wait is too short against a pod start
+/// to ride out a rise in load, and the steady-state model keeps the
+/// arrivals' workers (in the grid, the queue term there lost every cell
+/// where only WaitTime was on time: 0 of 7).
+pub const QUEUE_MIN_REACTION: f64 = 0.5;
+
 /// Largest `workersPerReplica`.
 pub const MAX_WORKERS_PER_REPLICA: u32 = 10_000;
 
@@ -63,20 +102,26 @@ pub struct WaitParams {
     /// Share of arriving jobs the steady-state term starts within
     /// `targetWait` (`targetWaitPercentile` / 100; default [`PERCENTILE`]).
     pub percentile: f64,
+    /// From a job waiting to a new pod taking jobs (`reactionTime`; default
+    /// [`DEFAULT_REACTION_TIME`]): whether a queue may stand, and whether a
+    /// cold start from zero replicas is still on time.
+    pub reaction_time: Duration,
 }
 
 impl WaitParams {
     /// The metadata keys these come from.
-    pub const KEYS: [&'static str; 4] = [
+    pub const KEYS: [&'static str; 5] = [
         "targetWait",
         "processingTime",
         "workersPerReplica",
         "targetWaitPercentile",
+        "reactionTime",
     ];
 
     /// Reads `targetWait` (required), `processingTime` (optional: where it
     /// is missing, the query needs queues whose service time the exporter
-    /// measures) and `workersPerReplica` (default 1) through `get`; a
+    /// measures), `workersPerReplica` (default 1), `targetWaitPercentile`
+    /// and `reactionTime` (default [`DEFAULT_REACTION_TIME`]) through `get`; a
     /// refusal is the key and what is wrong.
     pub fn from_metadata<'a>(
         get: &impl Fn(&str) -> Option<&'a str>,
@@ -131,11 +176,16 @@ impl WaitParams {
                 }
             },
         };
+        let reaction_time = get("reactionTime")
+            .map(|v| duration("reactionTime", v))
+            .transpose()?
+            .unwrap_or(DEFAULT_REACTION_TIME);
         Ok(WaitParams {
             target_wait,
             processing_time,
             workers_per_replica,
             percentile,
+            reaction_time,
         })
     }
 }
@@ -191,9 +241,16 @@ pub enum Bound {
     Steady,
     /// (b) The arrivals' workers plus those that start the backlog within `targetWait`.
     Drain,
-    /// (b) while jobs are already older than `targetWait`: the same drain
-    /// term, named apart so a page or a log says the jobs are late.
+    /// (b) or (c) while jobs are already older than `targetWait`: the
+    /// same term, named apart so a page or a log says the jobs are late.
     CatchUp,
+    /// (c) `targetWait` above the reaction time: the workers that start
+    /// every waiting job before the newest one's share of `targetWait`, so a
+    /// queue stands and the pool may run at or below the load.
+    Queue,
+    /// (c) with nothing waiting and a cold start on time: inactive, so KEDA
+    /// may scale to zero between trickles.
+    ColdStart,
 }
 
 impl Bound {
@@ -204,6 +261,8 @@ impl Bound {
             Bound::Steady => "steady",
             Bound::Drain => "drain",
             Bound::CatchUp => "catch-up",
+            Bound::Queue => "queue",
+            Bound::ColdStart => "cold-start",
         }
     }
 }
@@ -220,15 +279,33 @@ pub struct WaitDecision {
     pub replicas: f64,
     /// The term that set `workers`.
     pub bound: Bound,
-    /// `IsActive`: jobs wait or arrive.
+    /// `IsActive`: jobs wait, or arrive and a cold start from zero
+    /// replicas would not start them on time.
     pub active: bool,
 }
 
 /// The replicas that start jobs within `params.target_wait`.
 ///
-/// With S the service time, W the target wait, λ the arrival rate, B the
-/// backlog and A the oldest job's age, and a = λS the busy workers the
-/// arrivals alone keep:
+/// With S the service time, W the target wait, R the reaction time, λ the
+/// arrival rate, B the backlog and A the oldest job's age, and a = λS the
+/// busy workers the arrivals alone keep:
+///
+/// With W > [`QUEUE_MIN_REACTION`]·R, (c) the queue term alone:
+/// B·min(1, S/T) workers, T = max(kW − n/2, [`QUEUE_MIN_SHARE`]·W) with k
+/// [`QUEUE_SHARE`] and n the newest waiting job's age
+/// ([`NEWEST_AGE_SHARE`] of it counts), taken from the
+/// oldest's: n = max(0, A − B/λ) (the B jobs arrived over the last B/λ
+/// seconds), or A when nothing arrives. FIFO serves the backlog first, so
+/// these workers start every waiting job before the newest one's share of
+/// W; no Erlang C floor and no utilisation cap, so a queue of about λ·kW
+/// stands and the pool runs at a, or below it through a short peak. In
+/// that queue the answer is a whatever `processingTime` says: set wrong,
+/// the queue (and so the wait) settles elsewhere, B·S'/(kW) = a, not the
+/// cost. Nothing waiting asks 0 workers, and is inactive (so KEDA may
+/// scale to zero) while a cold start, R + λR·S / `workersPerReplica`,
+/// fits in W.
+///
+/// Otherwise (W too short against a pod start for a queue to stand):
 /// - (a) steady state: the fewest workers N > a for which Erlang C puts
 ///   P(wait > W) = C(N, a)·e^{−(N−a)W/S} at most 1 − p (p the percentile,
 ///   [`PERCENTILE`] unless `targetWaitPercentile` is set), and at least
@@ -244,45 +321,85 @@ pub struct WaitDecision {
 ///   late to help them and was then held by the HPA's scale-down window:
 ///   3× the worker time of the best `QueueLength` after a 10× burst in the
 ///   closed-loop grid (scripts/bench --closed-loop --grid), for no job more
-///   on time.
+///   on time;
+/// - the answer is max((a), (b)), active while jobs wait or arrive.
 ///
-/// The answer is max((a), (b)) workers, over `workersPerReplica`.
+/// Workers over `workersPerReplica` are the replicas.
 pub fn decide(params: &WaitParams, inputs: WaitInputs) -> WaitDecision {
+    let wait = params.target_wait.as_secs_f64();
+    let reaction = params.reaction_time.as_secs_f64();
+    let per_replica = f64::from(params.workers_per_replica.max(1));
+    let (workers, bound, active) = if inputs.backlog <= 0.0 && inputs.arrival_rate <= 0.0 {
+        (0.0, Bound::Idle, false)
+    } else if wait > QUEUE_MIN_REACTION * reaction {
+        queue_term(wait, reaction, per_replica, &inputs)
+    } else {
+        let (workers, bound) = keep_up(params, &inputs);
+        (workers, bound, true)
+    };
+    WaitDecision {
+        inputs,
+        workers,
+        replicas: workers / per_replica,
+        bound,
+        active,
+    }
+}
+
+/// (c): workers, bound and `IsActive` of the queue term (see [`decide`]).
+fn queue_term(
+    wait: f64,
+    reaction: f64,
+    per_replica: f64,
+    inputs: &WaitInputs,
+) -> (f64, Bound, bool) {
     let WaitInputs {
         backlog,
         oldest_age,
         arrival_rate,
         service_time,
         ..
-    } = inputs;
+    } = *inputs;
+    if backlog <= 0.0 {
+        let cold_start = reaction + arrival_rate * reaction * service_time / per_replica;
+        return if cold_start <= wait {
+            (0.0, Bound::ColdStart, false)
+        } else {
+            (0.0, Bound::Queue, true)
+        };
+    }
+    let newest = if arrival_rate > 0.0 {
+        (oldest_age - backlog / arrival_rate).max(0.0)
+    } else {
+        oldest_age
+    };
+    let time = (QUEUE_SHARE * wait - NEWEST_AGE_SHARE * newest).max(QUEUE_MIN_SHARE * wait);
+    let workers = backlog * (service_time / time).min(1.0);
+    let bound = if oldest_age > wait {
+        Bound::CatchUp
+    } else {
+        Bound::Queue
+    };
+    (workers, bound, true)
+}
+
+/// (a) and (b), for a `targetWait` too short for a queue to stand: the
+/// larger, and its bound (see [`decide`]).
+fn keep_up(params: &WaitParams, inputs: &WaitInputs) -> (f64, Bound) {
     let wait = params.target_wait.as_secs_f64();
-    let load = arrival_rate * service_time;
-    let steady = steady_workers(load, wait, service_time, params.percentile);
+    let load = inputs.arrival_rate * inputs.service_time;
+    let steady = steady_workers(load, wait, inputs.service_time, params.percentile);
     let per_job = if wait > 0.0 {
-        (service_time / wait).min(1.0)
+        (inputs.service_time / wait).min(1.0)
     } else {
         1.0
     };
-    let drain = ARRIVAL_SHARE * load + backlog * per_job;
-    let (workers, bound) = if backlog <= 0.0 && arrival_rate <= 0.0 {
-        (0.0, Bound::Idle)
-    } else if drain > steady {
-        let bound = if oldest_age > wait && backlog > 0.0 {
-            Bound::CatchUp
-        } else {
-            Bound::Drain
-        };
-        (drain, bound)
+    let drain = ARRIVAL_SHARE * load + inputs.backlog * per_job;
+    if drain > steady {
+        let late = inputs.oldest_age > wait && inputs.backlog > 0.0;
+        (drain, if late { Bound::CatchUp } else { Bound::Drain })
     } else {
         (steady, Bound::Steady)
-    };
-    let replicas = workers / f64::from(params.workers_per_replica.max(1));
-    WaitDecision {
-        inputs,
-        workers,
-        replicas,
-        bound,
-        active: backlog > 0.0 || arrival_rate > 0.0,
     }
 }
 
@@ -324,12 +441,23 @@ pub fn steady_workers(load: f64, wait: f64, service_time: f64, percentile: f64) 
 mod tests {
     use super::*;
 
+    /// A trigger whose `targetWait` is short against its reaction time (an
+    /// hour): the steady-state model (a) and (b).
     fn params(wait_s: f64, per_replica: u32) -> WaitParams {
         WaitParams {
             target_wait: Duration::from_secs_f64(wait_s),
             processing_time: Some(Duration::from_secs(1)),
             percentile: PERCENTILE,
             workers_per_replica: per_replica,
+            reaction_time: Duration::from_secs(3600),
+        }
+    }
+
+    /// A trigger with the default reaction time (75 s).
+    fn queued(wait_s: f64, per_replica: u32) -> WaitParams {
+        WaitParams {
+            reaction_time: DEFAULT_REACTION_TIME,
+            ..params(wait_s, per_replica)
         }
     }
 
@@ -484,6 +612,135 @@ mod tests {
             },
         ] {
             assert!(decide(&p, more).workers > d, "{more:?}");
+        }
+    }
+
+    #[test]
+    fn a_target_above_the_reaction_time_starts_the_backlog_within_its_share() {
+        // 20 s jobs, 500 s to start, 2 jobs/s arriving (40 busy workers): a
+        // queue of 600 jobs whose newest just arrived (the oldest 300 s old
+        // at 2/s) needs 600 · 20 / (0.6 · 500) = 40 workers, and no Erlang C
+        // floor or utilisation cap holds it above that.
+        let p = queued(500.0, 1);
+        let d = decide(&p, inputs(600.0, 300.0, 2.0, 20.0));
+        let time = QUEUE_SHARE * 500.0;
+        assert_eq!((d.bound, d.active), (Bound::Queue, true));
+        assert!((d.workers - 600.0 * 20.0 / time).abs() < 1e-9, "{d:?}");
+        // The standing queue of the load, λ·kW = 300 jobs, asks for the
+        // load's 20 workers exactly: the pool runs at 100 %.
+        let d = decide(&p, inputs(300.0, 300.0, 1.0, 20.0));
+        assert!((d.workers - 20.0).abs() < 1e-9, "{d:?}");
+        // workersPerReplica divides; at most a worker per job.
+        let e = decide(&queued(500.0, 4), inputs(300.0, 300.0, 1.0, 20.0));
+        assert!((e.replicas - 5.0).abs() < 1e-9, "{e:?}");
+        let d = decide(&p, inputs(3.0, 1.0, 0.0, 400.0));
+        assert_eq!(d.workers, 3.0);
+    }
+
+    #[test]
+    fn a_burst_is_drained_before_its_newest_job_runs_out_of_its_share() {
+        // 2 s jobs, 200 s to start; a 10× burst has piled 3,000 jobs in
+        // 150 s (20 jobs/s): the newest is fresh, 3,000 · 2 / 120 s = 50.
+        let p = queued(200.0, 1);
+        let d = decide(&p, inputs(3000.0, 150.0, 20.0, 2.0));
+        assert!((d.workers - 50.0).abs() < 1e-9, "{d:?}");
+        // Arrivals stop: the newest job is as old as the oldest, so the
+        // same backlog has less time (half its age comes off) and asks
+        // more, up to the least time (0.2 W) however old it is.
+        let stopped = decide(&p, inputs(3000.0, 60.0, 0.0, 2.0));
+        assert!(
+            (stopped.workers - 3000.0 * 2.0 / 90.0).abs() < 1e-9,
+            "{stopped:?}"
+        );
+        let old = decide(&p, inputs(3000.0, 200.0, 0.0, 2.0));
+        assert!((old.workers - 3000.0 * 2.0 / (QUEUE_MIN_SHARE * 200.0)).abs() < 1e-9);
+    }
+
+    #[test]
+    fn late_jobs_in_a_queue_are_drained_in_the_least_time_and_named_catch_up() {
+        // Older than W, nothing arriving behind them: no worker per late
+        // job (it would come a reaction time late and be held), the
+        // backlog over the least time, 0.2 W.
+        let p = queued(100.0, 1);
+        for age in [100.0 + 1e-6, 300.0, 1e9] {
+            let d = decide(&p, inputs(50.0, age, 0.0, 2.0));
+            assert_eq!((d.bound, d.active), (Bound::CatchUp, true), "{age}");
+            assert!((d.workers - 50.0 * 2.0 / (QUEUE_MIN_SHARE * 100.0)).abs() < 1e-9);
+        }
+    }
+
+    #[test]
+    fn between_trickles_a_cold_start_on_time_is_inactive_and_any_waiting_job_active() {
+        // 20 s jobs, 500 s to start, one job a minute: from zero replicas
+        // the first waits 75 s, the 1.25 piled up meanwhile 25 s of work
+        // more: on time, so inactive, and KEDA may scale to zero.
+        let p = queued(500.0, 1);
+        let d = decide(&p, inputs(0.0, 0.0, 1.0 / 60.0, 20.0));
+        assert_eq!(
+            (d.workers, d.bound, d.active),
+            (0.0, Bound::ColdStart, false)
+        );
+        // One job waiting is always active.
+        let d = decide(&p, inputs(1.0, 0.5, 1.0 / 60.0, 20.0));
+        assert!(d.active && d.workers > 0.0, "{d:?}");
+        // 1 job/s: 1,500 s of work piles up during a cold start, too late;
+        // active with no backlog (KEDA keeps a pod), asking no more.
+        let d = decide(&p, inputs(0.0, 0.0, 1.0, 20.0));
+        assert_eq!((d.workers, d.bound, d.active), (0.0, Bound::Queue, true));
+        // More workers per pod shorten the pile-up: 0.3 jobs/s, 450 s of
+        // work, 8 workers per pod: 75 + 56 s, on time.
+        assert!(decide(&p, inputs(0.0, 0.0, 0.3, 20.0)).active);
+        assert!(!decide(&queued(500.0, 8), inputs(0.0, 0.0, 0.3, 20.0)).active);
+    }
+
+    #[test]
+    fn a_target_short_against_the_reaction_time_keeps_the_arrivals_workers() {
+        // W = 30 s is under half of 75 s: no queue may stand; arrivals alone
+        // are active and get the steady-state term, as with any W there.
+        let p = queued(30.0, 1);
+        let d = decide(&p, inputs(0.0, 0.0, 2.0, 1.5));
+        assert_eq!((d.bound, d.active), (Bound::Steady, true));
+        assert_eq!(d.workers, steady_workers(3.0, 30.0, 1.5, PERCENTILE));
+        // Above half of it, the queue term.
+        let d = decide(&queued(40.0, 1), inputs(10.0, 5.0, 2.0, 1.5));
+        assert_eq!(d.bound, Bound::Queue);
+        // A longer reactionTime moves the same trigger back.
+        let mut slow = queued(40.0, 1);
+        slow.reaction_time = Duration::from_secs(90);
+        assert_eq!(
+            decide(&slow, inputs(10.0, 5.0, 2.0, 1.5)).bound,
+            Bound::Steady
+        );
+    }
+
+    #[test]
+    fn a_wrong_processing_time_moves_the_queue_s_wait_not_its_workers() {
+        // 1 job/s of 20 s (20 busy workers), W = 500 s. The queue stands
+        // where the answer is the 20 workers the load really keeps busy;
+        // with processingTime 30 % off either way that backlog is another,
+        // and its wait (backlog / λ) stays within W.
+        let p = queued(500.0, 1);
+        for set in [0.7 * 20.0, 20.0, 1.3 * 20.0] {
+            // The answer grows with the backlog: bisect for 20 workers.
+            let (mut lo, mut hi) = (0.0, 1e5);
+            for _ in 0..100 {
+                let mid = (lo + hi) / 2.0;
+                if decide(&p, inputs(mid, mid, 1.0, set)).workers < 20.0 {
+                    lo = mid;
+                } else {
+                    hi = mid;
+                }
+            }
+            // Its wait: the backlog over 1 job/s.
+            let wait = lo;
+            assert!(
+                wait <= 500.0,
+                "processingTime {set}: the queue waits {wait} s"
+            );
+            assert!(
+                (wait - QUEUE_SHARE * 500.0 * 20.0 / set).abs() < 1e-6,
+                "{set}: {wait}"
+            );
         }
     }
 }
