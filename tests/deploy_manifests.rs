@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 
 use serde::Deserialize;
 use serde_json::{Value, json};
-use support::KillOnDrop;
+use support::{KillOnDrop, files_under};
 
 /// The Kubernetes versions core objects are validated against.
 const KUBERNETES_VERSIONS: [&str; 2] = ["1.33.0", "1.35.0"];
@@ -1247,7 +1247,7 @@ fn one_scaler_address_everywhere_the_headless_services() {
     );
     let mut files = vec![root().join("README.md")];
     for dir in ["docs", "deploy", "dashboards"] {
-        files.extend(files_with(&root().join(dir), &[".md", ".yaml", ".yml"]));
+        files.extend(files_under(&root().join(dir), &[".md", ".yaml", ".yml"]));
     }
     let mut seen = 0;
     let mut wrong = Vec::new();
@@ -1283,25 +1283,6 @@ fn one_scaler_address_everywhere_the_headless_services() {
             "queue-exporter.monitoring:9732"
         ]
     );
-}
-
-/// Files under `dir` (recursively) whose name ends with one of `exts`.
-fn files_with(dir: &Path, exts: &[&str]) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let mut todo = vec![dir.to_path_buf()];
-    while let Some(d) = todo.pop() {
-        for e in std::fs::read_dir(&d).unwrap() {
-            let p = e.unwrap().path();
-            let file = p.file_name().unwrap().to_string_lossy().into_owned();
-            if p.is_dir() {
-                todo.push(p);
-            } else if exts.iter().any(|x| file.ends_with(x)) {
-                out.push(p);
-            }
-        }
-    }
-    out.sort();
-    out
 }
 
 // ------------------------------------------------------------- Dockerfile

@@ -36,33 +36,15 @@ use regex::Regex;
 use serde::Deserialize;
 use serde_json::Value;
 
+mod support;
+use support::files_under;
+
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
 fn read(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
-
-/// Files under `dir` (recursively) whose name ends with one of `exts`.
-fn files_under(dir: &Path, exts: &[&str]) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let mut todo = vec![dir.to_path_buf()];
-    while let Some(d) = todo.pop() {
-        for e in std::fs::read_dir(&d).unwrap_or_else(|e| panic!("{}: {e}", d.display())) {
-            let p = e.unwrap().path();
-            if p.is_dir() {
-                todo.push(p);
-            } else if exts
-                .iter()
-                .any(|x| p.file_name().unwrap().to_string_lossy().ends_with(x))
-            {
-                out.push(p);
-            }
-        }
-    }
-    out.sort();
-    out
 }
 
 /// Every Markdown file whose links are checked.

@@ -23,6 +23,7 @@
 //!   libraries the loader treats that way.
 
 mod support;
+use support::files_under;
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
@@ -45,25 +46,6 @@ fn rel(path: &Path) -> String {
         .unwrap_or(path)
         .display()
         .to_string()
-}
-
-/// Files under `dir` (recursively) whose name ends with one of `exts`.
-fn files_under(dir: &Path, exts: &[&str]) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let mut todo = vec![dir.to_path_buf()];
-    while let Some(d) = todo.pop() {
-        for e in std::fs::read_dir(&d).unwrap_or_else(|e| panic!("{}: {e}", d.display())) {
-            let p = e.unwrap().path();
-            let name = p.file_name().unwrap().to_string_lossy().into_owned();
-            if p.is_dir() {
-                todo.push(p);
-            } else if exts.iter().any(|x| name.ends_with(x)) {
-                out.push(p);
-            }
-        }
-    }
-    out.sort();
-    out
 }
 
 /// The Markdown files whose examples are checked.

@@ -1196,3 +1196,23 @@ pub fn only_member(redis: &RedisServer, set: &str) -> String {
         std::thread::sleep(Duration::from_millis(200));
     }
 }
+
+/// Files under `dir` (recursively) whose name ends with one of `exts`,
+/// sorted: the docs and deployment tests read every file of a kind.
+pub fn files_under(dir: &std::path::Path, exts: &[&str]) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).unwrap_or_else(|e| panic!("{}: {e}", d.display())) {
+            let p = e.unwrap().path();
+            let name = p.file_name().unwrap().to_string_lossy().into_owned();
+            if p.is_dir() {
+                todo.push(p);
+            } else if exts.iter().any(|x| name.ends_with(x)) {
+                out.push(p);
+            }
+        }
+    }
+    out.sort();
+    out
+}
