@@ -508,6 +508,7 @@ fn read_absent(
                     WaitInputs {
                         backlog: 0.0,
                         oldest_age: 0.0,
+                        newest_age: 0.0,
                         arrival_rate: 0.0,
                         service_time,
                         service_from,

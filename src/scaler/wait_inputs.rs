@@ -67,6 +67,7 @@ pub fn gather(
     let mut inputs = WaitInputs {
         backlog: 0.0,
         oldest_age: 0.0,
+        newest_age: 0.0,
         arrival_rate: 0.0,
         service_time: params.processing_time.map_or(0.0, |p| p.as_secs_f64()),
         service_from: ServiceFrom::Set,
@@ -162,6 +163,12 @@ pub fn gather(
                 }
             }
         }
+        if backlog > 0 {
+            let newest = newest_age(backlog as f64, age, arrivals, || {
+                s.history.since_last_arrival(&q.id())
+            });
+            inputs.newest_age = inputs.newest_age.max(newest);
+        }
         inputs.backlog += backlog as f64;
         inputs.oldest_age = inputs.oldest_age.max(age);
         inputs.arrival_rate += arrivals;
@@ -170,6 +177,28 @@ pub fn gather(
         (inputs.service_time, inputs.service_from) = combine(&measured);
     }
     Ok(inputs)
+}
+
+/// The age of a queue's newest waiting job, from its `backlog`, its
+/// oldest job's `age` and its `arrivals` per second over the window. While
+/// jobs arrive, the backlog came over the last backlog / arrivals seconds
+/// (first in, first out, the newest arrival waits while any job does), so
+/// the newest is that much younger than the oldest. When none arrived
+/// within the window, the counter history dates the last arrival
+/// (`since_last`, at least the window ago), never older than the oldest;
+/// taking the oldest's age then (the history showing no arrival) would put
+/// a whole burst's tail on the newest job at once.
+pub fn newest_age(
+    backlog: f64,
+    age: f64,
+    arrivals: f64,
+    since_last: impl FnOnce() -> Option<f64>,
+) -> f64 {
+    if arrivals > 0.0 {
+        (age - backlog / arrivals).max(0.0)
+    } else {
+        since_last().map_or(age, |n| n.min(age))
+    }
 }
 
 /// Several queues' measured service times as one: weighted by each
@@ -205,6 +234,20 @@ mod tests {
             jobs,
             from: ServiceSource::FinishedJobs,
         }
+    }
+
+    #[test]
+    fn the_newest_job_is_younger_by_the_backlogs_arrival_span_or_dated_by_the_history() {
+        let never = || -> Option<f64> { panic!("the history is not asked while jobs arrive") };
+        // 100 jobs at 2 a second came over the last 50 s: the oldest 60 s
+        // old, the newest 10 s; never below 0.
+        assert_eq!(newest_age(100.0, 60.0, 2.0, never), 10.0);
+        assert_eq!(newest_age(100.0, 40.0, 2.0, never), 0.0);
+        // None arrived within the window: the history's date, at most the
+        // oldest's age; the oldest's when the history saw none.
+        assert_eq!(newest_age(100.0, 300.0, 0.0, || Some(75.0)), 75.0);
+        assert_eq!(newest_age(100.0, 60.0, 0.0, || Some(500.0)), 60.0);
+        assert_eq!(newest_age(100.0, 60.0, 0.0, || None), 60.0);
     }
 
     #[test]

@@ -372,6 +372,51 @@ impl CounterHistory {
         let arrived = last.depth as f64 - first.depth as f64 + processed as f64;
         Some(arrived.max(0.0) / seconds)
     }
+
+    /// Seconds since jobs last arrived at `queue`, as the readings tell:
+    /// from the reading before the newest rise of its published counter
+    /// (the one [`Self::arrival_rate`] uses) or of a flow's depth, to the
+    /// newest reading. A flow's depth may also fall while jobs arrive (more
+    /// taken than came), so its answer may be more than the truth, by a
+    /// reading's spacing or by a stretch where the workers outran the
+    /// arrivals; never less. `None` when the readings show no rise (none
+    /// in [`Self::RETENTION`], or the queue's values are unknown): the
+    /// caller then knows only that the newest job is no older than the
+    /// oldest.
+    ///
+    /// With first-in-first-out workers the newest arrival is the last job
+    /// taken, so while jobs wait this is the newest waiting job's age,
+    /// which the oldest's does not tell once arrivals stop.
+    pub fn since_last_arrival(&self, queue: &QueueId) -> Option<f64> {
+        let newest = self.points.back()?;
+        let arrived = |before: &StoredPoint, after: &StoredPoint| -> Option<bool> {
+            Some(match (before.stored(queue)?, after.stored(queue)?) {
+                (Stored::Counters(b), Stored::Counters(a)) => {
+                    let (b, a) = (b.published?, a.published?);
+                    // A counter that went down was reset: it counted anew.
+                    if a >= b { a > b } else { a > 0 }
+                }
+                // Jobs leave what a flow holds only by being taken, so a
+                // rise of its depth proves an arrival. Δdepth + Δprocessed
+                // would not: a job finished before one reading and its
+                // worker's next job taken after it counts as an arrival.
+                (Stored::Flow(b), Stored::Flow(a)) => a.depth > b.depth,
+                _ => return None,
+            })
+        };
+        let mut later = newest;
+        for earlier in self.points.iter().rev().skip(1) {
+            if arrived(earlier, later)? {
+                return newest
+                    .at
+                    .duration_since(earlier.at)
+                    .ok()
+                    .map(|d| d.as_secs_f64());
+            }
+            later = earlier;
+        }
+        None
+    }
 }
 
 #[cfg(test)]
@@ -415,6 +460,83 @@ mod tests {
         // A single reading gives no rate.
         let one = CounterHistory::default().with_point(point(1, 5));
         assert_eq!(one.rate(&q, Duration::from_secs(60), |c| c.published), None);
+    }
+
+    #[test]
+    fn the_newest_arrival_is_dated_by_the_reading_before_the_counter_last_rose() {
+        let q = QueueId {
+            vhost: None,
+            name: "q".into(),
+        };
+        let mut h = CounterHistory::default();
+        // Jobs arrive each second up to t=1010, then none for 20 s.
+        for t in 1000..=1030u64 {
+            h = h.with_point(point(t, t.min(1010) - 1000));
+        }
+        // The last rise is between t=1009 and t=1010: at most 21 s ago.
+        assert_eq!(h.since_last_arrival(&q), Some(21.0));
+        // A counter that moved at the newest reading: one spacing.
+        h = h.with_point(point(1031, 11));
+        assert_eq!(h.since_last_arrival(&q), Some(1.0));
+        // A reset counts as arrivals when it counted anew.
+        let reset = CounterHistory::default()
+            .with_point(point(2000, 500))
+            .with_point(point(2001, 3))
+            .with_point(point(2002, 3));
+        assert_eq!(reset.since_last_arrival(&q), Some(2.0));
+        // No rise in the readings, one reading, or another queue: not known.
+        let flat = CounterHistory::default()
+            .with_point(point(1, 5))
+            .with_point(point(2, 5));
+        assert_eq!(flat.since_last_arrival(&q), None);
+        assert_eq!(
+            CounterHistory::default()
+                .with_point(point(1, 5))
+                .since_last_arrival(&q),
+            None
+        );
+        let other = QueueId {
+            vhost: None,
+            name: "other".into(),
+        };
+        assert_eq!(h.since_last_arrival(&other), None);
+    }
+
+    #[test]
+    fn a_flows_arrivals_are_dated_by_the_last_rise_of_its_depth() {
+        let q = QueueId {
+            vhost: None,
+            name: "list".into(),
+        };
+        let reading = |at: u64, depth: u64, processed: u64| CounterPoint {
+            at: SystemTime::UNIX_EPOCH + Duration::from_secs(at),
+            counters: HashMap::new(),
+            flows: HashMap::from([(q.clone(), JobFlow { depth, processed })]),
+        };
+        // A job arrives by t=101 and by t=103; then workers only take jobs,
+        // and at t=106 three finish that were taken earlier (Δdepth +
+        // Δprocessed is +2 there, yet nothing arrived).
+        let h = [
+            (100, 5, 0),
+            (101, 6, 0),
+            (102, 4, 2),
+            (103, 5, 3),
+            (104, 3, 5),
+            (105, 2, 6),
+            (106, 1, 9),
+        ]
+        .into_iter()
+        .fold(CounterHistory::default(), |h, (t, d, p)| {
+            h.with_point(reading(t, d, p))
+        });
+        assert_eq!(h.since_last_arrival(&q), Some(4.0));
+        // Only taking since the first reading: not known.
+        let draining = [(100, 5, 0), (101, 3, 2), (102, 1, 4)]
+            .into_iter()
+            .fold(CounterHistory::default(), |h, (t, d, p)| {
+                h.with_point(reading(t, d, p))
+            });
+        assert_eq!(draining.since_last_arrival(&q), None);
     }
 
     #[test]
