@@ -679,19 +679,20 @@ mod tests {
     fn a_target_above_the_reaction_time_starts_the_backlog_within_its_share() {
         // 20 s jobs, 500 s to start, 2 jobs/s arriving (40 busy workers): a
         // queue of 600 jobs whose newest just arrived (the oldest 300 s old
-        // at 2/s) needs 600 · 20 / (0.6 · 500) = 40 workers, and no Erlang C
-        // floor or utilisation cap holds it above that.
+        // at 2/s) needs 600 · 20 / (k · 500) workers, about 38, and no
+        // Erlang C floor or utilisation cap holds it above that.
         let p = queued(500.0, 1);
         let d = decide(&p, inputs(600.0, 300.0, 2.0, 20.0));
         let time = QUEUE_SHARE * 500.0;
         assert_eq!((d.bound, d.active), (Bound::Queue, true));
         assert!((d.workers - 600.0 * 20.0 / time).abs() < 1e-9, "{d:?}");
-        // The standing queue of the load, λ·kW = 300 jobs, asks for the
-        // load's 20 workers exactly: the pool runs at 100 %.
-        let d = decide(&p, inputs(300.0, 300.0, 1.0, 20.0));
+        // The standing queue of the load, λ·kW jobs, asks for the load's
+        // 20 workers exactly: the pool runs at 100 %.
+        let standing = QUEUE_SHARE * 500.0;
+        let d = decide(&p, inputs(standing, standing, 1.0, 20.0));
         assert!((d.workers - 20.0).abs() < 1e-9, "{d:?}");
         // workersPerReplica divides; at most a worker per job.
-        let e = decide(&queued(500.0, 4), inputs(300.0, 300.0, 1.0, 20.0));
+        let e = decide(&queued(500.0, 4), inputs(standing, standing, 1.0, 20.0));
         assert!((e.replicas - 5.0).abs() < 1e-9, "{e:?}");
         let d = decide(&p, inputs(3.0, 1.0, 0.0, 400.0));
         assert_eq!(d.workers, 3.0);
@@ -700,16 +701,20 @@ mod tests {
     #[test]
     fn a_burst_is_drained_before_its_newest_job_runs_out_of_its_share() {
         // 2 s jobs, 200 s to start; a 10× burst has piled 3,000 jobs in
-        // 150 s (20 jobs/s): the newest is fresh, 3,000 · 2 / 120 s = 50.
+        // 150 s (20 jobs/s): the newest is fresh, 3,000 · 2 / (k · 200 s).
         let p = queued(200.0, 1);
         let d = decide(&p, inputs(3000.0, 150.0, 20.0, 2.0));
-        assert!((d.workers - 50.0).abs() < 1e-9, "{d:?}");
+        assert!(
+            (d.workers - 6000.0 / (QUEUE_SHARE * 200.0)).abs() < 1e-9,
+            "{d:?}"
+        );
         // Arrivals stop: the newest job is as old as the oldest, so the
         // same backlog has less time (half its age comes off) and asks
         // more, up to the least time (0.2 W) however old it is.
         let stopped = decide(&p, inputs(3000.0, 60.0, 0.0, 2.0));
+        let time = QUEUE_SHARE * 200.0 - NEWEST_AGE_SHARE * 60.0;
         assert!(
-            (stopped.workers - 3000.0 * 2.0 / 90.0).abs() < 1e-9,
+            (stopped.workers - 3000.0 * 2.0 / time).abs() < 1e-9,
             "{stopped:?}"
         );
         let old = decide(&p, inputs(3000.0, 200.0, 0.0, 2.0));
@@ -730,14 +735,15 @@ mod tests {
                 },
             )
         };
-        // 240 · 20 / (300 − 5) workers, not 240 · 20 / (300 − 120).
+        // 240 · 20 / (kW − 5) workers, not 240 · 20 / (kW − 120).
         let dated = tail(10.0);
         assert_eq!(dated.bound, Bound::Queue);
+        let time = QUEUE_SHARE * 500.0 - NEWEST_AGE_SHARE * 10.0;
         assert!(
-            (dated.workers - 240.0 * 20.0 / 295.0).abs() < 1e-9,
+            (dated.workers - 240.0 * 20.0 / time).abs() < 1e-9,
             "{dated:?}"
         );
-        assert!(tail(240.0).workers > 1.6 * dated.workers);
+        assert!(tail(240.0).workers > 1.5 * dated.workers);
         // Drained at the rate asked, the ask falls as the newest job ages:
         // no rise for the HPA's scale-down window to hold.
         let (mut backlog, mut newest, mut asked) = (240.0, 10.0, dated.workers);
