@@ -300,11 +300,11 @@ async fn a_rabbitmq_queue_reads_ready_messages_their_age_and_publishes() {
         ("window", "3s"),
     ];
     // 20 ready messages of 5 s each, stamped 90 s ago, to start within
-    // 100 s, above half the default reactionTime: the queue term. Once the
-    // publishes are behind the window (the management API refreshes its
-    // stats every 5 s) nothing arrives, so the newest message is taken as
-    // old as the oldest, past 0.8 W (half of it comes off 0.6 W): the least
-    // time, 0.2 W, read from the messages' age. 20 · 5 / 20 s = 5 workers.
+    // 100 s, above half the default reactionTime: the queue term. Nothing
+    // arrives within the window, and the exporter's history saw no publish
+    // (they came before it started), so the newest message is taken as old
+    // as the oldest, 90 s: half of it off 0.63 W is below the least time,
+    // 0.2 W, read from the messages' age. 20 · 5 / 20 s = 5 workers.
     let want = 20.0 * 5.0 / (queue_exporter::scaler::wait::QUEUE_MIN_SHARE * 100.0);
     wait_value_for(&c, &orders, want, Duration::from_secs(40)).await;
     assert!(active(&mut c.clone(), &orders).await.unwrap());
