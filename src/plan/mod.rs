@@ -1,0 +1,16 @@
+//! `queue-exporter plan`'s engine: a queue's traffic replayed through the
+//! exporter, KEDA and the HPA in virtual time, to tell what a trigger would
+//! have cost and how late jobs would have started. The grid of
+//! `scripts/bench --closed-loop --grid` (benches/waitgrid.rs) runs the same
+//! code, so the grid and `plan` cannot disagree.
+//!
+//! - [`cluster`]: KEDA's and the HPA's rules (activation, cooldown, the
+//!   AverageValue calculator with its tolerance, the scale-up limit, the
+//!   scale-down stabilisation).
+//! - [`replay`]: the world (a FIFO list, pods, the exporter's polls into a
+//!   snapshot) stepped sync by sync, every answer from `query::evaluate`.
+//! - [`score`]: a replay's share on time, waits and worker time.
+
+pub mod cluster;
+pub mod replay;
+pub mod score;
