@@ -23,7 +23,7 @@ use std::collections::HashMap;
 use std::io::{BufRead, Write};
 
 use queue_exporter::config::ScalerConfig;
-use queue_exporter::plan::cluster::Cluster;
+use queue_exporter::plan::cluster::{Behavior, Cluster};
 use queue_exporter::plan::replay::{self, Exporter, Replay, Service, Traffic};
 use queue_exporter::plan::score::{self, Scoring};
 use queue_exporter::scaler::metadata;
@@ -105,11 +105,13 @@ fn run(
         hpa_sync: r.hpa_sync,
         keda_poll: r.keda_poll,
         cooldown: r.cooldown,
-        down_window: r.down_window,
         pod_start: r.pod_start,
         min_replicas: trigger.min_replicas,
         max_replicas: r.max_replicas,
         tolerance: r.tolerance,
+        // Kubernetes' default scale-up and scale-down policies, with the
+        // regime's scale-down window.
+        behavior: Behavior::kubernetes_default(r.down_window),
     };
     let exporter = Exporter {
         poll: r.poll,

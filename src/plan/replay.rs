@@ -348,7 +348,7 @@ pub fn replay(setup: &Replay, query: &ScalerQuery, config: &ScalerConfig) -> Run
         if now >= end && backlog == 0 && w.live() == 0 {
             break;
         }
-        if now >= end + 2.0 * (cluster.cooldown + cluster.down_window) {
+        if now >= end + 2.0 * (cluster.cooldown + cluster.behavior.down.stabilization) {
             break;
         }
         let answer: Answer = match query::evaluate(
