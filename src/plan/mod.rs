@@ -10,7 +10,15 @@
 //! - [`replay`]: the world (a FIFO list, pods, the exporter's polls into a
 //!   snapshot) stepped sync by sync, every answer from `query::evaluate`.
 //! - [`score`]: a replay's share on time, waits and worker time.
+//! - [`trace`]: `--trace FILE`, the recorded traffic as CSV.
+//! - [`scaledobject`]: `--scaledobject FILE`, the user's ScaledObject.
+//! - [`command`]: the command: the candidates, each replayed and scored.
+//! - [`report`]: its table, recommendation YAML and JSON.
 
 pub mod cluster;
+pub mod command;
 pub mod replay;
+pub mod report;
+pub mod scaledobject;
 pub mod score;
+pub mod trace;

@@ -1,0 +1,359 @@
+//! `queue-exporter plan`: a recorded trace replayed for each candidate
+//! trigger (the ScaledObject's own, `mode: WaitTime` at `targetWait`, and
+//! a sweep of QueueLength values), each parsed by the exporter's own
+//! `metadata::parse` and answered by its own `query::evaluate`.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::config::{ScalerConfig, parse_duration};
+use crate::plan::cluster::Cluster;
+use crate::plan::replay::{self, Exporter, Replay, Traffic};
+use crate::plan::scaledobject::{self, ScaledObjectError};
+use crate::plan::score::{self, Score, Scoring};
+use crate::plan::trace::{self, Trace, TraceError};
+use crate::scaler::metadata::{self, ScalerQuery};
+
+/// The command line of `plan`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Options {
+    /// The recorded traffic: a CSV of `time,arrivals_per_second,service_seconds`
+    /// (see docs/plan.md).
+    #[arg(long, value_name = "FILE")]
+    pub trace: PathBuf,
+    /// The ScaledObject to replay: its queue trigger, pollingInterval,
+    /// cooldownPeriod, min/maxReplicaCount and HPA behavior (KEDA's and
+    /// Kubernetes' defaults without it).
+    #[arg(long, value_name = "FILE")]
+    pub scaledobject: Option<PathBuf>,
+    /// How long a new pod takes to start taking jobs.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub pod_start: Duration,
+    /// A job is on time when it starts within this (default: the trigger's
+    /// own targetWait).
+    #[arg(long, value_parser = parse_duration)]
+    pub target_wait: Option<Duration>,
+    /// The recommendation is the cheapest candidate starting at least this
+    /// percent of jobs on time.
+    #[arg(long, default_value_t = 99.0)]
+    pub percentile: f64,
+    /// Price of one replica for an hour, to show each candidate's cost.
+    #[arg(long)]
+    pub price_per_replica_hour: Option<f64>,
+    /// Print JSON instead of the table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Why `plan` cannot run: each is one line, exit 2.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum PlanError {
+    /// The trace cannot be read.
+    #[error(transparent)]
+    Trace(#[from] TraceError),
+    /// The ScaledObject cannot be used.
+    #[error(transparent)]
+    ScaledObject(#[from] ScaledObjectError),
+    /// A flag's value, or a missing input.
+    #[error("{0}")]
+    Input(String),
+}
+
+/// One trigger tried: its name, its metadata as the user would write it,
+/// and what its replay scored.
+#[derive(Debug, Clone)]
+pub struct Candidate {
+    /// What it is, e.g. `QueueLength 12`.
+    pub name: String,
+    /// Its `metadata`, as the ScaledObject would hold it.
+    pub meta: HashMap<String, String>,
+    /// The replay's figures.
+    pub score: Score,
+    /// The most replicas at once.
+    pub peak_replicas: usize,
+    /// Times the replica count changed.
+    pub scale_events: usize,
+}
+
+/// What `plan` found.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// The trace replayed.
+    pub trace: Trace,
+    /// The cluster it was replayed in.
+    pub cluster: Cluster,
+    /// `targetWait`, seconds.
+    pub target_wait: f64,
+    /// The scores' lead-in: seconds from the start not scored.
+    pub lead_in: f64,
+    /// The stretches left out of the scores (the gaps and the reaction
+    /// time after each).
+    pub left_out: Vec<(f64, f64)>,
+    /// Jobs replayed.
+    pub jobs: usize,
+    /// Notes on what was assumed (a processingTime taken from the trace...).
+    pub notes: Vec<String>,
+    /// Every candidate, the ScaledObject's own first.
+    pub candidates: Vec<Candidate>,
+    /// The index of the cheapest candidate on time, if any is.
+    pub recommended: Option<usize>,
+}
+
+/// Keys of the WaitTime model, dropped from a QueueLength candidate.
+const WAIT_KEYS: [&str; 5] = [
+    "targetWait",
+    "processingTime",
+    "workersPerReplica",
+    "targetWaitPercentile",
+    "reactionTime",
+];
+
+/// Keys that pick which of the user's queues and states are read: the
+/// replay's world is one list, so they are dropped for the replay (and
+/// kept in the metadata shown).
+const WORLD_KEYS: [&str; 5] = ["queue", "source", "preset", "state", "group"];
+
+/// Runs `plan`.
+pub fn run(options: &Options) -> Result<Plan, PlanError> {
+    if !(options.percentile > 0.0 && options.percentile <= 100.0) {
+        return Err(PlanError::Input(format!(
+            "--percentile: {} is not above 0 and at most 100",
+            options.percentile
+        )));
+    }
+    let trace = trace::read(&options.trace.display().to_string())?;
+    let pod_start = options.pod_start.as_secs_f64();
+    let (own, cluster) = match &options.scaledobject {
+        Some(path) => {
+            let so = scaledobject::read(&path.display().to_string(), pod_start)?;
+            let mode = so.trigger.get("mode").map_or("QueueLength", String::as_str);
+            let setting = match mode {
+                "WaitTime" => so.trigger.get("targetWait"),
+                _ => so.trigger.get("value"),
+            };
+            let name = format!(
+                "{} ({mode} {})",
+                if so.name.is_empty() {
+                    "ScaledObject"
+                } else {
+                    so.name.as_str()
+                },
+                setting.map_or("default", String::as_str)
+            );
+            (Some((name, so.trigger)), so.cluster)
+        }
+        None => (None, Cluster::kubernetes_defaults(pod_start)),
+    };
+    let own_query = match &own {
+        Some((_, meta)) => Some(parse_for_replay(meta).map_err(|e| {
+            PlanError::Input(format!(
+                "{}: the external trigger's metadata: {e}",
+                options
+                    .scaledobject
+                    .as_ref()
+                    .map_or(String::new(), |p| p.display().to_string())
+            ))
+        })?),
+        None => None,
+    };
+    let target_wait = match (
+        options.target_wait,
+        own_query.as_ref().and_then(|q| q.wait.as_ref()),
+    ) {
+        (Some(t), _) => t.as_secs_f64(),
+        (None, Some(w)) => w.target_wait.as_secs_f64(),
+        (None, None) => {
+            return Err(PlanError::Input(
+                "give --target-wait (no WaitTime trigger in --scaledobject says one)".to_owned(),
+            ));
+        }
+    };
+    let mut plan = prepare(trace, cluster, target_wait);
+    let base = own.as_ref().map(|(_, m)| m.clone()).unwrap_or_default();
+    let workers = own_query
+        .as_ref()
+        .and_then(|q| q.wait.as_ref())
+        .map_or(1, |w| w.workers_per_replica.max(1) as usize);
+    let traffic = plan.trace.traffic(SEED);
+    plan.jobs = traffic.arrivals.len();
+    if let Some((name, meta)) = own {
+        let c = try_candidate(&plan, &traffic, workers, name, meta)?;
+        plan.candidates.push(c);
+    }
+    let wait = wait_candidate(
+        &base,
+        target_wait,
+        plan.trace.mean_service(),
+        &mut plan.notes,
+    );
+    let c = try_candidate(
+        &plan,
+        &traffic,
+        workers,
+        format!("WaitTime {}", seconds(target_wait)),
+        wait,
+    )?;
+    plan.candidates.push(c);
+    sweep(&mut plan, &traffic, workers, &base, options.percentile)?;
+    plan.recommended = cheapest(&plan.candidates, options.percentile);
+    Ok(plan)
+}
+
+/// The seed of the Poisson arrivals drawn from the trace.
+pub const SEED: u64 = 47;
+
+/// The plan before any candidate: the lead-in and what is left out.
+fn prepare(trace: Trace, cluster: Cluster, target_wait: f64) -> Plan {
+    // KEDA's poll, an HPA sync and a pod start: the replay starts from
+    // the floor of replicas, a cluster at the trace's start may not have.
+    let reaction = cluster.keda_poll + cluster.hpa_sync + cluster.pod_start;
+    let left_out = trace
+        .gaps
+        .iter()
+        .map(|&(a, b)| (a, (b + reaction).min(trace.length)))
+        .collect();
+    Plan {
+        trace,
+        cluster,
+        target_wait,
+        lead_in: reaction,
+        left_out,
+        jobs: 0,
+        notes: Vec::new(),
+        candidates: Vec::new(),
+        recommended: None,
+    }
+}
+
+/// A duration for a name and for metadata: `30s`, `1500ms`.
+pub fn seconds(s: f64) -> String {
+    if (s - s.round()).abs() < 1e-9 {
+        format!("{}s", s.round())
+    } else {
+        format!("{}ms", (s * 1000.0).round())
+    }
+}
+
+/// `meta` parsed as the replay asks it: the world keys pointed at the
+/// replayed queue.
+fn parse_for_replay(meta: &HashMap<String, String>) -> Result<ScalerQuery, String> {
+    let mut m: HashMap<String, String> = meta
+        .iter()
+        .filter(|(k, _)| !WORLD_KEYS.contains(&k.as_str()))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    m.insert("queue".into(), replay::QUEUE.into());
+    m.insert("source".into(), replay::SOURCE.into());
+    metadata::parse(&m).map_err(|e| e.to_string())
+}
+
+/// The WaitTime candidate: the user's keys, mode WaitTime at `target_wait`,
+/// and a processingTime from the trace if the user's has none.
+fn wait_candidate(
+    base: &HashMap<String, String>,
+    target_wait: f64,
+    mean_service: f64,
+    notes: &mut Vec<String>,
+) -> HashMap<String, String> {
+    let mut m = base.clone();
+    m.remove("value");
+    m.insert("mode".into(), "WaitTime".into());
+    m.insert("targetWait".into(), seconds(target_wait));
+    if !m.contains_key("processingTime") {
+        m.insert(
+            "processingTime".into(),
+            seconds((mean_service * 1000.0).round() / 1000.0),
+        );
+        notes.push(format!(
+            "WaitTime's processingTime is the trace's mean service time ({}): the replayed queue has no measured one",
+            seconds((mean_service * 1000.0).round() / 1000.0)
+        ));
+    }
+    m
+}
+
+/// One candidate replayed and scored.
+fn try_candidate(
+    plan: &Plan,
+    traffic: &Traffic,
+    workers: usize,
+    name: String,
+    meta: HashMap<String, String>,
+) -> Result<Candidate, PlanError> {
+    let query = parse_for_replay(&meta).map_err(|e| PlanError::Input(format!("{name}: {e}")))?;
+    let exporter = Exporter {
+        poll: 1.0,
+        speedup: 1.0,
+        warmup: 60.0_f64.max(2.0 * plan.target_wait) + 2.0,
+        gaps: plan.trace.gaps.clone(),
+    };
+    let setup = Replay {
+        traffic,
+        exporter: &exporter,
+        cluster: &plan.cluster,
+        length: plan.trace.length,
+        workers_per_replica: workers,
+        timeline: false,
+    };
+    let run = replay::replay(&setup, &query, &ScalerConfig::default());
+    let scoring = Scoring {
+        target_wait: plan.target_wait,
+        from: plan.lead_in,
+        left_out: plan.left_out.clone(),
+        workers_per_replica: workers,
+    };
+    Ok(Candidate {
+        name,
+        meta,
+        score: score::score(&run, traffic, &scoring),
+        peak_replicas: run.peak_replicas,
+        scale_events: run.scale_events,
+    })
+}
+
+/// QueueLength at 1, 1.25, 1.5625... (each within 25 % of the next), with
+/// the user's other keys, until two in a row miss 90 % after one met the
+/// percentile, or 2·targetWait per mean job time (a value v keeps about v
+/// jobs waiting per worker, v·S of wait).
+fn sweep(
+    plan: &mut Plan,
+    traffic: &Traffic,
+    workers: usize,
+    base: &HashMap<String, String>,
+    percentile: f64,
+) -> Result<(), PlanError> {
+    let service = plan.trace.mean_service().max(1e-3);
+    let top = (2.0 * plan.target_wait / service).clamp(2.0, 100_000.0);
+    let (mut v, mut misses, mut held) = (1.0_f64, 0, false);
+    while v <= top && misses < 2 {
+        let value = format!("{:.3}", v).parse::<f64>().unwrap_or(v);
+        let mut m = base.clone();
+        for k in WAIT_KEYS {
+            m.remove(k);
+        }
+        m.insert("mode".into(), "QueueLength".into());
+        m.insert("value".into(), format!("{value}"));
+        let c = try_candidate(plan, traffic, workers, format!("QueueLength {value}"), m)?;
+        held = held || c.score.within_pct >= percentile;
+        misses = if c.score.within_pct < if held { 90.0 } else { 0.0 } {
+            misses + 1
+        } else {
+            0
+        };
+        plan.candidates.push(c);
+        v *= 1.25;
+    }
+    Ok(())
+}
+
+/// The cheapest candidate (fewest worker-seconds) starting at least
+/// `percentile` % on time.
+fn cheapest(candidates: &[Candidate], percentile: f64) -> Option<usize> {
+    candidates
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| c.score.within_pct >= percentile)
+        .min_by(|a, b| a.1.score.worker_s.total_cmp(&b.1.score.worker_s))
+        .map(|(i, _)| i)
+}
