@@ -129,7 +129,8 @@ enum Command {
     /// what each trigger (the ScaledObject's own, WaitTime, a sweep of
     /// QueueLength values) would have cost and how late jobs would have
     /// started; recommends the cheapest on time, as trigger YAML.
-    Plan(queue_exporter::plan::command::Options),
+    // Boxed: its many flags would make every variant as large.
+    Plan(Box<queue_exporter::plan::command::Options>),
 }
 
 fn main() -> ExitCode {

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use crate::config::{ScalerConfig, parse_duration};
 use crate::plan::cluster::Cluster;
+use crate::plan::prometheus::{self, PrometheusError};
 use crate::plan::replay::{self, Exporter, Replay, Traffic};
 use crate::plan::scaledobject::{self, ScaledObjectError};
 use crate::plan::score::{self, Score, Scoring};
@@ -20,8 +21,49 @@ use crate::scaler::metadata::{self, ScalerQuery};
 pub struct Options {
     /// The recorded traffic: a CSV of `time,arrivals_per_second,service_seconds`
     /// (see docs/plan.md).
-    #[arg(long, value_name = "FILE")]
-    pub trace: PathBuf,
+    #[arg(
+        long,
+        value_name = "FILE",
+        required_unless_present = "prometheus",
+        conflicts_with = "prometheus"
+    )]
+    pub trace: Option<PathBuf>,
+    /// Read the traffic from this Prometheus (query_range over the
+    /// exporter's queue_depth, queue_jobs_processed_total and
+    /// queue_service_time_seconds of the queue).
+    #[arg(long, value_name = "URL")]
+    pub prometheus: Option<String>,
+    /// With --prometheus: the queue's name (default: the trigger's `queue`).
+    #[arg(long, requires = "prometheus")]
+    pub queue: Option<String>,
+    /// With --prometheus: the exporter's source of the queue (default: the
+    /// trigger's `source`).
+    #[arg(long, requires = "prometheus")]
+    pub source: Option<String>,
+    /// With --prometheus: how far back to read, up to now.
+    #[arg(long, default_value = "24h", value_parser = parse_duration)]
+    pub since: Duration,
+    /// With --prometheus: the step between samples read (at most the
+    /// scrape interval).
+    #[arg(long, default_value = "15s", value_parser = parse_duration)]
+    pub step: Duration,
+    /// With --prometheus: the service time where the exporter measures none.
+    #[arg(long, value_parser = parse_duration)]
+    pub processing_time: Option<Duration>,
+    /// With --prometheus: a file holding a bearer token.
+    #[arg(long, value_name = "FILE", env = "PLAN_PROMETHEUS_BEARER_TOKEN_FILE")]
+    pub bearer_token_file: Option<PathBuf>,
+    /// With --prometheus: a basic auth user (with --basic-auth-password-file).
+    #[arg(long, requires = "basic_auth_password_file")]
+    pub basic_auth_user: Option<String>,
+    /// With --prometheus: a file holding the basic auth password.
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires = "basic_auth_user",
+        env = "PLAN_PROMETHEUS_PASSWORD_FILE"
+    )]
+    pub basic_auth_password_file: Option<PathBuf>,
     /// The ScaledObject to replay: its queue trigger, pollingInterval,
     /// cooldownPeriod, min/maxReplicaCount and HPA behavior (KEDA's and
     /// Kubernetes' defaults without it).
@@ -55,6 +97,9 @@ pub enum PlanError {
     /// The ScaledObject cannot be used.
     #[error(transparent)]
     ScaledObject(#[from] ScaledObjectError),
+    /// Prometheus cannot be read, or has not what is needed.
+    #[error(transparent)]
+    Prometheus(#[from] PrometheusError),
     /// A flag's value, or a missing input.
     #[error("{0}")]
     Input(String),
@@ -122,7 +167,6 @@ pub fn run(options: &Options) -> Result<Plan, PlanError> {
             options.percentile
         )));
     }
-    let trace = trace::read(&options.trace.display().to_string())?;
     let pod_start = options.pod_start.as_secs_f64();
     let (own, cluster) = match &options.scaledobject {
         Some(path) => {
@@ -157,6 +201,7 @@ pub fn run(options: &Options) -> Result<Plan, PlanError> {
         })?),
         None => None,
     };
+    let trace = read_trace(options, own.as_ref().map(|(_, m)| m))?;
     let target_wait = match (
         options.target_wait,
         own_query.as_ref().and_then(|q| q.wait.as_ref()),
@@ -198,6 +243,48 @@ pub fn run(options: &Options) -> Result<Plan, PlanError> {
     sweep(&mut plan, &traffic, workers, &base, options.percentile)?;
     plan.recommended = cheapest(&plan.candidates, options.percentile);
     Ok(plan)
+}
+
+/// The trace, from `--trace` or from `--prometheus` (its queue and source
+/// from the flags or the trigger's `meta`).
+fn read_trace(
+    options: &Options,
+    meta: Option<&HashMap<String, String>>,
+) -> Result<Trace, PlanError> {
+    let Some(url) = &options.prometheus else {
+        let path = options
+            .trace
+            .as_ref()
+            .map_or(String::new(), |p| p.display().to_string());
+        return Ok(trace::read(&path)?);
+    };
+    let from_meta = |k: &str| meta.and_then(|m| m.get(k)).cloned();
+    let queue = options
+        .queue
+        .clone()
+        .or_else(|| from_meta("queue"))
+        .ok_or_else(|| {
+            PlanError::Input(
+                "--prometheus: give --queue (or a --scaledobject whose trigger says queue)"
+                    .to_owned(),
+            )
+        })?;
+    let to = prometheus::now().floor();
+    let source = prometheus::Source {
+        url: url.clone(),
+        queue,
+        source: options.source.clone().or_else(|| from_meta("source")),
+        from: to - options.since.as_secs_f64().round(),
+        to,
+        step: options.step.as_secs_f64().max(1.0),
+        processing_time: options.processing_time.map(|d| d.as_secs_f64()),
+        bearer_token_file: options.bearer_token_file.clone(),
+        basic_auth: options
+            .basic_auth_user
+            .clone()
+            .zip(options.basic_auth_password_file.clone()),
+    };
+    Ok(prometheus::read(&source)?)
 }
 
 /// The seed of the Poisson arrivals drawn from the trace.
@@ -266,7 +353,7 @@ fn wait_candidate(
             seconds((mean_service * 1000.0).round() / 1000.0),
         );
         notes.push(format!(
-            "WaitTime's processingTime is the trace's mean service time ({}): the replayed queue has no measured one",
+            "WaitTime's processingTime is the trace's mean service time, weighted by arrivals ({}): the trigger sets none, and the replayed queue measures none of its own",
             seconds((mean_service * 1000.0).round() / 1000.0)
         ));
     }

@@ -11,12 +11,14 @@
 //!   snapshot) stepped sync by sync, every answer from `query::evaluate`.
 //! - [`score`]: a replay's share on time, waits and worker time.
 //! - [`trace`]: `--trace FILE`, the recorded traffic as CSV.
+//! - [`prometheus`]: `--prometheus URL`, the exporter's series of the queue as a trace.
 //! - [`scaledobject`]: `--scaledobject FILE`, the user's ScaledObject.
 //! - [`command`]: the command: the candidates, each replayed and scored.
 //! - [`report`]: its table, recommendation YAML and JSON.
 
 pub mod cluster;
 pub mod command;
+pub mod prometheus;
 pub mod replay;
 pub mod report;
 pub mod scaledobject;

@@ -185,6 +185,26 @@ fn parse_time(s: &str) -> Result<f64, String> {
         .map_err(|_| format!("time: {s:?} is neither RFC 3339 nor unix seconds"))
 }
 
+/// A trace from (unix seconds, arrivals per second, service seconds)
+/// rows in time order, `None` where a figure is unknown; `origin` names
+/// where they came from in errors.
+pub fn from_rows(
+    origin: &str,
+    rows: &[(f64, Option<f64>, Option<f64>)],
+) -> Result<Trace, TraceError> {
+    let rows = rows
+        .iter()
+        .enumerate()
+        .map(|(i, &(time, rate, service))| Row {
+            line: i + 1,
+            time,
+            rate,
+            service,
+        })
+        .collect();
+    assemble(origin, rows)
+}
+
 /// The rows as steps and gaps.
 fn assemble(file: &str, rows: Vec<Row>) -> Result<Trace, TraceError> {
     let Some(first) = rows.first() else {
