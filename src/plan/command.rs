@@ -167,45 +167,10 @@ pub fn run(options: &Options) -> Result<Plan, PlanError> {
             options.percentile
         )));
     }
-    let pod_start = options.pod_start.as_secs_f64();
-    let (own, cluster) = match &options.scaledobject {
-        Some(path) => {
-            let so = scaledobject::read(&path.display().to_string(), pod_start)?;
-            let mode = so.trigger.get("mode").map_or("QueueLength", String::as_str);
-            let setting = match mode {
-                "WaitTime" => so.trigger.get("targetWait"),
-                _ => so.trigger.get("value"),
-            };
-            let name = format!(
-                "{} ({mode} {})",
-                if so.name.is_empty() {
-                    "ScaledObject"
-                } else {
-                    so.name.as_str()
-                },
-                setting.map_or("default", String::as_str)
-            );
-            (Some((name, so.trigger)), so.cluster)
-        }
-        None => (None, Cluster::kubernetes_defaults(pod_start)),
-    };
-    let own_query = match &own {
-        Some((_, meta)) => Some(parse_for_replay(meta).map_err(|e| {
-            PlanError::Input(format!(
-                "{}: the external trigger's metadata: {e}",
-                options
-                    .scaledobject
-                    .as_ref()
-                    .map_or(String::new(), |p| p.display().to_string())
-            ))
-        })?),
-        None => None,
-    };
-    let trace = read_trace(options, own.as_ref().map(|(_, m)| m))?;
-    let target_wait = match (
-        options.target_wait,
-        own_query.as_ref().and_then(|q| q.wait.as_ref()),
-    ) {
+    let (own, cluster) = own_trigger(options)?;
+    let own_query = own.as_ref().map(|o| &o.query);
+    let trace = read_trace(options, own.as_ref().map(|o| &o.meta))?;
+    let target_wait = match (options.target_wait, own_query.and_then(|q| q.wait.as_ref())) {
         (Some(t), _) => t.as_secs_f64(),
         (None, Some(w)) => w.target_wait.as_secs_f64(),
         (None, None) => {
@@ -215,15 +180,14 @@ pub fn run(options: &Options) -> Result<Plan, PlanError> {
         }
     };
     let mut plan = prepare(trace, cluster, target_wait);
-    let base = own.as_ref().map(|(_, m)| m.clone()).unwrap_or_default();
+    let base = own.as_ref().map(|o| o.meta.clone()).unwrap_or_default();
     let workers = own_query
-        .as_ref()
         .and_then(|q| q.wait.as_ref())
         .map_or(1, |w| w.workers_per_replica.max(1) as usize);
     let traffic = plan.trace.traffic(SEED);
     plan.jobs = traffic.arrivals.len();
-    if let Some((name, meta)) = own {
-        let c = try_candidate(&plan, &traffic, workers, name, meta)?;
+    if let Some(o) = own {
+        let c = try_candidate(&plan, &traffic, workers, o.name, o.meta)?;
         plan.candidates.push(c);
     }
     let wait = wait_candidate(
@@ -243,6 +207,47 @@ pub fn run(options: &Options) -> Result<Plan, PlanError> {
     sweep(&mut plan, &traffic, workers, &base, options.percentile)?;
     plan.recommended = cheapest(&plan.candidates, options.percentile);
     Ok(plan)
+}
+
+/// The ScaledObject's queue trigger: its name in the table, its metadata
+/// and that metadata parsed for the replay.
+struct Own {
+    name: String,
+    meta: HashMap<String, String>,
+    query: ScalerQuery,
+}
+
+/// The trigger and cluster of `--scaledobject`, or no trigger and the
+/// defaults without it.
+fn own_trigger(options: &Options) -> Result<(Option<Own>, Cluster), PlanError> {
+    let pod_start = options.pod_start.as_secs_f64();
+    let Some(path) = &options.scaledobject else {
+        return Ok((None, Cluster::kubernetes_defaults(pod_start)));
+    };
+    let file = path.display().to_string();
+    let so = scaledobject::read(&file, pod_start)?;
+    let mode = so.trigger.get("mode").map_or("QueueLength", String::as_str);
+    let setting = match mode {
+        "WaitTime" => so.trigger.get("targetWait"),
+        _ => so.trigger.get("value"),
+    };
+    let who = if so.name.is_empty() {
+        "ScaledObject"
+    } else {
+        so.name.as_str()
+    };
+    let name = format!(
+        "{who} ({mode} {})",
+        setting.map_or("default", String::as_str)
+    );
+    let query = parse_for_replay(&so.trigger)
+        .map_err(|e| PlanError::Input(format!("{file}: the external trigger's metadata: {e}")))?;
+    let own = Own {
+        name,
+        meta: so.trigger,
+        query,
+    };
+    Ok((Some(own), so.cluster))
 }
 
 /// The trace, from `--trace` or from `--prometheus` (its queue and source

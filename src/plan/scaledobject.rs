@@ -148,41 +148,7 @@ pub fn parse(file: &str, text: &str, pod_start: f64) -> Result<ScaledObject, Sca
             "no trigger of type external or external-push (the exporter's scaler)".to_owned(),
         ));
     };
-    let mut cluster = Cluster::kubernetes_defaults(pod_start);
-    let set = |target: &mut f64, v: Option<u32>| {
-        if let Some(v) = v {
-            *target = f64::from(v);
-        }
-    };
-    set(&mut cluster.keda_poll, spec.polling_interval);
-    set(&mut cluster.cooldown, spec.cooldown_period);
-    if let Some(n) = spec.min_replica_count {
-        cluster.min_replicas = n as usize;
-    }
-    if let Some(n) = spec.max_replica_count {
-        cluster.max_replicas = n as usize;
-    }
-    if cluster.min_replicas > cluster.max_replicas {
-        return Err(fail(
-            "spec.minReplicaCount",
-            format!(
-                "{} is above maxReplicaCount {}",
-                cluster.min_replicas, cluster.max_replicas
-            ),
-        ));
-    }
-    let behavior = spec
-        .advanced
-        .and_then(|a| a.horizontal_pod_autoscaler_config)
-        .and_then(|h| h.behavior);
-    if let Some(b) = behavior {
-        let base = "spec.advanced.horizontalPodAutoscalerConfig.behavior";
-        let default = Behavior::kubernetes_default(300.0);
-        cluster.behavior.up = rules(b.scale_up, default.up, &format!("{base}.scaleUp"))
-            .map_err(|(f, p)| fail(&f, p))?;
-        cluster.behavior.down = rules(b.scale_down, default.down, &format!("{base}.scaleDown"))
-            .map_err(|(f, p)| fail(&f, p))?;
-    }
+    let cluster = cluster_of(&spec, pod_start).map_err(|(f, p)| fail(&f, p))?;
     let metadata = trigger
         .metadata
         .iter()
@@ -201,6 +167,50 @@ pub fn parse(file: &str, text: &str, pod_start: f64) -> Result<ScaledObject, Sca
     })
 }
 
+/// The cluster of `spec`: its KEDA settings and HPA behavior over the
+/// defaults; an error is (field, problem).
+fn cluster_of(spec: &Spec, pod_start: f64) -> Result<Cluster, (String, String)> {
+    let mut cluster = Cluster::kubernetes_defaults(pod_start);
+    let set = |target: &mut f64, v: Option<u32>| {
+        if let Some(v) = v {
+            *target = f64::from(v);
+        }
+    };
+    set(&mut cluster.keda_poll, spec.polling_interval);
+    set(&mut cluster.cooldown, spec.cooldown_period);
+    if let Some(n) = spec.min_replica_count {
+        cluster.min_replicas = n as usize;
+    }
+    if let Some(n) = spec.max_replica_count {
+        cluster.max_replicas = n as usize;
+    }
+    if cluster.min_replicas > cluster.max_replicas {
+        return Err((
+            "spec.minReplicaCount".to_owned(),
+            format!(
+                "{} is above maxReplicaCount {}",
+                cluster.min_replicas, cluster.max_replicas
+            ),
+        ));
+    }
+    let behavior = spec
+        .advanced
+        .as_ref()
+        .and_then(|a| a.horizontal_pod_autoscaler_config.as_ref())
+        .and_then(|h| h.behavior.as_ref());
+    if let Some(b) = behavior {
+        let base = "spec.advanced.horizontalPodAutoscalerConfig.behavior";
+        let default = Behavior::kubernetes_default(300.0);
+        cluster.behavior.up = rules(b.scale_up.as_ref(), default.up, &format!("{base}.scaleUp"))?;
+        cluster.behavior.down = rules(
+            b.scale_down.as_ref(),
+            default.down,
+            &format!("{base}.scaleDown"),
+        )?;
+    }
+    Ok(cluster)
+}
+
 /// A YAML scalar as the text KEDA hands the scaler.
 fn scalar(v: &serde_norway::Value) -> Option<String> {
     match v {
@@ -213,7 +223,7 @@ fn scalar(v: &serde_norway::Value) -> Option<String> {
 
 /// One direction's rules: what the ScaledObject says, Kubernetes' default
 /// for the rest.
-fn rules(spec: Option<RulesSpec>, default: Rules, at: &str) -> Result<Rules, (String, String)> {
+fn rules(spec: Option<&RulesSpec>, default: Rules, at: &str) -> Result<Rules, (String, String)> {
     let Some(spec) = spec else {
         return Ok(default);
     };
@@ -228,7 +238,7 @@ fn rules(spec: Option<RulesSpec>, default: Rules, at: &str) -> Result<Rules, (St
             ));
         }
     };
-    let policies = match spec.policies {
+    let policies = match &spec.policies {
         None => default.policies,
         Some(list) => list
             .iter()

@@ -82,7 +82,6 @@ pub struct Trace {
 
 /// A row as read: its time and its two figures, `None` when empty.
 struct Row {
-    line: usize,
     time: f64,
     rate: Option<f64>,
     service: Option<f64>,
@@ -121,7 +120,7 @@ pub fn parse(file: &str, text: &str) -> Result<Trace, TraceError> {
             header = true;
             continue;
         }
-        let row = parse_row(i + 1, line).map_err(|p| bad(i + 1, p))?;
+        let row = parse_row(line).map_err(|p| bad(i + 1, p))?;
         if let Some(prev) = rows.last()
             && row.time <= prev.time
         {
@@ -141,7 +140,7 @@ fn raw_time(line: &str) -> &str {
 }
 
 /// One data line: `time,rate,service`.
-fn parse_row(line: usize, text: &str) -> Result<Row, String> {
+fn parse_row(text: &str) -> Result<Row, String> {
     let fields: Vec<&str> = text.split(',').map(str::trim).collect();
     let [time, rate, service] = fields[..] else {
         return Err(format!(
@@ -165,7 +164,6 @@ fn parse_row(line: usize, text: &str) -> Result<Row, String> {
         return Err("service_seconds: 0 while jobs arrive".to_owned());
     }
     Ok(Row {
-        line,
         time,
         rate,
         service,
@@ -194,9 +192,7 @@ pub fn from_rows(
 ) -> Result<Trace, TraceError> {
     let rows = rows
         .iter()
-        .enumerate()
-        .map(|(i, &(time, rate, service))| Row {
-            line: i + 1,
+        .map(|&(time, rate, service)| Row {
             time,
             rate,
             service,
@@ -249,7 +245,6 @@ fn assemble(file: &str, rows: Vec<Row>) -> Result<Trace, TraceError> {
             push_gap(&mut trace.gaps, to, next);
         }
         trace.length = to.max(trace.length);
-        let _ = row.line;
     }
     if trace.steps.iter().all(|s| s.rate == 0.0) {
         return Err(TraceError::Empty {
