@@ -95,6 +95,8 @@ fn the_table_has_the_scaledobjects_trigger_waittime_and_a_queuelength_sweep_and_
         "0.05",
     ]);
     assert_eq!(code, 0, "{err}");
+    // The progress bar is drawn only on a terminal: nothing here.
+    assert_eq!(err, "");
     assert!(out.contains("worker (QueueLength 10)"), "{out}");
     assert!(out.contains("WaitTime 30s"), "{out}");
     assert!(out.contains("QueueLength 1.25"), "{out}");

@@ -186,9 +186,11 @@ pub fn run(options: &Options) -> Result<Plan, PlanError> {
         .map_or(1, |w| w.workers_per_replica.max(1) as usize);
     let traffic = plan.trace.traffic(SEED);
     plan.jobs = traffic.arrivals.len();
+    let bar = progress(&plan, own.is_some());
     if let Some(o) = own {
         let c = try_candidate(&plan, &traffic, workers, o.name, o.meta)?;
         plan.candidates.push(c);
+        bar.inc(1);
     }
     let wait = wait_candidate(
         &base,
@@ -204,7 +206,16 @@ pub fn run(options: &Options) -> Result<Plan, PlanError> {
         wait,
     )?;
     plan.candidates.push(c);
-    sweep(&mut plan, &traffic, workers, &base, options.percentile)?;
+    bar.inc(1);
+    sweep(
+        &mut plan,
+        &traffic,
+        workers,
+        &base,
+        options.percentile,
+        &bar,
+    )?;
+    bar.finish_and_clear();
     plan.recommended = cheapest(&plan.candidates, options.percentile);
     Ok(plan)
 }
@@ -290,6 +301,31 @@ fn read_trace(
             .zip(options.basic_auth_password_file.clone()),
     };
     Ok(prometheus::read(&source)?)
+}
+
+/// A progress bar of the candidates replayed, on stderr; indicatif draws
+/// nothing when stderr is not a terminal. Its length is the most
+/// candidates there can be (the sweep may stop early).
+fn progress(plan: &Plan, own: bool) -> indicatif::ProgressBar {
+    let top = sweep_top(plan);
+    let sweep = (top.ln() / 1.25_f64.ln()).floor() as u64 + 1;
+    let bar = indicatif::ProgressBar::with_draw_target(
+        Some(sweep + 1 + u64::from(own)),
+        indicatif::ProgressDrawTarget::stderr(),
+    );
+    // The template is fixed and valid; the default style if it were not.
+    let style = indicatif::ProgressStyle::with_template("{msg} {wide_bar} {pos}/{len} candidates")
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar());
+    bar.set_style(style);
+    bar.set_message(format!("plan: replaying {} jobs per candidate", plan.jobs));
+    bar
+}
+
+/// The highest QueueLength value the sweep tries: 2·targetWait per mean
+/// job time (a value v keeps about v jobs waiting per worker, v·S of wait).
+fn sweep_top(plan: &Plan) -> f64 {
+    let service = plan.trace.mean_service().max(1e-3);
+    (2.0 * plan.target_wait / service).clamp(2.0, 100_000.0)
 }
 
 /// The seed of the Poisson arrivals drawn from the trace.
@@ -414,9 +450,9 @@ fn sweep(
     workers: usize,
     base: &HashMap<String, String>,
     percentile: f64,
+    bar: &indicatif::ProgressBar,
 ) -> Result<(), PlanError> {
-    let service = plan.trace.mean_service().max(1e-3);
-    let top = (2.0 * plan.target_wait / service).clamp(2.0, 100_000.0);
+    let top = sweep_top(plan);
     let (mut v, mut misses, mut held) = (1.0_f64, 0, false);
     while v <= top && misses < 2 {
         let value = format!("{:.3}", v).parse::<f64>().unwrap_or(v);
@@ -434,6 +470,7 @@ fn sweep(
             0
         };
         plan.candidates.push(c);
+        bar.inc(1);
         v *= 1.25;
     }
     Ok(())
