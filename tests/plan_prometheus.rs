@@ -136,6 +136,31 @@ async fn a_ten_minute_hole_in_the_exporters_series_is_named_and_left_out_of_the_
     assert_eq!(wait["metadata"]["processingTime"], "1500ms", "{wait}");
     let (_, text, _) = plan(&args[..args.len() - 1]);
     assert!(text.contains("gap: no traffic recorded from"), "{text}");
+    // --from/--to: the 9 minutes after the hole only, with no gap.
+    let (from, to) = ((hole_to + 60).to_string(), (hole_to + 600).to_string());
+    let (code, out, err) = plan(&[
+        "--prometheus",
+        &p.url,
+        "--queue",
+        "jobs",
+        "--from",
+        &from,
+        "--to",
+        &to,
+        "--target-wait",
+        "30s",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["gaps"], serde_json::json!([]), "{v}");
+    assert_eq!(v["left_out_seconds"], 0.0);
+    let scored = 540.0 - v["lead_in"].as_f64().unwrap();
+    let jobs = v["candidates"][0]["jobs"].as_f64().unwrap();
+    assert!(
+        (jobs - 2.0 * scored).abs() < 0.1 * 2.0 * scored,
+        "{jobs} jobs over {scored} s"
+    );
 }
 
 #[tokio::test]

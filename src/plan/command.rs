@@ -40,9 +40,17 @@ pub struct Options {
     /// trigger's `source`).
     #[arg(long, requires = "prometheus")]
     pub source: Option<String>,
-    /// With --prometheus: how far back to read, up to now.
+    /// With --prometheus: how far back to read, up to now (or to --to).
     #[arg(long, default_value = "24h", value_parser = parse_duration)]
     pub since: Duration,
+    /// With --prometheus: read from this time (RFC 3339 or unix seconds)
+    /// instead of --since before the end.
+    #[arg(long, requires = "prometheus", conflicts_with = "since", value_parser = trace::parse_time)]
+    pub from: Option<f64>,
+    /// With --prometheus: read up to this time (RFC 3339 or unix seconds)
+    /// instead of now.
+    #[arg(long, requires = "prometheus", value_parser = trace::parse_time)]
+    pub to: Option<f64>,
     /// With --prometheus: the step between samples read (at most the
     /// scrape interval).
     #[arg(long, default_value = "15s", value_parser = parse_duration)]
@@ -285,12 +293,20 @@ fn read_trace(
                     .to_owned(),
             )
         })?;
-    let to = prometheus::now().floor();
+    let to = options.to.unwrap_or_else(|| prometheus::now().floor());
+    let from = options
+        .from
+        .unwrap_or(to - options.since.as_secs_f64().round());
+    if from >= to {
+        return Err(PlanError::Input(format!(
+            "--from {from} is not before --to {to}"
+        )));
+    }
     let source = prometheus::Source {
         url: url.clone(),
         queue,
         source: options.source.clone().or_else(|| from_meta("source")),
-        from: to - options.since.as_secs_f64().round(),
+        from,
         to,
         step: options.step.as_secs_f64().max(1.0),
         processing_time: options.processing_time.map(|d| d.as_secs_f64()),

@@ -170,8 +170,8 @@ fn parse_row(text: &str) -> Result<Row, String> {
     })
 }
 
-/// RFC 3339 or unix seconds.
-fn parse_time(s: &str) -> Result<f64, String> {
+/// RFC 3339 or unix seconds, as unix seconds.
+pub fn parse_time(s: &str) -> Result<f64, String> {
     if let Ok(t) = s.parse::<f64>()
         && t.is_finite()
         && t >= 0.0
