@@ -60,6 +60,15 @@ fn series(start: i64, steps: i64, hole: std::ops::Range<i64>) -> String {
 /// now, with no sample for the 10 minutes from 25 to 15 minutes ago;
 /// returns it and the hole's (start, end), unix seconds.
 async fn prometheus_with_a_hole(dir: &std::path::Path) -> (Prometheus, i64, i64) {
+    prometheus_with_a_hole_and_auth(dir, None).await
+}
+
+/// [`prometheus_with_a_hole`], its API behind basic auth when given
+/// (user, bcrypt hash, password).
+async fn prometheus_with_a_hole_and_auth(
+    dir: &std::path::Path,
+    auth: Option<(&str, &str, &str)>,
+) -> (Prometheus, i64, i64) {
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap()
@@ -82,7 +91,7 @@ async fn prometheus_with_a_hole(dir: &std::path::Path) -> (Prometheus, i64, i64)
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let p = Prometheus::start(dir, "  []\n").await;
+    let p = Prometheus::start_with_auth(dir, "  []\n", auth).await;
     (p, start + 15 * 60, start + 15 * 100)
 }
 
@@ -203,4 +212,45 @@ fn an_unreachable_prometheus_is_refused_naming_it() {
         err.contains(&format!("cannot reach Prometheus at {url}")),
         "{err}"
     );
+}
+
+#[tokio::test]
+async fn basic_auth_from_a_password_file_reads_a_prometheus_behind_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let hash = bcrypt::hash("s3cret", 4).unwrap();
+    let (p, _, _) =
+        prometheus_with_a_hole_and_auth(dir.path(), Some(("plan", &hash, "s3cret"))).await;
+    let password = dir.path().join("password");
+    std::fs::write(&password, "s3cret\n").unwrap();
+    let password = password.to_str().unwrap();
+    let base = [
+        "--prometheus",
+        &p.url,
+        "--queue",
+        "jobs",
+        "--since",
+        "10m",
+        "--target-wait",
+        "30s",
+        "--json",
+    ];
+    let with_auth: Vec<&str> = base
+        .iter()
+        .copied()
+        .chain([
+            "--basic-auth-user",
+            "plan",
+            "--basic-auth-password-file",
+            password,
+        ])
+        .collect();
+    let (code, out, err) = plan(&with_auth);
+    assert_eq!(code, 0, "{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert!(v["jobs"].as_u64().unwrap() > 500, "{v}");
+    // Without the credentials Prometheus refuses, and plan says so in one line.
+    let (code, _, err) = plan(&base);
+    assert_eq!(code, 2, "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("HTTP 401"), "{err}");
 }
