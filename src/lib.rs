@@ -22,6 +22,7 @@ pub mod exposition;
 pub mod http;
 pub mod hub;
 pub mod listen;
+pub mod plan;
 pub mod scaler;
 pub mod shutdown;
 pub mod snapshot;

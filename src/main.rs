@@ -125,6 +125,12 @@ enum Command {
         #[arg(required = true)]
         metadata: Vec<String>,
     },
+    /// Replay a queue's recorded traffic through KEDA and the HPA, and say
+    /// what each trigger (the ScaledObject's own, WaitTime, a sweep of
+    /// QueueLength values) would have cost and how late jobs would have
+    /// started; recommends the cheapest on time, as trigger YAML.
+    // Boxed: its many flags would make every variant as large.
+    Plan(Box<queue_exporter::plan::command::Options>),
 }
 
 fn main() -> ExitCode {
@@ -145,6 +151,9 @@ fn main() -> ExitCode {
     }
     if let Some(Command::Ask { grpc, metadata }) = &cli.command {
         return ask(grpc, metadata);
+    }
+    if let Some(Command::Plan(options)) = &cli.command {
+        return plan(options);
     }
     if let Some(Command::Discover {
         url,
@@ -319,6 +328,29 @@ fn ask(grpc: &str, metadata: &[String]) -> ExitCode {
     }
 }
 
+/// `plan`: the table (or JSON) on stdout; exit 2 with one line naming the
+/// input when an input is wrong.
+fn plan(options: &queue_exporter::plan::command::Options) -> ExitCode {
+    use queue_exporter::plan::{command, report};
+    match command::run(options) {
+        Ok(plan) => {
+            if options.json {
+                println!("{}", report::json(&plan, options.price_per_replica_hour));
+            } else {
+                print!(
+                    "{}",
+                    report::text(&plan, options.price_per_replica_hour, options.percentile)
+                );
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("plan: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
 async fn dispatch(command: Command, config: Config, opts: LoadOptions) -> anyhow::Result<ExitCode> {
     match command {
         Command::Serve => {
@@ -361,9 +393,12 @@ async fn dispatch(command: Command, config: Config, opts: LoadOptions) -> anyhow
                 Ok(ExitCode::FAILURE)
             }
         }
-        Command::HashPassword { .. } | Command::Ask { .. } | Command::Discover { .. } => Err(
-            anyhow::anyhow!("this command is handled before the config is loaded"),
-        ),
+        Command::HashPassword { .. }
+        | Command::Ask { .. }
+        | Command::Discover { .. }
+        | Command::Plan(_) => Err(anyhow::anyhow!(
+            "this command is handled before the config is loaded"
+        )),
         Command::Once { histograms } => {
             let config = if histograms {
                 config

@@ -559,6 +559,16 @@ fn every_exit_code_is_in_the_table_of_configuration_md_and_each_cause_printed_on
         std::fs::write(&p, text).unwrap();
         p.to_str().unwrap().to_string()
     };
+    // `plan`: ten minutes of traffic, and the same with a bad row.
+    let header = "time,arrivals_per_second,service_seconds\n";
+    let plan_rows: String = (0..40)
+        .map(|i| format!("{},2,1\n", 1_764_460_800 + 15 * i))
+        .collect();
+    let plan_trace = write("trace.csv", &format!("{header}{plan_rows}"));
+    let plan_bad_trace = write(
+        "bad-trace.csv",
+        &format!("{header}{plan_rows}1764461500,2,x\n"),
+    );
     let dead = dead_port();
     let good = write(
         "good.yaml",
@@ -664,6 +674,20 @@ fn every_exit_code_is_in_the_table_of_configuration_md_and_each_cause_printed_on
         ExitCase {
             cause: "`hash-password` given no password",
             args: vec!["hash-password"],
+            env: vec![],
+            stdin: "",
+            code: 2,
+        },
+        ExitCase {
+            cause: "`plan` printed its table",
+            args: vec!["plan", "--trace", &plan_trace, "--target-wait", "30s"],
+            env: vec![],
+            stdin: "",
+            code: 0,
+        },
+        ExitCase {
+            cause: "a trace with a bad row",
+            args: vec!["plan", "--trace", &plan_bad_trace, "--target-wait", "30s"],
             env: vec![],
             stdin: "",
             code: 2,

@@ -737,6 +737,17 @@ impl Prometheus {
     /// Writes `prometheus.yml` into `dir` with `scrape_configs` (YAML list
     /// items, already indented by two spaces) and returns once `/-/ready`.
     pub async fn start(dir: &std::path::Path, scrape_configs: &str) -> Prometheus {
+        Prometheus::start_with_auth(dir, scrape_configs, None).await
+    }
+
+    /// [`Prometheus::start`] with its own API behind HTTP basic auth when
+    /// `basic_auth` is given: (user, bcrypt hash of the password, the
+    /// password, for the readiness check).
+    pub async fn start_with_auth(
+        dir: &std::path::Path,
+        scrape_configs: &str,
+        basic_auth: Option<(&str, &str, &str)>,
+    ) -> Prometheus {
         let config = dir.join("prometheus.yml");
         std::fs::write(
             &config,
@@ -746,14 +757,21 @@ impl Prometheus {
         )
         .expect("write prometheus.yml");
         let port = free_port();
+        let mut args = vec![
+            format!("--config.file={}", config.display()),
+            format!("--storage.tsdb.path={}", dir.join("tsdb").display()),
+            format!("--web.listen-address=127.0.0.1:{port}"),
+            "--storage.tsdb.retention.time=1h".to_owned(),
+        ];
+        if let Some((user, hash, _)) = basic_auth {
+            let web = dir.join("web.yml");
+            std::fs::write(&web, format!("basic_auth_users:\n  {user}: '{hash}'\n"))
+                .expect("write web.yml");
+            args.push(format!("--web.config.file={}", web.display()));
+        }
         let process = KillOnDrop(
             Command::new("prometheus")
-                .args([
-                    &format!("--config.file={}", config.display()),
-                    &format!("--storage.tsdb.path={}", dir.join("tsdb").display()),
-                    &format!("--web.listen-address=127.0.0.1:{port}"),
-                    "--storage.tsdb.retention.time=1h",
-                ])
+                .args(&args)
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 .spawn()
@@ -763,10 +781,16 @@ impl Prometheus {
         );
         let url = format!("http://127.0.0.1:{port}");
         let ready = format!("{url}/-/ready");
+        let auth = basic_auth.map(|(u, _, p)| (u.to_owned(), p.to_owned()));
         wait_for("Prometheus /-/ready", Duration::from_secs(30), || {
             let ready = ready.clone();
+            let auth = auth.clone();
             async move {
-                let r = reqwest::get(&ready).await.ok()?;
+                let mut request = reqwest::Client::new().get(&ready);
+                if let Some((u, p)) = auth {
+                    request = request.basic_auth(u, Some(p));
+                }
+                let r = request.send().await.ok()?;
                 r.status().is_success().then_some(())
             }
         })

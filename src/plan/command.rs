@@ -1,0 +1,504 @@
+//! `queue-exporter plan`: a recorded trace replayed for each candidate
+//! trigger (the ScaledObject's own, `mode: WaitTime` at `targetWait`, and
+//! a sweep of QueueLength values), each parsed by the exporter's own
+//! `metadata::parse` and answered by its own `query::evaluate`.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::config::{ScalerConfig, parse_duration};
+use crate::plan::cluster::Cluster;
+use crate::plan::prometheus::{self, PrometheusError};
+use crate::plan::replay::{self, Exporter, Replay, Traffic};
+use crate::plan::scaledobject::{self, ScaledObjectError};
+use crate::plan::score::{self, Score, Scoring};
+use crate::plan::trace::{self, Trace, TraceError};
+use crate::scaler::metadata::{self, ScalerQuery};
+
+/// The command line of `plan`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Options {
+    /// The recorded traffic: a CSV of `time,arrivals_per_second,service_seconds`
+    /// (see docs/plan.md).
+    #[arg(
+        long,
+        value_name = "FILE",
+        required_unless_present = "prometheus",
+        conflicts_with = "prometheus"
+    )]
+    pub trace: Option<PathBuf>,
+    /// Read the traffic from this Prometheus (query_range over the
+    /// exporter's queue_depth, queue_jobs_processed_total and
+    /// queue_service_time_seconds of the queue).
+    #[arg(long, value_name = "URL")]
+    pub prometheus: Option<String>,
+    /// With --prometheus: the queue's name (default: the trigger's `queue`).
+    #[arg(long, requires = "prometheus")]
+    pub queue: Option<String>,
+    /// With --prometheus: the exporter's source of the queue (default: the
+    /// trigger's `source`).
+    #[arg(long, requires = "prometheus")]
+    pub source: Option<String>,
+    /// With --prometheus: how far back to read, up to now (or to --to).
+    #[arg(long, default_value = "24h", value_parser = parse_duration)]
+    pub since: Duration,
+    /// With --prometheus: read from this time (RFC 3339 or unix seconds)
+    /// instead of --since before the end.
+    #[arg(long, requires = "prometheus", conflicts_with = "since", value_parser = trace::parse_time)]
+    pub from: Option<f64>,
+    /// With --prometheus: read up to this time (RFC 3339 or unix seconds)
+    /// instead of now.
+    #[arg(long, requires = "prometheus", value_parser = trace::parse_time)]
+    pub to: Option<f64>,
+    /// With --prometheus: the step between samples read (at most the
+    /// scrape interval).
+    #[arg(long, default_value = "15s", value_parser = parse_duration)]
+    pub step: Duration,
+    /// With --prometheus: the service time where the exporter measures none.
+    #[arg(long, value_parser = parse_duration)]
+    pub processing_time: Option<Duration>,
+    /// With --prometheus: a file holding a bearer token.
+    #[arg(long, value_name = "FILE", env = "PLAN_PROMETHEUS_BEARER_TOKEN_FILE")]
+    pub bearer_token_file: Option<PathBuf>,
+    /// With --prometheus: a basic auth user (with --basic-auth-password-file).
+    #[arg(long, requires = "basic_auth_password_file")]
+    pub basic_auth_user: Option<String>,
+    /// With --prometheus: a file holding the basic auth password.
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires = "basic_auth_user",
+        env = "PLAN_PROMETHEUS_PASSWORD_FILE"
+    )]
+    pub basic_auth_password_file: Option<PathBuf>,
+    /// The ScaledObject to replay: its queue trigger, pollingInterval,
+    /// cooldownPeriod, min/maxReplicaCount and HPA behavior (KEDA's and
+    /// Kubernetes' defaults without it).
+    #[arg(long, value_name = "FILE")]
+    pub scaledobject: Option<PathBuf>,
+    /// How long a new pod takes to start taking jobs.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub pod_start: Duration,
+    /// A job is on time when it starts within this (default: the trigger's
+    /// own targetWait).
+    #[arg(long, value_parser = parse_duration)]
+    pub target_wait: Option<Duration>,
+    /// The recommendation is the cheapest candidate starting at least this
+    /// percent of jobs on time.
+    #[arg(long, default_value_t = 99.0)]
+    pub percentile: f64,
+    /// Price of one replica for an hour, to show each candidate's cost.
+    #[arg(long)]
+    pub price_per_replica_hour: Option<f64>,
+    /// Print JSON instead of the table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Why `plan` cannot run: each is one line, exit 2.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum PlanError {
+    /// The trace cannot be read.
+    #[error(transparent)]
+    Trace(#[from] TraceError),
+    /// The ScaledObject cannot be used.
+    #[error(transparent)]
+    ScaledObject(#[from] ScaledObjectError),
+    /// Prometheus cannot be read, or has not what is needed.
+    #[error(transparent)]
+    Prometheus(#[from] PrometheusError),
+    /// A flag's value, or a missing input.
+    #[error("{0}")]
+    Input(String),
+}
+
+/// One trigger tried: its name, its metadata as the user would write it,
+/// and what its replay scored.
+#[derive(Debug, Clone)]
+pub struct Candidate {
+    /// What it is, e.g. `QueueLength 12`.
+    pub name: String,
+    /// Its `metadata`, as the ScaledObject would hold it.
+    pub meta: HashMap<String, String>,
+    /// The replay's figures.
+    pub score: Score,
+    /// The most replicas at once.
+    pub peak_replicas: usize,
+    /// Times the replica count changed.
+    pub scale_events: usize,
+}
+
+/// What `plan` found.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// The trace replayed.
+    pub trace: Trace,
+    /// The cluster it was replayed in.
+    pub cluster: Cluster,
+    /// `targetWait`, seconds.
+    pub target_wait: f64,
+    /// The scores' lead-in: seconds from the start not scored.
+    pub lead_in: f64,
+    /// The stretches left out of the scores (the gaps and the reaction
+    /// time after each).
+    pub left_out: Vec<(f64, f64)>,
+    /// Jobs replayed.
+    pub jobs: usize,
+    /// Notes on what was assumed (a processingTime taken from the trace...).
+    pub notes: Vec<String>,
+    /// Every candidate, the ScaledObject's own first.
+    pub candidates: Vec<Candidate>,
+    /// The index of the cheapest candidate on time, if any is.
+    pub recommended: Option<usize>,
+}
+
+/// Keys of the WaitTime model, dropped from a QueueLength candidate.
+const WAIT_KEYS: [&str; 5] = [
+    "targetWait",
+    "processingTime",
+    "workersPerReplica",
+    "targetWaitPercentile",
+    "reactionTime",
+];
+
+/// Keys that pick which of the user's queues and states are read: the
+/// replay's world is one list, so they are dropped for the replay (and
+/// kept in the metadata shown).
+const WORLD_KEYS: [&str; 5] = ["queue", "source", "preset", "state", "group"];
+
+/// Runs `plan`.
+pub fn run(options: &Options) -> Result<Plan, PlanError> {
+    if !(options.percentile > 0.0 && options.percentile <= 100.0) {
+        return Err(PlanError::Input(format!(
+            "--percentile: {} is not above 0 and at most 100",
+            options.percentile
+        )));
+    }
+    let (own, cluster) = own_trigger(options)?;
+    let own_query = own.as_ref().map(|o| &o.query);
+    let trace = read_trace(options, own.as_ref().map(|o| &o.meta))?;
+    let target_wait = match (options.target_wait, own_query.and_then(|q| q.wait.as_ref())) {
+        (Some(t), _) => t.as_secs_f64(),
+        (None, Some(w)) => w.target_wait.as_secs_f64(),
+        (None, None) => {
+            return Err(PlanError::Input(
+                "give --target-wait (no WaitTime trigger in --scaledobject says one)".to_owned(),
+            ));
+        }
+    };
+    let mut plan = prepare(trace, cluster, target_wait);
+    let base = own.as_ref().map(|o| o.meta.clone()).unwrap_or_default();
+    let workers = own_query
+        .and_then(|q| q.wait.as_ref())
+        .map_or(1, |w| w.workers_per_replica.max(1) as usize);
+    let traffic = plan.trace.traffic(SEED);
+    plan.jobs = traffic.arrivals.len();
+    let bar = progress(&plan, own.is_some());
+    if let Some(o) = own {
+        let c = try_candidate(&plan, &traffic, workers, o.name, o.meta)?;
+        plan.candidates.push(c);
+        bar.inc(1);
+    }
+    let wait = wait_candidate(
+        &base,
+        target_wait,
+        plan.trace.mean_service(),
+        &mut plan.notes,
+    );
+    let c = try_candidate(
+        &plan,
+        &traffic,
+        workers,
+        format!("WaitTime {}", seconds(target_wait)),
+        wait,
+    )?;
+    plan.candidates.push(c);
+    bar.inc(1);
+    sweep(
+        &mut plan,
+        &traffic,
+        workers,
+        &base,
+        options.percentile,
+        &bar,
+    )?;
+    bar.finish_and_clear();
+    plan.recommended = cheapest(&plan.candidates, options.percentile);
+    Ok(plan)
+}
+
+/// The ScaledObject's queue trigger: its name in the table, its metadata
+/// and that metadata parsed for the replay.
+struct Own {
+    name: String,
+    meta: HashMap<String, String>,
+    query: ScalerQuery,
+}
+
+/// The trigger and cluster of `--scaledobject`, or no trigger and the
+/// defaults without it.
+fn own_trigger(options: &Options) -> Result<(Option<Own>, Cluster), PlanError> {
+    let pod_start = options.pod_start.as_secs_f64();
+    let Some(path) = &options.scaledobject else {
+        return Ok((None, Cluster::kubernetes_defaults(pod_start)));
+    };
+    let file = path.display().to_string();
+    let so = scaledobject::read(&file, pod_start)?;
+    let mode = so.trigger.get("mode").map_or("QueueLength", String::as_str);
+    let setting = match mode {
+        "WaitTime" => so.trigger.get("targetWait"),
+        _ => so.trigger.get("value"),
+    };
+    let who = if so.name.is_empty() {
+        "ScaledObject"
+    } else {
+        so.name.as_str()
+    };
+    let name = format!(
+        "{who} ({mode} {})",
+        setting.map_or("default", String::as_str)
+    );
+    let query = parse_for_replay(&so.trigger)
+        .map_err(|e| PlanError::Input(format!("{file}: the external trigger's metadata: {e}")))?;
+    let own = Own {
+        name,
+        meta: so.trigger,
+        query,
+    };
+    Ok((Some(own), so.cluster))
+}
+
+/// The trace, from `--trace` or from `--prometheus` (its queue and source
+/// from the flags or the trigger's `meta`).
+fn read_trace(
+    options: &Options,
+    meta: Option<&HashMap<String, String>>,
+) -> Result<Trace, PlanError> {
+    let Some(url) = &options.prometheus else {
+        let path = options
+            .trace
+            .as_ref()
+            .map_or(String::new(), |p| p.display().to_string());
+        return Ok(trace::read(&path)?);
+    };
+    let from_meta = |k: &str| meta.and_then(|m| m.get(k)).cloned();
+    let queue = options
+        .queue
+        .clone()
+        .or_else(|| from_meta("queue"))
+        .ok_or_else(|| {
+            PlanError::Input(
+                "--prometheus: give --queue (or a --scaledobject whose trigger says queue)"
+                    .to_owned(),
+            )
+        })?;
+    let to = options.to.unwrap_or_else(|| prometheus::now().floor());
+    let from = options
+        .from
+        .unwrap_or(to - options.since.as_secs_f64().round());
+    if from >= to {
+        return Err(PlanError::Input(format!(
+            "--from {from} is not before --to {to}"
+        )));
+    }
+    let source = prometheus::Source {
+        url: url.clone(),
+        queue,
+        source: options.source.clone().or_else(|| from_meta("source")),
+        from,
+        to,
+        step: options.step.as_secs_f64().max(1.0),
+        processing_time: options.processing_time.map(|d| d.as_secs_f64()),
+        bearer_token_file: options.bearer_token_file.clone(),
+        basic_auth: options
+            .basic_auth_user
+            .clone()
+            .zip(options.basic_auth_password_file.clone()),
+    };
+    Ok(prometheus::read(&source)?)
+}
+
+/// A progress bar of the candidates replayed, on stderr; indicatif draws
+/// nothing when stderr is not a terminal. Its length is the most
+/// candidates there can be (the sweep may stop early).
+fn progress(plan: &Plan, own: bool) -> indicatif::ProgressBar {
+    let top = sweep_top(plan);
+    let sweep = (top.ln() / 1.25_f64.ln()).floor() as u64 + 1;
+    let bar = indicatif::ProgressBar::with_draw_target(
+        Some(sweep + 1 + u64::from(own)),
+        indicatif::ProgressDrawTarget::stderr(),
+    );
+    // The template is fixed and valid; the default style if it were not.
+    let style = indicatif::ProgressStyle::with_template("{msg} {wide_bar} {pos}/{len} candidates")
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar());
+    bar.set_style(style);
+    bar.set_message(format!("plan: replaying {} jobs per candidate", plan.jobs));
+    bar
+}
+
+/// The highest QueueLength value the sweep tries: 2·targetWait per mean
+/// job time (a value v keeps about v jobs waiting per worker, v·S of wait).
+fn sweep_top(plan: &Plan) -> f64 {
+    let service = plan.trace.mean_service().max(1e-3);
+    (2.0 * plan.target_wait / service).clamp(2.0, 100_000.0)
+}
+
+/// The seed of the Poisson arrivals drawn from the trace.
+pub const SEED: u64 = 47;
+
+/// The plan before any candidate: the lead-in and what is left out.
+fn prepare(trace: Trace, cluster: Cluster, target_wait: f64) -> Plan {
+    // KEDA's poll, an HPA sync and a pod start: the replay starts from
+    // the floor of replicas, a cluster at the trace's start may not have.
+    let reaction = cluster.keda_poll + cluster.hpa_sync + cluster.pod_start;
+    let left_out = trace
+        .gaps
+        .iter()
+        .map(|&(a, b)| (a, (b + reaction).min(trace.length)))
+        .collect();
+    Plan {
+        trace,
+        cluster,
+        target_wait,
+        lead_in: reaction,
+        left_out,
+        jobs: 0,
+        notes: Vec::new(),
+        candidates: Vec::new(),
+        recommended: None,
+    }
+}
+
+/// A duration for a name and for metadata: `30s`, `1500ms`.
+pub fn seconds(s: f64) -> String {
+    if (s - s.round()).abs() < 1e-9 {
+        format!("{}s", s.round())
+    } else {
+        format!("{}ms", (s * 1000.0).round())
+    }
+}
+
+/// `meta` parsed as the replay asks it: the world keys pointed at the
+/// replayed queue.
+fn parse_for_replay(meta: &HashMap<String, String>) -> Result<ScalerQuery, String> {
+    let mut m: HashMap<String, String> = meta
+        .iter()
+        .filter(|(k, _)| !WORLD_KEYS.contains(&k.as_str()))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    m.insert("queue".into(), replay::QUEUE.into());
+    m.insert("source".into(), replay::SOURCE.into());
+    metadata::parse(&m).map_err(|e| e.to_string())
+}
+
+/// The WaitTime candidate: the user's keys, mode WaitTime at `target_wait`,
+/// and a processingTime from the trace if the user's has none.
+fn wait_candidate(
+    base: &HashMap<String, String>,
+    target_wait: f64,
+    mean_service: f64,
+    notes: &mut Vec<String>,
+) -> HashMap<String, String> {
+    let mut m = base.clone();
+    m.remove("value");
+    m.insert("mode".into(), "WaitTime".into());
+    m.insert("targetWait".into(), seconds(target_wait));
+    if !m.contains_key("processingTime") {
+        m.insert(
+            "processingTime".into(),
+            seconds((mean_service * 1000.0).round() / 1000.0),
+        );
+        notes.push(format!(
+            "WaitTime's processingTime is the trace's mean service time, weighted by arrivals ({}): the trigger sets none, and the replayed queue measures none of its own",
+            seconds((mean_service * 1000.0).round() / 1000.0)
+        ));
+    }
+    m
+}
+
+/// One candidate replayed and scored.
+fn try_candidate(
+    plan: &Plan,
+    traffic: &Traffic,
+    workers: usize,
+    name: String,
+    meta: HashMap<String, String>,
+) -> Result<Candidate, PlanError> {
+    let query = parse_for_replay(&meta).map_err(|e| PlanError::Input(format!("{name}: {e}")))?;
+    let exporter = Exporter {
+        poll: 1.0,
+        speedup: 1.0,
+        warmup: 60.0_f64.max(2.0 * plan.target_wait) + 2.0,
+        gaps: plan.trace.gaps.clone(),
+    };
+    let setup = Replay {
+        traffic,
+        exporter: &exporter,
+        cluster: &plan.cluster,
+        length: plan.trace.length,
+        workers_per_replica: workers,
+        timeline: false,
+    };
+    let run = replay::replay(&setup, &query, &ScalerConfig::default());
+    let scoring = Scoring {
+        target_wait: plan.target_wait,
+        from: plan.lead_in,
+        left_out: plan.left_out.clone(),
+        workers_per_replica: workers,
+    };
+    Ok(Candidate {
+        name,
+        meta,
+        score: score::score(&run, traffic, &scoring),
+        peak_replicas: run.peak_replicas,
+        scale_events: run.scale_events,
+    })
+}
+
+/// QueueLength at 1, 1.25, 1.5625... (each within 25 % of the next), with
+/// the user's other keys, until two in a row miss 90 % after one met the
+/// percentile, or 2·targetWait per mean job time (a value v keeps about v
+/// jobs waiting per worker, v·S of wait).
+fn sweep(
+    plan: &mut Plan,
+    traffic: &Traffic,
+    workers: usize,
+    base: &HashMap<String, String>,
+    percentile: f64,
+    bar: &indicatif::ProgressBar,
+) -> Result<(), PlanError> {
+    let top = sweep_top(plan);
+    let (mut v, mut misses, mut held) = (1.0_f64, 0, false);
+    while v <= top && misses < 2 {
+        let value = format!("{:.3}", v).parse::<f64>().unwrap_or(v);
+        let mut m = base.clone();
+        for k in WAIT_KEYS {
+            m.remove(k);
+        }
+        m.insert("mode".into(), "QueueLength".into());
+        m.insert("value".into(), format!("{value}"));
+        let c = try_candidate(plan, traffic, workers, format!("QueueLength {value}"), m)?;
+        held = held || c.score.within_pct >= percentile;
+        misses = if c.score.within_pct < if held { 90.0 } else { 0.0 } {
+            misses + 1
+        } else {
+            0
+        };
+        plan.candidates.push(c);
+        bar.inc(1);
+        v *= 1.25;
+    }
+    Ok(())
+}
+
+/// The cheapest candidate (fewest worker-seconds) starting at least
+/// `percentile` % on time.
+fn cheapest(candidates: &[Candidate], percentile: f64) -> Option<usize> {
+    candidates
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| c.score.within_pct >= percentile)
+        .min_by(|a, b| a.1.score.worker_s.total_cmp(&b.1.score.worker_s))
+        .map(|(i, _)| i)
+}

@@ -1,0 +1,413 @@
+//! The replay: a queue's jobs through the exporter and the cluster, in
+//! virtual time. The world is what `scripts/bench --closed-loop` runs for
+//! real: one FIFO list, pods whose workers take the oldest job and spend its
+//! service time on it, the exporter polling the list every `poll` seconds
+//! (depth, the head's age and a `processed` counter, kept by the source's
+//! own [`counter_point`] in the real history), and KEDA + the HPA
+//! ([`super::cluster`]) asking the exporter's own [`query::evaluate`] at
+//! every sync. Nothing of the scaler is written twice.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use crate::config::ScalerConfig;
+use crate::plan::cluster::{Cluster, Hpa, Keda, KedaMove};
+use crate::scaler::metadata::ScalerQuery;
+use crate::scaler::query;
+use crate::snapshot::{JobTotals, QueueSample, QueueType, Snapshot, SourceKind};
+use crate::sources::counter_point;
+
+/// The replayed source's name: a trigger's `source` must say it.
+pub const SOURCE: &str = "sim";
+
+/// The replayed queue's name: a trigger's `queue` must select it.
+pub const QUEUE: &str = "sim:jobs";
+
+/// The jobs of a replay: when each arrives and how long a worker spends on it.
+#[derive(Debug, Clone, Default)]
+pub struct Traffic {
+    /// Arrival times, seconds from the start of the replay, sorted.
+    pub arrivals: Vec<f64>,
+    /// Each job's service time.
+    pub service: Service,
+}
+
+/// How long a worker spends on a job.
+#[derive(Debug, Clone)]
+pub enum Service {
+    /// Every job the same.
+    Each(f64),
+    /// Job by job, in arrival order (as long as `arrivals`).
+    PerJob(Vec<f64>),
+}
+
+impl Default for Service {
+    fn default() -> Self {
+        Service::Each(0.0)
+    }
+}
+
+impl Traffic {
+    /// The service time of job `i`.
+    fn service_of(&self, i: usize) -> f64 {
+        match &self.service {
+            Service::Each(s) => *s,
+            Service::PerJob(each) => each.get(i).copied().unwrap_or(0.0),
+        }
+    }
+}
+
+/// The exporter's side of a replay.
+#[derive(Debug, Clone)]
+pub struct Exporter {
+    /// Its `poll_interval`, replay seconds.
+    pub poll: f64,
+    /// Replay seconds per exporter second: 1 replays a cluster as it is;
+    /// the bench's compressed real loop runs 15 (the exporter's clock, its
+    /// history's one-per-second thinning and the trigger's durations run
+    /// at replay time / speedup, as they do there).
+    pub speedup: f64,
+    /// Seconds the exporter polls the empty queue before the traffic, so
+    /// its history holds a window when the jobs come.
+    pub warmup: f64,
+    /// Stretches (from, to) with no reading: the exporter's polls there
+    /// publish nothing, so the scaler answers UNAVAILABLE once the last
+    /// reading is stale, as it would with the exporter or its source down.
+    pub gaps: Vec<(f64, f64)>,
+}
+
+/// One replay: the traffic, the exporter, the cluster and how long.
+#[derive(Debug, Clone)]
+pub struct Replay<'a> {
+    /// The jobs.
+    pub traffic: &'a Traffic,
+    /// The exporter polling them.
+    pub exporter: &'a Exporter,
+    /// KEDA's and the HPA's timings.
+    pub cluster: &'a Cluster,
+    /// The replay's length: arrivals stop before it; the replay goes on
+    /// until the backlog is done and the pods are gone, or long after.
+    pub length: f64,
+    /// Workers per replica.
+    pub workers_per_replica: usize,
+    /// Whether to keep the replay's timeline, one [`Moment`] per HPA sync.
+    pub timeline: bool,
+}
+
+/// The state at one HPA sync, for plots.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Moment {
+    /// Replay seconds.
+    pub t: f64,
+    /// Replicas after the sync.
+    pub replicas: usize,
+    /// Jobs waiting at the sync.
+    pub backlog: usize,
+    /// The scaler's answer, `None` when it answered an error.
+    pub value: Option<f64>,
+}
+
+/// What a replay did, for [`super::score`].
+#[derive(Debug, Clone, Default)]
+pub struct Run {
+    /// Each started job's wait, in arrival order.
+    pub waits: Vec<f64>,
+    /// Every pod, as (created, stopped): the worker time paid for.
+    pub pods: Vec<(f64, f64)>,
+    /// HPA syncs at which the scaler answered an error.
+    pub ask_errors: u64,
+    /// Times the replica count changed.
+    pub scale_events: usize,
+    /// The most replicas at once.
+    pub peak_replicas: usize,
+    /// The timeline, if asked for.
+    pub timeline: Vec<Moment>,
+}
+
+/// A replica: created at a decision, taking jobs `pod_start` later.
+struct Pod {
+    created: f64,
+    /// When each worker's current (or last) job ends.
+    busy_until: Vec<f64>,
+    /// Set when the HPA removes it: it finishes the job it has.
+    stopped: Option<f64>,
+}
+
+/// An `f64` ordered for a heap (times here are finite).
+#[derive(Clone, Copy, PartialEq)]
+struct Ordered(f64);
+impl Eq for Ordered {}
+impl PartialOrd for Ordered {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Ordered {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.0.total_cmp(&other.0)
+    }
+}
+
+/// The world of one replay: the jobs, the pods and what the exporter reads.
+struct World<'a> {
+    traffic: &'a Traffic,
+    pod_start: f64,
+    workers_per_replica: usize,
+    /// Next job to start (FIFO: the backlog is `arrivals[head..arrived]`).
+    head: usize,
+    /// Waits of the started jobs, in order.
+    waits: Vec<f64>,
+    /// When the started jobs end, soonest first, until counted in `finished`.
+    ending: BinaryHeap<Reverse<Ordered>>,
+    /// Jobs finished by the last [`World::processed`] call.
+    finished: usize,
+    pods: Vec<Pod>,
+    /// Pods no longer running, with the second they stopped.
+    gone: Vec<(f64, f64)>,
+    /// Free workers by when they are free: (time, pod index, worker).
+    free: BinaryHeap<Reverse<(Ordered, usize, usize)>>,
+    /// Replica count changes so far, and the most at once.
+    scale_events: usize,
+    peak: usize,
+}
+
+impl<'a> World<'a> {
+    fn new(traffic: &'a Traffic, pod_start: f64, workers_per_replica: usize) -> Self {
+        World {
+            traffic,
+            pod_start,
+            workers_per_replica,
+            head: 0,
+            waits: Vec::with_capacity(traffic.arrivals.len()),
+            ending: BinaryHeap::new(),
+            finished: 0,
+            pods: Vec::new(),
+            gone: Vec::new(),
+            free: BinaryHeap::new(),
+            scale_events: 0,
+            peak: 0,
+        }
+    }
+
+    /// Starts every job that a free worker takes before `t`.
+    fn advance(&mut self, t: f64) {
+        while let Some(&a) = self.traffic.arrivals.get(self.head) {
+            if a >= t {
+                return;
+            }
+            let Some(&Reverse((Ordered(f), p, w))) = self.free.peek() else {
+                return;
+            };
+            if self.pods[p].stopped.is_some() {
+                self.free.pop();
+                continue;
+            }
+            let start = a.max(f);
+            if start >= t {
+                return;
+            }
+            self.free.pop();
+            self.waits.push(start - a);
+            let done = start + self.traffic.service_of(self.head);
+            self.ending.push(Reverse(Ordered(done)));
+            self.pods[p].busy_until[w] = done;
+            self.free.push(Reverse((Ordered(done), p, w)));
+            self.head += 1;
+        }
+    }
+
+    fn live(&self) -> usize {
+        self.pods.iter().filter(|p| p.stopped.is_none()).count()
+    }
+
+    /// Creates or removes pods (the newest first) at `t`.
+    fn set_replicas(&mut self, n: usize, t: f64) {
+        if n != self.live() {
+            self.scale_events += 1;
+        }
+        while self.live() < n {
+            let ready = t + self.pod_start;
+            let p = self.pods.len();
+            let k = self.workers_per_replica;
+            self.pods.push(Pod {
+                created: t,
+                busy_until: vec![f64::NEG_INFINITY; k],
+                stopped: None,
+            });
+            for w in 0..k {
+                self.free.push(Reverse((Ordered(ready), p, w)));
+            }
+        }
+        self.peak = self.peak.max(self.live());
+        while self.live() > n {
+            let Some(p) = self.pods.iter().rposition(|p| p.stopped.is_none()) else {
+                return;
+            };
+            let pod = &mut self.pods[p];
+            // A busy worker finishes its job; a pod not started yet stops now.
+            let end = pod.busy_until.iter().fold(t, |e, &b| e.max(b));
+            pod.stopped = Some(end);
+            self.gone.push((pod.created, end));
+        }
+    }
+
+    /// Jobs waiting at `t` (after `advance(t)`).
+    fn backlog(&self, t: f64) -> usize {
+        self.traffic.arrivals.partition_point(|&a| a <= t) - self.head
+    }
+
+    /// Jobs finished by `t` (each worker INCRs `processed` after its job);
+    /// `t` never goes back.
+    fn processed(&mut self, t: f64) -> usize {
+        while let Some(&Reverse(Ordered(done))) = self.ending.peek() {
+            if done > t {
+                break;
+            }
+            self.ending.pop();
+            self.finished += 1;
+        }
+        self.finished
+    }
+}
+
+/// The exporter's clock at replay time `t`.
+fn clock(exporter: &Exporter, t: f64) -> SystemTime {
+    // A fixed epoch well after 1970, so ages and windows never underflow.
+    SystemTime::UNIX_EPOCH
+        + Duration::from_secs(1_700_000_000)
+        + Duration::from_secs_f64((t + exporter.warmup + 1.0) / exporter.speedup)
+}
+
+/// The source's snapshot after a poll at replay time `t`.
+fn poll(exporter: &Exporter, w: &mut World, prev: &Snapshot, t: f64) -> Snapshot {
+    let backlog = w.backlog(t) as u64;
+    let oldest = w.traffic.arrivals.get(w.head).copied();
+    let sample = QueueSample {
+        queue_type: Some(QueueType::List),
+        depth: Some(backlog),
+        ready: Some(backlog),
+        oldest_age_seconds: oldest
+            .filter(|_| backlog > 0)
+            .map(|a| (t - a) / exporter.speedup),
+        jobs: Some(Box::new(JobTotals {
+            processed: Some(w.processed(t) as u64),
+            failed: None,
+        })),
+        ..QueueSample::named(QUEUE)
+    };
+    let at = clock(exporter, t);
+    let queues = vec![sample];
+    let mut next = prev.clone();
+    next.history = Arc::new(prev.history.with_point(counter_point(at, &queues)));
+    next.queues = Arc::new(queues);
+    next.generation += 1;
+    next.up = true;
+    next.polled = true;
+    next.last_success = Some(at);
+    next
+}
+
+/// The scaler's answer at one sync: active, target, value; `None` for an error.
+type Answer = Option<(bool, f64, f64)>;
+
+/// Replays `query` (a trigger's parsed metadata) over the traffic: the
+/// exporter's polls, KEDA's and the HPA's decisions at each sync, until
+/// the traffic is done and the pods are gone (or two cooldowns and windows
+/// after its end).
+pub fn replay(setup: &Replay, query: &ScalerQuery, config: &ScalerConfig) -> Run {
+    let (exporter, cluster) = (setup.exporter, setup.cluster);
+    let mut w = World::new(setup.traffic, cluster.pod_start, setup.workers_per_replica);
+    let mut snap = Arc::new(Snapshot::initial(
+        SOURCE,
+        SourceKind::Redis,
+        Duration::from_secs_f64(exporter.poll / exporter.speedup),
+    ));
+    let mut next_poll = -exporter.warmup;
+    let mut now = 0.0;
+    let end = setup.length;
+    let (mut keda, mut hpa) = (Keda::default(), Hpa::default());
+    let mut run = Run::default();
+    w.set_replicas(cluster.min_replicas, 0.0);
+    loop {
+        // The exporter's polls up to now, each seeing the world as it is then.
+        while next_poll <= now {
+            w.advance(next_poll);
+            if !exporter
+                .gaps
+                .iter()
+                .any(|&(a, b)| a <= next_poll && next_poll < b)
+            {
+                snap = Arc::new(poll(exporter, &mut w, &snap, next_poll));
+            }
+            next_poll += exporter.poll;
+        }
+        w.advance(now);
+        let backlog = w.backlog(now);
+        if now >= end && backlog == 0 && w.live() == 0 {
+            break;
+        }
+        if now >= end + 2.0 * (cluster.cooldown + cluster.behavior.down.stabilization) {
+            break;
+        }
+        let answer: Answer = match query::evaluate(
+            query,
+            std::slice::from_ref(&snap),
+            config,
+            clock(exporter, now),
+        ) {
+            Ok(reading) => Some((reading.is_active(query), query.target, reading.value)),
+            Err(_) => {
+                run.ask_errors += 1;
+                None
+            }
+        };
+        decide(cluster, &mut keda, &mut hpa, &mut w, answer, now);
+        if setup.timeline {
+            run.timeline.push(Moment {
+                t: now,
+                replicas: w.live(),
+                backlog,
+                value: answer.map(|a| a.2),
+            });
+        }
+        now += cluster.hpa_sync;
+    }
+    // The replay's own end is no scale event.
+    run.scale_events = w.scale_events;
+    run.peak_replicas = w.peak;
+    w.set_replicas(0, now);
+    w.advance(now);
+    run.waits = w.waits;
+    run.pods = w.gone;
+    run
+}
+
+/// KEDA's poll (if due) and the HPA's sync on one answer.
+fn decide(
+    cluster: &Cluster,
+    keda: &mut Keda,
+    hpa: &mut Hpa,
+    w: &mut World,
+    answer: Answer,
+    now: f64,
+) {
+    if let Some((active, _, _)) = answer {
+        match keda.poll(cluster, now, active, w.live()) {
+            Some(KedaMove::Activate) => w.set_replicas(1, now),
+            Some(KedaMove::Deactivate) => {
+                w.set_replicas(0, now);
+                hpa.forget();
+            }
+            None => {}
+        }
+    }
+    let replicas = w.live();
+    if let Some((_, target, value)) = answer
+        && replicas > 0
+    {
+        let new = hpa.sync(cluster, now, replicas, value, target);
+        w.set_replicas(new, now);
+    }
+}

@@ -1,0 +1,315 @@
+//! `plan --trace FILE`: a queue's recorded traffic as CSV, for users
+//! without Prometheus. One row per step:
+//!
+//! ```text
+//! time,arrivals_per_second,service_seconds
+//! 2026-11-30T00:00:00Z,4.2,1.8
+//! 1764460815,3.9,1.7
+//! ```
+//!
+//! `time` is RFC 3339 or unix seconds, strictly increasing; a row holds
+//! from its time to the next row's. `arrivals_per_second` is the mean
+//! rate of jobs entering the queue over the row, `service_seconds` the
+//! mean time a worker spends on one (it may be empty when no job
+//! arrives). A row with an empty field, or a step more than 1.5 times
+//! the trace's usual one, is a gap: no traffic is replayed there and it
+//! is left out of the scores, named with its time range. Lines starting
+//! with `#` and blank lines are skipped.
+
+use crate::plan::replay::{Service, Traffic};
+
+/// The header a trace starts with.
+pub const HEADER: &str = "time,arrivals_per_second,service_seconds";
+
+/// A trace that cannot be read: where and why.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum TraceError {
+    /// The file could not be read.
+    #[error("{file}: cannot read: {problem}")]
+    Read {
+        /// The file.
+        file: String,
+        /// The OS error.
+        problem: String,
+    },
+    /// A line is not a row of the trace.
+    #[error("{file}: line {line}: {problem}")]
+    Row {
+        /// The file.
+        file: String,
+        /// 1-based line number.
+        line: usize,
+        /// What is wrong with it.
+        problem: String,
+    },
+    /// The file holds no row with traffic.
+    #[error("{file}: {problem}")]
+    Empty {
+        /// The file.
+        file: String,
+        /// What is missing.
+        problem: String,
+    },
+}
+
+/// One step of recorded traffic, seconds from the trace's start.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Step {
+    /// When it starts.
+    pub from: f64,
+    /// When it ends (the next row's time, or one usual step later).
+    pub to: f64,
+    /// Jobs per second arriving.
+    pub rate: f64,
+    /// Mean service time of those jobs, seconds.
+    pub service: f64,
+}
+
+/// A trace: the steps with traffic and the stretches without.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Trace {
+    /// Unix seconds of the first row.
+    pub start: f64,
+    /// The usual step between rows (the median), seconds.
+    pub step: f64,
+    /// The rows with both figures, in order.
+    pub steps: Vec<Step>,
+    /// Stretches (from, to) with no figures, seconds from the start.
+    pub gaps: Vec<(f64, f64)>,
+    /// Seconds from the start to the end of the last row.
+    pub length: f64,
+}
+
+/// A row as read: its time and its two figures, `None` when empty.
+struct Row {
+    time: f64,
+    rate: Option<f64>,
+    service: Option<f64>,
+}
+
+/// Reads the trace in `path`.
+pub fn read(path: &str) -> Result<Trace, TraceError> {
+    let text = std::fs::read_to_string(path).map_err(|e| TraceError::Read {
+        file: path.to_owned(),
+        problem: e.to_string(),
+    })?;
+    parse(path, &text)
+}
+
+/// Parses a trace's text; `file` names it in errors.
+pub fn parse(file: &str, text: &str) -> Result<Trace, TraceError> {
+    let bad = |line: usize, problem: String| TraceError::Row {
+        file: file.to_owned(),
+        line,
+        problem,
+    };
+    let mut rows: Vec<Row> = Vec::new();
+    let mut header = false;
+    for (i, raw) in text.lines().enumerate() {
+        let line = raw.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        if !header {
+            if line.replace(' ', "") != HEADER {
+                return Err(bad(
+                    i + 1,
+                    format!("the header must be {HEADER:?}, found {line:?}"),
+                ));
+            }
+            header = true;
+            continue;
+        }
+        let row = parse_row(line).map_err(|p| bad(i + 1, p))?;
+        if let Some(prev) = rows.last()
+            && row.time <= prev.time
+        {
+            return Err(bad(
+                i + 1,
+                format!("time {} is not after the row before's", raw_time(line)),
+            ));
+        }
+        rows.push(row);
+    }
+    assemble(file, rows)
+}
+
+/// The time field of a line, for messages.
+fn raw_time(line: &str) -> &str {
+    line.split(',').next().unwrap_or("").trim()
+}
+
+/// One data line: `time,rate,service`.
+fn parse_row(text: &str) -> Result<Row, String> {
+    let fields: Vec<&str> = text.split(',').map(str::trim).collect();
+    let [time, rate, service] = fields[..] else {
+        return Err(format!(
+            "expected 3 fields (time, arrivals per second, service seconds), found {}",
+            fields.len()
+        ));
+    };
+    let time = parse_time(time)?;
+    let number = |name: &str, s: &str| -> Result<Option<f64>, String> {
+        if s.is_empty() {
+            return Ok(None);
+        }
+        match s.parse::<f64>() {
+            Ok(v) if v.is_finite() && v >= 0.0 => Ok(Some(v)),
+            _ => Err(format!("{name}: {s:?} is not a number of 0 or more")),
+        }
+    };
+    let rate = number("arrivals_per_second", rate)?;
+    let service = number("service_seconds", service)?;
+    if rate.is_some_and(|r| r > 0.0) && service == Some(0.0) {
+        return Err("service_seconds: 0 while jobs arrive".to_owned());
+    }
+    Ok(Row {
+        time,
+        rate,
+        service,
+    })
+}
+
+/// RFC 3339 or unix seconds, as unix seconds.
+pub fn parse_time(s: &str) -> Result<f64, String> {
+    if let Ok(t) = s.parse::<f64>()
+        && t.is_finite()
+        && t >= 0.0
+    {
+        return Ok(t);
+    }
+    chrono::DateTime::parse_from_rfc3339(s)
+        .map(|t| t.timestamp_millis() as f64 / 1000.0)
+        .map_err(|_| format!("time: {s:?} is neither RFC 3339 nor unix seconds"))
+}
+
+/// A trace from (unix seconds, arrivals per second, service seconds)
+/// rows in time order, `None` where a figure is unknown; `origin` names
+/// where they came from in errors.
+pub fn from_rows(
+    origin: &str,
+    rows: &[(f64, Option<f64>, Option<f64>)],
+) -> Result<Trace, TraceError> {
+    let rows = rows
+        .iter()
+        .map(|&(time, rate, service)| Row {
+            time,
+            rate,
+            service,
+        })
+        .collect();
+    assemble(origin, rows)
+}
+
+/// The rows as steps and gaps.
+fn assemble(file: &str, rows: Vec<Row>) -> Result<Trace, TraceError> {
+    let Some(first) = rows.first() else {
+        return Err(TraceError::Empty {
+            file: file.to_owned(),
+            problem: "no rows after the header".to_owned(),
+        });
+    };
+    let start = first.time;
+    let mut diffs: Vec<f64> = rows.windows(2).map(|w| w[1].time - w[0].time).collect();
+    diffs.sort_by(f64::total_cmp);
+    let step = diffs.get(diffs.len() / 2).copied().unwrap_or(1.0);
+    let mut trace = Trace {
+        start,
+        step,
+        ..Trace::default()
+    };
+    for (i, row) in rows.iter().enumerate() {
+        let from = row.time - start;
+        let next = rows.get(i + 1).map_or(from + step, |n| n.time - start);
+        let to = if next - from > 1.5 * step {
+            from + step
+        } else {
+            next
+        };
+        match (row.rate, row.service) {
+            (Some(rate), Some(service)) => trace.steps.push(Step {
+                from,
+                to,
+                rate,
+                service,
+            }),
+            (Some(rate), None) if rate == 0.0 => trace.steps.push(Step {
+                from,
+                to,
+                rate,
+                service: 0.0,
+            }),
+            _ => push_gap(&mut trace.gaps, from, to),
+        }
+        if to < next {
+            push_gap(&mut trace.gaps, to, next);
+        }
+        trace.length = to.max(trace.length);
+    }
+    if trace.steps.iter().all(|s| s.rate == 0.0) {
+        return Err(TraceError::Empty {
+            file: file.to_owned(),
+            problem: "no row has jobs arriving".to_owned(),
+        });
+    }
+    Ok(trace)
+}
+
+/// Adds (from, to) to `gaps`, joined with the last one when they touch.
+fn push_gap(gaps: &mut Vec<(f64, f64)>, from: f64, to: f64) {
+    match gaps.last_mut() {
+        Some(last) if last.1 >= from => last.1 = last.1.max(to),
+        _ => gaps.push((from, to)),
+    }
+}
+
+impl Trace {
+    /// Jobs drawn from the trace: Poisson arrivals at each step's rate,
+    /// each with its step's service time; the same `seed`, the same jobs.
+    pub fn traffic(&self, seed: u64) -> Traffic {
+        let mut random = SplitMix(seed);
+        let (mut arrivals, mut service) = (Vec::new(), Vec::new());
+        for s in self.steps.iter().filter(|s| s.rate > 0.0) {
+            let mut t = s.from;
+            loop {
+                t += -(1.0 - random.unit()).ln() / s.rate;
+                if t >= s.to {
+                    break;
+                }
+                arrivals.push(t);
+                service.push(s.service);
+            }
+        }
+        Traffic {
+            arrivals,
+            service: Service::PerJob(service),
+        }
+    }
+
+    /// The mean service time, weighted by arrivals.
+    pub fn mean_service(&self) -> f64 {
+        let (mut jobs, mut total) = (0.0, 0.0);
+        for s in &self.steps {
+            let n = s.rate * (s.to - s.from);
+            jobs += n;
+            total += n * s.service;
+        }
+        if jobs > 0.0 { total / jobs } else { 0.0 }
+    }
+}
+
+/// SplitMix64 (Steele, Lea and Flood): a small seeded generator, so a
+/// plan's jobs are the same from run to run.
+struct SplitMix(u64);
+
+impl SplitMix {
+    /// A number in [0, 1).
+    fn unit(&mut self) -> f64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^= z >> 31;
+        (z >> 11) as f64 / (1u64 << 53) as f64
+    }
+}

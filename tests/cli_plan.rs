@@ -1,0 +1,266 @@
+//! `queue-exporter plan` through the real binary: a recorded trace and a
+//! real ScaledObject in, the candidates' table, the recommendation as
+//! trigger YAML, JSON, gaps named and left out, bad input refused with
+//! one line and exit 2.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use queue_exporter::scaler::metadata;
+use serde_json::Value;
+
+mod support;
+use support::write_file;
+
+/// Runs `plan` with `args`: (exit code, stdout, stderr).
+fn plan(args: &[&str]) -> (i32, String, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_queue-exporter"))
+        .arg("plan")
+        .args(args)
+        .output()
+        .expect("run the exporter");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A trace of `minutes` of 15 s rows from 2026-11-30T00:00:00Z at a rate
+/// rising and falling between 0.5 and 3.5 jobs/s, 1.5 s per job; rows
+/// whose index is in `holes` are missing.
+fn trace(minutes: usize, holes: std::ops::Range<usize>) -> String {
+    let mut out = String::from("time,arrivals_per_second,service_seconds\n");
+    for i in 0..minutes * 4 {
+        if holes.contains(&i) {
+            continue;
+        }
+        let rate = 2.0 + 1.5 * (i as f64 / 20.0).sin();
+        out.push_str(&format!("{},{rate:.3},1.5\n", 1_764_460_800 + 15 * i));
+    }
+    out
+}
+
+/// A ScaledObject with a QueueLength trigger of `value`, after another
+/// document (a Deployment), as `kubectl get -o yaml` of both would give.
+fn scaled_object(value: &str) -> String {
+    format!(
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: worker\n---\n\
+         apiVersion: keda.sh/v1alpha1\nkind: ScaledObject\nmetadata:\n  name: worker\nspec:\n  \
+         scaleTargetRef:\n    name: worker\n  pollingInterval: 15\n  cooldownPeriod: 120\n  \
+         minReplicaCount: 1\n  maxReplicaCount: 40\n  advanced:\n    horizontalPodAutoscalerConfig:\n      \
+         behavior:\n        scaleDown:\n          stabilizationWindowSeconds: 60\n        scaleUp:\n          \
+         policies:\n            - type: Pods\n              value: 2\n              periodSeconds: 30\n  \
+         triggers:\n    - type: external\n      metadata:\n        scalerAddress: queue-exporter:9732\n        \
+         queue: jobs\n        mode: QueueLength\n        value: \"{value}\"\n"
+    )
+}
+
+/// The files of a run: a trace and a ScaledObject.
+fn files(trace_text: &str, so: &str) -> (tempfile::TempDir, String, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let t = write_file(&dir, "trace.csv", trace_text);
+    let s = write_file(&dir, "so.yaml", so);
+    let s = s.to_str().unwrap().to_owned();
+    (dir, t.to_str().unwrap().to_owned(), s)
+}
+
+fn json_run(trace_text: &str) -> Value {
+    let (_dir, t, s) = files(trace_text, &scaled_object("10"));
+    let (code, out, err) = plan(&[
+        "--trace",
+        &t,
+        "--scaledobject",
+        &s,
+        "--target-wait",
+        "30s",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    serde_json::from_str(&out).unwrap()
+}
+
+#[test]
+fn the_table_has_the_scaledobjects_trigger_waittime_and_a_queuelength_sweep_and_recommends_one_as_yaml()
+ {
+    let (_dir, t, s) = files(&trace(60, 0..0), &scaled_object("10"));
+    let (code, out, err) = plan(&[
+        "--trace",
+        &t,
+        "--scaledobject",
+        &s,
+        "--target-wait",
+        "30s",
+        "--price-per-replica-hour",
+        "0.05",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    // The progress bar is drawn only on a terminal: nothing here.
+    assert_eq!(err, "");
+    assert!(out.contains("worker (QueueLength 10)"), "{out}");
+    assert!(out.contains("WaitTime 30s"), "{out}");
+    assert!(out.contains("QueueLength 1.25"), "{out}");
+    assert!(
+        out.contains("worker-hours") && out.contains("cost"),
+        "{out}"
+    );
+    let yaml = out.split("recommended: ").nth(1).expect("a recommendation");
+    let yaml = &yaml[yaml.find('\n').unwrap() + 1..];
+    let doc: serde_norway::Value = serde_norway::from_str(yaml).unwrap();
+    let meta: HashMap<String, String> =
+        serde_norway::from_value(doc["triggers"][0]["metadata"].clone()).unwrap();
+    // The user's own keys are kept, and the exporter's parser takes it.
+    assert_eq!(meta["scalerAddress"], "queue-exporter:9732");
+    assert_eq!(meta["queue"], "jobs");
+    metadata::parse(&meta).unwrap();
+}
+
+#[test]
+fn the_recommendation_is_the_cheapest_candidate_meeting_the_percentile() {
+    let v = json_run(&trace(60, 0..0));
+    let candidates = v["candidates"].as_array().unwrap();
+    let name = v["recommended"].as_str().expect("one meets 99 %");
+    let on_time: Vec<&Value> = candidates
+        .iter()
+        .filter(|c| c["within_pct"].as_f64().unwrap() >= 99.0)
+        .collect();
+    let cheapest = on_time
+        .iter()
+        .min_by(|a, b| {
+            a["worker_hours"]
+                .as_f64()
+                .unwrap()
+                .total_cmp(&b["worker_hours"].as_f64().unwrap())
+        })
+        .unwrap();
+    assert_eq!(cheapest["name"], name);
+    // Every candidate scored the same jobs.
+    let jobs: Vec<u64> = candidates
+        .iter()
+        .map(|c| c["jobs"].as_u64().unwrap())
+        .collect();
+    assert!(jobs.iter().all(|&j| j == jobs[0] && j > 5_000), "{jobs:?}");
+}
+
+#[test]
+fn the_scaledobjects_settings_and_behavior_are_the_replayed_clusters_with_kubernetes_defaults_for_the_rest()
+ {
+    let v = json_run(&trace(30, 0..0));
+    let c = &v["cluster"];
+    assert_eq!(c["polling_interval"], 15.0);
+    assert_eq!(c["cooldown_period"], 120.0);
+    assert_eq!(c["min_replicas"], 1);
+    assert_eq!(c["max_replicas"], 40);
+    assert_eq!(c["scale_down_stabilization"], 60.0);
+    assert_eq!(
+        c["scale_up_policies"],
+        serde_json::json!([["Pods", 2, 30.0]])
+    );
+    // Not set: Kubernetes' default scale-down policy, KEDA's HPA sync.
+    assert_eq!(
+        c["scale_down_policies"],
+        serde_json::json!([["Percent", 100, 15.0]])
+    );
+    assert_eq!(c["hpa_sync"], 15.0);
+    assert_eq!(c["pod_start"], 30.0);
+    let peak = v["candidates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["peak_replicas"].as_u64().unwrap())
+        .max();
+    assert!(peak <= Some(40), "{peak:?}");
+}
+
+#[test]
+fn a_ten_minute_gap_is_named_with_its_range_and_left_out_of_the_scores() {
+    // Rows 80..120: 00:20:00 to 00:30:00 are missing.
+    let whole = json_run(&trace(60, 0..0));
+    let holed = json_run(&trace(60, 80..120));
+    assert_eq!(
+        holed["gaps"],
+        serde_json::json!([{"from": "2025-11-30T00:20:00Z", "to": "2025-11-30T00:30:00Z", "seconds": 600.0}])
+    );
+    assert!(holed["left_out_seconds"].as_f64().unwrap() >= 600.0);
+    // The scores count the jobs of the rows outside the lead-in (KEDA's
+    // poll 15 s + a sync 15 s + a pod start 30 s: rows 0..4) and outside
+    // the gap and the 60 s after it (rows 80..124): none is made up for
+    // the gap. Poisson draws: within 5 % of the rows' rates.
+    let jobs = |v: &Value| v["candidates"][0]["jobs"].as_f64().unwrap();
+    let expected = |left_out: std::ops::Range<usize>| -> f64 {
+        (4..240)
+            .filter(|i| !left_out.contains(i))
+            .map(|i| 15.0 * (2.0 + 1.5 * (i as f64 / 20.0).sin()))
+            .sum()
+    };
+    for (v, out) in [(&whole, 0..0), (&holed, 80..124)] {
+        let want = expected(out);
+        assert!(
+            (jobs(v) - want).abs() < 0.05 * want,
+            "{} jobs scored, {want:.0} expected",
+            jobs(v)
+        );
+    }
+    let (_dir, t, s) = files(&trace(60, 80..120), &scaled_object("10"));
+    let (_, out, _) = plan(&["--trace", &t, "--scaledobject", &s, "--target-wait", "30s"]);
+    assert!(
+        out.contains(
+            "gap: no traffic recorded from 2025-11-30T00:20:00Z to 2025-11-30T00:30:00Z (600 s)"
+        ),
+        "{out}"
+    );
+}
+
+/// `plan` refuses with exit 2 and one line on stderr containing `want`.
+fn refused(args: &[&str], want: &str) {
+    let (code, out, err) = plan(args);
+    assert_eq!(code, 2, "{args:?}: {out}{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains(want), "{err}");
+}
+
+#[test]
+fn a_trace_with_a_bad_row_is_refused_naming_the_file_and_the_line() {
+    let mut text = trace(5, 0..0);
+    text.push_str("1764461200,lots,1.5\n");
+    let (_dir, t, s) = files(&text, &scaled_object("10"));
+    let line = text.lines().count();
+    refused(
+        &["--trace", &t, "--scaledobject", &s],
+        &format!("{t}: line {line}: arrivals_per_second: \"lots\" is not a number"),
+    );
+}
+
+#[test]
+fn a_file_that_is_not_a_scaledobject_is_refused_naming_it() {
+    let (_dir, t, s) = files(&trace(5, 0..0), "apiVersion: apps/v1\nkind: Deployment\n");
+    refused(
+        &["--trace", &t, "--scaledobject", &s, "--target-wait", "30s"],
+        &format!("{s}: kind: no document of kind ScaledObject"),
+    );
+}
+
+#[test]
+fn a_bad_behavior_policy_is_refused_naming_its_field() {
+    let so = scaled_object("10").replace("type: Pods", "type: Replicas");
+    let (_dir, t, s) = files(&trace(5, 0..0), &so);
+    refused(
+        &["--trace", &t, "--scaledobject", &s, "--target-wait", "30s"],
+        "spec.advanced.horizontalPodAutoscalerConfig.behavior.scaleUp.policies[0].type: \"Replicas\" is not Pods or Percent",
+    );
+}
+
+#[test]
+fn without_a_target_wait_from_the_flag_or_the_trigger_it_is_refused() {
+    let (_dir, t, s) = files(&trace(5, 0..0), &scaled_object("10"));
+    refused(&["--trace", &t, "--scaledobject", &s], "give --target-wait");
+}
+
+#[test]
+fn a_missing_trace_file_is_refused_naming_it() {
+    let missing = Path::new("/nonexistent/trace.csv").to_str().unwrap();
+    refused(
+        &["--trace", missing, "--target-wait", "30s"],
+        "/nonexistent/trace.csv: cannot read",
+    );
+}

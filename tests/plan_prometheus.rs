@@ -1,0 +1,256 @@
+//! `queue-exporter plan --prometheus URL` against a real Prometheus: the
+//! exporter's series of one queue (backfilled into Prometheus' TSDB by
+//! `promtool tsdb create-blocks-from openmetrics`, with a 10-minute hole)
+//! read through `query_range`; the hole named and left out of the scores;
+//! an unreachable Prometheus and a query matching nothing refused with one
+//! line and exit 2.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde_json::Value;
+
+mod support;
+use support::Prometheus;
+
+/// Runs `plan` with `args`: (exit code, stdout, stderr).
+fn plan(args: &[&str]) -> (i32, String, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_queue-exporter"))
+        .arg("plan")
+        .args(args)
+        .output()
+        .expect("run the exporter");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The exporter's series of queue `jobs` (source `redis`) every 15 s from
+/// `start` for `steps` steps, as OpenMetrics with timestamps: 2 jobs/s
+/// arriving and processed (depth steady at 5), 1.5 s per job; no sample
+/// in steps `hole`.
+fn series(start: i64, steps: i64, hole: std::ops::Range<i64>) -> String {
+    let labels = r#"source="redis",queue="jobs""#;
+    let times: Vec<i64> = (0..steps).filter(|i| !hole.contains(i)).collect();
+    let mut out = String::from("# TYPE queue_depth gauge\n");
+    for i in &times {
+        out.push_str(&format!("queue_depth{{{labels}}} 5 {}\n", start + 15 * i));
+    }
+    out.push_str("# TYPE queue_jobs_processed counter\n");
+    for i in &times {
+        out.push_str(&format!(
+            "queue_jobs_processed_total{{{labels}}} {} {}\n",
+            30 * i,
+            start + 15 * i
+        ));
+    }
+    out.push_str("# TYPE queue_service_time_seconds gauge\n");
+    for i in &times {
+        out.push_str(&format!(
+            "queue_service_time_seconds{{{labels},from=\"finished_jobs\"}} 1.5 {}\n",
+            start + 15 * i
+        ));
+    }
+    out.push_str("# EOF\n");
+    out
+}
+
+/// A Prometheus holding 40 minutes of the series up to 2 minutes from
+/// now, with no sample for the 10 minutes from 25 to 15 minutes ago;
+/// returns it and the hole's (start, end), unix seconds.
+async fn prometheus_with_a_hole(dir: &std::path::Path) -> (Prometheus, i64, i64) {
+    prometheus_with_a_hole_and_auth(dir, None).await
+}
+
+/// [`prometheus_with_a_hole`], its API behind basic auth when given
+/// (user, bcrypt hash, password).
+async fn prometheus_with_a_hole_and_auth(
+    dir: &std::path::Path,
+    auth: Option<(&str, &str, &str)>,
+) -> (Prometheus, i64, i64) {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let start = now - 40 * 60;
+    // Steps 60..100: 25 to 15 minutes before now.
+    let text = series(start, 168, 60..100);
+    let input = dir.join("series.om");
+    std::fs::write(&input, text).unwrap();
+    let tsdb = dir.join("tsdb");
+    std::fs::create_dir_all(&tsdb).unwrap();
+    let out = std::process::Command::new("promtool")
+        .args(["tsdb", "create-blocks-from", "openmetrics"])
+        .arg(&input)
+        .arg(&tsdb)
+        .output()
+        .expect("promtool (apt-get install prometheus)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let p = Prometheus::start_with_auth(dir, "  []\n", auth).await;
+    (p, start + 15 * 60, start + 15 * 100)
+}
+
+#[tokio::test]
+async fn a_ten_minute_hole_in_the_exporters_series_is_named_and_left_out_of_the_scores() {
+    let dir = tempfile::tempdir().unwrap();
+    let (p, hole_from, hole_to) = prometheus_with_a_hole(dir.path()).await;
+    let args = [
+        "--prometheus",
+        &p.url,
+        "--queue",
+        "jobs",
+        "--since",
+        "35m",
+        "--target-wait",
+        "30s",
+        "--json",
+    ];
+    let (code, out, err) = plan(&args);
+    assert_eq!(code, 0, "{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    let gaps = v["gaps"].as_array().unwrap();
+    assert_eq!(gaps.len(), 1, "{gaps:?}");
+    let secs = gaps[0]["seconds"].as_f64().unwrap();
+    // The hole, to within a step at each end (a step's arrivals need a
+    // sample at both its ends).
+    assert!((600.0..=630.0).contains(&secs), "{gaps:?}");
+    let from = chrono::DateTime::parse_from_rfc3339(gaps[0]["from"].as_str().unwrap())
+        .unwrap()
+        .timestamp();
+    assert!(
+        (from - hole_from).abs() <= 15,
+        "gap from {from}, hole from {hole_from} to {hole_to}"
+    );
+    assert!(v["left_out_seconds"].as_f64().unwrap() >= secs);
+    // 2 jobs/s over the scored time: none made up for the hole.
+    let scored =
+        35.0 * 60.0 - v["left_out_seconds"].as_f64().unwrap() - v["lead_in"].as_f64().unwrap();
+    let jobs = v["candidates"][0]["jobs"].as_f64().unwrap();
+    assert!(
+        (jobs - 2.0 * scored).abs() < 0.05 * 2.0 * scored,
+        "{jobs} jobs over {scored} s"
+    );
+    // WaitTime's processingTime is the exporter's measured service time.
+    let wait = v["candidates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "WaitTime 30s")
+        .unwrap();
+    assert_eq!(wait["metadata"]["processingTime"], "1500ms", "{wait}");
+    let (_, text, _) = plan(&args[..args.len() - 1]);
+    assert!(text.contains("gap: no traffic recorded from"), "{text}");
+    // --from/--to: the 9 minutes after the hole only, with no gap.
+    let (from, to) = ((hole_to + 60).to_string(), (hole_to + 600).to_string());
+    let (code, out, err) = plan(&[
+        "--prometheus",
+        &p.url,
+        "--queue",
+        "jobs",
+        "--from",
+        &from,
+        "--to",
+        &to,
+        "--target-wait",
+        "30s",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["gaps"], serde_json::json!([]), "{v}");
+    assert_eq!(v["left_out_seconds"], 0.0);
+    let scored = 540.0 - v["lead_in"].as_f64().unwrap();
+    let jobs = v["candidates"][0]["jobs"].as_f64().unwrap();
+    assert!(
+        (jobs - 2.0 * scored).abs() < 0.1 * 2.0 * scored,
+        "{jobs} jobs over {scored} s"
+    );
+}
+
+#[tokio::test]
+async fn a_query_matching_nothing_is_refused_naming_the_series() {
+    let dir = tempfile::tempdir().unwrap();
+    let (p, _, _) = prometheus_with_a_hole(dir.path()).await;
+    let (code, _, err) = plan(&[
+        "--prometheus",
+        &p.url,
+        "--queue",
+        "other",
+        "--since",
+        "30m",
+        "--target-wait",
+        "30s",
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains(r#"queue_depth{queue="other"} has no sample"#),
+        "{err}"
+    );
+}
+
+#[test]
+fn an_unreachable_prometheus_is_refused_naming_it() {
+    let port = support::free_port();
+    let url = format!("http://127.0.0.1:{port}");
+    let (code, _, err) = plan(&[
+        "--prometheus",
+        &url,
+        "--queue",
+        "jobs",
+        "--target-wait",
+        "30s",
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains(&format!("cannot reach Prometheus at {url}")),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn basic_auth_from_a_password_file_reads_a_prometheus_behind_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let hash = bcrypt::hash("s3cret", 4).unwrap();
+    let (p, _, _) =
+        prometheus_with_a_hole_and_auth(dir.path(), Some(("plan", &hash, "s3cret"))).await;
+    let password = dir.path().join("password");
+    std::fs::write(&password, "s3cret\n").unwrap();
+    let password = password.to_str().unwrap();
+    let base = [
+        "--prometheus",
+        &p.url,
+        "--queue",
+        "jobs",
+        "--since",
+        "10m",
+        "--target-wait",
+        "30s",
+        "--json",
+    ];
+    let with_auth: Vec<&str> = base
+        .iter()
+        .copied()
+        .chain([
+            "--basic-auth-user",
+            "plan",
+            "--basic-auth-password-file",
+            password,
+        ])
+        .collect();
+    let (code, out, err) = plan(&with_auth);
+    assert_eq!(code, 0, "{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert!(v["jobs"].as_u64().unwrap() > 500, "{v}");
+    // Without the credentials Prometheus refuses, and plan says so in one line.
+    let (code, _, err) = plan(&base);
+    assert_eq!(code, 2, "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("HTTP 401"), "{err}");
+}
