@@ -57,8 +57,7 @@ pub const DEFAULT_REACTION_TIME: Duration = Duration::from_secs(75);
 /// start in: the rest is a margin for the reaction time's lag behind a
 /// rising load and for `processingTime` set too low. Set 30 % low, the
 /// queue settles where B·0.7S/(kW) = a, a wait of k/0.7 · W = 0.9 W. In
-/// the grid (seed 38, with the tail's newest age from the history and
-/// [`LATE_DRAIN_REACTION_SHARE`]), k = 0.6 left 26 of the 35 fair cells at
+/// the grid (seed 38, with the tail's newest age from the history), k = 0.6 left 26 of the 35 fair cells at
 /// ≤ 1.1× the best threshold, 0.63 29 with every ±30 % run ≥ 95 % on
 /// time; 0.65 28, but on two other seeds two ramps' 30 %-low runs fell to
 /// 93 %; 0.7 30, with six of them down to 78 %. k = 0.5 cost more in
@@ -89,15 +88,6 @@ pub const QUEUE_MIN_SHARE: f64 = 0.2;
 /// arrivals' workers (in the grid, the queue term there lost every cell
 /// where only WaitTime was on time: 0 of 7).
 pub const QUEUE_MIN_REACTION: f64 = 0.5;
-
-/// Least time the drain term gives jobs already late (A > W), as a share
-/// of `reactionTime`: one HPA sync at the default 75 s (15 s). Asked to
-/// start sooner, workers cannot come before the next sync asks again, and
-/// the HPA's scale-down window then keeps them 5 minutes: in the grid (S
-/// 2 s, W 10 s, a 10× burst) draining late jobs within W cost 704
-/// worker-minutes and within 0.2 R 539, with the same 74.5 % on time;
-/// 0.3 R lost 1.4 points of jobs on time, 0.5 R 6.
-pub const LATE_DRAIN_REACTION_SHARE: f64 = 0.2;
 
 /// Largest `workersPerReplica`.
 pub const MAX_WORKERS_PER_REPLICA: u32 = 10_000;
@@ -344,8 +334,7 @@ pub struct WaitDecision {
 ///   within its W), with a share of the arrivals' workers on top as a
 ///   margin for an underestimated S;
 /// - late jobs (A > W) get no term of their own: they are drained by (b)
-///   like the rest, over W or [`LATE_DRAIN_REACTION_SHARE`]·R if longer
-///   ([`Bound::CatchUp`] names the answer then). A worker
+///   like the rest ([`Bound::CatchUp`] names the answer then). A worker
 ///   per late job, the first version of this model, came a pod start too
 ///   late to help them and was then held by the HPA's scale-down window:
 ///   3× the worker time of the best `QueueLength` after a 10× burst in the
@@ -414,19 +403,14 @@ fn keep_up(params: &WaitParams, inputs: &WaitInputs) -> (f64, Bound) {
     let wait = params.target_wait.as_secs_f64();
     let load = inputs.arrival_rate * inputs.service_time;
     let steady = steady_workers(load, wait, inputs.service_time, params.percentile);
-    let late = inputs.oldest_age > wait && inputs.backlog > 0.0;
-    let horizon = if late {
-        wait.max(LATE_DRAIN_REACTION_SHARE * params.reaction_time.as_secs_f64())
-    } else {
-        wait
-    };
-    let per_job = if horizon > 0.0 {
-        (inputs.service_time / horizon).min(1.0)
+    let per_job = if wait > 0.0 {
+        (inputs.service_time / wait).min(1.0)
     } else {
         1.0
     };
     let drain = ARRIVAL_SHARE * load + inputs.backlog * per_job;
     if drain > steady {
+        let late = inputs.oldest_age > wait && inputs.backlog > 0.0;
         (drain, if late { Bound::CatchUp } else { Bound::Drain })
     } else {
         (steady, Bound::Steady)
@@ -628,27 +612,6 @@ mod tests {
             assert_eq!(late.bound, Bound::CatchUp, "{age}");
             assert!((late.workers - drain).abs() < 1e-9, "{age}: {late:?}");
         }
-    }
-
-    #[test]
-    fn late_jobs_behind_a_target_shorter_than_an_hpa_sync_are_drained_over_one_sync() {
-        // W = 10 s against R = 75 s: workers asked to start late jobs within
-        // 10 s cannot come before the next sync, so the drain takes 0.2 R.
-        let p = queued(10.0, 1);
-        let at = |age: f64| decide(&p, inputs(300.0, age, 1.0, 1.0));
-        let on_time = at(10.0);
-        assert_eq!(on_time.bound, Bound::Drain);
-        assert!((on_time.workers - (ARRIVAL_SHARE + 300.0 / 10.0)).abs() < 1e-9);
-        let late = at(20.0);
-        let sync = LATE_DRAIN_REACTION_SHARE * 75.0;
-        assert_eq!(late.bound, Bound::CatchUp);
-        assert!(
-            (late.workers - (ARRIVAL_SHARE + 300.0 / sync)).abs() < 1e-9,
-            "{late:?}"
-        );
-        // A job longer than that still gets a worker of its own, never more.
-        let long = decide(&p, inputs(7.0, 20.0, 0.0, 40.0));
-        assert_eq!(long.workers, 7.0);
     }
 
     #[test]
