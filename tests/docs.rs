@@ -1111,8 +1111,11 @@ fn the_readmes_configs_load_and_its_scaledobject_metadata_parses() {
                     .iter()
                     .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_string()))
                     .collect();
-                queue_exporter::scaler::metadata::parse(&meta)
-                    .unwrap_or_else(|e| panic!("README trigger refused: {e:?}\n{yaml}"));
+                queue_exporter::scaler::metadata::parse_with(
+                    &meta,
+                    &queue_exporter::sources::redis::catalogue(),
+                )
+                .unwrap_or_else(|e| panic!("README trigger refused: {e:?}\n{yaml}"));
                 triggers += 1;
             }
         }

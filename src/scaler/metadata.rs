@@ -21,7 +21,7 @@ use std::time::Duration;
 use crate::scaler::finite;
 pub use crate::scaler::selector::QueueSelector;
 use crate::scaler::wait::WaitParams;
-use crate::snapshot::{CounterHistory, JobState, PresetKind, QueueSample, Snapshot};
+use crate::snapshot::{CounterHistory, JobState, Libraries, PresetKind, QueueSample, Snapshot};
 
 /// Every key this scaler reads, as listed in error messages.
 pub const ACCEPTED_KEYS: [&str; 16] = [
@@ -411,8 +411,27 @@ fn is_keda_key(key: &str) -> bool {
     KEDA_KEYS.contains(&key) || key.ends_with("FromEnv")
 }
 
-/// Parses `scalerMetadata`. Empty values count as absent.
+/// [`parse`] knowing every library the exporter has, as a running
+/// exporter's snapshots tell of them: for tests.
+#[cfg(test)]
+pub(crate) fn parse_known(meta: &HashMap<String, String>) -> Result<ScalerQuery, MetadataError> {
+    parse_with(meta, &crate::sources::redis::presets::library::catalogue())
+}
+
+/// Parses `scalerMetadata` knowing no queue library, so a `preset` is
+/// refused: for a caller with no snapshot at hand (`benches/waitgrid.rs`);
+/// the scaler parses with [`parse_with`].
 pub fn parse(meta: &HashMap<String, String>) -> Result<ScalerQuery, MetadataError> {
+    parse_with(meta, &Libraries::default())
+}
+
+/// Parses `scalerMetadata`; `libraries`, the queue libraries the
+/// snapshots tell of, are what `preset` may name. Empty values count as
+/// absent.
+pub fn parse_with(
+    meta: &HashMap<String, String>,
+    libraries: &Libraries,
+) -> Result<ScalerQuery, MetadataError> {
     check_size(meta)?;
     let mut unknown: Vec<String> = meta
         .keys()
@@ -538,8 +557,8 @@ pub fn parse(meta: &HashMap<String, String>) -> Result<ScalerQuery, MetadataErro
 
     let preset = match get("preset") {
         None => None,
-        Some(name) => Some(crate::config::preset_kind(name).ok_or_else(|| {
-            let names = crate::config::preset_names();
+        Some(name) => Some(libraries.named(name).ok_or_else(|| {
+            let names = libraries.names();
             invalid(
                 "preset",
                 format!(
@@ -629,6 +648,7 @@ fn parse_states(list: &str) -> Result<Vec<JobState>, String> {
 
 #[cfg(test)]
 mod tests {
+    use super::parse_known as parse;
     use super::*;
 
     #[test]

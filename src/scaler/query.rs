@@ -763,7 +763,7 @@ fn group_lag(query: &ScalerQuery, s: &Snapshot, q: &QueueSample) -> Result<f64, 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scaler::metadata::parse;
+    use crate::scaler::metadata::parse_known as parse;
     use crate::snapshot::{CounterPoint, Counters, GroupSample, PresetUnit, SourceKind};
     use std::collections::HashMap;
 
@@ -819,7 +819,9 @@ mod tests {
     fn preset(name: &str, lib: &str, states: &[(JobState, u64)]) -> QueueSample {
         QueueSample {
             preset: Some(Box::new(crate::snapshot::PresetFacts {
-                preset: crate::config::preset_kind(lib).unwrap(),
+                preset: crate::sources::redis::presets::library::named(lib)
+                    .unwrap()
+                    .kind(),
                 states: states.iter().map(|(s, n)| (*s, Some(*n))).collect(),
                 ..Default::default()
             })),

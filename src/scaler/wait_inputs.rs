@@ -9,7 +9,7 @@ use std::time::Duration;
 use crate::scaler::finite;
 use crate::scaler::wait::{ServiceFrom, WaitInputs, WaitParams};
 use crate::snapshot::{
-    JobState, PresetFacts, QueueSample, QueueType, ServiceTime, Snapshot, SourceKind,
+    Arrivals, JobState, PresetFacts, QueueSample, QueueType, ServiceTime, Snapshot, SourceKind,
 };
 
 /// Why the exporter cannot measure the service time of a queue of a
@@ -129,8 +129,11 @@ pub fn gather(
             Some(r) => checked(r, "arrival rate (jobs per second)")?,
             None if missing && s.history.spans(window) => 0.0,
             None => {
-                let numbered = crate::config::libraries_with_arrivals(true).join(", ");
-                let counted = crate::config::libraries_with_arrivals(false).join(", ");
+                let numbered = s.libraries.arriving_from(Arrivals::IdCounter).join(", ");
+                let counted = s
+                    .libraries
+                    .arriving_from(Arrivals::ProcessedTotal)
+                    .join(", ");
                 return Err(unknown(
                     "arrival rate",
                     &format!(

@@ -121,9 +121,10 @@ pub struct RedisSourceConfig {
     #[serde(default)]
     pub queues: Vec<QueueSpec>,
     /// Which libraries' queues to watch: the `- preset:` entries of
-    /// `queues:`, split out by the loader (never written as a field).
+    /// `queues:` as written, split out by the loader (never written as a
+    /// field); `sources` resolves them against the libraries.
     #[serde(skip)]
-    pub presets: Vec<super::PresetSpec>,
+    pub presets: Vec<super::PresetEntry>,
     /// Zero config: the source was given no `queues:` (nor is it the
     /// built-in local source with any), so discovery recognises the queue
     /// libraries' keys (Sidekiq, RQ, asynq, BullMQ, Celery) itself and

@@ -38,9 +38,11 @@ use crate::config::{RedisSourceConfig, read_secret_file};
 use crate::snapshot::{QueueScope, Reason};
 use crate::sources::{PollOutput, Source, SourceError};
 use commands::Conn;
+pub(crate) use reply::is_auth_error_code;
 use rounds::{DiscoveryFailure, DiscoveryTask, Plain, RoundInput, RoundKind, Rounds};
 
 pub use commands::PIPELINE_CHUNK;
+pub use presets::library::{catalogue, names as library_names};
 pub use presets::library::{has_prefix, printed_options, recognised_libraries};
 pub use presets::picture::library as library_name;
 pub use scope::RedisScope;
@@ -67,6 +69,9 @@ pub struct RedisSource {
     discovery: Box<Rounds>,
     /// Library presets' logical queues (`- preset:` entries).
     presets: presets::PresetState,
+    /// The `- preset:` entries of the config, resolved against their
+    /// libraries (none for zero config, which finds its own).
+    configured: Arc<[presets::PresetSpec]>,
     /// For one server (not a cluster) with `client_tracking`: which polled
     /// keys Redis says changed (see `tracking`); made with `conn`. Boxed:
     /// a client is large, and most sources have one `Option` of it.
@@ -89,6 +94,7 @@ impl std::fmt::Debug for RedisSource {
 impl RedisSource {
     /// Builds the source; no connection is made until the first poll.
     pub fn new(config: RedisSourceConfig) -> Self {
+        let configured = resolved_presets(&config);
         let sentinels = config.sentinel().map(|spec| {
             Box::new(sentinel::Sentinels::new(
                 spec.clone(),
@@ -96,7 +102,8 @@ impl RedisSource {
             ))
         });
         RedisSource {
-            presets: presets::PresetState::new(&config.presets, config.service_time_max_age),
+            presets: presets::PresetState::new(&configured, config.service_time_max_age),
+            configured: configured.into(),
             config,
             conn: None,
             sentinels,
@@ -165,6 +172,7 @@ impl RedisSource {
                 known: discovery::known_pattern_keys(&self.tracked),
                 plain,
                 memory: std::mem::take(&mut self.discovery.memory),
+                configured: self.configured.clone(),
                 polled: match self.config.recognise {
                     true => self.presets.polled(),
                     false => Vec::new(),
@@ -411,7 +419,7 @@ impl RedisSource {
 pub struct Recognised {
     /// One `- preset:` entry per library and prefix, with the names of the
     /// queues it found (sorted; the shared keys aside).
-    pub entries: Vec<(crate::config::PresetSpec, Vec<String>)>,
+    pub entries: Vec<(presets::PresetSpec, Vec<String>)>,
     /// The plain keys (raw) and their types, in key order.
     pub plain: Vec<(Vec<u8>, crate::config::KeyType)>,
     /// Keys the libraries took: a pattern written for plain keys must not
@@ -469,7 +477,7 @@ impl RedisSource {
                 _ => None,
             })
             .collect();
-        let counts: Vec<(&crate::config::Preset, usize)> = zero
+        let counts: Vec<(&presets::Preset, usize)> = zero
             .entries
             .iter()
             .map(|(s, u)| (&s.preset, presets::queue_names(u).len()))
@@ -492,6 +500,30 @@ impl RedisSource {
     }
 }
 
+/// The `- preset:` entries of `config` resolved against their libraries.
+/// `app::preflight` refuses a config with an entry that does not resolve
+/// before any source is built; should one come here all the same (a
+/// config built in code), it is logged and left out, never guessed.
+fn resolved_presets(config: &RedisSourceConfig) -> Vec<presets::PresetSpec> {
+    config
+        .presets
+        .iter()
+        .filter_map(|entry| match presets::resolve(entry) {
+            Ok(spec) => Some(spec),
+            Err((at, problem)) => {
+                tracing::error!(source = %config.name, "{at}: {problem}; entry left out");
+                None
+            }
+        })
+        .collect()
+}
+
+/// Checks that every `- preset:` entry of `config` resolves against its
+/// library; `Err` is `(path, problem)`, as config errors write them.
+pub fn check_presets(config: &RedisSourceConfig) -> Result<(), presets::EntryError> {
+    presets::resolve_all(&config.presets).map(|_| ())
+}
+
 /// Timeouts, retries and backoff of every connection a source makes (the
 /// server, each cluster node, each sentinel).
 fn manager_config(config: &RedisSourceConfig) -> ConnectionManagerConfig {
@@ -500,12 +532,6 @@ fn manager_config(config: &RedisSourceConfig) -> ConnectionManagerConfig {
         .set_response_timeout(Some(config.timeout))
         .set_number_of_retries(1)
         .set_max_delay(crate::sources::MAX_BACKOFF)
-}
-
-/// Whether a Redis error code means our credentials or permissions were
-/// refused: the one place these codes are classified.
-pub(crate) fn is_auth_error_code(code: &str) -> bool {
-    matches!(code, "NOAUTH" | "WRONGPASS" | "NOPERM")
 }
 
 /// Maps a client error to a [`SourceError`] whose reason label fits.
@@ -610,6 +636,6 @@ impl Source for RedisSource {
     }
 
     fn scope(&self) -> Arc<dyn QueueScope> {
-        Arc::new(RedisScope::new(&self.config))
+        Arc::new(RedisScope::new(&self.config, &self.configured))
     }
 }

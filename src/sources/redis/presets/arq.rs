@@ -28,9 +28,10 @@ use std::collections::BTreeSet;
 
 use redis::Value;
 
+use super::library::{Given, Preset};
 use super::library::{Hidden, Keys, Library, MarkRead, Owned, Seen, type_at, under};
 use super::{Follow, Stage, Unit, count, key, preset_sample, queue_label, reply, set_state};
-use crate::config::{Given, KeyType, Preset};
+use crate::config::KeyType;
 use crate::snapshot::{JobState, PresetKind, QueueSample};
 
 /// arq's `preset` name.

@@ -4,11 +4,11 @@
 use super::Unit;
 use std::collections::BTreeSet;
 
+use super::library::Preset;
 use super::library::{
     Arrivals, Hidden, Keys, Library, MarkRead, Owned, Registry, Seen, prefixed_registry_hides,
     registry_prefix, under, under_prefixed_registry,
 };
-use crate::config::Preset;
 use redis::Value;
 
 use super::{Follow, Stage, below, count, due_count, key, preset_sample, set_state, sum};

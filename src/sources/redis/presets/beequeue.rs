@@ -15,11 +15,12 @@ use serde::Deserialize;
 use serde::de::IgnoredAny;
 
 use super::super::keyname::display_key;
+use super::library::Preset;
 use super::library::{
     Arrivals, Hidden, Keys, Library, Mark, MarkRead, Owned, Registry, Seen, under,
 };
 use super::{Follow, ReadReply, Stage, Unit, count, key, preset_sample, set_state};
-use crate::config::{KeyType, Preset};
+use crate::config::KeyType;
 use crate::snapshot::{Counters, JobState, PresetKind, QueueSample, Reason};
 
 /// bee-queue's `preset` name.

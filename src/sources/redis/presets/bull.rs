@@ -14,9 +14,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::super::tracked::KeyState;
 use super::Unit;
 use super::key;
+use super::library::Preset;
 use super::library::{Arrivals, Hidden, Keys, Library, Mark, Owned, Registry, Seen, under};
 use crate::config::KeyType;
-use crate::config::Preset;
 use crate::snapshot::Reason;
 use redis::Value;
 

@@ -10,10 +10,10 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::super::keyname::display_key;
 use super::Unit;
+use super::library::Preset;
 use super::library::{
     Arrivals, Hidden, Keys, Library, Mark, MarkRead, Owned, Registry, Seen, under,
 };
-use crate::config::Preset;
 use redis::Value;
 
 use super::{Follow, Stage, count, key, preset_sample, set_state, sum};

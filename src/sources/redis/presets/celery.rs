@@ -13,8 +13,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use super::library::{Given, Preset};
 use super::library::{Hidden, Keys, Library, MarkRead, Owned, Seen, type_at, under};
-use crate::config::{ALL_QUEUES, Given, KeyType, Preset};
+use crate::config::{ALL_QUEUES, KeyType};
 use std::time::Duration;
 
 use redis::Value;

@@ -13,9 +13,10 @@ use std::time::Duration;
 
 use redis::Value;
 
+use super::library::{Given, Preset};
 use super::library::{Hidden, Keys, Library, MarkRead, Owned, Registry, Seen, under as keys_under};
 use super::{Follow, Stage, Unit, count, key, preset_sample, set_state};
-use crate::config::{Given, KeyType, Preset};
+use crate::config::KeyType;
 use crate::snapshot::{JobState, PresetKind};
 use crate::time::TimeUnit;
 

@@ -31,9 +31,9 @@ use std::collections::BTreeSet;
 
 use redis::Value;
 
+use super::library::{Given, Preset};
 use super::library::{Keys, Library, Owned, Seen, type_at};
 use super::{Follow, Stage, Unit, count, due_count, key, preset_sample, set_state};
-use crate::config::{Given, Preset};
 use crate::snapshot::{JobState, PresetKind};
 
 /// Huey's `preset` name.

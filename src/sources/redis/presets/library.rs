@@ -11,9 +11,10 @@ use redis::Value;
 use super::super::discovery::Candidate;
 use super::bounded::Bound;
 use super::service::FinishedLayout;
+pub use super::spec::{Given, Preset};
 use super::{Stage, Unit};
-use crate::config::{Given, Preset};
-use crate::snapshot::{PresetKind, QueueSample, Reason};
+pub use crate::snapshot::Arrivals;
+use crate::snapshot::{Libraries, LibraryFacts, PresetKind, QueueSample, Reason};
 
 /// The library whose config name is `name`.
 pub fn named(name: &str) -> Option<&'static dyn Library> {
@@ -21,6 +22,19 @@ pub fn named(name: &str) -> Option<&'static dyn Library> {
         .iter()
         .copied()
         .find(|l| l.kind().as_str() == name)
+}
+
+/// Every library, in the list's order (`presets::LIBRARIES`, the one
+/// registration list).
+pub fn all() -> &'static [&'static dyn Library] {
+    super::LIBRARIES
+}
+
+/// The library of `preset`'s entry: a `Preset` is only made by resolving
+/// an entry or by recognition, from a library of the list; the first
+/// library stands in for none.
+pub fn of_preset(preset: &Preset) -> &'static dyn Library {
+    of(preset.kind).unwrap_or(super::LIBRARIES[0])
 }
 
 /// The library of `kind`.
@@ -37,6 +51,18 @@ pub fn names() -> Vec<&'static str> {
 /// (`Library::printed_options`).
 pub fn printed_options(preset: &Preset, quote: fn(&str) -> String) -> Vec<String> {
     of(preset.kind).map_or_else(Vec::new, |l| l.printed_options(preset, quote))
+}
+
+/// The library's own key prefix: what `prefix:` defaults to.
+pub fn default_prefix(kind: PresetKind) -> &'static str {
+    of(kind).map_or("", |l| l.default_prefix())
+}
+
+/// The logical queue names `preset` reports whatever its registry holds
+/// (for the scaler's drained-queue rule); registry-discovered queues are
+/// not listed.
+pub fn fixed_names(preset: &Preset) -> Vec<String> {
+    of(preset.kind).map_or_else(Vec::new, |l| l.fixed_names(preset))
 }
 
 /// Whether `kind`'s library takes a `prefix:` option (Huey and arq fix
@@ -96,14 +122,19 @@ pub fn recognised_libraries() -> Vec<&'static str> {
         .collect()
 }
 
-/// The names users write of the libraries whose arrivals come from
-/// `from`, in the list's order (for messages).
-pub fn arrivals_from(from: Arrivals) -> Vec<&'static str> {
-    super::LIBRARIES
-        .iter()
-        .filter(|l| l.arrivals() == from)
-        .map(|l| l.title())
-        .collect()
+/// What readers know of every library (its names, where its arrivals
+/// come from), in the list's order: it travels with every snapshot.
+pub fn catalogue() -> Libraries {
+    Libraries::new(
+        super::LIBRARIES
+            .iter()
+            .map(|l| LibraryFacts {
+                kind: l.kind(),
+                title: l.title(),
+                arrivals: l.arrivals(),
+            })
+            .collect(),
+    )
 }
 
 /// `kind`'s place in the list of libraries (unknown kinds last): the order
@@ -423,20 +454,6 @@ pub trait Library: Sync {
         let _ = (set, members);
         None
     }
-}
-
-/// Where a library's queues' arrivals come from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Arrivals {
-    /// Nowhere the exporter reads: a queue's arrival rate is unknown
-    /// without `counters:`.
-    Unknown,
-    /// A job id counter every added job increments, read as the queue's
-    /// `published` counter.
-    IdCounter,
-    /// A processed total per queue beside its depth: arrivals are
-    /// Δ(waiting + active) + Δprocessed.
-    ProcessedTotal,
 }
 
 /// How zero config reads a key named like a library's mark.

@@ -4,8 +4,9 @@
 //! `<prefix>:completed` zset and a `<prefix>:dlq` list. One logical queue,
 //! `<prefix>`, with a `priority` label on the per-priority samples.
 
+use super::library::Preset;
 use super::library::{Library, Registry};
-use crate::config::{KeyType, Preset};
+use crate::config::KeyType;
 use redis::Value;
 
 use super::{Stage, Unit, count, key, preset_sample, set_state};

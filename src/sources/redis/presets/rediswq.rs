@@ -5,7 +5,7 @@
 
 use super::Unit;
 use super::library::Library;
-use crate::config::{Given, Preset};
+use super::library::{Given, Preset};
 use redis::Value;
 use sha2::{Digest, Sha224};
 

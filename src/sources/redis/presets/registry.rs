@@ -6,8 +6,8 @@
 use super::super::commands::{Conn, pipelined, scan};
 use super::bounded::{Bound, SetRead, read_sets};
 use super::library::{Mark, Registry};
+use super::spec::{Preset, PresetSpec};
 use super::{Unit, fixed_queues, key, sorted};
-use crate::config::{Preset, PresetSpec};
 use crate::snapshot::Reason;
 
 /// What the preset entries' registries named.

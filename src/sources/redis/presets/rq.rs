@@ -4,11 +4,11 @@
 use super::Unit;
 use std::collections::BTreeSet;
 
+use super::library::Preset;
 use super::library::{
     Hidden, Keys, Library, MarkRead, Owned, Registry, Seen, prefixed_registry_hides,
     registry_prefix, under_prefixed_registry,
 };
-use crate::config::Preset;
 use std::collections::HashSet;
 
 use redis::Value;

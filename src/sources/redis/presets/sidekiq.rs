@@ -6,10 +6,11 @@
 use std::collections::BTreeSet;
 
 use super::key;
+use super::library::Preset;
 use super::library::{
     Hidden, Keys, Library, MarkRead, Registry, Seen, registry_prefix, type_at, under,
 };
-use crate::config::{ALL_QUEUES, KeyType, Preset};
+use crate::config::{ALL_QUEUES, KeyType};
 use redis::Value;
 
 use super::{Follow, Stage, Unit, count, due_count, preset_sample, set_state, shared_sample, sum};
