@@ -214,6 +214,10 @@ fn without_tests(code: &str) -> String {
             if opens > 0 {
                 skip_depth = Some(depth);
                 pending_test = false;
+            } else {
+                // The item's signature, before its body opens.
+                out.push('\n');
+                continue;
             }
         }
         depth = (depth + opens).saturating_sub(closes);
@@ -688,6 +692,12 @@ fn the_checker_sees_a_cycle_and_a_reader_import() {
             .find("sources")
             .is_none()
     );
+    // A test helper's signature, before its body opens, is test code too.
+    let code = production_code(
+        "#[cfg(test)]\nfn helper(\n    l: &dyn crate::sources::L,\n) {\n}\nfn b() {}\n",
+    );
+    assert!(!code.contains("sources"), "{code}");
+    assert_eq!(code.lines().count(), 6);
 }
 
 #[test]

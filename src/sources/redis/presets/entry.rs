@@ -1,13 +1,13 @@
 //! Resolving a `- preset:` entry as the config holds it (plain data:
 //! `config::PresetEntry`) against the library it names: the options it
-//! wrote are the library's to take ([`Library::options`]), default and
-//! check ([`Library::configure`]). Done when the config is checked
+//! wrote are the library's to read as its own struct, default and check
+//! ([`Library::configure`]). Done when the config is checked
 //! (`app::preflight`, so `check` and start-up refuse a bad entry with one
 //! line naming file, field and problem) and when a source is built.
 
-use super::library::{self, Library};
-use super::spec::{Given, Preset, PresetSpec};
-use crate::config::{CounterKeys, PresetEntry, QUEUE_PLACEHOLDER, check_counters, typed};
+use super::library::{self, Library, OptionError, Written};
+use super::spec::{Preset, PresetSpec};
+use crate::config::{CounterKeys, PresetEntry, QUEUE_PLACEHOLDER, check_counters};
 
 /// A problem with an entry: the path it names (the entry's own, or one of
 /// its fields) and the problem, as config errors write them.
@@ -16,7 +16,6 @@ pub type EntryError = (String, String);
 /// The entry `entry` resolved against its library.
 pub fn resolve(entry: &PresetEntry) -> Result<PresetSpec, EntryError> {
     let at = || entry.at.clone();
-    let written: Given = typed(serde_json::Value::Object(entry.options.clone()), &entry.at)?;
     let Some(lib) = library::named(&entry.library) else {
         return Err((
             at(),
@@ -27,7 +26,15 @@ pub fn resolve(entry: &PresetEntry) -> Result<PresetSpec, EntryError> {
             ),
         ));
     };
-    let preset = configure(lib, &written).map_err(|m| (at(), m))?;
+    let written = Written {
+        library: lib.kind(),
+        options: &entry.options,
+        at: &entry.at,
+    };
+    let preset = lib.configure(&written).map_err(|e| match e {
+        OptionError::Typed { path, problem } => (path, problem),
+        OptionError::Refused(problem) => (at(), problem),
+    })?;
     let counters = match &entry.counters {
         Some(c) => Some(preset_counters(lib, &preset, c.clone()).map_err(|m| (at(), m))?),
         None => None,
@@ -39,35 +46,6 @@ pub fn resolve(entry: &PresetEntry) -> Result<PresetSpec, EntryError> {
 /// problem otherwise.
 pub fn resolve_all(entries: &[PresetEntry]) -> Result<Vec<PresetSpec>, EntryError> {
     entries.iter().map(resolve).collect()
-}
-
-/// `lib`'s preset from the options `written`: those it does not take
-/// refused, `prefix` and `stalled_check_limit` checked here (every
-/// library taking them means the same), the rest by the library.
-fn configure(lib: &dyn Library, written: &Given) -> Result<Preset, String> {
-    let allowed = lib.options();
-    if let Some(bad) = written.words().iter().find(|k| !allowed.contains(k)) {
-        return Err(format!(
-            "{bad}: not an option of preset {} (its options: {})",
-            lib.kind(),
-            allowed.join(", ")
-        ));
-    }
-    let mut preset = Preset::new(lib.kind(), lib.default_prefix());
-    match written.stalled_check_limit {
-        Some(0) => return Err("stalled_check_limit: must be greater than 0".into()),
-        Some(n) => preset.stalled_check_limit = n,
-        None => {}
-    }
-    match &written.prefix {
-        Some(p) if p.is_empty() && !lib.default_prefix().is_empty() => {
-            return Err("prefix: must not be empty".into());
-        }
-        Some(p) => preset.prefix = p.clone(),
-        None => {}
-    }
-    lib.configure(&mut preset, written)?;
-    Ok(preset)
 }
 
 /// Checks a preset entry's `counters:`. An entry that reports one logical

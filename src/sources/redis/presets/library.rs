@@ -10,8 +10,11 @@ use redis::Value;
 
 use super::super::discovery::Candidate;
 use super::bounded::Bound;
+pub use super::options::{
+    OptionError, Written, options_of, prefix_or, stalled_check_limit, timeout,
+};
 use super::service::FinishedLayout;
-pub use super::spec::{Given, Preset};
+pub use super::spec::Preset;
 use super::{Stage, Unit};
 pub use crate::snapshot::Arrivals;
 use crate::snapshot::{Libraries, LibraryFacts, PresetKind, QueueSample, Reason};
@@ -200,23 +203,21 @@ pub trait Library: Sync {
     /// of what zero config sees.
     fn title(&self) -> &'static str;
 
-    /// The options its entry takes (words of [`Given`]), in the order the
-    /// message refusing another lists them.
+    /// The options its entry takes, in the order the message refusing
+    /// another lists them: its options struct's fields
+    /// ([`options_of`]), declared once in its file.
     fn options(&self) -> &'static [&'static str];
+
+    /// Its preset from the options an entry `written` beside `preset:`:
+    /// read as its own options struct ([`Written::read`], which refuses a
+    /// word it does not take), each checked and defaulted; `Err` names
+    /// the field and the problem.
+    fn configure(&self, written: &Written) -> Result<Preset, OptionError>;
 
     /// The library's own key prefix: what `prefix:` defaults to (`""`:
     /// none, or one that may be empty).
     fn default_prefix(&self) -> &'static str {
         ""
-    }
-
-    /// Fills `preset` from the options `given` beyond `prefix` and
-    /// `stalled_check_limit` (already set: the generic code checks those),
-    /// with the library's defaults, and checks them; `Err` is the
-    /// `field: problem` part of the config error.
-    fn configure(&self, preset: &mut Preset, given: &Given) -> Result<(), String> {
-        let _ = (preset, given);
-        Ok(())
     }
 
     /// Whether its entry is one logical queue known at load, so its

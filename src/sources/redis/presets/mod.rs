@@ -25,6 +25,7 @@ mod dramatiq;
 mod entry;
 mod huey;
 pub mod library;
+mod options;
 pub mod picture;
 mod poll;
 mod priority_zset;

@@ -1,13 +1,12 @@
 //! A `- preset:` entry resolved against its library: the library and the
 //! options that locate its keys ([`Preset`]), with the entry's counters
-//! ([`PresetSpec`]); and the options as written, each parsed by its type
-//! only ([`Given`]), which a library's `configure` reads. The config
-//! holds the entry as plain data (`config::PresetEntry`); `entry.rs`
-//! turns it into these.
+//! ([`PresetSpec`]). The config holds the entry as plain data
+//! (`config::PresetEntry`); `entry.rs` turns it into these, each library
+//! reading its own options (`options.rs`).
 
 use std::time::Duration;
 
-use crate::config::{Bounds, CounterKeys, parse_duration};
+use crate::config::CounterKeys;
 use crate::snapshot::PresetKind;
 
 /// Default bound on the per-poll stalled checks (one `EXISTS` each).
@@ -68,74 +67,4 @@ impl Preset {
     pub fn kind(&self) -> PresetKind {
         self.kind
     }
-}
-
-/// The options an entry wrote, each parsed by its type only: a library's
-/// `configure` reads those it takes (the others were refused before).
-#[derive(Debug, Default, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Given {
-    /// `prefix:`.
-    #[serde(default)]
-    pub prefix: Option<String>,
-    /// `queues:`.
-    #[serde(default)]
-    pub queues: Option<Vec<String>>,
-    /// `priority_steps:`.
-    #[serde(default)]
-    pub priority_steps: Option<Vec<u8>>,
-    /// `sep:`.
-    #[serde(default)]
-    pub sep: Option<String>,
-    /// `visibility_timeout:`, as written (a duration with a unit).
-    #[serde(default)]
-    pub visibility_timeout: Option<String>,
-    /// `heartbeat_timeout:`, as written (a duration with a unit).
-    #[serde(default)]
-    pub heartbeat_timeout: Option<String>,
-    /// `name:`.
-    #[serde(default)]
-    pub name: Option<String>,
-    /// `stalled_check_limit:`.
-    #[serde(default)]
-    pub stalled_check_limit: Option<usize>,
-}
-
-impl Given {
-    /// The option words written, in a fixed order.
-    pub fn words(&self) -> Vec<&'static str> {
-        [
-            ("prefix", self.prefix.is_some()),
-            ("queues", self.queues.is_some()),
-            ("priority_steps", self.priority_steps.is_some()),
-            ("sep", self.sep.is_some()),
-            ("visibility_timeout", self.visibility_timeout.is_some()),
-            ("heartbeat_timeout", self.heartbeat_timeout.is_some()),
-            ("name", self.name.is_some()),
-            ("stalled_check_limit", self.stalled_check_limit.is_some()),
-        ]
-        .into_iter()
-        .filter_map(|(k, set)| set.then_some(k))
-        .collect()
-    }
-
-    /// `visibility_timeout:` as a duration, if written (at most a year).
-    pub fn visibility_timeout(&self) -> Result<Option<Duration>, String> {
-        timeout("visibility_timeout", self.visibility_timeout.as_deref())
-    }
-
-    /// `heartbeat_timeout:` as a duration, if written (at most a year).
-    pub fn heartbeat_timeout(&self) -> Result<Option<Duration>, String> {
-        timeout("heartbeat_timeout", self.heartbeat_timeout.as_deref())
-    }
-}
-
-/// The timeout option `word` as a duration, if written (at most a year).
-fn timeout(word: &str, written: Option<&str>) -> Result<Option<Duration>, String> {
-    let Some(t) = written else {
-        return Ok(None);
-    };
-    let d = parse_duration(t).map_err(|e| format!("{word}: {e}"))?;
-    Bounds::YEAR.check(d).map_err(|e| format!("{word}: {e}"))?;
-    Ok(Some(d))
 }
