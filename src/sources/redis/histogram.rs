@@ -422,26 +422,11 @@ impl HistogramState {
                 _ => return Err(Again::Remeasure),
             }
         }
-        for (j, r) in asked.iter().enumerate() {
-            let i = plan.young + j;
-            if plan.windows & (1 << i) == 0 {
-                match reply::as_u64(r) {
-                    Some(n) => older.push(n),
-                    None => return Ok(None),
-                }
-                continue;
-            }
-            // A window reads the bucket itself; the rest of `due` is older.
-            let Some((offset, limit)) = self.window_of(i, buckets, plan) else {
-                return Err(Again::Remeasure);
-            };
-            let Some(len) = reply::as_array(r).map(|a| a.len() as u64) else {
-                return Ok(None);
-            };
-            match bucket_ask::window_count(offset, limit, len) {
-                Some(n) => older.push(due.saturating_sub(n)),
-                None => return Err(Again::Remeasure),
-            }
+        if self
+            .read_asked(plan, asked, due, buckets, &mut older)?
+            .is_none()
+        {
+            return Ok(None);
         }
         if older.len() < buckets.len() {
             let first_skipped = buckets[older.len()].as_secs_f64();
@@ -463,6 +448,42 @@ impl HistogramState {
                 .collect(),
             count: due,
         })))
+    }
+
+    /// Adds to `older` the count of due items older than each bound the
+    /// plan queried, from its replies `asked` (a count, or a window of the
+    /// bucket itself whose rest of `due` is older); `Ok(None)` when a
+    /// reply cannot be read.
+    fn read_asked(
+        &self,
+        plan: HistogramPlan,
+        asked: &[Value],
+        due: u64,
+        buckets: &[Duration],
+        older: &mut Vec<u64>,
+    ) -> Result<Option<()>, Again> {
+        for (j, r) in asked.iter().enumerate() {
+            let i = plan.young + j;
+            if plan.windows & (1 << i) == 0 {
+                match reply::as_u64(r) {
+                    Some(n) => older.push(n),
+                    None => return Ok(None),
+                }
+                continue;
+            }
+            // A window reads the bucket itself; the rest of `due` is older.
+            let Some((offset, limit)) = self.window_of(i, buckets, plan) else {
+                return Err(Again::Remeasure);
+            };
+            let Some(len) = reply::as_array(r).map(|a| a.len() as u64) else {
+                return Ok(None);
+            };
+            match bucket_ask::window_count(offset, limit, len) {
+                Some(n) => older.push(due.saturating_sub(n)),
+                None => return Err(Again::Remeasure),
+            }
+        }
+        Ok(Some(()))
     }
 
     /// The histogram of `due` items all in every bucket: the last one when

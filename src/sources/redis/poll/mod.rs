@@ -312,33 +312,8 @@ impl Round<'_> {
                 KeyOutcome::Sample(s, age_failed, found) => {
                     polled.age_parse_failures += u64::from(age_failed);
                     polled.unchanged_keys += u64::from(plan.unchanged.is_some());
-                    // What follows reads the base commands' replies, which a
-                    // key served unchanged did not send.
-                    let fresh = plan.unchanged.is_none();
-                    key.keep(
-                        found.filter(|_| self.keep),
-                        fresh,
-                        now_secs,
-                        config.discovery_interval.as_secs_f64(),
-                    );
-                    if let (KeyState::Typed(KeyType::List), true) = (&key.state, fresh) {
-                        list::pause_oversized_peek(key, r, now_secs);
-                    }
-                    // The oldest member's size bounds the next probes' replies.
-                    let member_len = match key.state {
-                        KeyState::Typed(KeyType::Zset) if fresh => zset::oldest_member_len(r),
-                        _ => None,
-                    };
-                    key.histogram.record(
-                        &key.key,
-                        plan.histogram,
-                        s.oldest_age_seconds,
-                        s.ready,
-                        member_len,
-                        s.age_histogram.clone(),
-                        config.age_histogram_interval,
-                        now_secs,
-                    );
+                    let found = found.filter(|_| self.keep);
+                    settle_sample(key, plan, r, &s, found, config, now_secs);
                     samples[i] = Some(*s);
                 }
                 KeyOutcome::Retype if !last_round => {
@@ -373,6 +348,48 @@ impl Round<'_> {
             }
         }
     }
+}
+
+/// What a key keeps of a sample `s` read from its replies `r` under
+/// `plan`: whether it may be served unchanged (`found`), a list's
+/// oversized peek paused, its histogram's record (the oldest zset
+/// member's size bounding the next probes' replies).
+fn settle_sample(
+    key: &mut TrackedKey,
+    plan: &Plan,
+    r: &[Value],
+    s: &QueueSample,
+    found: Option<Unchanged>,
+    config: &RedisSourceConfig,
+    now_secs: f64,
+) {
+    // What follows reads the base commands' replies, which a
+    // key served unchanged did not send.
+    let fresh = plan.unchanged.is_none();
+    key.keep(
+        found,
+        fresh,
+        now_secs,
+        config.discovery_interval.as_secs_f64(),
+    );
+    if let (KeyState::Typed(KeyType::List), true) = (&key.state, fresh) {
+        list::pause_oversized_peek(key, r, now_secs);
+    }
+    // The oldest member's size bounds the next probes' replies.
+    let member_len = match key.state {
+        KeyState::Typed(KeyType::Zset) if fresh => zset::oldest_member_len(r),
+        _ => None,
+    };
+    key.histogram.record(
+        &key.key,
+        plan.histogram,
+        s.oldest_age_seconds,
+        s.ready,
+        member_len,
+        s.age_histogram.clone(),
+        config.age_histogram_interval,
+        now_secs,
+    );
 }
 
 /// Lets other tasks on this worker run between slices of a long loop over
