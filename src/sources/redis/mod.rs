@@ -39,7 +39,7 @@ use crate::snapshot::{QueueScope, Reason};
 use crate::sources::{PollOutput, Source, SourceError};
 use commands::Conn;
 pub(crate) use reply::is_auth_error_code;
-use rounds::{DiscoveryFailure, DiscoveryTask, Plain, RoundInput, RoundKind, Rounds};
+use rounds::{DiscoveryFailure, DiscoveryTask, Found, Plain, RoundInput, RoundKind, Rounds};
 
 pub use commands::PIPELINE_CHUNK;
 pub use presets::library::{catalogue, names as library_names};
@@ -155,36 +155,7 @@ impl RedisSource {
                 .is_none_or(|t| t.elapsed() >= self.config.discovery_interval);
         let mut wait = Duration::ZERO;
         if due && self.discovery.running.is_none() {
-            self.discovery.forced = false;
-            let scan = !self.config.recognise || self.discovery.scan_due(&self.config);
-            let plain = match scan {
-                true => Vec::new(),
-                false => self
-                    .tracked
-                    .iter()
-                    .filter(|k| !k.exact)
-                    .map(|k| (k.key.clone(), k.state.clone()))
-                    .collect(),
-            };
-            self.discovery.scan_wanted = false;
-            let input = RoundInput {
-                config: Arc::new(self.config.clone()),
-                known: discovery::known_pattern_keys(&self.tracked),
-                plain,
-                memory: std::mem::take(&mut self.discovery.memory),
-                configured: self.configured.clone(),
-                polled: match self.config.recognise {
-                    true => self.presets.polled(),
-                    false => Vec::new(),
-                },
-                scan,
-            };
-            self.discovery.running = Some(DiscoveryTask::spawn(
-                conn.clone(),
-                input,
-                self.discovery_deadline(),
-            ));
-            wait = self.config.poll_interval.min(self.poll_timeout()) / 2;
+            wait = self.start_round(conn);
         }
         // Known keys: those of the last round that finished.
         let known = self.discovery.last.is_some();
@@ -222,6 +193,49 @@ impl RedisSource {
                 return Err(SourceError::Backend(format!("discovery task ended: {e}")));
             }
         };
+        Ok(self.adopt_round(found))
+    }
+
+    /// Starts a discovery round on its own task (a scan, or zero config's
+    /// library round), and says how long this poll waits for it.
+    fn start_round(&mut self, conn: &Conn) -> Duration {
+        self.discovery.forced = false;
+        let scan = !self.config.recognise || self.discovery.scan_due(&self.config);
+        let plain = match scan {
+            true => Vec::new(),
+            false => self
+                .tracked
+                .iter()
+                .filter(|k| !k.exact)
+                .map(|k| (k.key.clone(), k.state.clone()))
+                .collect(),
+        };
+        self.discovery.scan_wanted = false;
+        let input = RoundInput {
+            config: Arc::new(self.config.clone()),
+            known: discovery::known_pattern_keys(&self.tracked),
+            plain,
+            memory: std::mem::take(&mut self.discovery.memory),
+            configured: self.configured.clone(),
+            polled: match self.config.recognise {
+                true => self.presets.polled(),
+                false => Vec::new(),
+            },
+            scan,
+        };
+        self.discovery.running = Some(DiscoveryTask::spawn(
+            conn.clone(),
+            input,
+            self.discovery_deadline(),
+        ));
+        self.config.poll_interval.min(self.poll_timeout()) / 2
+    }
+
+    /// Takes on what a finished round `found`: the libraries' entries, the
+    /// plain keys, what it left out (logged when that changes), the
+    /// presets' queues within what `max_keys` leaves. Returns refusals to
+    /// count.
+    fn adopt_round(&mut self, found: Found) -> Vec<Reason> {
         if let Some(specs) = found.recognised {
             self.presets.set_specs(specs);
         }
@@ -285,7 +299,7 @@ impl RedisSource {
         if self.config.recognise {
             self.log_picture();
         }
-        Ok(refused)
+        refused
     }
 
     /// Zero config: logs what the last round recognised, at the first round
