@@ -12,7 +12,7 @@ use std::time::{Duration, SystemTime};
 use crate::config::ScalerConfig;
 use crate::scaler::finite;
 use crate::scaler::metadata::{ListKey, Mode, Operation, ScalerQuery};
-use crate::scaler::wait::{self, ServiceFrom, WaitDecision, WaitInputs};
+use crate::scaler::wait::{self, ServiceFrom, WaitDecision, WaitInputs, WaitParams};
 use crate::scaler::{units, wait_inputs};
 use crate::snapshot::{
     JobState, NameQuery, PresetFacts, PresetKind, QueueSample, QueueType, Reach, Snapshot,
@@ -205,6 +205,40 @@ fn read(
     let data_age = fresh_age(snapshot, config, now)?;
     let vouched = vouch(query, snapshot)?;
 
+    check_one_vhost(query, snapshot, queues)?;
+
+    check_presets(query, snapshot, queues)?;
+
+    let found = Found {
+        snapshot,
+        data_age,
+        vouched,
+    };
+    if let Some(params) = &query.wait {
+        return read_wait(query, params, queues, &found, config, now);
+    }
+
+    read_values(query, queues, &found, config, now)
+}
+
+/// The one source whose queues a query matched: its snapshot, how old
+/// its data is, and what its coverage vouches for.
+struct Found<'a> {
+    /// The source's snapshot.
+    snapshot: &'a Arc<Snapshot>,
+    /// The age of its data.
+    data_age: Duration,
+    /// What its coverage vouched for.
+    vouched: Vouched,
+}
+
+/// Refuses an exact name (or a glob matching one name) that exists in
+/// several vhosts of the one source: `vhost` must pick one.
+fn check_one_vhost(
+    query: &ScalerQuery,
+    snapshot: &Snapshot,
+    queues: &[&QueueSample],
+) -> Result<(), QueryError> {
     if !query.queue.is_glob() || queues.iter().all(|q| q.name == query.queue.text()) {
         let mut vhosts: Vec<&str> = queues.iter().filter_map(|q| q.vhost()).collect();
         vhosts.sort_unstable();
@@ -218,39 +252,58 @@ fn read(
             )));
         }
     }
+    Ok(())
+}
 
-    check_presets(query, snapshot, queues)?;
-
-    if let Some(params) = &query.wait {
-        let kept: Vec<&QueueSample> = queues
-            .iter()
-            .copied()
-            .filter(|q| !skip_for_mode(query, q))
-            .collect();
-        if kept.is_empty() {
-            return read_absent(query, &[snapshot], config, now);
-        }
-        if params.processing_time.is_none() {
-            for q in &kept {
-                if let Some(why) = wait_inputs::unmeasured_kind(snapshot.kind, q.preset.as_deref())
-                {
-                    return Err(processing_time_required(&q.name, snapshot, why));
-                }
+/// Mode `WaitTime` over the matched `queues`: the model's inputs read
+/// from the snapshot, its replicas.
+fn read_wait(
+    query: &ScalerQuery,
+    params: &WaitParams,
+    queues: &[&QueueSample],
+    found: &Found<'_>,
+    config: &ScalerConfig,
+    now: SystemTime,
+) -> Result<Reading, QueryError> {
+    let snapshot = found.snapshot;
+    let kept: Vec<&QueueSample> = queues
+        .iter()
+        .copied()
+        .filter(|q| !skip_for_mode(query, q))
+        .collect();
+    if kept.is_empty() {
+        return read_absent(query, &[snapshot], config, now);
+    }
+    if params.processing_time.is_none() {
+        for q in &kept {
+            if let Some(why) = wait_inputs::unmeasured_kind(snapshot.kind, q.preset.as_deref()) {
+                return Err(processing_time_required(&q.name, snapshot, why));
             }
         }
-        let inputs = wait_inputs::gather(params, query.window, snapshot, &kept)
-            .map_err(|e| in_aggregate(query, kept.len(), QueryError::Unavailable(e)))?;
-        let decision = wait::decide(params, inputs);
-        return Ok(Reading {
-            value: decision.replicas,
-            source: snapshot.source.clone(),
-            matched: kept.len(),
-            data_age,
-            wait: Some(decision),
-            vouched,
-        });
     }
+    let inputs = wait_inputs::gather(params, query.window, snapshot, &kept)
+        .map_err(|e| in_aggregate(query, kept.len(), QueryError::Unavailable(e)))?;
+    let decision = wait::decide(params, inputs);
+    Ok(Reading {
+        value: decision.replicas,
+        source: snapshot.source.clone(),
+        matched: kept.len(),
+        data_age: found.data_age,
+        wait: Some(decision),
+        vouched: found.vouched,
+    })
+}
 
+/// Every other mode over the matched `queues`: each one's value, one
+/// unknown making the aggregate unknown, combined by `operation`.
+fn read_values(
+    query: &ScalerQuery,
+    queues: &[&QueueSample],
+    found: &Found<'_>,
+    config: &ScalerConfig,
+    now: SystemTime,
+) -> Result<Reading, QueryError> {
+    let snapshot = found.snapshot;
     let mut values = Vec::with_capacity(queues.len());
     for q in queues {
         if skip_for_mode(query, q) {
@@ -283,9 +336,9 @@ fn read(
         value: combine(query.operation, values),
         source: snapshot.source.clone(),
         matched: values.0.len(),
-        data_age,
+        data_age: found.data_age,
         wait: None,
-        vouched,
+        vouched: found.vouched,
     })
 }
 
