@@ -528,54 +528,7 @@ fn read_absent(
         .collect();
     match covering.as_slice() {
         [] => {}
-        [snapshot] => {
-            // A covered name with no sample: a drained queue of a library
-            // that keeps finished jobs needs no service time (nothing
-            // waits or arrives); a plain key, or a library that keeps none,
-            // has no measured one, so the trigger needs `processingTime`.
-            let selects = |name: &str| query.queue.matches(name);
-            if let Some(p) = &query.wait
-                && p.processing_time.is_none()
-                && !snapshot.scope.measures_absent(&name_query(query, &selects))
-                && let Some(why) = wait_inputs::unmeasured_kind(
-                    snapshot.kind,
-                    // A query for a library asks of its queues (which keep
-                    // no finished jobs, as measures_absent said), not of a key.
-                    query.preset.map(|_| PresetFacts::default()).as_ref(),
-                )
-            {
-                return Err(processing_time_required(query.queue.text(), snapshot, why));
-            }
-            let data_age = fresh_age(snapshot, config, now)?;
-            let vouched = vouch(query, snapshot)?;
-            let value = empty_value(query, snapshot)?;
-            // Nothing waits, and the source's readings span the window
-            // (empty_value checked) with no arrivals at these names.
-            let wait = query.wait.as_ref().map(|p| {
-                let (service_time, service_from) = match p.processing_time {
-                    Some(t) => (t.as_secs_f64(), ServiceFrom::Set),
-                    None => (0.0, ServiceFrom::Unneeded),
-                };
-                wait::decide(
-                    p,
-                    WaitInputs {
-                        backlog: 0.0,
-                        oldest_age: 0.0,
-                        arrival_rate: 0.0,
-                        service_time,
-                        service_from,
-                    },
-                )
-            });
-            return Ok(Reading {
-                value,
-                source: snapshot.source.clone(),
-                matched: 0,
-                data_age,
-                wait,
-                vouched,
-            });
-        }
+        [snapshot] => return read_empty(query, snapshot, config, now),
         several => {
             let names: Vec<&str> = several.iter().map(|s| &*s.source).collect();
             return Err(QueryError::InvalidArgument(format!(
@@ -594,6 +547,63 @@ fn read_absent(
         }
     }
     Err(not_found(query, reached.is_empty()))
+}
+
+/// A name the one covering source's configuration vouches for but no
+/// sample holds: an empty queue (its WaitTime 0 replicas, with the
+/// service time `processingTime` says or none needed).
+fn read_empty(
+    query: &ScalerQuery,
+    snapshot: &Snapshot,
+    config: &ScalerConfig,
+    now: SystemTime,
+) -> Result<Reading, QueryError> {
+    // A covered name with no sample: a drained queue of a library
+    // that keeps finished jobs needs no service time (nothing
+    // waits or arrives); a plain key, or a library that keeps none,
+    // has no measured one, so the trigger needs `processingTime`.
+    let selects = |name: &str| query.queue.matches(name);
+    if let Some(p) = &query.wait
+        && p.processing_time.is_none()
+        && !snapshot.scope.measures_absent(&name_query(query, &selects))
+        && let Some(why) = wait_inputs::unmeasured_kind(
+            snapshot.kind,
+            // A query for a library asks of its queues (which keep
+            // no finished jobs, as measures_absent said), not of a key.
+            query.preset.map(|_| PresetFacts::default()).as_ref(),
+        )
+    {
+        return Err(processing_time_required(query.queue.text(), snapshot, why));
+    }
+    let data_age = fresh_age(snapshot, config, now)?;
+    let vouched = vouch(query, snapshot)?;
+    let value = empty_value(query, snapshot)?;
+    // Nothing waits, and the source's readings span the window
+    // (empty_value checked) with no arrivals at these names.
+    let wait = query.wait.as_ref().map(|p| {
+        let (service_time, service_from) = match p.processing_time {
+            Some(t) => (t.as_secs_f64(), ServiceFrom::Set),
+            None => (0.0, ServiceFrom::Unneeded),
+        };
+        wait::decide(
+            p,
+            WaitInputs {
+                backlog: 0.0,
+                oldest_age: 0.0,
+                arrival_rate: 0.0,
+                service_time,
+                service_from,
+            },
+        )
+    });
+    Ok(Reading {
+        value,
+        source: snapshot.source.clone(),
+        matched: 0,
+        data_age,
+        wait,
+        vouched,
+    })
 }
 
 /// An empty queue's value: 0 for every count and for Age (nothing waits);
