@@ -20,7 +20,9 @@
 //!   → adopt, called in order by the folder's `mod.rs`; a stage imports
 //!   neither the orchestrator nor a later stage, and of an earlier stage
 //!   only its output types (never a function: no call back); the leaves
-//!   (`marks`, `learnt`) import no stage.
+//!   (`marks`, `learnt`) import no stage;
+//! - no function outside tests is over 80 lines, but for an allow-list of
+//!   at most three, each saying why.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -779,6 +781,127 @@ fn the_cycle_and_reader_rules_can_fail() {
     let chain = "scaler::metadata -> config -> config::preset -> sources::redis::presets::library";
     // Reported where the chain first leaves the readers' reach.
     assert_eq!(offences, BTreeSet::from([chain.to_owned()]));
+}
+
+/// The longest a function outside tests may be, in lines from its `fn`
+/// to its closing brace (tokio-rs/mini-redis, the style this follows,
+/// has none longer).
+const MAX_FUNCTION_LINES: usize = 80;
+
+/// The functions allowed to be longer, at most three, each with why:
+/// `(file, function, reason)`.
+const LONG_FUNCTIONS: &[(&str, &str, &str)] = &[];
+
+/// Every function with a body in `code` (comments, literals and tests
+/// already blanked), as `(name, first line, lines)`.
+fn functions(code: &str) -> Vec<(String, usize, usize)> {
+    static FN: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"\bfn\s+(\w+)").expect("regex"));
+    let bytes = code.as_bytes();
+    let line_at = |at: usize| code[..at].matches('\n').count() + 1;
+    let mut out = Vec::new();
+    for c in FN.captures_iter(code) {
+        let start = c.get(0).expect("the whole match").start();
+        // The body's `{`, unless a `;` at the signature's top level comes
+        // first (a declaration without a body).
+        let mut nesting = 0i32;
+        let mut open = None;
+        for (i, &b) in bytes.iter().enumerate().skip(start) {
+            match b {
+                b'(' | b'[' | b'<' => nesting += 1,
+                b')' | b']' => nesting -= 1,
+                b'>' if i > 0 && bytes[i - 1] != b'-' && bytes[i - 1] != b'=' => nesting -= 1,
+                b';' if nesting <= 0 => break,
+                b'{' => {
+                    open = Some(i);
+                    break;
+                }
+                _ => {}
+            }
+        }
+        let Some(open) = open else { continue };
+        let mut depth = 0usize;
+        let mut close = None;
+        for (i, &b) in bytes.iter().enumerate().skip(open) {
+            match b {
+                b'{' => depth += 1,
+                b'}' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        close = Some(i);
+                        break;
+                    }
+                }
+                _ => {}
+            }
+        }
+        let Some(close) = close else { continue };
+        let first = line_at(start);
+        out.push((c[1].to_owned(), first, line_at(close) - first + 1));
+    }
+    out
+}
+
+/// The functions of `src/` outside tests over [`MAX_FUNCTION_LINES`],
+/// longest first, as `(lines, "file:line: name")`.
+fn long_functions() -> Vec<(usize, String)> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files: Vec<PathBuf> = module_files().into_values().collect();
+    files.push(root.join("src/main.rs"));
+    let mut out = Vec::new();
+    for path in files {
+        let rel = path.strip_prefix(root).expect("under the crate");
+        let rel = rel.to_string_lossy().replace('\\', "/");
+        let text = std::fs::read_to_string(&path).expect("read source");
+        for (name, line, lines) in functions(&production_tokens(&text)) {
+            if lines > MAX_FUNCTION_LINES {
+                out.push((lines, format!("{rel}:{line}: {name}")));
+            }
+        }
+    }
+    out.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+    out
+}
+
+#[test]
+fn no_function_outside_tests_is_over_80_lines() {
+    assert!(LONG_FUNCTIONS.len() <= 3, "at most three allowed");
+    let allowed = |at: &str| {
+        LONG_FUNCTIONS.iter().any(|(file, name, why)| {
+            !why.is_empty()
+                && at.starts_with(&format!("{file}:"))
+                && at.ends_with(&format!(": {name}"))
+        })
+    };
+    let long: Vec<String> = long_functions()
+        .into_iter()
+        .filter(|(_, at)| !allowed(at))
+        .map(|(n, at)| format!("{n} lines: {at}"))
+        .collect();
+    assert!(
+        long.is_empty(),
+        "{} functions over {MAX_FUNCTION_LINES} lines: {long:#?}",
+        long.len()
+    );
+}
+
+#[test]
+fn the_function_length_check_can_fail() {
+    let body = "    let x = 1;\n".repeat(81);
+    let code = format!(
+        "fn short(a: [u8; 2]) -> Vec<u8> {{\n    a.to_vec()\n}}\n\
+         fn long() {{\n{body}}}\n\
+         trait T {{\n    fn declared(&self) -> u8;\n}}\n"
+    );
+    let found = functions(&code);
+    assert_eq!(
+        found,
+        [("short".to_owned(), 1, 3), ("long".to_owned(), 4, 83)]
+    );
+    // Braces inside literals and comments do not count.
+    let code = production_tokens(
+        "fn f() {\n    let s = \"}}\"; // }\n    let c = '}';\n    let b = b'{';\n}\n",
+    );
+    assert_eq!(functions(&code), [("f".to_owned(), 1, 5)]);
 }
 
 /// Every queue library the exporter knows: a pattern matching its name in
