@@ -514,6 +514,22 @@ impl RedisSource {
     }
 }
 
+/// Every word a `- preset:` entry may hold: `preset`, each library's
+/// options (once each, in the list's order), `counters` (what
+/// docs/configuration.md's table of preset options lists).
+pub fn preset_words() -> Vec<&'static str> {
+    let mut words = vec!["preset"];
+    for library in presets::library::all() {
+        for word in library.options() {
+            if !words.contains(word) {
+                words.push(word);
+            }
+        }
+    }
+    words.push("counters");
+    words
+}
+
 /// The `- preset:` entries of `config` resolved against their libraries.
 /// `app::preflight` refuses a config with an entry that does not resolve
 /// before any source is built; should one come here all the same (a
