@@ -42,6 +42,17 @@ pub enum AppError {
         "the configuration was read from standard input or another file that is not a regular file (a pipe or FIFO) and cannot be read again; restart to change it"
     )]
     ReloadFromStdin,
+    /// A `- preset:` entry of a Redis source does not resolve against the
+    /// library it names (an unknown library, an option it does not take, a
+    /// bad value): the config holds entries as written, `sources` resolves
+    /// them.
+    #[error("{path}: {problem}")]
+    Preset {
+        /// The entry's path (`sources[0].queues[1]`), or its field's.
+        path: String,
+        /// What is wrong, `field: problem`.
+        problem: String,
+    },
     /// A source's TLS file (`sources[i].tls.*`, Redis or RabbitMQ) cannot
     /// be used.
     #[error("sources[{index}].{error}")]
@@ -190,7 +201,9 @@ fn build(
 /// sources (Redis and RabbitMQ) must load, and the HTTP basic-auth users
 /// must be usable.
 /// Used by `start`, `reload` and `check`; returns what the HTTP listener needs.
+/// Checks the sources' `- preset:` entries first ([`check_presets`]).
 pub fn preflight(config: &Config) -> Result<HttpSecurity, AppError> {
+    check_presets(config)?;
     crate::crypto::install_crypto_provider();
     if config.listen.grpc.is_some()
         && let Some(tls) = &config.scaler.tls
@@ -213,6 +226,19 @@ pub fn preflight(config: &Config) -> Result<HttpSecurity, AppError> {
         checked.map_err(|error| AppError::SourceTls { index, error })?;
     }
     Ok(HttpSecurity::from_config(&config.web)?)
+}
+
+/// Checks that every `- preset:` entry of every Redis source resolves
+/// against the library it names: what the config, plain data, cannot
+/// tell by itself. Run on every config loaded (`main`, [`preflight`]).
+pub fn check_presets(config: &Config) -> Result<(), AppError> {
+    for source in &config.sources {
+        if let SourceConfig::Redis(r) = source {
+            crate::sources::redis::check_presets(r)
+                .map_err(|(path, problem)| AppError::Preset { path, problem })?;
+        }
+    }
+    Ok(())
 }
 
 /// Starts a built source's poll loop, stoppable alone by its own trigger.
@@ -300,7 +326,8 @@ impl App {
     pub async fn start(config: Config) -> Result<App, AppError> {
         let security = preflight(&config)?;
         let sources = select_sources(&config).await;
-        let mut builder = HubBuilder::default();
+        let mut builder = HubBuilder::default()
+            .with_libraries(crate::sources::redis::presets::library::catalogue());
         let built = build(&sources, &mut builder);
         let (hub, control) = builder.build_swappable();
         let telemetry = Arc::new(Telemetry::new());
@@ -574,7 +601,8 @@ pub struct PollFailure {
 pub async fn once(config: &Config) -> OnceReport {
     crate::crypto::install_crypto_provider();
     let sources = select_sources(config).await;
-    let mut builder = HubBuilder::default();
+    let mut builder =
+        HubBuilder::default().with_libraries(crate::sources::redis::presets::library::catalogue());
     let built = build(&sources, &mut builder);
     let hub = builder.build();
     let mut failures = Vec::new();

@@ -8,8 +8,10 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::config::{KeyType, PresetSpec, RedisSourceConfig, default_prefix};
+use crate::config::{KeyType, RedisSourceConfig};
 use crate::sources::SourceError;
+use crate::sources::redis::presets::PresetSpec;
+use crate::sources::redis::presets::library::default_prefix;
 use crate::sources::redis::{Recognised, RedisSource};
 
 /// The capture label of a grouped pattern (the part after the prefix).
@@ -258,11 +260,14 @@ mod tests {
     #[test]
     fn a_celery_entry_says_what_differs_from_kombus_defaults() {
         let spec = PresetSpec {
-            preset: crate::config::Preset {
+            preset: crate::sources::redis::presets::Preset {
                 queues: vec!["tasks".into()],
                 priority_steps: vec![0, 1, 3, 6, 9],
                 sep: ":".into(),
-                ..crate::config::Preset::new(crate::snapshot::PresetKind::named("celery"), "app:")
+                ..crate::sources::redis::presets::Preset::new(
+                    crate::snapshot::PresetKind::named("celery"),
+                    "app:",
+                )
             },
             counters: None,
         };
@@ -278,7 +283,7 @@ mod tests {
     fn a_library_without_a_prefix_option_names_no_prefix() {
         let kind = crate::snapshot::PresetKind::named("huey");
         let spec = PresetSpec {
-            preset: crate::config::Preset::new(kind, ""),
+            preset: crate::sources::redis::presets::Preset::new(kind, ""),
             counters: None,
         };
         let entry = preset_entry(&spec, &["huey".into()]);

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use crate::snapshot::{QueueScope, Snapshot, SourceKind};
+use crate::snapshot::{Libraries, QueueScope, Snapshot, SourceKind};
 
 /// Read side: the latest snapshot of every source.
 #[derive(Debug, Clone)]
@@ -34,6 +34,8 @@ struct SourceSet {
     /// Bumped by every [`HubControl::install`], so a reader can drop what it
     /// derived from the previous set (the scaler's parsed-metadata cache).
     generation: u64,
+    /// The queue libraries the exporter knows, as readers learn them.
+    libraries: Arc<Libraries>,
 }
 
 /// The read end of one source's snapshot slot. A running source's slot is
@@ -74,6 +76,8 @@ pub struct HubBuilder {
     sources: Vec<SourceSlot>,
     /// Shared change counter.
     epoch: Arc<watch::Sender<u64>>,
+    /// The queue libraries every snapshot tells of (none by default).
+    libraries: Arc<Libraries>,
 }
 
 impl Default for HubBuilder {
@@ -81,11 +85,20 @@ impl Default for HubBuilder {
         HubBuilder {
             sources: Vec::new(),
             epoch: Arc::new(watch::Sender::new(0)),
+            libraries: Arc::default(),
         }
     }
 }
 
 impl HubBuilder {
+    /// The same builder, whose hub and snapshots tell of `libraries`.
+    pub fn with_libraries(self, libraries: Libraries) -> Self {
+        HubBuilder {
+            libraries: Arc::new(libraries),
+            ..self
+        }
+    }
+
     /// Registers a source and returns the publisher it must use. `scope`
     /// says which queue names the source's configuration can report; it
     /// travels with every snapshot.
@@ -96,7 +109,9 @@ impl HubBuilder {
         poll_interval: Duration,
         scope: Arc<dyn QueueScope>,
     ) -> SnapshotPublisher {
-        let initial = Snapshot::initial(name, kind, poll_interval).with_scope(scope);
+        let initial = Snapshot::initial(name, kind, poll_interval)
+            .with_scope(scope)
+            .with_libraries(self.libraries.clone());
         let (tx, rx) = watch::channel(Arc::new(initial));
         self.sources.push(SourceSlot(rx));
         SnapshotPublisher {
@@ -121,6 +136,7 @@ impl HubBuilder {
         let (set, rx) = watch::channel(SourceSet {
             slots: self.sources.into(),
             generation: 0,
+            libraries: self.libraries,
         });
         let hub = Hub {
             sources: rx,
@@ -143,6 +159,7 @@ impl HubControl {
         HubBuilder {
             sources: Vec::new(),
             epoch: self.epoch.clone(),
+            libraries: self.set.borrow().libraries.clone(),
         }
     }
 
@@ -186,6 +203,12 @@ impl Hub {
     /// The latest snapshot of every source, in config order.
     pub fn snapshots(&self) -> Vec<Arc<Snapshot>> {
         self.slots().iter().map(SourceSlot::current).collect()
+    }
+
+    /// The queue libraries the exporter knows (their names, where their
+    /// arrivals come from).
+    pub fn libraries(&self) -> Arc<Libraries> {
+        self.sources.borrow().libraries.clone()
     }
 
     /// Changes each time the set of sources is replaced (not on publishes).

@@ -176,6 +176,12 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // The `- preset:` entries, resolved against their libraries: refused
+    // as any config error is, whatever the command (`once` included).
+    if let Err(e) = app::check_presets(&config) {
+        eprintln!("{}: {e}", config.origin);
+        return ExitCode::from(2);
+    }
     telemetry::init_logging(&config.log);
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(r) => r,
@@ -247,6 +253,10 @@ fn discover(
                     return ExitCode::from(2);
                 }
             };
+            if let Err(e) = app::check_presets(&config) {
+                eprintln!("{}: {e}", config.origin);
+                return ExitCode::from(2);
+            }
             match config.sources.iter().find(|s| s.name() == name) {
                 Some(SourceConfig::Redis(r)) => r.clone(),
                 Some(_) => {

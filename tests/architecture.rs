@@ -1,19 +1,28 @@
 //! The dependency rules of ARCHITECTURE.md, enforced: every `crate::…`,
-//! `super::…` and `self::…` path in `src/` (outside `#[cfg(test)]` code) is
-//! resolved to the module file it names, then
-//! - no reader (`http`, `exposition`, `scaler`) depends on a source module;
+//! `super::…` and `self::…` path in `src/` (outside `#[cfg(test)]` code,
+//! comments and literals) is resolved by one resolver ([`resolve`], which
+//! folds chained `super::super::` and `self::`) to the module file it
+//! names, then
+//! - no file of `src/` is in an import cycle with another (a child's use
+//!   of its own folder's `mod.rs`, the parent/child idiom, aside), and
+//!   within each folder the files beside each other (a subfolder counts as
+//!   one) import in no cycle either;
+//! - `config` is plain data: it imports nothing from `sources`, `scaler`,
+//!   `http`, `exposition` (nor `app`, `hub`);
+//! - no reader (`http`, `exposition`, `scaler`) reaches a source module or
+//!   `app`, directly or through another module: the library registry
+//!   (`sources::redis::presets`) included, so readers learn the libraries'
+//!   names and facts from snapshots;
 //! - `snapshot` depends on nothing in the crate;
-//! - within each folder, the files beside each other (a subfolder counts as
-//!   one; the folder's own `mod.rs` is their parent, not a sibling) have no
-//!   import cycle, but for one edge: `config` parses a `- preset:` entry by
-//!   asking the library it names (`sources::redis::presets::library`);
 //! - a queue library's name appears in `src/` code only in its own file and
 //!   in the one registration list (`presets/mod.rs`'s `LIBRARIES`);
 //! - zero config's round goes one way (`presets/zero/`): gather → classify
 //!   → adopt, called in order by the folder's `mod.rs`; a stage imports
 //!   neither the orchestrator nor a later stage, and of an earlier stage
 //!   only its output types (never a function: no call back); the leaves
-//!   (`marks`, `learnt`) import no stage.
+//!   (`marks`, `learnt`) import no stage;
+//! - no function outside tests is over 80 lines, but for an allow-list of
+//!   at most three, each saying why.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -65,31 +74,152 @@ fn module_files() -> BTreeMap<ModPath, PathBuf> {
     out
 }
 
-/// The file's code without comments, string contents and its `#[cfg(test)]`
-/// items (test modules may reach anywhere).
-fn production_code(text: &str) -> String {
+/// `text` with its comments blanked out, and with the contents of its
+/// string and character literals blanked too unless `keep_strings`; every
+/// line break kept, so line numbers stay those of the file.
+fn blank_comments(text: &str, keep_strings: bool) -> String {
+    let chars: Vec<char> = text.chars().collect();
+    let mut out = String::with_capacity(text.len());
+    let blank = |c: char| if c == '\n' { '\n' } else { ' ' };
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        let next = chars.get(i + 1).copied();
+        let ident_at = |j: usize| chars[j].is_alphanumeric() || chars[j] == '_';
+        let prev_ident = i > 0 && ident_at(i - 1);
+        // `b'x'`, `b"x"`, `br"x"`: a lone `b` before a literal is its prefix.
+        let byte_prefix = i > 0 && chars[i - 1] == 'b' && !(i > 1 && ident_at(i - 2));
+        if c == '/' && next == Some('/') {
+            while i < chars.len() && chars[i] != '\n' {
+                out.push(' ');
+                i += 1;
+            }
+        } else if c == '/' && next == Some('*') {
+            let mut depth = 0;
+            while i < chars.len() {
+                if chars[i] == '/' && chars.get(i + 1) == Some(&'*') {
+                    depth += 1;
+                    out.push_str("  ");
+                    i += 2;
+                } else if chars[i] == '*' && chars.get(i + 1) == Some(&'/') {
+                    depth -= 1;
+                    out.push_str("  ");
+                    i += 2;
+                    if depth == 0 {
+                        break;
+                    }
+                } else {
+                    out.push(blank(chars[i]));
+                    i += 1;
+                }
+            }
+        } else if c == 'r' && (!prev_ident || byte_prefix) && matches!(next, Some('"' | '#')) {
+            // A raw string: r"…", r#"…"#.
+            let mut j = i + 1;
+            let mut hashes = 0;
+            while chars.get(j) == Some(&'#') {
+                hashes += 1;
+                j += 1;
+            }
+            if chars.get(j) != Some(&'"') {
+                out.push(c);
+                i += 1;
+                continue;
+            }
+            let open = j + 1;
+            let mut k = open;
+            let close = loop {
+                if k >= chars.len() {
+                    break chars.len();
+                }
+                if chars[k] == '"' && (0..hashes).all(|h| chars.get(k + 1 + h) == Some(&'#')) {
+                    break k;
+                }
+                k += 1;
+            };
+            out.extend(&chars[i..open]);
+            for &ch in &chars[open..close] {
+                out.push(if keep_strings { ch } else { blank(ch) });
+            }
+            let end = (close + 1 + hashes).min(chars.len());
+            out.extend(&chars[close.min(chars.len())..end]);
+            i = end;
+        } else if c == '"' {
+            out.push('"');
+            i += 1;
+            while i < chars.len() && chars[i] != '"' {
+                let n = if chars[i] == '\\' { 2 } else { 1 };
+                for &ch in chars.iter().skip(i).take(n) {
+                    out.push(if keep_strings { ch } else { blank(ch) });
+                }
+                i += n;
+            }
+            if i < chars.len() {
+                out.push('"');
+                i += 1;
+            }
+        } else if c == '\'' && (!prev_ident || byte_prefix) {
+            // A character literal ('x', '\n', '{'), not a lifetime ('a).
+            let end = match next {
+                Some('\\') => chars[i + 2..]
+                    .iter()
+                    .position(|&ch| ch == '\'')
+                    .map(|p| i + 2 + p),
+                Some(_) if chars.get(i + 2) == Some(&'\'') => Some(i + 2),
+                _ => None,
+            };
+            match end {
+                Some(end) => {
+                    out.push('\'');
+                    for &ch in &chars[i + 1..end] {
+                        out.push(if keep_strings { ch } else { ' ' });
+                    }
+                    out.push('\'');
+                    i = end + 1;
+                }
+                None => {
+                    out.push(c);
+                    i += 1;
+                }
+            }
+        } else {
+            out.push(c);
+            i += 1;
+        }
+    }
+    out
+}
+
+/// `code` with its `#[cfg(test)]` items blanked out (test modules may
+/// reach anywhere), line breaks kept. `code` has no comments.
+fn without_tests(code: &str) -> String {
     let mut out = String::new();
     let mut skip_depth: Option<usize> = None;
     let mut depth = 0usize;
     let mut pending_test = false;
-    for line in text.lines() {
-        let code = line.split("//").next().unwrap_or("");
-        let trimmed = code.trim();
+    for line in code.lines() {
+        let trimmed = line.trim();
         if skip_depth.is_none() && trimmed.starts_with("#[cfg(test)]") {
             pending_test = true;
+            out.push('\n');
             continue;
         }
-        let opens = code.matches('{').count();
-        let closes = code.matches('}').count();
+        let opens = line.matches('{').count();
+        let closes = line.matches('}').count();
         if pending_test && skip_depth.is_none() {
             if trimmed.ends_with(';') && opens == 0 {
                 // `#[cfg(test)] use …;` or `mod tests;`
                 pending_test = false;
+                out.push('\n');
                 continue;
             }
             if opens > 0 {
                 skip_depth = Some(depth);
                 pending_test = false;
+            } else {
+                // The item's signature, before its body opens.
+                out.push('\n');
+                continue;
             }
         }
         depth = (depth + opens).saturating_sub(closes);
@@ -97,51 +227,85 @@ fn production_code(text: &str) -> String {
             if depth <= d {
                 skip_depth = None;
             }
+            out.push('\n');
             continue;
         }
-        out.push_str(code);
+        out.push_str(line);
         out.push('\n');
     }
     out
 }
 
-/// The paths the code of module `me` refers to, made absolute (not yet
-/// resolved to module files: `scaler::metadata::Key` stays whole).
-fn references(code: &str, me: &ModPath) -> BTreeSet<ModPath> {
+/// The file's code without comments and its `#[cfg(test)]` items, string
+/// literals kept (a library's name in a string counts); line numbers
+/// those of the file.
+fn production_code(text: &str) -> String {
+    without_tests(&blank_comments(text, true))
+}
+
+/// The file's code without comments, literals' contents and its
+/// `#[cfg(test)]` items: what brace counting and path matching read.
+fn production_tokens(text: &str) -> String {
+    without_tests(&blank_comments(text, false))
+}
+
+/// The one path resolver: `root::rest` written in module `me` as an
+/// absolute module path, every `super` (one module up: for a file module
+/// and a `mod.rs` alike, since a `mod.rs` *is* its folder's module) and
+/// `self` folded, however chained (`super::super::discovery`,
+/// `self::super::x`, `crate::a::self`).
+fn resolve(root: &str, rest: &str, me: &ModPath) -> ModPath {
+    let mut out = match root {
+        "crate" => ModPath::new(),
+        _ => me.clone(),
+    };
+    let segments = std::iter::once(root).chain(rest.split("::").filter(|s| !s.is_empty()));
+    for seg in segments {
+        match seg {
+            "crate" | "self" => {}
+            "super" => {
+                out.pop();
+            }
+            _ => out.push(seg.to_owned()),
+        }
+    }
+    out
+}
+
+/// The paths the code of module `me` refers to, made absolute by
+/// [`resolve`] (not yet resolved to module files: `scaler::metadata::Key`
+/// stays whole): those starting at `crate`, `super` or `self`, and those
+/// starting at one of `children`, the names of `me`'s own submodules
+/// (`pub use adopt::ZeroConfig;` in a `mod.rs`: a name in scope shadows a
+/// crate of the same name, as Rust resolves it).
+fn references(code: &str, me: &ModPath, children: &BTreeSet<String>) -> BTreeSet<ModPath> {
     static PATH: LazyLock<Regex> =
         LazyLock::new(|| Regex::new(r"\b(crate|super|self)((?:::\w+)+)").expect("regex"));
-    static USE: LazyLock<Regex> =
-        LazyLock::new(|| Regex::new(r"(?s)\buse\s+(crate|super|self)::([^;]*);").expect("regex"));
+    static USE: LazyLock<Regex> = LazyLock::new(|| {
+        Regex::new(r"(?s)\buse\s+(crate|super|self|\w+)::([^;]*);").expect("regex")
+    });
+    static RELATIVE: LazyLock<Regex> =
+        LazyLock::new(|| Regex::new(r"(^|[^:\w])(\w+)((?:::\w+)+)").expect("regex"));
     let (path_re, use_re) = (&*PATH, &*USE);
+    let rooted = |root: &str| matches!(root, "crate" | "super" | "self") || children.contains(root);
     let mut out = BTreeSet::new();
-    // `super` is the parent module, for a file module and a `mod.rs` alike
-    // (a `mod.rs` *is* its folder's module).
-    let base = |root: &str| -> ModPath {
-        match root {
-            "crate" => Vec::new(),
-            "self" => me.clone(),
-            _ => {
-                let mut p = me.clone();
-                p.pop();
-                p
-            }
-        }
-    };
-    let mut add = |root: &str, rest: &str| {
-        let mut p = base(root);
-        p.extend(
-            rest.split("::")
-                .filter(|s| !s.is_empty())
-                .map(str::to_owned),
-        );
-        out.insert(p);
-    };
     for c in path_re.captures_iter(code) {
-        add(&c[1], &c[2]);
+        out.insert(resolve(&c[1], &c[2], me));
+    }
+    for c in RELATIVE.captures_iter(code) {
+        if children.contains(&c[2]) {
+            out.insert(resolve("self", &format!("{}{}", &c[2], &c[3]), me));
+        }
     }
     // Grouped imports: `use super::{a, b::c};` names `a` and `b::c` too.
     for c in use_re.captures_iter(code) {
-        let body = &c[2];
+        if !rooted(&c[1]) {
+            continue;
+        }
+        let (root, body) = match &c[1] {
+            r @ ("crate" | "super" | "self") => (r.to_owned(), c[2].to_owned()),
+            child => ("self".to_owned(), format!("{child}::{}", &c[2])),
+        };
         if let Some(open) = body.find('{') {
             let prefix = body[..open].trim_end_matches("::");
             let inner = body[open + 1..].trim_end_matches('}');
@@ -151,35 +315,63 @@ fn references(code: &str, me: &ModPath) -> BTreeSet<ModPath> {
                 if first.is_empty() || first == "self" {
                     continue;
                 }
-                add(&c[1], &format!("{prefix}::{first}"));
+                out.insert(resolve(&root, &format!("{prefix}::{first}"), me));
             }
         }
     }
     out
 }
 
-/// Module → the module files it depends on (longest known prefix of each
-/// referenced path), itself excluded.
-fn dependencies() -> BTreeMap<ModPath, BTreeSet<ModPath>> {
-    let files = module_files();
-    let mut deps = BTreeMap::new();
-    for (module, path) in &files {
-        let text = std::fs::read_to_string(path).expect("read source");
-        let mut found = BTreeSet::new();
-        let code = production_code(&text);
-        let refs = references(&code, module);
-        for reference in refs {
-            let mut p = reference.clone();
-            while !p.is_empty() && !files.contains_key(&p) {
-                p.pop();
-            }
-            if !p.is_empty() && &p != module {
-                found.insert(p);
-            }
-        }
-        deps.insert(module.clone(), found);
+/// The names of `me`'s own submodules among `files`.
+fn children_of(me: &ModPath, files: &BTreeSet<ModPath>) -> BTreeSet<String> {
+    files
+        .iter()
+        .filter(|f| f.len() == me.len() + 1 && f.starts_with(me))
+        .map(|f| f[me.len()].clone())
+        .collect()
+}
+
+/// The module file holding `path`: its longest prefix that is one
+/// (`None`: the crate root, or outside the crate).
+fn file_of(path: &ModPath, files: &BTreeSet<ModPath>) -> Option<ModPath> {
+    let mut p = path.clone();
+    while !p.is_empty() && !files.contains(&p) {
+        p.pop();
     }
-    deps
+    (!p.is_empty()).then_some(p)
+}
+
+/// Each module's references ([`references`] of its production code), by
+/// module.
+fn module_references() -> BTreeMap<ModPath, BTreeSet<ModPath>> {
+    let files = module_files();
+    let names: BTreeSet<ModPath> = files.keys().cloned().collect();
+    files
+        .into_iter()
+        .map(|(module, path)| {
+            let text = std::fs::read_to_string(&path).expect("read source");
+            let children = children_of(&module, &names);
+            let refs = references(&production_tokens(&text), &module, &children);
+            (module, refs)
+        })
+        .collect()
+}
+
+/// Module → the module files it depends on (the file holding each
+/// referenced path), itself and the crate root excluded.
+fn dependencies() -> BTreeMap<ModPath, BTreeSet<ModPath>> {
+    let files: BTreeSet<ModPath> = module_files().into_keys().collect();
+    module_references()
+        .into_iter()
+        .map(|(module, refs)| {
+            let found = refs
+                .iter()
+                .filter_map(|r| file_of(r, &files))
+                .filter(|f| *f != module)
+                .collect();
+            (module, found)
+        })
+        .collect()
 }
 
 fn show(p: &ModPath) -> String {
@@ -190,28 +382,61 @@ fn show(p: &ModPath) -> String {
     }
 }
 
-#[test]
-fn no_reader_depends_on_a_source() {
+/// The readers: they read snapshots, never a backend.
+const READERS: &[&str] = &["http", "exposition", "scaler"];
+
+/// The modules `from` reaches through `deps`, each with the chain of
+/// modules that leads to it from `from` (shortest first found).
+fn reachable(
+    from: &ModPath,
+    deps: &BTreeMap<ModPath, BTreeSet<ModPath>>,
+) -> BTreeMap<ModPath, Vec<ModPath>> {
+    let mut seen: BTreeMap<ModPath, Vec<ModPath>> = BTreeMap::new();
+    let mut queue = std::collections::VecDeque::from([vec![from.clone()]]);
+    while let Some(chain) = queue.pop_front() {
+        let last = chain.last().expect("a chain is never empty").clone();
+        for next in deps.get(&last).into_iter().flatten() {
+            if *next == *from || seen.contains_key(next) {
+                continue;
+            }
+            let mut longer = chain.clone();
+            longer.push(next.clone());
+            seen.insert(next.clone(), longer.clone());
+            queue.push_back(longer);
+        }
+    }
+    seen
+}
+
+/// Where a reader reaches a source, `app`, or the library registry
+/// (`sources::redis::presets`), directly or through any other module
+/// (`config` once re-exported the registry's lookups): as the chain of
+/// modules that leads there.
+fn readers_reaching_sources(deps: &BTreeMap<ModPath, BTreeSet<ModPath>>) -> Vec<String> {
     let mut offences = Vec::new();
-    for (module, deps) in dependencies() {
-        let reader = matches!(
-            module.first().map(String::as_str),
-            Some("http" | "exposition" | "scaler")
-        );
-        if !reader {
+    for module in deps.keys() {
+        if !READERS.contains(&module.first().map_or("", String::as_str)) {
             continue;
         }
-        for d in deps {
-            if d.first().map(String::as_str) == Some("sources")
-                || d.first().map(String::as_str) == Some("app")
-            {
-                offences.push(format!("{} -> {}", show(&module), show(&d)));
+        let outside =
+            |m: &ModPath| matches!(m.first().map_or("", String::as_str), "sources" | "app");
+        for (to, chain) in reachable(module, deps) {
+            // The first module outside the readers' reach along the chain.
+            if outside(&to) && !chain[..chain.len() - 1].iter().any(outside) {
+                offences.push(chain.iter().map(show).collect::<Vec<_>>().join(" -> "));
             }
         }
     }
+    offences
+}
+
+#[test]
+fn no_reader_reaches_a_source_or_the_library_registry() {
+    let offences = readers_reaching_sources(&dependencies());
     assert!(
         offences.is_empty(),
-        "readers must only read snapshots: {offences:#?}"
+        "readers must only read snapshots (the libraries' names and facts included): \
+         {offences:#?}"
     );
 }
 
@@ -228,6 +453,25 @@ fn the_snapshot_model_depends_on_nothing_in_the_crate() {
         })
         .collect();
     assert!(own.is_empty(), "snapshot imports {own:?}");
+}
+
+/// What `config` must not use: the layers above it. Config is plain data
+/// (a `- preset:` entry is a library's name, its options and their path);
+/// `sources` resolves it against the libraries.
+const ABOVE_CONFIG: &[&str] = &["sources", "scaler", "http", "exposition", "app", "hub"];
+
+#[test]
+fn config_imports_nothing_above_it() {
+    let offences: Vec<String> = dependencies()
+        .iter()
+        .filter(|(m, _)| m.first().map(String::as_str) == Some("config"))
+        .flat_map(|(m, ds)| {
+            ds.iter()
+                .filter(|d| ABOVE_CONFIG.contains(&d.first().map_or("", String::as_str)))
+                .map(move |d| format!("{} -> {}", show(m), show(d)))
+        })
+        .collect();
+    assert!(offences.is_empty(), "config imports {offences:#?}");
 }
 
 /// The file of `folder` that holds `module`, if any: a child file or a
@@ -260,9 +504,6 @@ fn no_folder_has_an_import_cycle_among_its_files() {
                 continue;
             };
             for d in ds {
-                if allowed_upward(module, d) {
-                    continue;
-                }
                 if let Some(to) = sibling_of(folder, d)
                     && to != from
                 {
@@ -270,25 +511,120 @@ fn no_folder_has_an_import_cycle_among_its_files() {
                 }
             }
         }
-        while let Some(cycle) = find_cycle(&graph) {
-            // Report every cycle: cut the edge that closed this one.
-            let (a, b) = (&cycle[cycle.len() - 2], &cycle[cycle.len() - 1]);
-            if let Some(e) = graph.get_mut(a) {
-                e.remove(b);
-            }
-            cycles.push(format!("{}: {}", show(folder), cycle.join(" -> ")));
-        }
+        cycles.extend(
+            every_cycle(graph)
+                .into_iter()
+                .map(|c| format!("{}: {}", show(folder), c.join(" -> "))),
+        );
     }
     assert!(cycles.is_empty(), "import cycles: {cycles:#?}");
 }
 
-/// The one dependency against the layers that the cycle rule lets pass:
-/// `config/preset.rs` asks the list of libraries how to parse an entry (its
-/// options, defaults and checks live in the library's file), so that a
-/// library is one file. Nothing else in `config` may use `sources`.
-fn allowed_upward(module: &ModPath, dependency: &ModPath) -> bool {
-    let is = |p: &ModPath, want: &[&str]| p.iter().map(String::as_str).eq(want.iter().copied());
-    is(module, &["config", "preset"]) && is(dependency, &["sources", "redis", "presets", "library"])
+/// The file graph: module file → the module files it uses, but for a
+/// module's use of its own parent (the folder's `mod.rs`, whose types its
+/// children share: the parent/child idiom).
+fn file_graph(deps: &BTreeMap<ModPath, BTreeSet<ModPath>>) -> BTreeMap<String, BTreeSet<String>> {
+    deps.iter()
+        .map(|(module, ds)| {
+            let parent = &module[..module.len().saturating_sub(1)];
+            let to = ds
+                .iter()
+                .filter(|d| d.as_slice() != parent)
+                .map(show)
+                .collect();
+            (show(module), to)
+        })
+        .collect()
+}
+
+/// The groups of files of `graph` that import each other in a cycle (its
+/// strongly connected components of more than one file), each sorted.
+fn cyclic_groups(graph: &BTreeMap<String, BTreeSet<String>>) -> Vec<Vec<String>> {
+    let reach = |from: &str| -> BTreeSet<String> {
+        let mut seen = BTreeSet::new();
+        let mut todo = vec![from.to_owned()];
+        while let Some(n) = todo.pop() {
+            for m in graph.get(&n).into_iter().flatten() {
+                if seen.insert(m.clone()) {
+                    todo.push(m.clone());
+                }
+            }
+        }
+        seen
+    };
+    let reaches: BTreeMap<&String, BTreeSet<String>> =
+        graph.keys().map(|n| (n, reach(n))).collect();
+    let mut groups: Vec<Vec<String>> = Vec::new();
+    let mut placed = BTreeSet::new();
+    for (n, from_n) in &reaches {
+        if placed.contains(*n) || !from_n.contains(*n) {
+            continue;
+        }
+        let group: Vec<String> = from_n
+            .iter()
+            .filter(|m| reaches.get(m).is_some_and(|r| r.contains(*n)))
+            .cloned()
+            .collect();
+        placed.extend(group.iter().cloned());
+        groups.push(group);
+    }
+    groups
+}
+
+#[test]
+fn no_import_cycle_between_files_of_src() {
+    let graph = file_graph(&dependencies());
+    let groups: Vec<String> = cyclic_groups(&graph)
+        .into_iter()
+        .map(|g| {
+            let shortest = every_cycle(
+                graph
+                    .iter()
+                    .filter(|(n, _)| g.contains(n))
+                    .map(|(n, to)| {
+                        (
+                            n.clone(),
+                            to.iter().filter(|t| g.contains(t)).cloned().collect(),
+                        )
+                    })
+                    .collect(),
+            );
+            let edges: Vec<String> = g
+                .iter()
+                .flat_map(|n| {
+                    graph[n]
+                        .iter()
+                        .filter(|t| g.contains(t))
+                        .map(move |t| format!("{n} -> {t}"))
+                })
+                .collect();
+            format!(
+                "{} files: {}; e.g. {}; its imports: {}",
+                g.len(),
+                g.join(", "),
+                shortest.first().map_or(String::new(), |c| c.join(" -> ")),
+                edges.join(", ")
+            )
+        })
+        .collect();
+    assert!(
+        groups.is_empty(),
+        "import cycles between files: {groups:#?}"
+    );
+}
+
+/// Every cycle of `graph` found by cutting, one at a time, the edge that
+/// closed the last one found.
+fn every_cycle(mut graph: BTreeMap<String, BTreeSet<String>>) -> Vec<Vec<String>> {
+    let mut cycles = Vec::new();
+    while let Some(cycle) = find_cycle(&graph) {
+        let (a, b) = (&cycle[cycle.len() - 2], &cycle[cycle.len() - 1]);
+        if let Some(e) = graph.get_mut(a) {
+            e.remove(b);
+        }
+        cycles.push(cycle);
+    }
+    cycles
 }
 
 /// A cycle in `graph`, as the nodes along it (first repeated at the end).
@@ -335,12 +671,20 @@ fn the_checker_sees_a_cycle_and_a_reader_import() {
         Some(vec!["a".into(), "b".into(), "a".into()])
     );
     let me: ModPath = vec!["scaler".into(), "query".into()];
-    let refs = references("use crate::{hub::Hub, sources::redis};\n", &me);
+    let refs = references(
+        "use crate::{hub::Hub, sources::redis};\n",
+        &me,
+        &BTreeSet::new(),
+    );
     assert!(
         refs.contains(&vec!["sources".to_owned(), "redis".to_owned()]),
         "{refs:?}"
     );
-    let refs = references("use super::{names, metadata::Key};\n", &me);
+    let refs = references(
+        "use super::{names, metadata::Key};\n",
+        &me,
+        &BTreeSet::new(),
+    );
     assert!(
         refs.contains(&vec!["scaler".into(), "metadata".into(), "Key".into()]),
         "{refs:?}"
@@ -350,6 +694,214 @@ fn the_checker_sees_a_cycle_and_a_reader_import() {
             .find("sources")
             .is_none()
     );
+    // A test helper's signature, before its body opens, is test code too.
+    let code = production_code(
+        "#[cfg(test)]\nfn helper(\n    l: &dyn crate::sources::L,\n) {\n}\nfn b() {}\n",
+    );
+    assert!(!code.contains("sources"), "{code}");
+    assert_eq!(code.lines().count(), 6);
+}
+
+#[test]
+fn the_resolver_folds_chained_super_and_self() {
+    let path = |s: &str| -> ModPath { s.split("::").map(str::to_owned).collect() };
+    let me = path("sources::redis::presets::library");
+    let refs = references(
+        "use super::super::discovery::Candidate;\n\
+         use self::super::bounded::Bound;\n\
+         use super::{super::tracked::KeyState, Stage};\n\
+         use crate::config::self::Given;\n",
+        &me,
+        &BTreeSet::new(),
+    );
+    for want in [
+        "sources::redis::discovery::Candidate",
+        "sources::redis::presets::bounded::Bound",
+        "sources::redis::tracked::KeyState",
+        "sources::redis::presets::Stage",
+        "config::Given",
+    ] {
+        assert!(refs.contains(&path(want)), "{want}: {refs:?}");
+    }
+    // A path inside a string or a comment is no reference.
+    let refs = references(
+        &production_tokens("let s = \"crate::sources::x\"; // crate::app\n"),
+        &me,
+        &BTreeSet::new(),
+    );
+    assert!(refs.is_empty(), "{refs:?}");
+    // A `mod.rs` re-exporting its child's item depends on that child.
+    let zero = path("sources::redis::presets::zero");
+    let refs = references(
+        "pub use adopt::{LibraryRound, ZeroConfig};\nlet r = gather::gather(x);\nredis::cmd(\"GET\");\n",
+        &zero,
+        &BTreeSet::from(["adopt".to_owned(), "gather".to_owned()]),
+    );
+    assert_eq!(
+        refs,
+        BTreeSet::from([
+            path("sources::redis::presets::zero::adopt::LibraryRound"),
+            path("sources::redis::presets::zero::adopt::ZeroConfig"),
+            path("sources::redis::presets::zero::gather::gather"),
+        ])
+    );
+}
+
+#[test]
+fn the_cycle_and_reader_rules_can_fail() {
+    let path = |s: &str| -> ModPath { s.split("::").map(str::to_owned).collect() };
+    let deps = BTreeMap::from([
+        (path("scaler::metadata"), BTreeSet::from([path("config")])),
+        (path("config"), BTreeSet::from([path("config::preset")])),
+        (
+            path("config::preset"),
+            BTreeSet::from([path("config"), path("sources::redis::presets::library")]),
+        ),
+        (
+            path("sources::redis::presets::library"),
+            BTreeSet::from([path("config"), path("sources::redis::presets")]),
+        ),
+        (
+            path("sources::redis::presets"),
+            BTreeSet::from([path("sources::redis::presets::library")]),
+        ),
+    ]);
+    // config::preset -> config is the child's use of its parent: no cycle
+    // by itself; through the library it is one.
+    let groups = cyclic_groups(&file_graph(&deps));
+    assert_eq!(
+        groups,
+        [vec![
+            "config".to_owned(),
+            "config::preset".into(),
+            "sources::redis::presets::library".into(),
+        ]]
+    );
+    let offences: BTreeSet<String> = readers_reaching_sources(&deps).into_iter().collect();
+    let chain = "scaler::metadata -> config -> config::preset -> sources::redis::presets::library";
+    // Reported where the chain first leaves the readers' reach.
+    assert_eq!(offences, BTreeSet::from([chain.to_owned()]));
+}
+
+/// The longest a function outside tests may be, in lines from its `fn`
+/// to its closing brace (tokio-rs/mini-redis, the style this follows,
+/// has none longer).
+const MAX_FUNCTION_LINES: usize = 80;
+
+/// The functions allowed to be longer, at most three, each with why:
+/// `(file, function, reason)`.
+const LONG_FUNCTIONS: &[(&str, &str, &str)] = &[];
+
+/// Every function with a body in `code` (comments, literals and tests
+/// already blanked), as `(name, first line, lines)`.
+fn functions(code: &str) -> Vec<(String, usize, usize)> {
+    static FN: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"\bfn\s+(\w+)").expect("regex"));
+    let bytes = code.as_bytes();
+    let line_at = |at: usize| code[..at].matches('\n').count() + 1;
+    let mut out = Vec::new();
+    for c in FN.captures_iter(code) {
+        let start = c.get(0).expect("the whole match").start();
+        // The body's `{`, unless a `;` at the signature's top level comes
+        // first (a declaration without a body).
+        let mut nesting = 0i32;
+        let mut open = None;
+        for (i, &b) in bytes.iter().enumerate().skip(start) {
+            match b {
+                b'(' | b'[' | b'<' => nesting += 1,
+                b')' | b']' => nesting -= 1,
+                b'>' if i > 0 && bytes[i - 1] != b'-' && bytes[i - 1] != b'=' => nesting -= 1,
+                b';' if nesting <= 0 => break,
+                b'{' => {
+                    open = Some(i);
+                    break;
+                }
+                _ => {}
+            }
+        }
+        let Some(open) = open else { continue };
+        let mut depth = 0usize;
+        let mut close = None;
+        for (i, &b) in bytes.iter().enumerate().skip(open) {
+            match b {
+                b'{' => depth += 1,
+                b'}' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        close = Some(i);
+                        break;
+                    }
+                }
+                _ => {}
+            }
+        }
+        let Some(close) = close else { continue };
+        let first = line_at(start);
+        out.push((c[1].to_owned(), first, line_at(close) - first + 1));
+    }
+    out
+}
+
+/// The functions of `src/` outside tests over [`MAX_FUNCTION_LINES`],
+/// longest first, as `(lines, "file:line: name")`.
+fn long_functions() -> Vec<(usize, String)> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files: Vec<PathBuf> = module_files().into_values().collect();
+    files.push(root.join("src/main.rs"));
+    let mut out = Vec::new();
+    for path in files {
+        let rel = path.strip_prefix(root).expect("under the crate");
+        let rel = rel.to_string_lossy().replace('\\', "/");
+        let text = std::fs::read_to_string(&path).expect("read source");
+        for (name, line, lines) in functions(&production_tokens(&text)) {
+            if lines > MAX_FUNCTION_LINES {
+                out.push((lines, format!("{rel}:{line}: {name}")));
+            }
+        }
+    }
+    out.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+    out
+}
+
+#[test]
+fn no_function_outside_tests_is_over_80_lines() {
+    assert!(LONG_FUNCTIONS.len() <= 3, "at most three allowed");
+    let allowed = |at: &str| {
+        LONG_FUNCTIONS.iter().any(|(file, name, why)| {
+            !why.is_empty()
+                && at.starts_with(&format!("{file}:"))
+                && at.ends_with(&format!(": {name}"))
+        })
+    };
+    let long: Vec<String> = long_functions()
+        .into_iter()
+        .filter(|(_, at)| !allowed(at))
+        .map(|(n, at)| format!("{n} lines: {at}"))
+        .collect();
+    assert!(
+        long.is_empty(),
+        "{} functions over {MAX_FUNCTION_LINES} lines: {long:#?}",
+        long.len()
+    );
+}
+
+#[test]
+fn the_function_length_check_can_fail() {
+    let body = "    let x = 1;\n".repeat(81);
+    let code = format!(
+        "fn short(a: [u8; 2]) -> Vec<u8> {{\n    a.to_vec()\n}}\n\
+         fn long() {{\n{body}}}\n\
+         trait T {{\n    fn declared(&self) -> u8;\n}}\n"
+    );
+    let found = functions(&code);
+    assert_eq!(
+        found,
+        [("short".to_owned(), 1, 3), ("long".to_owned(), 4, 83)]
+    );
+    // Braces inside literals and comments do not count.
+    let code = production_tokens(
+        "fn f() {\n    let s = \"}}\"; // }\n    let c = '}';\n    let b = b'{';\n}\n",
+    );
+    assert_eq!(functions(&code), [("f".to_owned(), 1, 5)]);
 }
 
 /// Every queue library the exporter knows: a pattern matching its name in
@@ -462,32 +1014,6 @@ const ZERO: &[&str] = &["sources", "redis", "presets", "zero"];
 const ZERO_STAGES: &[&str] = &["gather", "classify", "adopt"];
 const ZERO_LEAVES: &[&str] = &["marks", "learnt"];
 
-/// Each module's references (as [`references`] gives them, with chained
-/// `super::super::` folded: each one more module up), by module.
-fn all_references() -> BTreeMap<ModPath, BTreeSet<ModPath>> {
-    let fold = |p: ModPath| -> ModPath {
-        let mut out = ModPath::new();
-        for seg in p {
-            match seg.as_str() {
-                "super" => {
-                    out.pop();
-                }
-                "self" => {}
-                _ => out.push(seg),
-            }
-        }
-        out
-    };
-    module_files()
-        .into_iter()
-        .map(|(module, path)| {
-            let text = std::fs::read_to_string(&path).expect("read source");
-            let refs = references(&production_code(&text), &module);
-            (module, refs.into_iter().map(fold).collect())
-        })
-        .collect()
-}
-
 /// Where zero config's stages and leaves reach against the round's
 /// direction, as `from -> reference: why`. `refs`: each module's
 /// references; `files`: the module files, which references resolve to.
@@ -549,7 +1075,7 @@ fn zero_config_stages_go_one_way() {
         p.push(name.to_string());
         assert!(files.contains(&p), "no module {}", show(&p));
     }
-    let found = zero_config_against_the_flow(&all_references(), &files);
+    let found = zero_config_against_the_flow(&module_references(), &files);
     assert!(found.is_empty(), "against the round's flow: {found:#?}");
 }
 

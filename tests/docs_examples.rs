@@ -28,7 +28,8 @@ use support::files_under;
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
-use queue_exporter::config::{Config, LoadOptions, preset_names};
+use queue_exporter::config::{Config, LoadOptions};
+use queue_exporter::sources::redis::library_names as preset_names;
 use regex::Regex;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -266,9 +267,12 @@ fn triggers(doc: &Value) -> Option<Vec<Value>> {
 fn parse_trigger(trigger: &Value) -> Result<(), String> {
     let meta: HashMap<String, String> = serde_json::from_value(trigger["metadata"].clone())
         .map_err(|e| format!("metadata is not a map of strings (KEDA's CRD wants one): {e}"))?;
-    queue_exporter::scaler::metadata::parse(&meta)
-        .map(|_| ())
-        .map_err(|e| format!("{e:?}"))
+    queue_exporter::scaler::metadata::parse_with(
+        &meta,
+        &queue_exporter::sources::redis::catalogue(),
+    )
+    .map(|_| ())
+    .map_err(|e| format!("{e:?}"))
 }
 
 // ------------------------------------------------------------ the test

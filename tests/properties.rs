@@ -1,7 +1,7 @@
 //! Property tests (proptest) over the public library API and the running
 //! exporter:
 //!
-//! - `scaler::metadata::parse` never panics, whatever the map (keys, values,
+//! - `scaler::metadata::parse_with` never panics, whatever the map (keys, values,
 //!   sizes), and what it accepts is sane;
 //! - over gRPC, any trigger metadata gets a gRPC answer with a meaningful
 //!   code (never `UNKNOWN` or `INTERNAL`, never a dropped connection);
@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
 use queue_exporter::config::{Config, LoadOptions, SourceConfig, parse_duration};
-use queue_exporter::scaler::metadata::{QueueSelector, parse};
+use queue_exporter::scaler::metadata::{QueueSelector, parse_with};
 use queue_exporter::sources::Source;
 use queue_exporter::sources::rabbitmq::RabbitSource;
 use queue_exporter::sources::redis::RedisSource;
@@ -75,7 +75,7 @@ proptest! {
 
     #[test]
     fn metadata_parsing_never_panics_and_accepts_only_sane_queries(meta in meta_map()) {
-        match parse(&meta) {
+        match parse_with(&meta, &queue_exporter::sources::redis::catalogue()) {
             Ok(q) => {
                 prop_assert!(q.target.is_finite() && q.target > 0.0, "{q:?}");
                 prop_assert!(q.activation.is_finite() && q.activation >= 0.0, "{q:?}");

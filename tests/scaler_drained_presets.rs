@@ -396,7 +396,7 @@ async fn drained_reads_empty(d: &Drain) -> Result<bool, String> {
 async fn every_librarys_drained_queue_reads_zero_and_inactive_then_active_on_a_new_job() {
     let mut listed: Vec<&str> = DRAINS.iter().map(|d| d.preset).collect();
     listed.sort_unstable();
-    let mut known = queue_exporter::config::preset_names();
+    let mut known = queue_exporter::sources::redis::library_names();
     known.sort_unstable();
     assert_eq!(listed, known, "DRAINS must hold one case per library");
 

@@ -164,7 +164,10 @@ fn keda_examples_validate_against_the_crds() {
                 // The scaler accepts the metadata KEDA will pass.
                 let meta: HashMap<String, String> = serde_json::from_value(t["metadata"].clone())
                     .expect("metadata is a string map");
-                if let Err(e) = queue_exporter::scaler::metadata::parse(&meta) {
+                if let Err(e) = queue_exporter::scaler::metadata::parse_with(
+                    &meta,
+                    &queue_exporter::sources::redis::catalogue(),
+                ) {
                     panic!(
                         "{}: trigger metadata refused by the scaler: {e}",
                         file.display()

@@ -151,7 +151,7 @@ pub(crate) fn one_line(s: &str) -> String {
 
 /// Deserializes `value` as `T`; a failure is its field path (below
 /// `prefix`, e.g. `sources[0]`) and the problem on one line.
-pub(super) fn typed<T: DeserializeOwned>(
+pub fn typed<T: DeserializeOwned>(
     value: serde_json::Value,
     prefix: &str,
 ) -> Result<T, (String, String)> {

@@ -79,52 +79,8 @@ impl Config {
         let (source_env, env): (Vec<_>, Vec<_>) = env
             .into_iter()
             .partition(|(k, _)| SourceOverride::applies_to(k));
-        // `listen.http` for `QUEUE_EXPORTER__LISTEN__HTTP`, to blame problems
-        // that an environment override introduced on it rather than the file.
-        let mut blame = Blame {
-            origin: origin.clone(),
-            env_paths: env
-                .iter()
-                .filter_map(|(k, v)| {
-                    let rest = k.strip_prefix(&format!("{ENV_PREFIX}__"))?;
-                    Some(EnvSetting {
-                        path: rest.to_lowercase().replace("__", "."),
-                        var: k.clone(),
-                        value: v.clone(),
-                    })
-                })
-                .collect(),
-        };
-
-        let mut builder = config::Config::builder();
-        if let Some(file) = &opts.file {
-            // Read here rather than by `config::File`, which wants a regular
-            // file: `-` and `/dev/stdin` from a pipe are valid config files.
-            let text = read_config_text(file).map_err(|e| match e.kind() {
-                std::io::ErrorKind::NotFound => blame.error("", "file not found".into()),
-                _ => blame.error("", format!("cannot read: {e}")),
-            })?;
-            builder = builder.add_source(config::File::from_str(&text, config::FileFormat::Yaml));
-        }
-        let env_map: config::Map<String, String> = env.iter().cloned().collect();
-        builder = builder.add_source(
-            config::Environment::with_prefix(ENV_PREFIX)
-                .separator("__")
-                .try_parsing(true)
-                .source(Some(env_map)),
-        );
-        let merged = builder
-            .build()
-            .map_err(|e| blame.error("", strip_origin(&e.to_string())))?;
-        let value: serde_json::Value = merged
-            .try_deserialize()
-            .map_err(|e| blame.error("", strip_origin(&e.to_string())))?;
-        // An empty YAML document deserializes as unit/null.
-        let value = if value.is_null() {
-            serde_json::Value::Object(Default::default())
-        } else {
-            value
-        };
+        let mut blame = blame_of(&origin, &env);
+        let value = merged_value(opts, &env, &blame)?;
         let raw: RawConfig = typed(value, "").map_err(|(p, m)| blame.error(&p, m))?;
 
         let default_sources = raw.sources.is_none() && opts.file.is_none();
@@ -133,29 +89,7 @@ impl Config {
             None if opts.file.is_none() => default_source_entries(),
             None => Vec::new(),
         };
-        let overrides = source_env
-            .iter()
-            .map(|(k, v)| SourceOverride::resolve(k, v, &list))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|(var, path, message)| ConfigError {
-                origin: format!("environment variable {var}"),
-                path,
-                message,
-            })?;
-        blame.env_paths.extend(overrides.iter().map(|o| EnvSetting {
-            path: o.dotted(),
-            var: o.var.clone(),
-            value: o.value().to_string(),
-        }));
-        let mut sources = Vec::with_capacity(list.len());
-        let mut entries = HashMap::new();
-        for (i, entry) in list.into_iter().enumerate() {
-            let mine: Vec<&SourceOverride> = overrides.iter().filter(|o| o.index == i).collect();
-            let (source, entry) =
-                parse_source_with(i, entry, &mine).map_err(|(p, m)| blame.error(&p, m))?;
-            entries.insert(source.name().to_string(), entry);
-            sources.push(source);
-        }
+        let (sources, entries) = parse_sources(list, &source_env, &mut blame)?;
 
         let mut config = Config {
             listen: raw.listen,
@@ -180,6 +114,101 @@ impl Config {
         config.validate().map_err(|(p, m)| blame.error(&p, m))?;
         Ok(config)
     }
+}
+
+/// Who to blame for a problem at a path: the config's `origin`, or the
+/// environment variable that set it (`listen.http` for
+/// `QUEUE_EXPORTER__LISTEN__HTTP`, rather than the file).
+fn blame_of(origin: &str, env: &[(String, String)]) -> Blame {
+    // `listen.http` for `QUEUE_EXPORTER__LISTEN__HTTP`, to blame problems
+    // that an environment override introduced on it rather than the file.
+    Blame {
+        origin: origin.to_string(),
+        env_paths: env
+            .iter()
+            .filter_map(|(k, v)| {
+                let rest = k.strip_prefix(&format!("{ENV_PREFIX}__"))?;
+                Some(EnvSetting {
+                    path: rest.to_lowercase().replace("__", "."),
+                    var: k.clone(),
+                    value: v.clone(),
+                })
+            })
+            .collect(),
+    }
+}
+
+/// The file (if any) and the environment `env`, merged by the `config`
+/// crate into one value (an empty document as an empty map).
+fn merged_value(
+    opts: &LoadOptions,
+    env: &[(String, String)],
+    blame: &Blame,
+) -> Result<serde_json::Value, ConfigError> {
+    let mut builder = config::Config::builder();
+    if let Some(file) = &opts.file {
+        // Read here rather than by `config::File`, which wants a regular
+        // file: `-` and `/dev/stdin` from a pipe are valid config files.
+        let text = read_config_text(file).map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => blame.error("", "file not found".into()),
+            _ => blame.error("", format!("cannot read: {e}")),
+        })?;
+        builder = builder.add_source(config::File::from_str(&text, config::FileFormat::Yaml));
+    }
+    let env_map: config::Map<String, String> = env.iter().cloned().collect();
+    builder = builder.add_source(
+        config::Environment::with_prefix(ENV_PREFIX)
+            .separator("__")
+            .try_parsing(true)
+            .source(Some(env_map)),
+    );
+    let merged = builder
+        .build()
+        .map_err(|e| blame.error("", strip_origin(&e.to_string())))?;
+    let value: serde_json::Value = merged
+        .try_deserialize()
+        .map_err(|e| blame.error("", strip_origin(&e.to_string())))?;
+    // An empty YAML document deserializes as unit/null.
+    let value = if value.is_null() {
+        serde_json::Value::Object(Default::default())
+    } else {
+        value
+    };
+    Ok(value)
+}
+
+/// Each entry of `list` parsed as a source, with the per-source
+/// overrides of `source_env` applied (and recorded in `blame`); also each
+/// source's entry as written, by name.
+fn parse_sources(
+    list: Vec<serde_json::Value>,
+    source_env: &[(String, String)],
+    blame: &mut Blame,
+) -> Result<(Vec<super::SourceConfig>, HashMap<String, serde_json::Value>), ConfigError> {
+    let overrides = source_env
+        .iter()
+        .map(|(k, v)| SourceOverride::resolve(k, v, &list))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|(var, path, message)| ConfigError {
+            origin: format!("environment variable {var}"),
+            path,
+            message,
+        })?;
+    blame.env_paths.extend(overrides.iter().map(|o| EnvSetting {
+        path: o.dotted(),
+        var: o.var.clone(),
+        value: o.value().to_string(),
+    }));
+    let mut sources = Vec::with_capacity(list.len());
+    let mut entries = HashMap::new();
+    for (i, entry) in list.into_iter().enumerate() {
+        let mine: Vec<&SourceOverride> = overrides.iter().filter(|o| o.index == i).collect();
+        let (source, entry) =
+            parse_source_with(i, entry, &mine).map_err(|(p, m)| blame.error(&p, m))?;
+        entries.insert(source.name().to_string(), entry);
+        sources.push(source);
+    }
+    Ok((sources, entries))
 }
 
 /// Whether `path` names standard input (`-`).

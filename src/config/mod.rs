@@ -29,15 +29,13 @@ mod sections;
 mod source;
 mod web;
 
-use duration::Bounds;
+pub(crate) use duration::Bounds;
 pub use duration::{default_service_time_max_age, parse_duration};
 pub use error::ConfigError;
 pub(crate) use error::one_line;
+pub use error::typed;
 pub use load::{LoadOptions, is_read_once};
-pub use preset::{
-    ALL_QUEUES, CounterKeys, DEFAULT_STALLED_CHECK_LIMIT, Given, Preset, PresetSpec,
-    default_prefix, libraries_with_arrivals, preset_kind, preset_names,
-};
+pub use preset::{ALL_QUEUES, CounterKeys, PresetEntry, QUEUE_PLACEHOLDER, check_counters};
 pub use rabbitmq::{ClientTlsConfig, NameRegex, RabbitMethod, RabbitSourceConfig, RabbitStats};
 pub use redis::{
     AgeSpec, CaptureLabels, JsonField, KeyType, ListEnd, MAX_AGE_BUCKETS, QueueSpec, QueueTarget,

@@ -119,6 +119,12 @@ pub struct RabbitSourceConfig {
 impl RabbitSourceConfig {
     /// Checks what depends on several fields (the URL scheme on `method`, ...).
     pub(super) fn validate(&self, at: &dyn Fn(&str) -> String) -> Result<(), (String, String)> {
+        self.validate_urls(at)?;
+        self.validate_method(at)
+    }
+
+    /// The URLs: a scheme and a host fitting `method`, `urls` for method prometheus only.
+    fn validate_urls(&self, at: &dyn Fn(&str) -> String) -> Result<(), (String, String)> {
         let c = self;
         let schemes: &[&str] = match c.method {
             RabbitMethod::Amqp => &["amqp://", "amqps://"],
@@ -160,6 +166,12 @@ impl RabbitSourceConfig {
                 "is only used by method prometheus (one URL per cluster node)".into(),
             ));
         }
+        Ok(())
+    }
+
+    /// What method amqp needs and refuses, the TLS files in pairs, sizes and durations, one password.
+    fn validate_method(&self, at: &dyn Fn(&str) -> String) -> Result<(), (String, String)> {
+        let c = self;
         if c.method == RabbitMethod::Amqp && c.queues.is_empty() {
             return Err((
                 at("queues"),

@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use super::error::typed;
-use super::preset::{PresetSpec, RawPresetSpec};
+use super::preset::PresetEntry;
 use super::rabbitmq::RabbitSourceConfig;
 use super::redis::{QueueSpec, RedisSourceConfig};
 
@@ -74,9 +74,10 @@ pub(super) fn parse_source(
     }
 }
 
-/// A Redis source: `- preset:` entries of `queues:` are taken out and
-/// parsed as [`PresetSpec`]s, the rest as [`QueueSpec`]s, each with the path
-/// of its own position in the list.
+/// A Redis source: `- preset:` entries of `queues:` are taken out as
+/// [`PresetEntry`]s (a library's name and options, resolved by `sources`),
+/// the rest parsed as [`QueueSpec`]s, each with the path of its own
+/// position in the list.
 fn parse_redis(mut v: serde_json::Value, at: &str) -> Result<RedisSourceConfig, (String, String)> {
     let mut presets = Vec::new();
     let mut plain = None;
@@ -88,8 +89,7 @@ fn parse_redis(mut v: serde_json::Value, at: &str) -> Result<RedisSourceConfig, 
         for (j, entry) in entries.into_iter().enumerate() {
             let entry_at = format!("{at}.queues[{j}]");
             if entry.get("preset").is_some() {
-                let raw: RawPresetSpec = typed(entry, &entry_at)?;
-                presets.push(PresetSpec::try_from(raw).map_err(|m| (entry_at, m))?);
+                presets.push(PresetEntry::parse(entry, &entry_at)?);
             } else {
                 specs.push(typed::<QueueSpec>(entry, &entry_at)?);
             }

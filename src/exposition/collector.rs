@@ -114,6 +114,16 @@ impl SnapshotCollector {
     }
 
     fn encode_queues(&self, enc: &mut Enc<'_>) -> std::fmt::Result {
+        self.encode_depths(enc)?;
+        self.encode_broker_gauges(enc)?;
+        self.encode_age_histogram(enc)?;
+        self.encode_stream_groups(enc)?;
+        self.encode_queue_counters(enc)
+    }
+
+    /// The depths (per job state for presets) and what a library preset
+    /// tells beside them: pause, stalled and overdue jobs, service time.
+    fn encode_depths(&self, enc: &mut Enc<'_>) -> std::fmt::Result {
         // Plain keys and RabbitMQ queues: one series without `state`.
         // Preset queues: one series per job state, with `state` and `preset`
         // (and no stateless total, so `sum` never counts a job twice).
@@ -175,6 +185,12 @@ impl SnapshotCollector {
                 Some((labels, t.mean_seconds))
             }),
         )?;
+        Ok(())
+    }
+
+    /// What a broker tells of a queue: ready, unacked, scheduled items,
+    /// consumers, the oldest item's age.
+    fn encode_broker_gauges(&self, enc: &mut Enc<'_>) -> std::fmt::Result {
         self.queue_gauge(
             enc,
             "queue_messages_ready",
@@ -213,8 +229,11 @@ impl SnapshotCollector {
             // (the scaler names the input instead).
             |q| q.oldest_age_seconds.filter(|a| a.is_finite()),
         )?;
-        self.encode_age_histogram(enc)?;
+        Ok(())
+    }
 
+    /// Redis streams' consumer groups, then every queue's `queue_info`.
+    fn encode_stream_groups(&self, enc: &mut Enc<'_>) -> std::fmt::Result {
         let group_samples = |pick: fn(&crate::snapshot::GroupSample) -> Option<u64>| {
             self.queues().flat_map(move |(s, q)| {
                 q.groups.iter().filter_map(move |g| {
@@ -266,7 +285,12 @@ impl SnapshotCollector {
                 ))
             }),
         )?;
+        Ok(())
+    }
 
+    /// The queues' counters: messages published, delivered, acknowledged,
+    /// redelivered; jobs processed and failed.
+    fn encode_queue_counters(&self, enc: &mut Enc<'_>) -> std::fmt::Result {
         self.queue_counter(
             enc,
             "queue_messages_published",
@@ -371,16 +395,28 @@ impl SnapshotCollector {
     }
 
     fn encode_self(&self, enc: &mut Enc<'_>) -> std::fmt::Result {
-        let src = || {
-            self.snapshots.iter().map(|s| {
-                (
-                    SourceLabels {
-                        source: s.source.to_string(),
-                    },
-                    s,
-                )
-            })
-        };
+        self.encode_source_gauges(enc)?;
+        self.encode_source_counters(enc)?;
+        self.encode_rabbitmq_queues(enc)?;
+        self.encode_poll_durations(enc)
+    }
+
+    /// Each source's snapshot, with its labels.
+    fn sources(&self) -> impl Iterator<Item = (SourceLabels, &Arc<Snapshot>)> + '_ {
+        self.snapshots.iter().map(|s| {
+            (
+                SourceLabels {
+                    source: s.source.to_string(),
+                },
+                s,
+            )
+        })
+    }
+
+    /// Each source's state: up, last success, keys tracked, dropped and
+    /// unchanged, coverage gaps, histogram staleness.
+    fn encode_source_gauges(&self, enc: &mut Enc<'_>) -> std::fmt::Result {
+        let src = || self.sources();
         gauges(
             enc,
             "queue_exporter_source_up",
@@ -448,6 +484,13 @@ impl SnapshotCollector {
                 .filter(|(_, s)| s.last_success.is_some())
                 .filter_map(|(l, s)| Some((l, s.stats.age_histogram_staleness_seconds?))),
         )?;
+        Ok(())
+    }
+
+    /// Each source's counters: age parse failures, poll errors by reason,
+    /// discovery rounds by kind.
+    fn encode_source_counters(&self, enc: &mut Enc<'_>) -> std::fmt::Result {
+        let src = || self.sources();
         counters(
             enc,
             "queue_exporter_age_parse_failures",
@@ -495,6 +538,11 @@ impl SnapshotCollector {
                 })
             }),
         )?;
+        Ok(())
+    }
+
+    /// RabbitMQ queues seen in the last poll, by vhost.
+    fn encode_rabbitmq_queues(&self, enc: &mut Enc<'_>) -> std::fmt::Result {
         gauges(
             enc,
             "queue_exporter_rabbitmq_queues",
@@ -512,7 +560,11 @@ impl SnapshotCollector {
                 })
             }),
         )?;
+        Ok(())
+    }
 
+    /// How long each source's polls took, as a histogram.
+    fn encode_poll_durations(&self, enc: &mut Enc<'_>) -> std::fmt::Result {
         let polled: Vec<_> = self
             .snapshots
             .iter()

@@ -21,7 +21,7 @@ use std::time::Duration;
 use crate::scaler::finite;
 pub use crate::scaler::selector::QueueSelector;
 use crate::scaler::wait::WaitParams;
-use crate::snapshot::{CounterHistory, JobState, PresetKind, QueueSample, Snapshot};
+use crate::snapshot::{CounterHistory, JobState, Libraries, PresetKind, QueueSample, Snapshot};
 
 /// Every key this scaler reads, as listed in error messages.
 pub const ACCEPTED_KEYS: [&str; 16] = [
@@ -411,20 +411,30 @@ fn is_keda_key(key: &str) -> bool {
     KEDA_KEYS.contains(&key) || key.ends_with("FromEnv")
 }
 
-/// Parses `scalerMetadata`. Empty values count as absent.
+/// [`parse`] knowing every library the exporter has, as a running
+/// exporter's snapshots tell of them: for tests.
+#[cfg(test)]
+pub(crate) fn parse_known(meta: &HashMap<String, String>) -> Result<ScalerQuery, MetadataError> {
+    parse_with(meta, &crate::sources::redis::presets::library::catalogue())
+}
+
+/// Parses `scalerMetadata` knowing no queue library, so a `preset` is
+/// refused: for a caller with no snapshot at hand (`benches/waitgrid.rs`);
+/// the scaler parses with [`parse_with`].
 pub fn parse(meta: &HashMap<String, String>) -> Result<ScalerQuery, MetadataError> {
+    parse_with(meta, &Libraries::default())
+}
+
+/// Parses `scalerMetadata`; `libraries`, the queue libraries the
+/// snapshots tell of, are what `preset` may name. Empty values count as
+/// absent.
+pub fn parse_with(
+    meta: &HashMap<String, String>,
+    libraries: &Libraries,
+) -> Result<ScalerQuery, MetadataError> {
     check_size(meta)?;
-    let mut unknown: Vec<String> = meta
-        .keys()
-        .filter(|k| !ACCEPTED_KEYS.contains(&k.as_str()) && !is_keda_key(k))
-        .cloned()
-        .collect();
-    if !unknown.is_empty() {
-        unknown.sort();
-        return Err(MetadataError::UnknownKeys { keys: unknown });
-    }
+    check_keys(meta)?;
     let get = |key: &str| meta.get(key).map(|v| v.trim()).filter(|v| !v.is_empty());
-    let invalid = |key: &'static str, problem: String| MetadataError::Invalid { key, problem };
 
     let queue = get("queue").ok_or_else(|| {
         invalid(
@@ -455,7 +465,53 @@ pub fn parse(meta: &HashMap<String, String>) -> Result<ScalerQuery, MetadataErro
 
     let wait = parse_wait(mode, &get)?;
 
-    let target = match get("value") {
+    let target = parse_target(mode, get("value"))?;
+    let activation = parse_activation(get("activationValue"))?;
+    let window = parse_window(mode, get("window"))?;
+
+    let group = match get("group") {
+        Some(_) if mode != Mode::Lag => {
+            return Err(invalid(
+                "group",
+                format!("applies only to mode Lag, not {mode}; remove it or set mode: Lag"),
+            ));
+        }
+        g => g.map(str::to_string),
+    };
+
+    let states = match get("state") {
+        None => None,
+        Some(_) if mode != Mode::QueueLength => {
+            return Err(invalid(
+                "state",
+                format!("applies only to mode QueueLength, not {mode}; remove it"),
+            ));
+        }
+        Some(list) => Some(parse_states(list).map_err(|p| invalid("state", p))?),
+    };
+
+    let preset = parse_preset(get("preset"), libraries)?;
+
+    Ok(ScalerQuery {
+        states,
+        preset,
+        queue: QueueSelector::new(queue),
+        source: get("source").map(str::to_string),
+        vhost: get("vhost").map(str::to_string),
+        mode,
+        group,
+        target,
+        activation,
+        operation,
+        window,
+        wait,
+        memo: MatchMemo::default(),
+    })
+}
+
+/// `value`: the per-replica target (1 for WaitTime, whose value is replicas).
+fn parse_target(mode: Mode, value: Option<&str>) -> Result<f64, MetadataError> {
+    Ok(match value {
         None if mode == Mode::WaitTime => 1.0,
         None => DEFAULT_TARGET,
         Some(v) => match v.parse::<f64>() {
@@ -472,9 +528,12 @@ pub fn parse(meta: &HashMap<String, String>) -> Result<ScalerQuery, MetadataErro
                 ));
             }
         },
-    };
+    })
+}
 
-    let activation = match get("activationValue") {
+/// `activationValue`: active iff the value is above it (0 by default).
+fn parse_activation(value: Option<&str>) -> Result<f64, MetadataError> {
+    Ok(match value {
         None => 0.0,
         Some(v) => match v.parse::<f64>() {
             Ok(a) if a.is_finite() && a >= 0.0 => a,
@@ -485,9 +544,12 @@ pub fn parse(meta: &HashMap<String, String>) -> Result<ScalerQuery, MetadataErro
                 ));
             }
         },
-    };
+    })
+}
 
-    let window = match get("window") {
+/// `window`: over how long a rate is read, for the modes that read one.
+fn parse_window(mode: Mode, value: Option<&str>) -> Result<Duration, MetadataError> {
+    Ok(match value {
         None => DEFAULT_WINDOW,
         Some(_) if !mode.uses_window() => {
             return Err(invalid(
@@ -513,33 +575,18 @@ pub fn parse(meta: &HashMap<String, String>) -> Result<ScalerQuery, MetadataErro
                 }
             }
         }
-    };
+    })
+}
 
-    let group = match get("group") {
-        Some(_) if mode != Mode::Lag => {
-            return Err(invalid(
-                "group",
-                format!("applies only to mode Lag, not {mode}; remove it or set mode: Lag"),
-            ));
-        }
-        g => g.map(str::to_string),
-    };
-
-    let states = match get("state") {
+/// `preset`: one of the libraries the snapshots tell of.
+fn parse_preset(
+    name: Option<&str>,
+    libraries: &Libraries,
+) -> Result<Option<PresetKind>, MetadataError> {
+    Ok(match name {
         None => None,
-        Some(_) if mode != Mode::QueueLength => {
-            return Err(invalid(
-                "state",
-                format!("applies only to mode QueueLength, not {mode}; remove it"),
-            ));
-        }
-        Some(list) => Some(parse_states(list).map_err(|p| invalid("state", p))?),
-    };
-
-    let preset = match get("preset") {
-        None => None,
-        Some(name) => Some(crate::config::preset_kind(name).ok_or_else(|| {
-            let names = crate::config::preset_names();
+        Some(name) => Some(libraries.named(name).ok_or_else(|| {
+            let names = libraries.names();
             invalid(
                 "preset",
                 format!(
@@ -548,23 +595,26 @@ pub fn parse(meta: &HashMap<String, String>) -> Result<ScalerQuery, MetadataErro
                 ),
             )
         })?),
-    };
-
-    Ok(ScalerQuery {
-        states,
-        preset,
-        queue: QueueSelector::new(queue),
-        source: get("source").map(str::to_string),
-        vhost: get("vhost").map(str::to_string),
-        mode,
-        group,
-        target,
-        activation,
-        operation,
-        window,
-        wait,
-        memo: MatchMemo::default(),
     })
+}
+
+/// Refuses the keys neither the scaler nor KEDA reads, all named, sorted.
+fn check_keys(meta: &HashMap<String, String>) -> Result<(), MetadataError> {
+    let mut unknown: Vec<String> = meta
+        .keys()
+        .filter(|k| !ACCEPTED_KEYS.contains(&k.as_str()) && !is_keda_key(k))
+        .cloned()
+        .collect();
+    if unknown.is_empty() {
+        return Ok(());
+    }
+    unknown.sort();
+    Err(MetadataError::UnknownKeys { keys: unknown })
+}
+
+/// A refusal of `key`'s value.
+fn invalid(key: &'static str, problem: String) -> MetadataError {
+    MetadataError::Invalid { key, problem }
 }
 
 /// `targetWait`, `processingTime`, `workersPerReplica`,
@@ -629,6 +679,7 @@ fn parse_states(list: &str) -> Result<Vec<JobState>, String> {
 
 #[cfg(test)]
 mod tests {
+    use super::parse_known as parse;
     use super::*;
 
     #[test]

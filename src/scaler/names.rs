@@ -99,7 +99,7 @@ pub fn normalize_requested(requested: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scaler::metadata::parse;
+    use crate::scaler::metadata::parse_known as parse;
     use std::collections::HashMap;
 
     fn name(pairs: &[(&str, &str)]) -> String {

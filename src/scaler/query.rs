@@ -12,7 +12,7 @@ use std::time::{Duration, SystemTime};
 use crate::config::ScalerConfig;
 use crate::scaler::finite;
 use crate::scaler::metadata::{ListKey, Mode, Operation, ScalerQuery};
-use crate::scaler::wait::{self, ServiceFrom, WaitDecision, WaitInputs};
+use crate::scaler::wait::{self, ServiceFrom, WaitDecision, WaitInputs, WaitParams};
 use crate::scaler::{units, wait_inputs};
 use crate::snapshot::{
     JobState, NameQuery, PresetFacts, PresetKind, QueueSample, QueueType, Reach, Snapshot,
@@ -205,6 +205,40 @@ fn read(
     let data_age = fresh_age(snapshot, config, now)?;
     let vouched = vouch(query, snapshot)?;
 
+    check_one_vhost(query, snapshot, queues)?;
+
+    check_presets(query, snapshot, queues)?;
+
+    let found = Found {
+        snapshot,
+        data_age,
+        vouched,
+    };
+    if let Some(params) = &query.wait {
+        return read_wait(query, params, queues, &found, config, now);
+    }
+
+    read_values(query, queues, &found, config, now)
+}
+
+/// The one source whose queues a query matched: its snapshot, how old
+/// its data is, and what its coverage vouches for.
+struct Found<'a> {
+    /// The source's snapshot.
+    snapshot: &'a Arc<Snapshot>,
+    /// The age of its data.
+    data_age: Duration,
+    /// What its coverage vouched for.
+    vouched: Vouched,
+}
+
+/// Refuses an exact name (or a glob matching one name) that exists in
+/// several vhosts of the one source: `vhost` must pick one.
+fn check_one_vhost(
+    query: &ScalerQuery,
+    snapshot: &Snapshot,
+    queues: &[&QueueSample],
+) -> Result<(), QueryError> {
     if !query.queue.is_glob() || queues.iter().all(|q| q.name == query.queue.text()) {
         let mut vhosts: Vec<&str> = queues.iter().filter_map(|q| q.vhost()).collect();
         vhosts.sort_unstable();
@@ -218,39 +252,58 @@ fn read(
             )));
         }
     }
+    Ok(())
+}
 
-    check_presets(query, snapshot, queues)?;
-
-    if let Some(params) = &query.wait {
-        let kept: Vec<&QueueSample> = queues
-            .iter()
-            .copied()
-            .filter(|q| !skip_for_mode(query, q))
-            .collect();
-        if kept.is_empty() {
-            return read_absent(query, &[snapshot], config, now);
-        }
-        if params.processing_time.is_none() {
-            for q in &kept {
-                if let Some(why) = wait_inputs::unmeasured_kind(snapshot.kind, q.preset.as_deref())
-                {
-                    return Err(processing_time_required(&q.name, snapshot, why));
-                }
+/// Mode `WaitTime` over the matched `queues`: the model's inputs read
+/// from the snapshot, its replicas.
+fn read_wait(
+    query: &ScalerQuery,
+    params: &WaitParams,
+    queues: &[&QueueSample],
+    found: &Found<'_>,
+    config: &ScalerConfig,
+    now: SystemTime,
+) -> Result<Reading, QueryError> {
+    let snapshot = found.snapshot;
+    let kept: Vec<&QueueSample> = queues
+        .iter()
+        .copied()
+        .filter(|q| !skip_for_mode(query, q))
+        .collect();
+    if kept.is_empty() {
+        return read_absent(query, &[snapshot], config, now);
+    }
+    if params.processing_time.is_none() {
+        for q in &kept {
+            if let Some(why) = wait_inputs::unmeasured_kind(snapshot.kind, q.preset.as_deref()) {
+                return Err(processing_time_required(&q.name, snapshot, why));
             }
         }
-        let inputs = wait_inputs::gather(params, query.window, snapshot, &kept)
-            .map_err(|e| in_aggregate(query, kept.len(), QueryError::Unavailable(e)))?;
-        let decision = wait::decide(params, inputs);
-        return Ok(Reading {
-            value: decision.replicas,
-            source: snapshot.source.clone(),
-            matched: kept.len(),
-            data_age,
-            wait: Some(decision),
-            vouched,
-        });
     }
+    let inputs = wait_inputs::gather(params, query.window, snapshot, &kept)
+        .map_err(|e| in_aggregate(query, kept.len(), QueryError::Unavailable(e)))?;
+    let decision = wait::decide(params, inputs);
+    Ok(Reading {
+        value: decision.replicas,
+        source: snapshot.source.clone(),
+        matched: kept.len(),
+        data_age: found.data_age,
+        wait: Some(decision),
+        vouched: found.vouched,
+    })
+}
 
+/// Every other mode over the matched `queues`: each one's value, one
+/// unknown making the aggregate unknown, combined by `operation`.
+fn read_values(
+    query: &ScalerQuery,
+    queues: &[&QueueSample],
+    found: &Found<'_>,
+    config: &ScalerConfig,
+    now: SystemTime,
+) -> Result<Reading, QueryError> {
+    let snapshot = found.snapshot;
     let mut values = Vec::with_capacity(queues.len());
     for q in queues {
         if skip_for_mode(query, q) {
@@ -283,9 +336,9 @@ fn read(
         value: combine(query.operation, values),
         source: snapshot.source.clone(),
         matched: values.0.len(),
-        data_age,
+        data_age: found.data_age,
         wait: None,
-        vouched,
+        vouched: found.vouched,
     })
 }
 
@@ -475,55 +528,7 @@ fn read_absent(
         .collect();
     match covering.as_slice() {
         [] => {}
-        [snapshot] => {
-            // A covered name with no sample: a drained queue of a library
-            // that keeps finished jobs needs no service time (nothing
-            // waits or arrives); a plain key, or a library that keeps none,
-            // has no measured one, so the trigger needs `processingTime`.
-            let selects = |name: &str| query.queue.matches(name);
-            if let Some(p) = &query.wait
-                && p.processing_time.is_none()
-                && !snapshot.scope.measures_absent(&name_query(query, &selects))
-                && let Some(why) = wait_inputs::unmeasured_kind(
-                    snapshot.kind,
-                    // A query for a library asks of its queues (which keep
-                    // no finished jobs, as measures_absent said), not of a key.
-                    query.preset.map(|_| PresetFacts::default()).as_ref(),
-                )
-            {
-                return Err(processing_time_required(query.queue.text(), snapshot, why));
-            }
-            let data_age = fresh_age(snapshot, config, now)?;
-            let vouched = vouch(query, snapshot)?;
-            let value = empty_value(query, snapshot)?;
-            // Nothing waits, and the source's readings span the window
-            // (empty_value checked) with no arrivals at these names.
-            let wait = query.wait.as_ref().map(|p| {
-                let (service_time, service_from) = match p.processing_time {
-                    Some(t) => (t.as_secs_f64(), ServiceFrom::Set),
-                    None => (0.0, ServiceFrom::Unneeded),
-                };
-                wait::decide(
-                    p,
-                    WaitInputs {
-                        backlog: 0.0,
-                        oldest_age: 0.0,
-                        newest_age: 0.0,
-                        arrival_rate: 0.0,
-                        service_time,
-                        service_from,
-                    },
-                )
-            });
-            return Ok(Reading {
-                value,
-                source: snapshot.source.clone(),
-                matched: 0,
-                data_age,
-                wait,
-                vouched,
-            });
-        }
+        [snapshot] => return read_empty(query, snapshot, config, now),
         several => {
             let names: Vec<&str> = several.iter().map(|s| &*s.source).collect();
             return Err(QueryError::InvalidArgument(format!(
@@ -542,6 +547,64 @@ fn read_absent(
         }
     }
     Err(not_found(query, reached.is_empty()))
+}
+
+/// A name the one covering source's configuration vouches for but no
+/// sample holds: an empty queue (its WaitTime 0 replicas, with the
+/// service time `processingTime` says or none needed).
+fn read_empty(
+    query: &ScalerQuery,
+    snapshot: &Snapshot,
+    config: &ScalerConfig,
+    now: SystemTime,
+) -> Result<Reading, QueryError> {
+    // A covered name with no sample: a drained queue of a library
+    // that keeps finished jobs needs no service time (nothing
+    // waits or arrives); a plain key, or a library that keeps none,
+    // has no measured one, so the trigger needs `processingTime`.
+    let selects = |name: &str| query.queue.matches(name);
+    if let Some(p) = &query.wait
+        && p.processing_time.is_none()
+        && !snapshot.scope.measures_absent(&name_query(query, &selects))
+        && let Some(why) = wait_inputs::unmeasured_kind(
+            snapshot.kind,
+            // A query for a library asks of its queues (which keep
+            // no finished jobs, as measures_absent said), not of a key.
+            query.preset.map(|_| PresetFacts::default()).as_ref(),
+        )
+    {
+        return Err(processing_time_required(query.queue.text(), snapshot, why));
+    }
+    let data_age = fresh_age(snapshot, config, now)?;
+    let vouched = vouch(query, snapshot)?;
+    let value = empty_value(query, snapshot)?;
+    // Nothing waits, and the source's readings span the window
+    // (empty_value checked) with no arrivals at these names.
+    let wait = query.wait.as_ref().map(|p| {
+        let (service_time, service_from) = match p.processing_time {
+            Some(t) => (t.as_secs_f64(), ServiceFrom::Set),
+            None => (0.0, ServiceFrom::Unneeded),
+        };
+        wait::decide(
+            p,
+            WaitInputs {
+                backlog: 0.0,
+                oldest_age: 0.0,
+                newest_age: 0.0,
+                arrival_rate: 0.0,
+                service_time,
+                service_from,
+            },
+        )
+    });
+    Ok(Reading {
+        value,
+        source: snapshot.source.clone(),
+        matched: 0,
+        data_age,
+        wait,
+        vouched,
+    })
 }
 
 /// An empty queue's value: 0 for every count and for Age (nothing waits);
@@ -764,7 +827,7 @@ fn group_lag(query: &ScalerQuery, s: &Snapshot, q: &QueueSample) -> Result<f64, 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scaler::metadata::parse;
+    use crate::scaler::metadata::parse_known as parse;
     use crate::snapshot::{CounterPoint, Counters, GroupSample, PresetUnit, SourceKind};
     use std::collections::HashMap;
 
@@ -820,7 +883,9 @@ mod tests {
     fn preset(name: &str, lib: &str, states: &[(JobState, u64)]) -> QueueSample {
         QueueSample {
             preset: Some(Box::new(crate::snapshot::PresetFacts {
-                preset: crate::config::preset_kind(lib).unwrap(),
+                preset: crate::sources::redis::presets::library::named(lib)
+                    .unwrap()
+                    .kind(),
                 states: states.iter().map(|(s, n)| (*s, Some(*n))).collect(),
                 ..Default::default()
             })),

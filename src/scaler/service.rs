@@ -252,7 +252,7 @@ impl Inner {
         // entry stale rather than wrongly current.
         let generation = self.hub.generation();
         self.parsed.get_or_parse(meta, generation, || {
-            let query = metadata::parse(meta)
+            let query = metadata::parse_with(meta, &self.hub.libraries())
                 .map_err(|e| Status::invalid_argument(bounded(e.to_string())))?;
             query::check_static(&query, &self.hub.snapshots()).map_err(to_status)?;
             Ok(query)
@@ -743,7 +743,7 @@ mod query_cache_tests {
     }
 
     fn parse(m: &HashMap<String, String>) -> Result<ScalerQuery, Status> {
-        metadata::parse(m).map_err(|e| Status::invalid_argument(e.to_string()))
+        metadata::parse_known(m).map_err(|e| Status::invalid_argument(e.to_string()))
     }
 
     #[test]

@@ -9,7 +9,7 @@ use std::time::Duration;
 use crate::scaler::finite;
 use crate::scaler::wait::{ServiceFrom, WaitInputs, WaitParams};
 use crate::snapshot::{
-    JobState, PresetFacts, QueueSample, QueueType, ServiceTime, Snapshot, SourceKind,
+    Arrivals, JobState, PresetFacts, QueueSample, QueueType, ServiceTime, Snapshot, SourceKind,
 };
 
 /// Why the exporter cannot measure the service time of a queue of a
@@ -72,111 +72,188 @@ pub fn gather(
         service_time: params.processing_time.map_or(0.0, |p| p.as_secs_f64()),
         service_from: ServiceFrom::Set,
     };
-    let wait = params.target_wait.as_secs_f64();
     // Measured service times with their weights (jobs to start per second).
     let mut measured: Vec<(ServiceTime, f64)> = Vec::new();
     for q in queues {
-        let unknown = |what: &str, hint: &str| {
-            format!(
-                "WaitTime of queue {:?} in source {}: its {what} is unknown{hint}",
-                q.name, s.source
-            )
-        };
-        // An input the model would compute with: finite, 0 to the cap.
-        let checked = |v: f64, what: &str| {
-            finite::input(v, || {
-                format!(
-                    "WaitTime of queue {:?} in source {}: its {what}",
-                    q.name, s.source
-                )
-            })
-        };
-        let missing = q.queue_type == Some(QueueType::Missing);
-        let backlog = match (&q.preset, missing) {
-            (_, true) => 0,
-            (Some(f), false) => f.known(JobState::Waiting).ok_or_else(|| {
-                unknown(
-                    "backlog (waiting jobs)",
-                    &format!(
-                        ": the last poll could not read them (see queue_exporter_poll_errors_total); {} preset",
-                        f.preset
-                    ),
-                )
-            })?,
-            (None, false) => q.ready.ok_or_else(|| {
-                unknown(
-                    "backlog (ready items)",
-                    ": the last poll could not read this key (see queue_exporter_poll_errors_total)",
-                )
-            })?,
-        };
-        // Nothing waits: nothing is late, whatever the source can tell of ages.
-        let age = if backlog == 0 {
-            0.0
-        } else {
-            let age = q.oldest_age_seconds.ok_or_else(|| {
-                let why = q.preset.as_ref().and_then(|f| f.age_unknown_why);
-                unknown(
-                    "oldest age",
-                    why.unwrap_or(
-                        " (lists need `age:` in the exporter config, zsets `score: timestamp`, \
-                         RabbitMQ messages a timestamp property)",
-                    ),
-                )
-            })?;
-            checked(age, "oldest age (seconds)")?
-        };
-        let arrivals = match s.history.arrival_rate(&q.id(), window) {
-            Some(r) => checked(r, "arrival rate (jobs per second)")?,
-            None if missing && s.history.spans(window) => 0.0,
-            None => {
-                let numbered = crate::config::libraries_with_arrivals(true).join(", ");
-                let counted = crate::config::libraries_with_arrivals(false).join(", ");
-                return Err(unknown(
-                    "arrival rate",
-                    &format!(
-                        " (needs a publish counter, as RabbitMQ queues, streams, {numbered} queues and \
-                         `counters: enqueued` have, or a processed total beside the depth, as {counted} \
-                         queues and `counters: processed` have; read in two polls within window {})",
-                        humantime::format_duration(window)
-                    ),
-                ));
-            }
-        };
-        if params.processing_time.is_none() {
-            let starts = arrivals + backlog as f64 / wait;
-            match q.service_time() {
-                Some(t) => {
-                    checked(t.mean_seconds, "measured service time (seconds per job)")?;
-                    measured.push((t, starts));
-                }
-                // A queue with no work asks nothing of its service time.
-                None if starts <= 0.0 => {}
-                None => {
-                    return Err(unknown(
-                        "service time",
-                        &format!(
-                            ": {}; set processingTime to the average worker time per job",
-                            unmeasured_why(q)
-                        ),
-                    ));
-                }
-            }
+        let one = queue_inputs(params, window, s, q)?;
+        measured.extend(one.measured);
+        if one.backlog > 0 {
+            inputs.newest_age = inputs.newest_age.max(one.newest);
         }
-        if backlog > 0 {
-            let newest = newest_age(backlog as f64, age, arrivals, || {
-                s.history.since_last_arrival(&q.id())
-            });
-            inputs.newest_age = inputs.newest_age.max(newest);
-        }
-        inputs.backlog += backlog as f64;
-        inputs.oldest_age = inputs.oldest_age.max(age);
-        inputs.arrival_rate += arrivals;
+        inputs.backlog += one.backlog as f64;
+        inputs.oldest_age = inputs.oldest_age.max(one.age);
+        inputs.arrival_rate += one.arrivals;
     }
     if params.processing_time.is_none() {
         (inputs.service_time, inputs.service_from) = combine(&measured);
     }
     Ok(inputs)
+}
+
+/// One matched queue's inputs.
+struct QueueInputs {
+    /// Jobs waiting.
+    backlog: u64,
+    /// The oldest waiting job's age, seconds (0 when none waits).
+    age: f64,
+    /// The newest waiting job's age, seconds ([`newest_age`]; 0 when none
+    /// waits).
+    newest: f64,
+    /// Jobs arriving per second.
+    arrivals: f64,
+    /// Without `processingTime`: its measured service time, with its
+    /// weight (jobs to start per second); `None` for a queue with no work.
+    measured: Option<(ServiceTime, f64)>,
+}
+
+/// The inputs of queue `q` of snapshot `s`; an unknown one the answer
+/// depends on is an error naming the queue and the input.
+fn queue_inputs(
+    params: &WaitParams,
+    window: Duration,
+    s: &Snapshot,
+    q: &QueueSample,
+) -> Result<QueueInputs, String> {
+    let unknown = |what: &str, hint: &str| {
+        format!(
+            "WaitTime of queue {:?} in source {}: its {what} is unknown{hint}",
+            q.name, s.source
+        )
+    };
+    // An input the model would compute with: finite, 0 to the cap.
+    let checked = |v: f64, what: &str| {
+        finite::input(v, || {
+            format!(
+                "WaitTime of queue {:?} in source {}: its {what}",
+                q.name, s.source
+            )
+        })
+    };
+    let missing = q.queue_type == Some(QueueType::Missing);
+    let backlog = backlog_of(q, missing, &unknown)?;
+    // Nothing waits: nothing is late, whatever the source can tell of ages.
+    let age = if backlog == 0 {
+        0.0
+    } else {
+        let age = q.oldest_age_seconds.ok_or_else(|| {
+            let why = q.preset.as_ref().and_then(|f| f.age_unknown_why);
+            unknown(
+                "oldest age",
+                why.unwrap_or(
+                    " (lists need `age:` in the exporter config, zsets `score: timestamp`, \
+                     RabbitMQ messages a timestamp property)",
+                ),
+            )
+        })?;
+        checked(age, "oldest age (seconds)")?
+    };
+    let arrivals = arrivals_of(window, s, q, missing, &checked, &unknown)?;
+    let measured = match params.processing_time {
+        Some(_) => None,
+        None => {
+            let starts = arrivals + backlog as f64 / params.target_wait.as_secs_f64();
+            measured_service(q, starts, &checked, &unknown)?
+        }
+    };
+    let newest = if backlog > 0 {
+        newest_age(backlog as f64, age, arrivals, || {
+            s.history.since_last_arrival(&q.id())
+        })
+    } else {
+        0.0
+    };
+    Ok(QueueInputs {
+        backlog,
+        age,
+        newest,
+        arrivals,
+        measured,
+    })
+}
+
+/// Queue `q`'s arrivals per second over `window`: 0 for a `missing` key
+/// whose source's readings span the window, else an error saying which
+/// counter would measure them.
+fn arrivals_of(
+    window: Duration,
+    s: &Snapshot,
+    q: &QueueSample,
+    missing: bool,
+    checked: &impl Fn(f64, &str) -> Result<f64, String>,
+    unknown: &impl Fn(&str, &str) -> String,
+) -> Result<f64, String> {
+    match s.history.arrival_rate(&q.id(), window) {
+        Some(r) => checked(r, "arrival rate (jobs per second)"),
+        None if missing && s.history.spans(window) => Ok(0.0),
+        None => {
+            let numbered = s.libraries.arriving_from(Arrivals::IdCounter).join(", ");
+            let counted = s
+                .libraries
+                .arriving_from(Arrivals::ProcessedTotal)
+                .join(", ");
+            Err(unknown(
+                "arrival rate",
+                &format!(
+                    " (needs a publish counter, as RabbitMQ queues, streams, {numbered} queues and \
+                     `counters: enqueued` have, or a processed total beside the depth, as {counted} \
+                     queues and `counters: processed` have; read in two polls within window {})",
+                    humantime::format_duration(window)
+                ),
+            ))
+        }
+    }
+}
+
+/// Queue `q`'s backlog: its waiting jobs (a preset's) or ready items; 0
+/// for a key that is `missing`.
+fn backlog_of(
+    q: &QueueSample,
+    missing: bool,
+    unknown: &impl Fn(&str, &str) -> String,
+) -> Result<u64, String> {
+    Ok(match (&q.preset, missing) {
+        (_, true) => 0,
+        (Some(f), false) => f.known(JobState::Waiting).ok_or_else(|| {
+            unknown(
+                "backlog (waiting jobs)",
+                &format!(
+                    ": the last poll could not read them (see queue_exporter_poll_errors_total); {} preset",
+                    f.preset
+                ),
+            )
+        })?,
+        (None, false) => q.ready.ok_or_else(|| {
+            unknown(
+                "backlog (ready items)",
+                ": the last poll could not read this key (see queue_exporter_poll_errors_total)",
+            )
+        })?,
+    })
+}
+
+/// Without `processingTime`: queue `q`'s measured service time with its
+/// weight `starts` (the jobs it asks workers to start per second);
+/// `None` for a queue with no work, which asks nothing of it.
+fn measured_service(
+    q: &QueueSample,
+    starts: f64,
+    checked: &impl Fn(f64, &str) -> Result<f64, String>,
+    unknown: &impl Fn(&str, &str) -> String,
+) -> Result<Option<(ServiceTime, f64)>, String> {
+    match q.service_time() {
+        Some(t) => {
+            checked(t.mean_seconds, "measured service time (seconds per job)")?;
+            Ok(Some((t, starts)))
+        }
+        None if starts <= 0.0 => Ok(None),
+        None => Err(unknown(
+            "service time",
+            &format!(
+                ": {}; set processingTime to the average worker time per job",
+                unmeasured_why(q)
+            ),
+        )),
+    }
 }
 
 /// The age of a queue's newest waiting job, from its `backlog`, its

@@ -15,6 +15,7 @@ use std::time::{Duration, SystemTime};
 
 mod coverage;
 mod history;
+mod libraries;
 mod poll;
 mod preset;
 mod scope;
@@ -24,6 +25,7 @@ pub use coverage::{
     Coverage, EveryName, ExactNames, Gap, GapKind, HiddenNames, VhostNames, Vouched,
 };
 pub use history::{CounterHistory, CounterPoint, JobFlow};
+pub use libraries::{Arrivals, Libraries, LibraryFacts};
 pub use poll::{POLL_DURATION_BUCKETS, PollRecord};
 pub use preset::{CountedIn, JobState, JobTotals, PresetFacts, PresetKind, PresetUnit};
 pub use scope::{AnyName, NameQuery, QueueScope, Reach};
@@ -88,6 +90,10 @@ pub struct Snapshot {
     /// keys held back, vhosts it may not read): the scaler answers a
     /// number only for names it vouches for.
     pub coverage: Arc<Coverage>,
+    /// The queue libraries the exporter knows (their names, where their
+    /// arrivals come from), for readers' messages: the same for every
+    /// source, set where the source is registered.
+    pub libraries: Arc<Libraries>,
 }
 
 impl Snapshot {
@@ -110,7 +116,13 @@ impl Snapshot {
             // Nothing polled yet: no reader answers before a successful
             // poll (it has no data age), which sets the poll's coverage.
             coverage: Arc::new(Coverage::complete()),
+            libraries: Arc::default(),
         }
+    }
+
+    /// The same snapshot telling of `libraries`.
+    pub fn with_libraries(self, libraries: Arc<Libraries>) -> Self {
+        Snapshot { libraries, ..self }
     }
 
     /// The same snapshot with the source's configured scope.

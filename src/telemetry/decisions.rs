@@ -230,50 +230,66 @@ impl Decisions {
             entry.activity = Some(answer);
             return;
         }
-        match (answer.desired, &answer.error) {
-            (Some(d), None) => {
-                self.desired.get_or_create(&labels).set(d);
-                match answer.model {
-                    Some(m) => {
-                        self.backlog.get_or_create(&labels).set(m.backlog);
-                        self.oldest_age.get_or_create(&labels).set(m.oldest_age);
-                        self.arrival_rate.get_or_create(&labels).set(m.arrival_rate);
-                        match m.service_time {
-                            Some(t) => {
-                                self.service_time.get_or_create(&labels).set(t);
-                            }
-                            None => {
-                                self.service_time.remove(&labels);
-                            }
-                        }
-                    }
-                    None => self.remove_inputs(&labels),
-                }
-            }
-            _ => self.remove_series(&labels),
-        }
+        self.set_gauges(&labels, &answer);
         let point = (
             now,
             answer.error.is_none().then_some(answer.desired).flatten(),
         );
-        let spaced = entry
-            .history
+        Self::add_point(&mut entry.history, point);
+        entry.metrics = Some(answer);
+    }
+
+    /// The trigger's gauges from `answer`: its desired replicas and the
+    /// WaitTime model's inputs, each removed when unknown (an error
+    /// removes them all).
+    fn set_gauges(&self, labels: &DecisionLabels, answer: &Answer) {
+        match (answer.desired, &answer.error) {
+            (Some(d), None) => {
+                self.desired.get_or_create(labels).set(d);
+                match &answer.model {
+                    Some(m) => {
+                        self.backlog.get_or_create(labels).set(m.backlog);
+                        self.oldest_age.get_or_create(labels).set(m.oldest_age);
+                        self.arrival_rate.get_or_create(labels).set(m.arrival_rate);
+                        match m.service_time {
+                            Some(t) => {
+                                self.service_time.get_or_create(labels).set(t);
+                            }
+                            None => {
+                                self.service_time.remove(labels);
+                            }
+                        }
+                    }
+                    None => self.remove_inputs(labels),
+                }
+            }
+            _ => self.remove_series(labels),
+        }
+    }
+
+    /// Adds `point` (when, the desired replicas or `None` for an error) to
+    /// a trigger's `history`: one point per [`Self::STEP`], the newest
+    /// answer standing for its step, none older than [`Self::HISTORY`].
+    fn add_point(
+        history: &mut VecDeque<(SystemTime, Option<f64>)>,
+        point: (SystemTime, Option<f64>),
+    ) {
+        let now = point.0;
+        let spaced = history
             .back()
             .is_none_or(|(t, _)| now.duration_since(*t).unwrap_or_default() >= Self::STEP);
         if spaced {
-            entry.history.push_back(point);
-        } else if let Some(last) = entry.history.back_mut() {
+            history.push_back(point);
+        } else if let Some(last) = history.back_mut() {
             // Within a step the newest answer stands for it.
             last.1 = point.1;
         }
-        while entry
-            .history
+        while history
             .front()
             .is_some_and(|(t, _)| now.duration_since(*t).unwrap_or_default() > Self::HISTORY)
         {
-            entry.history.pop_front();
+            history.pop_front();
         }
-        entry.metrics = Some(answer);
     }
 
     /// Removes what KEDA has stopped asking about, as of `now` (before a scrape).

@@ -121,9 +121,10 @@ pub struct RedisSourceConfig {
     #[serde(default)]
     pub queues: Vec<QueueSpec>,
     /// Which libraries' queues to watch: the `- preset:` entries of
-    /// `queues:`, split out by the loader (never written as a field).
+    /// `queues:` as written, split out by the loader (never written as a
+    /// field); `sources` resolves them against the libraries.
     #[serde(skip)]
-    pub presets: Vec<super::PresetSpec>,
+    pub presets: Vec<super::PresetEntry>,
     /// Zero config: the source was given no `queues:` (nor is it the
     /// built-in local source with any), so discovery recognises the queue
     /// libraries' keys (Sidekiq, RQ, asynq, BullMQ, Celery) itself and
@@ -191,6 +192,13 @@ impl RedisSourceConfig {
 
     /// Checks what serde cannot check field by field.
     pub(super) fn validate(&self, at: &dyn Fn(&str) -> String) -> Result<(), (String, String)> {
+        self.validate_zero_config(at)?;
+        self.validate_connection(at)?;
+        self.validate_bounds(at)
+    }
+
+    /// Fields that apply only to zero config, refused on a source listing its queues.
+    fn validate_zero_config(&self, at: &dyn Fn(&str) -> String) -> Result<(), (String, String)> {
         let zero_config_only = [
             ("plain_keys", !self.plain_keys),
             (
@@ -207,6 +215,11 @@ impl RedisSourceConfig {
                 ));
             }
         }
+        Ok(())
+    }
+
+    /// How the source reaches Redis: one password, TLS only with `rediss://` (a key with a certificate), a cluster over TCP on database 0.
+    fn validate_connection(&self, at: &dyn Fn(&str) -> String) -> Result<(), (String, String)> {
         if self.password.is_some() {
             if self.password_file.is_some() {
                 return Err((
@@ -270,6 +283,11 @@ impl RedisSourceConfig {
                 "is not supported with Redis Cluster or Sentinel yet; use rediss+cluster:// or rediss+sentinel:// with certificates the system trusts".into(),
             ));
         }
+        Ok(())
+    }
+
+    /// Durations, age buckets and sizes within what makes sense.
+    fn validate_bounds(&self, at: &dyn Fn(&str) -> String) -> Result<(), (String, String)> {
         let durations = [
             ("poll_interval", self.poll_interval, Bounds::HOUR),
             ("timeout", self.timeout, Bounds::HOUR),

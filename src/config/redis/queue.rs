@@ -6,8 +6,7 @@
 
 use serde::{Deserialize, Deserializer};
 
-use crate::config::CounterKeys;
-use crate::config::preset::check_counters;
+use super::super::preset::{CounterKeys, check_counters};
 use crate::time::TimeUnit;
 
 /// One `queues:` entry of a Redis source: an exact key or a glob.
@@ -174,7 +173,7 @@ impl CaptureLabels {
     /// Compiles and checks a `labels:` regex.
     pub fn new(re: &str) -> Result<Self, String> {
         let compiled =
-            regex::Regex::new(re).map_err(|e| crate::config::one_line(&e.to_string()))?;
+            regex::Regex::new(re).map_err(|e| super::super::error::one_line(&e.to_string()))?;
         for name in compiled.capture_names().flatten() {
             if RESERVED_LABELS.contains(&name) {
                 return Err(format!("capture name {name:?} is reserved by the exporter"));

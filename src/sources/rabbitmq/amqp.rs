@@ -275,6 +275,24 @@ impl Amqp {
     }
 }
 
+/// The addresses of `uri`'s host, looked up within `config`'s timeout.
+async fn resolve(
+    config: &RabbitSourceConfig,
+    uri: &AMQPUri,
+    target: &str,
+) -> Result<Vec<SocketAddr>, SourceError> {
+    let host = uri.authority.host.as_str();
+    let port = uri.authority.port;
+    match tokio::time::timeout(config.timeout, tokio::net::lookup_host((host, port))).await {
+        Ok(Ok(a)) => Ok(a.collect()),
+        Ok(Err(e)) => Err(SourceError::Connect {
+            target: target.to_string(),
+            cause: format!("cannot resolve {host}: {e}"),
+        }),
+        Err(_) => Err(SourceError::Timeout(config.timeout)),
+    }
+}
+
 /// Opens a connection (TCP, TLS for `amqps://`, the AMQP handshake) within
 /// `timeout`. lapin retries nothing: the poll loop is the retry.
 async fn open(
@@ -289,22 +307,7 @@ async fn open(
     // the client's handshake first: the error then says what to check.
     let certificate_hint =
         matches!(uri.scheme, AMQPScheme::AMQPS).then(|| super::client::certificate_hint(config));
-    let host = uri.authority.host.clone();
-    let port = uri.authority.port;
-    let connect_error = |cause: String| SourceError::Connect {
-        target: target.to_string(),
-        cause,
-    };
-    let addrs: Vec<SocketAddr> = match tokio::time::timeout(
-        config.timeout,
-        tokio::net::lookup_host((host.as_str(), port)),
-    )
-    .await
-    {
-        Ok(Ok(a)) => a.collect(),
-        Ok(Err(e)) => return Err(connect_error(format!("cannot resolve {host}: {e}"))),
-        Err(_) => return Err(SourceError::Timeout(config.timeout)),
-    };
+    let addrs = resolve(config, &uri, target).await?;
     let runtime = lapin::runtime::default_runtime()
         .map_err(|e| SourceError::Config(format!("no async runtime for lapin: {e}")))?;
     let props = ConnectionProperties::default()

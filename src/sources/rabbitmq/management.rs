@@ -54,6 +54,86 @@ pub struct Management {
     unreadable: BTreeSet<String>,
 }
 
+/// What the vhosts' listings told, beyond the queues themselves.
+struct Lists {
+    /// The configured vhosts that answered.
+    answered_vhosts: Vec<String>,
+    /// Vhosts a queue was listed from: the user may read each.
+    listed: HashSet<String>,
+    /// The configured vhosts that refused the user.
+    refused: Vec<String>,
+    /// The first refusal, for a poll where no vhost answered.
+    first_refusal: Option<SourceError>,
+    /// The first error that fails the poll.
+    first_error: Option<SourceError>,
+}
+
+/// Puts the queues of every vhost's listing in `results` onto `out` (the
+/// filter's, once each: pages cut from a live list may repeat a queue),
+/// counts what failed, and tells what the listings said.
+fn read_lists(
+    results: Vec<(Option<&str>, Listed)>,
+    config: &RabbitSourceConfig,
+    filter: &QueueFilter,
+    out: &mut PollOutput,
+) -> Lists {
+    let now = SystemTime::now();
+    let mut seen: HashMap<(String, String), usize> = HashMap::new();
+    let mut answered_vhosts = Vec::new();
+    // Vhosts a queue was listed from: the user may read each.
+    let mut listed: HashSet<String> = HashSet::new();
+    let mut refused: Vec<String> = Vec::new();
+    let mut first_refusal = None;
+    let mut first_error = None;
+    for (vhost, result) in results {
+        match result {
+            Ok(items) => {
+                if let Some(v) = vhost {
+                    answered_vhosts.push(v.to_string());
+                }
+                for item in items {
+                    if !listed.contains(&item.vhost) {
+                        listed.insert(item.vhost.clone());
+                    }
+                    if !filter.keeps(&item.vhost, &item.name) {
+                        continue;
+                    }
+                    let key = (item.vhost.clone(), item.name.clone());
+                    let q = item.into_sample(config.stats, now);
+                    // Pages are cut from a live list: a queue created
+                    // between two pages can show up twice.
+                    match seen.get(&key) {
+                        Some(&i) => out.queues[i] = q,
+                        None => {
+                            seen.insert(key, out.queues.len());
+                            out.queues.push(q);
+                        }
+                    }
+                }
+            }
+            Err(ListError::VhostNotFound(v)) => {
+                tracing::debug!(source = %config.name, vhost = %v, "vhost not found");
+                out.partial_errors.push(Reason::NotFound);
+            }
+            Err(ListError::VhostRefused(v, e)) => {
+                refused.push(v);
+                out.partial_errors.push(Reason::Auth);
+                first_refusal.get_or_insert(e);
+            }
+            Err(ListError::Source(e)) => {
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    Lists {
+        answered_vhosts,
+        listed,
+        refused,
+        first_refusal,
+        first_error,
+    }
+}
+
 impl Management {
     /// One poll: every configured vhost (or all), every page.
     pub async fn poll(
@@ -88,55 +168,14 @@ impl Management {
             results.extend(chunk.iter().copied().zip(lists));
         }
 
-        let now = SystemTime::now();
         let mut out = PollOutput::new(Coverage::complete());
-        let mut seen: HashMap<(String, String), usize> = HashMap::new();
-        let mut answered_vhosts = Vec::new();
-        // Vhosts a queue was listed from: the user may read each.
-        let mut listed: HashSet<String> = HashSet::new();
-        let mut refused: Vec<String> = Vec::new();
-        let mut first_refusal = None;
-        let mut first_error = None;
-        for (vhost, result) in results {
-            match result {
-                Ok(items) => {
-                    if let Some(v) = vhost {
-                        answered_vhosts.push(v.to_string());
-                    }
-                    for item in items {
-                        if !listed.contains(&item.vhost) {
-                            listed.insert(item.vhost.clone());
-                        }
-                        if !filter.keeps(&item.vhost, &item.name) {
-                            continue;
-                        }
-                        let key = (item.vhost.clone(), item.name.clone());
-                        let q = item.into_sample(config.stats, now);
-                        // Pages are cut from a live list: a queue created
-                        // between two pages can show up twice.
-                        match seen.get(&key) {
-                            Some(&i) => out.queues[i] = q,
-                            None => {
-                                seen.insert(key, out.queues.len());
-                                out.queues.push(q);
-                            }
-                        }
-                    }
-                }
-                Err(ListError::VhostNotFound(v)) => {
-                    tracing::debug!(source = %config.name, vhost = %v, "vhost not found");
-                    out.partial_errors.push(Reason::NotFound);
-                }
-                Err(ListError::VhostRefused(v, e)) => {
-                    refused.push(v);
-                    out.partial_errors.push(Reason::Auth);
-                    first_refusal.get_or_insert(e);
-                }
-                Err(ListError::Source(e)) => {
-                    first_error.get_or_insert(e);
-                }
-            }
-        }
+        let Lists {
+            answered_vhosts,
+            listed,
+            refused,
+            first_refusal,
+            first_error,
+        } = read_lists(results, config, filter, &mut out);
         if request.regex_rejected.load(Ordering::Relaxed) {
             tracing::warn!(
                 source = %config.name,

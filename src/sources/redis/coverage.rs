@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 
 use super::discovery::{Discovered, NAMED_BEYOND};
 use super::glob;
-use super::presets::picture::LeftOut;
+use super::presets::zero::LeftOut;
 use crate::config::RedisSourceConfig;
 use crate::snapshot::{Coverage, EveryName, ExactNames, Gap, GapKind, HiddenNames, NameQuery};
 

@@ -108,8 +108,57 @@ pub async fn find(
             }
         }
     }
-    // Every (pattern, type) SCAN runs concurrently on the multiplexed
-    // connection; results are merged in config order so the first spec wins.
+    // Merged in config order, so the first spec wins.
+    for (i, t, keys) in scan_patterns(conn, config).await? {
+        for k in keys {
+            found.entry(k).or_insert((i, false, t));
+        }
+    }
+    if conn.is_cluster() {
+        for (k, spec) in known {
+            found.entry(k.clone()).or_insert((*spec, false, None));
+        }
+    }
+
+    // Learn the types SCAN did not tell us, in pipelined batches.
+    let unknown: Vec<Vec<u8>> = found
+        .iter()
+        .filter(|(_, (_, _, t))| t.is_none())
+        .map(|(k, _)| k.clone())
+        .collect();
+    let types = type_of(conn, &unknown).await?;
+    let mut states: BTreeMap<Vec<u8>, KeyState> = BTreeMap::new();
+    let mut refused = Vec::new();
+    for (k, state) in unknown.into_iter().zip(types) {
+        if let KeyState::Unknown(reason) = state {
+            refused.push(reason);
+        }
+        states.insert(k, state);
+    }
+
+    let mut keys = BTreeMap::new();
+    for (key, (spec, exact, known)) in found {
+        let state = match known {
+            Some(t) => KeyState::Typed(t),
+            None => states.remove(&key).unwrap_or(KeyState::Missing),
+        };
+        keys.insert(key, Candidate { spec, exact, state });
+    }
+    Ok(Candidates {
+        keys,
+        exact_order,
+        refused,
+    })
+}
+
+/// The keys every `pattern:` entry's SCAN found (one per type in its
+/// `types`), in config order, each with its entry's index and the type
+/// the SCAN asked for. Every SCAN runs concurrently on the multiplexed
+/// connection.
+async fn scan_patterns(
+    conn: &Conn,
+    config: &RedisSourceConfig,
+) -> redis::RedisResult<Vec<(usize, Option<KeyType>, Vec<Vec<u8>>)>> {
     let scans: Vec<(usize, Option<KeyType>, &str)> = config
         .queues
         .iter()
@@ -162,46 +211,23 @@ pub async fn find(
                 .collect();
         }
     }
-    for ((i, t, _), keys) in scans.iter().zip(results) {
-        for k in keys {
-            found.entry(k).or_insert((*i, false, *t));
-        }
-    }
-    if conn.is_cluster() {
-        for (k, spec) in known {
-            found.entry(k.clone()).or_insert((*spec, false, None));
-        }
-    }
-
-    // Learn the types SCAN did not tell us, in pipelined batches.
-    let unknown: Vec<Vec<u8>> = found
+    Ok(scans
         .iter()
-        .filter(|(_, (_, _, t))| t.is_none())
-        .map(|(k, _)| k.clone())
-        .collect();
-    let types = type_of(conn, &unknown).await?;
-    let mut states: BTreeMap<Vec<u8>, KeyState> = BTreeMap::new();
-    let mut refused = Vec::new();
-    for (k, state) in unknown.into_iter().zip(types) {
-        if let KeyState::Unknown(reason) = state {
-            refused.push(reason);
-        }
-        states.insert(k, state);
-    }
+        .zip(results)
+        .map(|((i, t, _), keys)| (*i, *t, keys))
+        .collect())
+}
 
-    let mut keys = BTreeMap::new();
-    for (key, (spec, exact, known)) in found {
-        let state = match known {
-            Some(t) => KeyState::Typed(t),
-            None => states.remove(&key).unwrap_or(KeyState::Missing),
-        };
-        keys.insert(key, Candidate { spec, exact, state });
+/// Whether a key a pattern entry `spec` found in `state` is tracked: it
+/// must exist, be a queue type, and match `types`; one whose type Redis
+/// refused to tell stays, unknown (its polls ask TYPE again, and count
+/// the refusal), never dropped as if it did not exist.
+fn pattern_takes(state: &KeyState, spec: &crate::config::QueueSpec) -> bool {
+    match state {
+        KeyState::Typed(t) => spec.types.as_ref().is_none_or(|ts| ts.contains(t)),
+        KeyState::Unknown(_) => true,
+        KeyState::Missing | KeyState::Unsupported(_) => false,
     }
-    Ok(Candidates {
-        keys,
-        exact_order,
-        refused,
-    })
 }
 
 /// Makes a round's keys tracked keys: pattern keys must exist and be of a
@@ -222,22 +248,8 @@ pub fn track(found: Candidates, config: &RedisSourceConfig, limit: usize) -> Dis
             exact: is_exact,
             state,
         } = c;
-        if !is_exact {
-            // Pattern keys must exist, be a queue type, and match `types`;
-            // one whose type Redis refused to tell stays, unknown (its
-            // polls ask TYPE again, and count the refusal), never dropped
-            // as if it did not exist.
-            let allowed = match &state {
-                KeyState::Typed(t) => config.queues[spec]
-                    .types
-                    .as_ref()
-                    .is_none_or(|ts| ts.contains(t)),
-                KeyState::Unknown(_) => true,
-                KeyState::Missing | KeyState::Unsupported(_) => false,
-            };
-            if !allowed {
-                continue;
-            }
+        if !is_exact && !pattern_takes(&state, &config.queues[spec]) {
+            continue;
         }
         let name = display_key(&key);
         let regex = config.queues[spec].labels.as_ref().map(|l| l.regex());

@@ -19,6 +19,37 @@ pub fn matches(pattern: &[u8], key: &[u8]) -> bool {
     match_from(pattern, key, &mut skip_longer)
 }
 
+/// A `[…]` class, read from after its `[` (and `^`), against the byte
+/// `c`: whether a member matches it, and the pattern from the class's
+/// closing `]` on (empty for an unterminated class).
+fn class_hit(mut p: &[u8], c: u8) -> (bool, &[u8]) {
+    let mut hit = false;
+    loop {
+        if p.is_empty() {
+            // Unterminated class: Redis steps back so the
+            // outer step below consumes nothing more.
+            break;
+        } else if p[0] == b'\\' && p.len() >= 2 {
+            p = &p[1..];
+            hit |= p[0] == c;
+        } else if p[0] == b']' {
+            break;
+        } else if p.len() >= 3 && p[1] == b'-' {
+            let (mut lo, mut hi) = (p[0] as i8, p[2] as i8);
+            if lo > hi {
+                std::mem::swap(&mut lo, &mut hi);
+            }
+            let c = c as i8;
+            hit |= c >= lo && c <= hi;
+            p = &p[2..];
+        } else {
+            hit |= p[0] == c;
+        }
+        p = &p[1..];
+    }
+    (hit, p)
+}
+
 fn match_from(mut p: &[u8], mut s: &[u8], skip_longer: &mut bool) -> bool {
     while !p.is_empty() && !s.is_empty() {
         match p[0] {
@@ -49,30 +80,8 @@ fn match_from(mut p: &[u8], mut s: &[u8], skip_longer: &mut bool) -> bool {
                 if negate {
                     p = &p[1..];
                 }
-                let mut hit = false;
-                loop {
-                    if p.is_empty() {
-                        // Unterminated class: Redis steps back so the
-                        // outer step below consumes nothing more.
-                        break;
-                    } else if p[0] == b'\\' && p.len() >= 2 {
-                        p = &p[1..];
-                        hit |= p[0] == s[0];
-                    } else if p[0] == b']' {
-                        break;
-                    } else if p.len() >= 3 && p[1] == b'-' {
-                        let (mut lo, mut hi) = (p[0] as i8, p[2] as i8);
-                        if lo > hi {
-                            std::mem::swap(&mut lo, &mut hi);
-                        }
-                        let c = s[0] as i8;
-                        hit |= c >= lo && c <= hi;
-                        p = &p[2..];
-                    } else {
-                        hit |= p[0] == s[0];
-                    }
-                    p = &p[1..];
-                }
+                let (hit, rest) = class_hit(p, s[0]);
+                p = rest;
                 if hit == negate {
                     return false;
                 }

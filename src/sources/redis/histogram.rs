@@ -171,6 +171,46 @@ fn implied(h: &AgeHistogram, due: Option<u64>, oldest: Option<f64>) -> bool {
         && (h.count == 0 || oldest.is_some_and(|o| h.buckets.first().is_some_and(|&(b, _)| o <= b)))
 }
 
+/// The newest due item of `key` (scores up to `now`): one cheap command,
+/// walking from the newest end, whose age checks every bucket below it at
+/// once.
+fn newest_cmd(key: &[u8], now: &str) -> redis::Cmd {
+    let mut c = cmd("ZRANGE", key);
+    c.arg(now)
+        .arg("-inf")
+        .arg("BYSCORE")
+        .arg("REV")
+        .arg("LIMIT")
+        .arg(0)
+        .arg(1)
+        .arg("WITHSCORES");
+    c
+}
+
+/// The command asking one bucket of `key` (scores from `bound` to `now`)
+/// as `ask` says: a window of its members from the newest end, or a
+/// count of the items older than it.
+fn ask_cmd(key: &[u8], now: &str, bound: &str, ask: Ask) -> redis::Cmd {
+    match ask {
+        Ask::Window { offset, limit } => {
+            let mut c = cmd("ZRANGE", key);
+            c.arg(now)
+                .arg(bound)
+                .arg("BYSCORE")
+                .arg("REV")
+                .arg("LIMIT")
+                .arg(offset)
+                .arg(limit);
+            c
+        }
+        Ask::Head => {
+            let mut c = cmd("ZCOUNT", key);
+            c.arg("-inf").arg(format!("({bound}"));
+            c
+        }
+    }
+}
+
 impl HistogramState {
     /// Adds this poll's commands for `key`'s histogram to `out`, if it is due.
     #[cfg(test)]
@@ -202,20 +242,6 @@ impl HistogramState {
             return HistogramPlan::default();
         }
         let now = unit.score_arg(now_secs);
-        // The newest due item (one cheap command, walking from the newest
-        // end): its age checks every bucket below it at once.
-        let newest_cmd = |out: &mut Vec<redis::Cmd>| {
-            let mut c = cmd("ZRANGE", key);
-            c.arg(&now)
-                .arg("-inf")
-                .arg("BYSCORE")
-                .arg("REV")
-                .arg("LIMIT")
-                .arg(0)
-                .arg(1)
-                .arg("WITHSCORES");
-            out.push(c);
-        };
         let newest_cost = Cost::window(0, 1);
         let mut plan = HistogramPlan {
             measure: true,
@@ -227,7 +253,7 @@ impl HistogramState {
         if self.last.is_none() && self.hint.is_none() && self.exact == 0 {
             // Nothing known yet: counting every bucket would walk the whole
             // zset for each; first learn where the due items lie.
-            newest_cmd(out);
+            out.push(newest_cmd(key, &now));
             plan.newest = true;
             plan.deferred = true;
             // A first measurement is not paid from the budget: without
@@ -249,7 +275,7 @@ impl HistogramState {
             })
             .count();
         if young > 0 {
-            newest_cmd(out);
+            out.push(newest_cmd(key, &now));
             plan.newest = true;
             plan.young = young;
             plan.cost_ns = newest_cost;
@@ -269,25 +295,10 @@ impl HistogramState {
             });
             let (ask, cost) = self.ask(i, expected, plan);
             plan.cost_ns += cost;
-            match ask {
-                Ask::Window { offset, limit } => {
-                    let mut c = cmd("ZRANGE", key);
-                    c.arg(&now)
-                        .arg(bound)
-                        .arg("BYSCORE")
-                        .arg("REV")
-                        .arg("LIMIT")
-                        .arg(offset)
-                        .arg(limit);
-                    out.push(c);
-                    plan.windows |= 1 << i;
-                }
-                Ask::Head => {
-                    let mut c = cmd("ZCOUNT", key);
-                    c.arg("-inf").arg(format!("({bound}"));
-                    out.push(c);
-                }
+            if matches!(ask, Ask::Window { .. }) {
+                plan.windows |= 1 << i;
             }
+            out.push(ask_cmd(key, &now, &bound, ask));
             plan.queried += 1;
         }
         if first {
@@ -422,26 +433,11 @@ impl HistogramState {
                 _ => return Err(Again::Remeasure),
             }
         }
-        for (j, r) in asked.iter().enumerate() {
-            let i = plan.young + j;
-            if plan.windows & (1 << i) == 0 {
-                match reply::as_u64(r) {
-                    Some(n) => older.push(n),
-                    None => return Ok(None),
-                }
-                continue;
-            }
-            // A window reads the bucket itself; the rest of `due` is older.
-            let Some((offset, limit)) = self.window_of(i, buckets, plan) else {
-                return Err(Again::Remeasure);
-            };
-            let Some(len) = reply::as_array(r).map(|a| a.len() as u64) else {
-                return Ok(None);
-            };
-            match bucket_ask::window_count(offset, limit, len) {
-                Some(n) => older.push(due.saturating_sub(n)),
-                None => return Err(Again::Remeasure),
-            }
+        if self
+            .read_asked(plan, asked, due, buckets, &mut older)?
+            .is_none()
+        {
+            return Ok(None);
         }
         if older.len() < buckets.len() {
             let first_skipped = buckets[older.len()].as_secs_f64();
@@ -463,6 +459,42 @@ impl HistogramState {
                 .collect(),
             count: due,
         })))
+    }
+
+    /// Adds to `older` the count of due items older than each bound the
+    /// plan queried, from its replies `asked` (a count, or a window of the
+    /// bucket itself whose rest of `due` is older); `Ok(None)` when a
+    /// reply cannot be read.
+    fn read_asked(
+        &self,
+        plan: HistogramPlan,
+        asked: &[Value],
+        due: u64,
+        buckets: &[Duration],
+        older: &mut Vec<u64>,
+    ) -> Result<Option<()>, Again> {
+        for (j, r) in asked.iter().enumerate() {
+            let i = plan.young + j;
+            if plan.windows & (1 << i) == 0 {
+                match reply::as_u64(r) {
+                    Some(n) => older.push(n),
+                    None => return Ok(None),
+                }
+                continue;
+            }
+            // A window reads the bucket itself; the rest of `due` is older.
+            let Some((offset, limit)) = self.window_of(i, buckets, plan) else {
+                return Err(Again::Remeasure);
+            };
+            let Some(len) = reply::as_array(r).map(|a| a.len() as u64) else {
+                return Ok(None);
+            };
+            match bucket_ask::window_count(offset, limit, len) {
+                Some(n) => older.push(due.saturating_sub(n)),
+                None => return Err(Again::Remeasure),
+            }
+        }
+        Ok(Some(()))
     }
 
     /// The histogram of `due` items all in every bucket: the last one when

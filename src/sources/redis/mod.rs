@@ -38,9 +38,11 @@ use crate::config::{RedisSourceConfig, read_secret_file};
 use crate::snapshot::{QueueScope, Reason};
 use crate::sources::{PollOutput, Source, SourceError};
 use commands::Conn;
-use rounds::{DiscoveryFailure, DiscoveryTask, Plain, RoundInput, RoundKind, Rounds};
+pub(crate) use reply::is_auth_error_code;
+use rounds::{DiscoveryFailure, DiscoveryTask, Found, Plain, RoundInput, RoundKind, Rounds};
 
 pub use commands::PIPELINE_CHUNK;
+pub use presets::library::{catalogue, names as library_names};
 pub use presets::library::{has_prefix, printed_options, recognised_libraries};
 pub use presets::picture::library as library_name;
 pub use scope::RedisScope;
@@ -67,6 +69,9 @@ pub struct RedisSource {
     discovery: Box<Rounds>,
     /// Library presets' logical queues (`- preset:` entries).
     presets: presets::PresetState,
+    /// The `- preset:` entries of the config, resolved against their
+    /// libraries (none for zero config, which finds its own).
+    configured: Arc<[presets::PresetSpec]>,
     /// For one server (not a cluster) with `client_tracking`: which polled
     /// keys Redis says changed (see `tracking`); made with `conn`. Boxed:
     /// a client is large, and most sources have one `Option` of it.
@@ -89,6 +94,7 @@ impl std::fmt::Debug for RedisSource {
 impl RedisSource {
     /// Builds the source; no connection is made until the first poll.
     pub fn new(config: RedisSourceConfig) -> Self {
+        let configured = resolved_presets(&config);
         let sentinels = config.sentinel().map(|spec| {
             Box::new(sentinel::Sentinels::new(
                 spec.clone(),
@@ -96,7 +102,8 @@ impl RedisSource {
             ))
         });
         RedisSource {
-            presets: presets::PresetState::new(&config.presets, config.service_time_max_age),
+            presets: presets::PresetState::new(&configured, config.service_time_max_age),
+            configured: configured.into(),
             config,
             conn: None,
             sentinels,
@@ -148,35 +155,7 @@ impl RedisSource {
                 .is_none_or(|t| t.elapsed() >= self.config.discovery_interval);
         let mut wait = Duration::ZERO;
         if due && self.discovery.running.is_none() {
-            self.discovery.forced = false;
-            let scan = !self.config.recognise || self.discovery.scan_due(&self.config);
-            let plain = match scan {
-                true => Vec::new(),
-                false => self
-                    .tracked
-                    .iter()
-                    .filter(|k| !k.exact)
-                    .map(|k| (k.key.clone(), k.state.clone()))
-                    .collect(),
-            };
-            self.discovery.scan_wanted = false;
-            let input = RoundInput {
-                config: Arc::new(self.config.clone()),
-                known: discovery::known_pattern_keys(&self.tracked),
-                plain,
-                memory: std::mem::take(&mut self.discovery.memory),
-                polled: match self.config.recognise {
-                    true => self.presets.polled(),
-                    false => Vec::new(),
-                },
-                scan,
-            };
-            self.discovery.running = Some(DiscoveryTask::spawn(
-                conn.clone(),
-                input,
-                self.discovery_deadline(),
-            ));
-            wait = self.config.poll_interval.min(self.poll_timeout()) / 2;
+            wait = self.start_round(conn);
         }
         // Known keys: those of the last round that finished.
         let known = self.discovery.last.is_some();
@@ -214,6 +193,49 @@ impl RedisSource {
                 return Err(SourceError::Backend(format!("discovery task ended: {e}")));
             }
         };
+        Ok(self.adopt_round(found))
+    }
+
+    /// Starts a discovery round on its own task (a scan, or zero config's
+    /// library round), and says how long this poll waits for it.
+    fn start_round(&mut self, conn: &Conn) -> Duration {
+        self.discovery.forced = false;
+        let scan = !self.config.recognise || self.discovery.scan_due(&self.config);
+        let plain = match scan {
+            true => Vec::new(),
+            false => self
+                .tracked
+                .iter()
+                .filter(|k| !k.exact)
+                .map(|k| (k.key.clone(), k.state.clone()))
+                .collect(),
+        };
+        self.discovery.scan_wanted = false;
+        let input = RoundInput {
+            config: Arc::new(self.config.clone()),
+            known: discovery::known_pattern_keys(&self.tracked),
+            plain,
+            memory: std::mem::take(&mut self.discovery.memory),
+            configured: self.configured.clone(),
+            polled: match self.config.recognise {
+                true => self.presets.polled(),
+                false => Vec::new(),
+            },
+            scan,
+        };
+        self.discovery.running = Some(DiscoveryTask::spawn(
+            conn.clone(),
+            input,
+            self.discovery_deadline(),
+        ));
+        self.config.poll_interval.min(self.poll_timeout()) / 2
+    }
+
+    /// Takes on what a finished round `found`: the libraries' entries, the
+    /// plain keys, what it left out (logged when that changes), the
+    /// presets' queues within what `max_keys` leaves. Returns refusals to
+    /// count.
+    fn adopt_round(&mut self, found: Found) -> Vec<Reason> {
         if let Some(specs) = found.recognised {
             self.presets.set_specs(specs);
         }
@@ -277,7 +299,7 @@ impl RedisSource {
         if self.config.recognise {
             self.log_picture();
         }
-        Ok(refused)
+        refused
     }
 
     /// Zero config: logs what the last round recognised, at the first round
@@ -411,7 +433,7 @@ impl RedisSource {
 pub struct Recognised {
     /// One `- preset:` entry per library and prefix, with the names of the
     /// queues it found (sorted; the shared keys aside).
-    pub entries: Vec<(crate::config::PresetSpec, Vec<String>)>,
+    pub entries: Vec<(presets::PresetSpec, Vec<String>)>,
     /// The plain keys (raw) and their types, in key order.
     pub plain: Vec<(Vec<u8>, crate::config::KeyType)>,
     /// Keys the libraries took: a pattern written for plain keys must not
@@ -469,7 +491,7 @@ impl RedisSource {
                 _ => None,
             })
             .collect();
-        let counts: Vec<(&crate::config::Preset, usize)> = zero
+        let counts: Vec<(&presets::Preset, usize)> = zero
             .entries
             .iter()
             .map(|(s, u)| (&s.preset, presets::queue_names(u).len()))
@@ -492,6 +514,46 @@ impl RedisSource {
     }
 }
 
+/// Every word a `- preset:` entry may hold: `preset`, each library's
+/// options (once each, in the list's order), `counters` (what
+/// docs/configuration.md's table of preset options lists).
+pub fn preset_words() -> Vec<&'static str> {
+    let mut words = vec!["preset"];
+    for library in presets::library::all() {
+        for word in library.options() {
+            if !words.contains(word) {
+                words.push(word);
+            }
+        }
+    }
+    words.push("counters");
+    words
+}
+
+/// The `- preset:` entries of `config` resolved against their libraries.
+/// `app::preflight` refuses a config with an entry that does not resolve
+/// before any source is built; should one come here all the same (a
+/// config built in code), it is logged and left out, never guessed.
+fn resolved_presets(config: &RedisSourceConfig) -> Vec<presets::PresetSpec> {
+    config
+        .presets
+        .iter()
+        .filter_map(|entry| match presets::resolve(entry) {
+            Ok(spec) => Some(spec),
+            Err((at, problem)) => {
+                tracing::error!(source = %config.name, "{at}: {problem}; entry left out");
+                None
+            }
+        })
+        .collect()
+}
+
+/// Checks that every `- preset:` entry of `config` resolves against its
+/// library; `Err` is `(path, problem)`, as config errors write them.
+pub fn check_presets(config: &RedisSourceConfig) -> Result<(), presets::EntryError> {
+    presets::resolve_all(&config.presets).map(|_| ())
+}
+
 /// Timeouts, retries and backoff of every connection a source makes (the
 /// server, each cluster node, each sentinel).
 fn manager_config(config: &RedisSourceConfig) -> ConnectionManagerConfig {
@@ -500,12 +562,6 @@ fn manager_config(config: &RedisSourceConfig) -> ConnectionManagerConfig {
         .set_response_timeout(Some(config.timeout))
         .set_number_of_retries(1)
         .set_max_delay(crate::sources::MAX_BACKOFF)
-}
-
-/// Whether a Redis error code means our credentials or permissions were
-/// refused: the one place these codes are classified.
-pub(crate) fn is_auth_error_code(code: &str) -> bool {
-    matches!(code, "NOAUTH" | "WRONGPASS" | "NOPERM")
 }
 
 /// Maps a client error to a [`SourceError`] whose reason label fits.
@@ -610,6 +666,6 @@ impl Source for RedisSource {
     }
 
     fn scope(&self) -> Arc<dyn QueueScope> {
-        Arc::new(RedisScope::new(&self.config))
+        Arc::new(RedisScope::new(&self.config, &self.configured))
     }
 }

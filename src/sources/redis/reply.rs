@@ -110,7 +110,7 @@ pub fn is_wrongtype(v: &Value) -> bool {
 pub fn refusal(v: &Value) -> Option<Reason> {
     match v {
         Value::ServerError(e) if e.code() == "WRONGTYPE" => None,
-        Value::ServerError(e) if super::is_auth_error_code(e.code()) => Some(Reason::Auth),
+        Value::ServerError(e) if is_auth_error_code(e.code()) => Some(Reason::Auth),
         Value::ServerError(_) => Some(Reason::Backend),
         _ => None,
     }
@@ -122,4 +122,9 @@ pub fn server_error(v: &Value) -> Option<String> {
         Value::ServerError(e) => Some(format!("{} {}", e.code(), e.details().unwrap_or(""))),
         _ => None,
     }
+}
+/// Whether a Redis error code means our credentials or permissions were
+/// refused: the one place these codes are classified.
+pub(crate) fn is_auth_error_code(code: &str) -> bool {
+    matches!(code, "NOAUTH" | "WRONGPASS" | "NOPERM")
 }

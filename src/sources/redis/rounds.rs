@@ -34,7 +34,7 @@ pub(super) struct Rounds {
     /// Rounds finished so far, by kind (`queue_exporter_discovery_rounds`).
     pub finished: crate::snapshot::DiscoveryRounds,
     /// What the last round could not tell (logged when it changes).
-    pub left_out: presets::picture::LeftOut,
+    pub left_out: presets::zero::LeftOut,
 }
 
 impl Rounds {
@@ -79,8 +79,10 @@ pub(super) struct RoundInput {
     pub plain: Vec<(Vec<u8>, KeyState)>,
     /// Zero config: what earlier rounds learnt.
     pub memory: Memory,
+    /// The configured `- preset:` entries, resolved.
+    pub configured: Arc<[presets::PresetSpec]>,
     /// Zero config: the library entries polled now, with their units.
-    pub polled: Vec<(crate::config::PresetSpec, Vec<presets::Unit>)>,
+    pub polled: Vec<(presets::PresetSpec, Vec<presets::Unit>)>,
     /// Zero config: scan the keyspace rather than read the libraries the
     /// last scan found.
     pub scan: bool,
@@ -105,6 +107,7 @@ impl DiscoveryTask {
                 known,
                 plain,
                 memory,
+                configured,
                 polled,
                 scan,
             } = input;
@@ -118,20 +121,16 @@ impl DiscoveryTask {
                 return zero_config(&mut conn, &config, &known, round).await;
             }
             let plain = discovery::discover(&mut conn, &config, &known).await?;
-            let registries = presets::registries(
-                &config.presets,
-                &mut conn,
-                config.scan_count,
-                config.max_keys,
-            )
-            .await?;
+            let registries =
+                presets::registries(&configured, &mut conn, config.scan_count, config.max_keys)
+                    .await?;
             Ok(Found {
                 plain: Plain::Found(plain),
                 presets: registries.units,
                 recognised: None,
                 memory: Memory::default(),
                 kind: RoundKind::Full,
-                left_out: presets::picture::LeftOut {
+                left_out: presets::zero::LeftOut {
                     names_unknown: registries
                         .refused
                         .iter()
@@ -175,7 +174,7 @@ struct ZeroConfigRound<'a> {
     /// What earlier rounds learnt.
     memory: Memory,
     /// The library entries polled now, with their units.
-    polled: &'a [(crate::config::PresetSpec, Vec<presets::Unit>)],
+    polled: &'a [(presets::PresetSpec, Vec<presets::Unit>)],
     /// Scan the keyspace rather than read the libraries.
     scan: bool,
 }
@@ -243,13 +242,13 @@ pub(super) struct Found {
     /// Per preset entry, the logical queues its registry names.
     pub presets: Vec<Vec<presets::Unit>>,
     /// Zero config: the preset entries recognised, one per `presets` item.
-    pub recognised: Option<Vec<crate::config::PresetSpec>>,
+    pub recognised: Option<Vec<presets::PresetSpec>>,
     /// Zero config: what the round learnt, for the next.
     pub memory: Memory,
     /// Which kind of round it was (`queue_exporter_discovery_rounds`).
     pub kind: RoundKind,
     /// What the round could not tell for want of reading a library's mark.
-    pub left_out: presets::picture::LeftOut,
+    pub left_out: presets::zero::LeftOut,
 }
 
 /// The plain keys a round found.

@@ -17,7 +17,8 @@
 //! (a refused registry, a bound): a covered name reads 0 only where nothing
 //! left unread may hide it.
 
-use crate::config::{ALL_QUEUES, Preset, RedisSourceConfig};
+use super::presets::{Preset, PresetSpec};
+use crate::config::{ALL_QUEUES, RedisSourceConfig};
 use crate::snapshot::{NameQuery, PresetKind, QueueScope, Reach};
 
 use super::glob;
@@ -58,7 +59,7 @@ impl PresetScope {
     fn of(preset: &Preset) -> PresetScope {
         PresetScope {
             kind: preset.kind,
-            fixed: preset.fixed_names(),
+            fixed: library::fixed_names(preset),
             any_queue: library::of(preset.kind).is_some_and(|l| l.names_any_queue(preset)),
             measured: library::of(preset.kind).is_some_and(|l| keeps_finished(l, preset)),
         }
@@ -110,16 +111,16 @@ impl PresetScope {
 }
 
 impl RedisScope {
-    /// The scope of a source's configuration.
-    pub fn new(config: &RedisSourceConfig) -> Self {
+    /// The scope of a source's configuration, whose `- preset:` entries
+    /// resolve to `configured`.
+    pub fn new(config: &RedisSourceConfig, configured: &[PresetSpec]) -> Self {
         let presets = match config.recognise {
             true => super::presets::LIBRARIES
                 .iter()
                 .filter(|l| l.zero_config())
                 .map(|l| PresetScope::recognisable(*l))
                 .collect(),
-            false => config
-                .presets
+            false => configured
                 .iter()
                 .map(|p| PresetScope::of(&p.preset))
                 .collect(),
@@ -272,15 +273,15 @@ mod tests {
                 literal_prefix,
                 selects: &selects,
                 vhost: None,
-                preset: preset.map(|p| crate::config::preset_kind(p).expect("a library")),
+                preset: preset.map(|p| library::named(p).expect("a library").kind()),
             },
         )
     }
 
     /// A preset entry of library `name` with its defaults, then `fill`ed.
     fn preset(name: &str, fill: impl FnOnce(&mut Preset)) -> Preset {
-        let kind = crate::config::preset_kind(name).expect("a library");
-        let mut p = Preset::new(kind, crate::config::default_prefix(kind));
+        let lib = library::named(name).expect("a library");
+        let mut p = Preset::new(lib.kind(), lib.default_prefix());
         fill(&mut p);
         p
     }
@@ -349,7 +350,7 @@ mod tests {
         assert_eq!(reach_of(&s, "jobs:q", Some("rediswq")), Reach::All);
         let mut zero = RedisSourceConfig::named("main");
         zero.zero_config();
-        let z = RedisScope::new(&zero);
+        let z = RedisScope::new(&zero, &[]);
         assert_eq!(reach_of(&z, "done", Some("dramatiq")), Reach::All);
         assert_eq!(reach_of(&z, "fleeting", Some("bee-queue")), Reach::All);
         // Zero config never reports rediswq's queues (nothing tells them).

@@ -94,55 +94,17 @@ pub async fn poll_keys(
             retype: Vec::new(),
             remeasure: Vec::new(),
         };
-        let mut chunk: Vec<redis::Cmd> = Vec::with_capacity(PIPELINE_CHUNK + 16);
-        let mut in_flight: VecDeque<ChunkTask> = VecDeque::new();
-        let result: redis::RedisResult<()> = async {
-            for (n, &i) in pending.iter().enumerate() {
-                yield_every(n).await;
-                let key = &tracked[i];
-                // A measurement's later rounds finish what the first paid for.
-                let allowed = round_index > 0 || budget.allows();
-                let p = plan(
-                    key,
-                    &config.queues[key.spec],
-                    config,
-                    now_secs,
-                    allowed,
-                    &mut chunk,
-                );
-                budget.charge(p.histogram.cost_ns);
-                round.plans.push(p);
-                let full = chunk.len() >= PIPELINE_CHUNK;
-                if full {
-                    in_flight.push_back(send(conn, std::mem::take(&mut chunk)));
-                }
-                if full
-                    && in_flight.len() >= CHUNKS_IN_FLIGHT
-                    && let Some(task) = in_flight.pop_front()
-                {
-                    round
-                        .read_chunk(task, &pending, tracked, &mut polled, &mut samples)
-                        .await?;
-                }
-            }
-            if !chunk.is_empty() {
-                in_flight.push_back(send(conn, std::mem::take(&mut chunk)));
-            }
-            while let Some(task) = in_flight.pop_front() {
-                round
-                    .read_chunk(task, &pending, tracked, &mut polled, &mut samples)
-                    .await?;
-            }
-            // Keys after the last chunk's that sent nothing (unchanged).
-            round
-                .read_available(&pending, tracked, &mut polled, &mut samples)
-                .await;
-            Ok(())
-        }
-        .await;
-        // Chunks still in flight after an error are aborted as they drop.
-        drop(in_flight);
-        result?;
+        run_round(
+            &mut round,
+            conn,
+            tracked,
+            &pending,
+            round_index,
+            budget,
+            &mut polled,
+            &mut samples,
+        )
+        .await?;
         if round.next < round.plans.len() {
             return Err(redis::RedisError::from((
                 redis::ErrorKind::Client,
@@ -157,18 +119,21 @@ pub async fn poll_keys(
         if retype.is_empty() && remeasure.is_empty() {
             break;
         }
-        let keys: Vec<Vec<u8>> = retype.iter().map(|&i| tracked[i].key.clone()).collect();
-        let states = type_of(conn, &keys).await?;
-        for (&i, state) in retype.iter().zip(states) {
-            if tracked[i].state != state {
-                tracing::debug!(key = %tracked[i].name, from = ?tracked[i].state, to = ?state, "key changed type");
-                tracked[i].histogram.reset();
-            }
-            tracked[i].state = state;
-        }
+        retype_keys(conn, tracked, &retype).await?;
         retype.extend(remeasure);
         pending = retype;
     }
+    Ok(finish(polled, tracked, samples, now_secs))
+}
+
+/// The poll's outcome: every key's sample (its identity alone where no
+/// round read it), and how stale the oldest histogram served is.
+fn finish(
+    mut polled: Polled,
+    tracked: &[TrackedKey],
+    samples: Vec<Option<QueueSample>>,
+    now_secs: f64,
+) -> Polled {
     // `enumerate` + `map` over the vector's own iterator collects in place
     // (`Option<QueueSample>` and `QueueSample` have the same layout), so
     // the poll never holds a second full list beside `samples` (2.3 MB at
@@ -182,7 +147,95 @@ pub async fn poll_keys(
         .enumerate()
         .map(|(i, s)| s.unwrap_or_else(|| identity(&tracked[i], None)))
         .collect();
-    Ok(polled)
+    polled
+}
+
+/// One round of a poll: every `pending` key planned (a histogram
+/// measured only where `budget` allows, but in a measurement's later
+/// rounds), its commands sent in chunks while later keys are still
+/// planned, and replies read as their chunk arrives: Redis works while we
+/// plan and read, and at most a few chunks are in memory at once.
+#[allow(clippy::too_many_arguments)]
+async fn run_round(
+    round: &mut Round<'_>,
+    conn: &mut Conn,
+    tracked: &mut [TrackedKey],
+    pending: &[usize],
+    round_index: usize,
+    budget: &mut HistogramBudget,
+    polled: &mut Polled,
+    samples: &mut [Option<QueueSample>],
+) -> redis::RedisResult<()> {
+    let config = round.config;
+    let now_secs = round.now_secs;
+    let mut chunk: Vec<redis::Cmd> = Vec::with_capacity(PIPELINE_CHUNK + 16);
+    let mut in_flight: VecDeque<ChunkTask> = VecDeque::new();
+    let result: redis::RedisResult<()> = async {
+        for (n, &i) in pending.iter().enumerate() {
+            yield_every(n).await;
+            let key = &tracked[i];
+            // A measurement's later rounds finish what the first paid for.
+            let allowed = round_index > 0 || budget.allows();
+            let p = plan(
+                key,
+                &config.queues[key.spec],
+                config,
+                now_secs,
+                allowed,
+                &mut chunk,
+            );
+            budget.charge(p.histogram.cost_ns);
+            round.plans.push(p);
+            let full = chunk.len() >= PIPELINE_CHUNK;
+            if full {
+                in_flight.push_back(send(conn, std::mem::take(&mut chunk)));
+            }
+            if full
+                && in_flight.len() >= CHUNKS_IN_FLIGHT
+                && let Some(task) = in_flight.pop_front()
+            {
+                round
+                    .read_chunk(task, pending, tracked, polled, samples)
+                    .await?;
+            }
+        }
+        if !chunk.is_empty() {
+            in_flight.push_back(send(conn, std::mem::take(&mut chunk)));
+        }
+        while let Some(task) = in_flight.pop_front() {
+            round
+                .read_chunk(task, pending, tracked, polled, samples)
+                .await?;
+        }
+        // Keys after the last chunk's that sent nothing (unchanged).
+        round
+            .read_available(pending, tracked, polled, samples)
+            .await;
+        Ok(())
+    }
+    .await;
+    // Chunks still in flight after an error are aborted as they drop.
+    drop(in_flight);
+    result
+}
+
+/// Asks the `retype` keys' types again, forgetting the histogram of a key
+/// whose type changed.
+async fn retype_keys(
+    conn: &mut Conn,
+    tracked: &mut [TrackedKey],
+    retype: &[usize],
+) -> redis::RedisResult<()> {
+    let keys: Vec<Vec<u8>> = retype.iter().map(|&i| tracked[i].key.clone()).collect();
+    let states = type_of(conn, &keys).await?;
+    for (&i, state) in retype.iter().zip(states) {
+        if tracked[i].state != state {
+            tracing::debug!(key = %tracked[i].name, from = ?tracked[i].state, to = ?state, "key changed type");
+            tracked[i].histogram.reset();
+        }
+        tracked[i].state = state;
+    }
+    Ok(())
 }
 
 /// Chunks of commands sent and not yet read, at most.
@@ -312,33 +365,8 @@ impl Round<'_> {
                 KeyOutcome::Sample(s, age_failed, found) => {
                     polled.age_parse_failures += u64::from(age_failed);
                     polled.unchanged_keys += u64::from(plan.unchanged.is_some());
-                    // What follows reads the base commands' replies, which a
-                    // key served unchanged did not send.
-                    let fresh = plan.unchanged.is_none();
-                    key.keep(
-                        found.filter(|_| self.keep),
-                        fresh,
-                        now_secs,
-                        config.discovery_interval.as_secs_f64(),
-                    );
-                    if let (KeyState::Typed(KeyType::List), true) = (&key.state, fresh) {
-                        list::pause_oversized_peek(key, r, now_secs);
-                    }
-                    // The oldest member's size bounds the next probes' replies.
-                    let member_len = match key.state {
-                        KeyState::Typed(KeyType::Zset) if fresh => zset::oldest_member_len(r),
-                        _ => None,
-                    };
-                    key.histogram.record(
-                        &key.key,
-                        plan.histogram,
-                        s.oldest_age_seconds,
-                        s.ready,
-                        member_len,
-                        s.age_histogram.clone(),
-                        config.age_histogram_interval,
-                        now_secs,
-                    );
+                    let found = found.filter(|_| self.keep);
+                    settle_sample(key, plan, r, &s, found, config, now_secs);
                     samples[i] = Some(*s);
                 }
                 KeyOutcome::Retype if !last_round => {
@@ -373,6 +401,48 @@ impl Round<'_> {
             }
         }
     }
+}
+
+/// What a key keeps of a sample `s` read from its replies `r` under
+/// `plan`: whether it may be served unchanged (`found`), a list's
+/// oversized peek paused, its histogram's record (the oldest zset
+/// member's size bounding the next probes' replies).
+fn settle_sample(
+    key: &mut TrackedKey,
+    plan: &Plan,
+    r: &[Value],
+    s: &QueueSample,
+    found: Option<Unchanged>,
+    config: &RedisSourceConfig,
+    now_secs: f64,
+) {
+    // What follows reads the base commands' replies, which a
+    // key served unchanged did not send.
+    let fresh = plan.unchanged.is_none();
+    key.keep(
+        found,
+        fresh,
+        now_secs,
+        config.discovery_interval.as_secs_f64(),
+    );
+    if let (KeyState::Typed(KeyType::List), true) = (&key.state, fresh) {
+        list::pause_oversized_peek(key, r, now_secs);
+    }
+    // The oldest member's size bounds the next probes' replies.
+    let member_len = match key.state {
+        KeyState::Typed(KeyType::Zset) if fresh => zset::oldest_member_len(r),
+        _ => None,
+    };
+    key.histogram.record(
+        &key.key,
+        plan.histogram,
+        s.oldest_age_seconds,
+        s.ready,
+        member_len,
+        s.age_histogram.clone(),
+        config.age_histogram_interval,
+        now_secs,
+    );
 }
 
 /// Lets other tasks on this worker run between slices of a long loop over

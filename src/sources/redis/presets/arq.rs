@@ -24,13 +24,15 @@
 //! processed, and no start and end stamps it can be read without pickle:
 //! arrivals and service time are unknown.
 
+use serde::Deserialize;
 use std::collections::BTreeSet;
 
 use redis::Value;
 
 use super::library::{Hidden, Keys, Library, MarkRead, Owned, Seen, type_at, under};
+use super::library::{OptionError, Preset, Written, options_of};
 use super::{Follow, Stage, Unit, count, key, preset_sample, queue_label, reply, set_state};
-use crate::config::{Given, KeyType, Preset};
+use crate::config::KeyType;
 use crate::snapshot::{JobState, PresetKind, QueueSample};
 
 /// arq's `preset` name.
@@ -67,6 +69,16 @@ const HEALTH: &[u8] = b":health-check";
 /// deferred job 1 so that a worker takes (and cancels) it at once.
 const ABORT_SCORE: f64 = 1.0;
 
+/// The options of a `- preset: arq` entry: the one declaration of the
+/// words it takes (`Library::options`, and the refusal of any other).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Options {
+    /// `queues:`, the queue names (arq's `arq:queue` by default).
+    #[serde(default)]
+    queues: Option<Vec<String>>,
+}
+
 /// arq: queues named in `queues:` (default `[arq:queue]`); zero config
 /// finds the zsets under `arq:` and the queues of live workers.
 pub struct Arq;
@@ -81,19 +93,19 @@ impl Library for Arq {
     }
 
     fn options(&self) -> &'static [&'static str] {
-        &["queues"]
+        options_of::<Options>()
     }
 
-    fn configure(&self, preset: &mut Preset, given: &Given) -> Result<(), String> {
-        let queues = given
-            .queues
-            .clone()
-            .unwrap_or_else(|| vec![DEFAULT_QUEUE.into()]);
+    fn configure(&self, written: &Written) -> Result<Preset, OptionError> {
+        let given: Options = written.read()?;
+        let queues = given.queues.unwrap_or_else(|| vec![DEFAULT_QUEUE.into()]);
         if queues.is_empty() || queues.iter().any(String::is_empty) {
             return Err("queues: must list non-empty queue names".into());
         }
-        preset.queues = queues;
-        Ok(())
+        Ok(Preset {
+            queues,
+            ..Preset::new(self.kind(), self.default_prefix())
+        })
     }
 
     fn printed_options(&self, preset: &Preset, quote: fn(&str) -> String) -> Vec<String> {
@@ -643,15 +655,11 @@ mod tests {
 
     #[test]
     fn a_preset_entry_defaults_to_arqs_queue_and_owns_its_job_keys() {
-        let mut preset = Preset::new(KIND, "");
-        Arq.configure(&mut preset, &Given::default()).unwrap();
+        let preset = super::super::options::configured(&Arq, serde_json::json!({})).unwrap();
         assert_eq!(preset.queues, [DEFAULT_QUEUE]);
         assert_eq!(Arq.fixed_names(&preset), [DEFAULT_QUEUE]);
-        let given = Given {
-            queues: Some(vec![String::new()]),
-            ..Given::default()
-        };
-        assert!(Arq.configure(&mut preset, &given).is_err());
+        let empty = serde_json::json!({"queues": [""]});
+        assert!(super::super::options::configured(&Arq, empty).is_err());
         let owned = Arq.owned(&preset, &Arq.fixed_queues(&preset));
         for k in [
             &b"arq:job:"[..],

@@ -2,13 +2,14 @@
 //! and taken from the tail, so the oldest is at `LINDEX -1`.
 
 use super::Unit;
+use serde::Deserialize;
 use std::collections::BTreeSet;
 
 use super::library::{
     Arrivals, Hidden, Keys, Library, MarkRead, Owned, Registry, Seen, prefixed_registry_hides,
     registry_prefix, under, under_prefixed_registry,
 };
-use crate::config::Preset;
+use super::library::{OptionError, Preset, Written, options_of, prefix_or};
 use redis::Value;
 
 use super::{Follow, Stage, below, count, due_count, key, preset_sample, set_state, sum};
@@ -82,6 +83,16 @@ pub fn read(prefix: &str, q: &[u8], r: &[Value]) -> Stage {
 /// asynq's `preset` name.
 pub const KIND: PresetKind = PresetKind::named("asynq");
 
+/// The options of a `- preset: asynq` entry: the one declaration of the
+/// words it takes (`Library::options`, and the refusal of any other).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Options {
+    /// `prefix:`, asynq's own `asynq` by default.
+    #[serde(default)]
+    prefix: Option<String>,
+}
+
 /// asynq: queues from the `<prefix>:queues` set of bare names.
 pub struct Asynq;
 
@@ -95,7 +106,13 @@ impl Library for Asynq {
     }
 
     fn options(&self) -> &'static [&'static str] {
-        &["prefix"]
+        options_of::<Options>()
+    }
+
+    fn configure(&self, written: &Written) -> Result<Preset, OptionError> {
+        let o: Options = written.read()?;
+        let prefix = prefix_or(o.prefix, self.default_prefix())?;
+        Ok(Preset::new(self.kind(), &prefix))
     }
 
     fn default_prefix(&self) -> &'static str {

@@ -18,8 +18,9 @@ use super::super::keyname::display_key;
 use super::library::{
     Arrivals, Hidden, Keys, Library, Mark, MarkRead, Owned, Registry, Seen, under,
 };
+use super::library::{OptionError, Preset, Written, options_of, prefix_or};
 use super::{Follow, ReadReply, Stage, Unit, count, key, preset_sample, set_state};
-use crate::config::{KeyType, Preset};
+use crate::config::KeyType;
 use crate::snapshot::{Counters, JobState, PresetKind, QueueSample, Reason};
 
 /// bee-queue's `preset` name.
@@ -27,6 +28,16 @@ pub const KIND: PresetKind = PresetKind::named("bee-queue");
 
 /// bee-queue's own key prefix (`lib/defaults.js`).
 pub const DEFAULT_PREFIX: &str = "bq";
+
+/// The options of a `- preset: bee-queue` entry: the one declaration of the
+/// words it takes (`Library::options`, and the refusal of any other).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Options {
+    /// `prefix:`, bee-queue's own `bq` by default.
+    #[serde(default)]
+    prefix: Option<String>,
+}
 
 /// bee-queue: queues found by their `jobs` hashes, told from any other
 /// hash of that name by one job's JSON.
@@ -42,7 +53,13 @@ impl Library for BeeQueue {
     }
 
     fn options(&self) -> &'static [&'static str] {
-        &["prefix"]
+        options_of::<Options>()
+    }
+
+    fn configure(&self, written: &Written) -> Result<Preset, OptionError> {
+        let o: Options = written.read()?;
+        let prefix = prefix_or(o.prefix, self.default_prefix())?;
+        Ok(Preset::new(self.kind(), &prefix))
     }
 
     fn default_prefix(&self) -> &'static str {

@@ -9,14 +9,15 @@
 //! added job INCRs `id` (`addJob-6.lua`); an active job without its
 //! `<id>:lock` key is stalled.
 
+use serde::Deserialize;
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::super::tracked::KeyState;
 use super::Unit;
 use super::key;
 use super::library::{Arrivals, Hidden, Keys, Library, Mark, Owned, Registry, Seen, under};
+use super::library::{OptionError, Preset, Written, options_of, prefix_or, stalled_check_limit};
 use crate::config::KeyType;
-use crate::config::Preset;
 use crate::snapshot::Reason;
 use redis::Value;
 
@@ -124,6 +125,19 @@ pub fn read(prefix: &str, q: &[u8], r: &[Value]) -> Stage {
 /// Bull's `preset` name.
 pub const KIND: PresetKind = PresetKind::named("bull");
 
+/// The options of a `- preset: bull` entry: the one declaration of the
+/// words it takes (`Library::options`, and the refusal of any other).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Options {
+    /// `prefix:`, Bull's own `bull` by default.
+    #[serde(default)]
+    prefix: Option<String>,
+    /// `stalled_check_limit:`: the leases checked per poll, at most.
+    #[serde(default)]
+    stalled_check_limit: Option<usize>,
+}
+
 /// Bull 3.x/4.x: queues found by SCAN for `<prefix>:*:id`, those without
 /// BullMQ's marks.
 pub struct Bull;
@@ -138,7 +152,15 @@ impl Library for Bull {
     }
 
     fn options(&self) -> &'static [&'static str] {
-        &["prefix", "stalled_check_limit"]
+        options_of::<Options>()
+    }
+
+    fn configure(&self, written: &Written) -> Result<Preset, OptionError> {
+        let o: Options = written.read()?;
+        Ok(Preset {
+            stalled_check_limit: stalled_check_limit(o.stalled_check_limit)?,
+            ..Preset::new(self.kind(), &prefix_or(o.prefix, self.default_prefix())?)
+        })
     }
 
     fn default_prefix(&self) -> &'static str {

@@ -6,6 +6,7 @@
 //! `due_ms * 4096 + seq`. BullMQ's own `getCounts` script is never called:
 //! it deletes markers.
 
+use serde::Deserialize;
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::super::keyname::display_key;
@@ -13,7 +14,7 @@ use super::Unit;
 use super::library::{
     Arrivals, Hidden, Keys, Library, Mark, MarkRead, Owned, Registry, Seen, under,
 };
-use crate::config::Preset;
+use super::library::{OptionError, Preset, Written, options_of, prefix_or, stalled_check_limit};
 use redis::Value;
 
 use super::{Follow, Stage, count, key, preset_sample, set_state, sum};
@@ -236,6 +237,19 @@ pub(super) fn read_jobs(prefix: &str, q: &[u8], mut s: QueueSample, j: Jobs) -> 
 /// BullMQ's `preset` name.
 pub const KIND: PresetKind = PresetKind::named("bullmq");
 
+/// The options of a `- preset: bullmq` entry: the one declaration of the
+/// words it takes (`Library::options`, and the refusal of any other).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Options {
+    /// `prefix:`, BullMQ's own `bull` by default.
+    #[serde(default)]
+    prefix: Option<String>,
+    /// `stalled_check_limit:`: the leases checked per poll, at most.
+    #[serde(default)]
+    stalled_check_limit: Option<usize>,
+}
+
 /// BullMQ 5.x/6.x: queues found by SCAN for `<prefix>:*:meta` hashes with
 /// BullMQ's marks.
 pub struct Bullmq;
@@ -250,7 +264,15 @@ impl Library for Bullmq {
     }
 
     fn options(&self) -> &'static [&'static str] {
-        &["prefix", "stalled_check_limit"]
+        options_of::<Options>()
+    }
+
+    fn configure(&self, written: &Written) -> Result<Preset, OptionError> {
+        let o: Options = written.read()?;
+        Ok(Preset {
+            stalled_check_limit: stalled_check_limit(o.stalled_check_limit)?,
+            ..Preset::new(self.kind(), &prefix_or(o.prefix, self.default_prefix())?)
+        })
     }
 
     fn default_prefix(&self) -> &'static str {

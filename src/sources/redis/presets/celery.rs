@@ -11,10 +11,12 @@
 //! queue's age is the oldest of those tails, and unknown if any tail has
 //! no stamp.
 
+use serde::Deserialize;
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::library::{Hidden, Keys, Library, MarkRead, Owned, Seen, type_at, under};
-use crate::config::{ALL_QUEUES, Given, KeyType, Preset};
+use super::library::{OptionError, Preset, Written, options_of, prefix_or, timeout};
+use crate::config::{ALL_QUEUES, KeyType};
 use std::time::Duration;
 
 use redis::Value;
@@ -145,6 +147,28 @@ pub const SEP: &str = "\x06\x16";
 /// kombu's default `visibility_timeout`.
 pub const VISIBILITY_TIMEOUT: Duration = Duration::from_secs(3600);
 
+/// The options of a `- preset: celery` entry: the one declaration of the
+/// words it takes (`Library::options`, and the refusal of any other).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Options {
+    /// `queues:`, the queue names (`celery` by default).
+    #[serde(default)]
+    queues: Option<Vec<String>>,
+    /// `priority_steps:`, kombu's `priority_steps` (0, 3, 6, 9 by default).
+    #[serde(default)]
+    priority_steps: Option<Vec<u8>>,
+    /// `sep:`, kombu's `sep` between a queue name and its step.
+    #[serde(default)]
+    sep: Option<String>,
+    /// `prefix:`, kombu's `global_keyprefix` (none by default).
+    #[serde(default)]
+    prefix: Option<String>,
+    /// `visibility_timeout:`, kombu's (1 h by default), a duration.
+    #[serde(default)]
+    visibility_timeout: Option<String>,
+}
+
 /// Celery on kombu's Redis transport: named queues (Celery has no
 /// registry; default `[celery]`), priority lists, and kombu's `unacked`
 /// under `(all)`.
@@ -160,35 +184,31 @@ impl Library for Celery {
     }
 
     fn options(&self) -> &'static [&'static str] {
-        &[
-            "queues",
-            "priority_steps",
-            "sep",
-            "prefix",
-            "visibility_timeout",
-        ]
+        options_of::<Options>()
     }
 
-    fn configure(&self, preset: &mut Preset, given: &Given) -> Result<(), String> {
-        let queues = given
-            .queues
-            .clone()
-            .unwrap_or_else(|| vec!["celery".into()]);
+    fn configure(&self, written: &Written) -> Result<Preset, OptionError> {
+        let given: Options = written.read()?;
+        let mut preset = Preset::new(
+            self.kind(),
+            &prefix_or(given.prefix, self.default_prefix())?,
+        );
+        let queues = given.queues.unwrap_or_else(|| vec!["celery".into()]);
         if queues.is_empty() || queues.iter().any(String::is_empty) {
             return Err("queues: must list non-empty queue names".into());
         }
         let steps = given
             .priority_steps
-            .clone()
             .unwrap_or_else(|| PRIORITY_STEPS.to_vec());
         if steps.first() != Some(&0) || steps.windows(2).any(|w| w[0] >= w[1]) {
             return Err("priority_steps: must start at 0 and be strictly increasing".into());
         }
-        preset.visibility_timeout = given.visibility_timeout()?.unwrap_or(VISIBILITY_TIMEOUT);
+        let visibility = timeout("visibility_timeout", given.visibility_timeout.as_deref())?;
+        preset.visibility_timeout = visibility.unwrap_or(VISIBILITY_TIMEOUT);
         preset.queues = queues;
         preset.priority_steps = steps;
-        preset.sep = given.sep.clone().unwrap_or_else(|| SEP.into());
-        Ok(())
+        preset.sep = given.sep.unwrap_or_else(|| SEP.into());
+        Ok(preset)
     }
 
     /// The queues always; `sep` and `priority_steps` where they differ

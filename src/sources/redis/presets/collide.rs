@@ -6,7 +6,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::config::{Preset, default_prefix};
+use super::library::default_prefix;
+use super::spec::Preset;
 use crate::snapshot::PresetKind;
 
 /// The `queue` label of a sample of an entry at a non-default `prefix`

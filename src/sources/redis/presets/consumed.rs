@@ -10,8 +10,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::super::cluster::key_of;
 use super::super::discovery::Candidate;
 use super::library::{Owned, type_at, under};
+use super::spec::PresetSpec;
 use super::{Unit, plan};
-use crate::config::{KeyType, PresetSpec};
+use crate::config::KeyType;
 
 /// The key type a read-only command of a preset's plan expects, for the
 /// types a plain key can have; `None` for the others (`GET`, `EXISTS`,

@@ -8,14 +8,18 @@
 //! the zset `<ns>:__heartbeats__` of worker ids scored by their last
 //! dispatch (ms). No registry of queue names, no counter.
 
+use serde::Deserialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use redis::Value;
 
 use super::library::{Hidden, Keys, Library, MarkRead, Owned, Registry, Seen, under as keys_under};
+use super::library::{
+    OptionError, Preset, Written, options_of, prefix_or, stalled_check_limit, timeout,
+};
 use super::{Follow, Stage, Unit, count, key, preset_sample, set_state};
-use crate::config::{Given, KeyType, Preset};
+use crate::config::KeyType;
 use crate::snapshot::{JobState, PresetKind};
 use crate::time::TimeUnit;
 
@@ -237,6 +241,24 @@ fn queue_of_messages(k: &[u8]) -> Option<(&[u8], &[u8])> {
     Some((ns, queue_of(rest)?)).filter(|(ns, _)| !ns.is_empty())
 }
 
+/// The options of a `- preset: dramatiq` entry: the one declaration of the
+/// words it takes (`Library::options`, and the refusal of any other).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Options {
+    /// `prefix:`, `RedisBroker`'s `namespace` (`dramatiq` by default).
+    #[serde(default)]
+    prefix: Option<String>,
+    /// `heartbeat_timeout:`, as the broker is given it (60 s by default),
+    /// a duration.
+    #[serde(default)]
+    heartbeat_timeout: Option<String>,
+    /// `stalled_check_limit:`: the workers' heartbeats checked per poll,
+    /// at most.
+    #[serde(default)]
+    stalled_check_limit: Option<usize>,
+}
+
 /// Dramatiq's `RedisBroker`: queues found by their message hashes.
 pub struct Dramatiq;
 
@@ -250,7 +272,7 @@ impl Library for Dramatiq {
     }
 
     fn options(&self) -> &'static [&'static str] {
-        &["prefix", "heartbeat_timeout", "stalled_check_limit"]
+        options_of::<Options>()
     }
 
     /// `RedisBroker`'s `namespace`.
@@ -260,15 +282,20 @@ impl Library for Dramatiq {
 
     /// `heartbeat_timeout` as the broker is given it (60 s by default):
     /// kept as the time after which a taken job counts as stalled.
-    fn configure(&self, preset: &mut Preset, given: &Given) -> Result<(), String> {
-        let timeout = given
-            .heartbeat_timeout()?
+    fn configure(&self, written: &Written) -> Result<Preset, OptionError> {
+        let given: Options = written.read()?;
+        let limit = stalled_check_limit(given.stalled_check_limit)?;
+        let prefix = prefix_or(given.prefix, self.default_prefix())?;
+        let timeout = timeout("heartbeat_timeout", given.heartbeat_timeout.as_deref())?
             .unwrap_or(DEFAULT_HEARTBEAT_TIMEOUT);
         if timeout.is_zero() {
             return Err("heartbeat_timeout: must be greater than 0s".into());
         }
-        preset.visibility_timeout = timeout;
-        Ok(())
+        Ok(Preset {
+            visibility_timeout: timeout,
+            stalled_check_limit: limit,
+            ..Preset::new(self.kind(), &prefix)
+        })
     }
 
     fn printed_options(&self, preset: &Preset, _: fn(&str) -> String) -> Vec<String> {
@@ -748,12 +775,11 @@ mod tests {
     #[test]
     fn heartbeat_timeout_is_the_brokers_and_sets_the_dead_workers_bound() {
         let configured = |written: Option<&str>| {
-            let mut p = Preset::new(KIND, "dramatiq");
-            let given = Given {
-                heartbeat_timeout: written.map(str::to_string),
-                ..Given::default()
+            let options = match written {
+                Some(t) => serde_json::json!({"heartbeat_timeout": t}),
+                None => serde_json::json!({}),
             };
-            Dramatiq.configure(&mut p, &given).map(|()| p)
+            super::super::options::configured(&Dramatiq, options)
         };
         let p = configured(None).unwrap();
         assert_eq!(p.visibility_timeout, Duration::from_secs(60));

@@ -27,13 +27,14 @@
 //! size in round 2), so one entry serves both and a queue moved from one
 //! to the other is read right at the next poll.
 
+use serde::Deserialize;
 use std::collections::BTreeSet;
 
 use redis::Value;
 
 use super::library::{Keys, Library, Owned, Seen, type_at};
+use super::library::{OptionError, Preset, Written, options_of};
 use super::{Follow, Stage, Unit, count, due_count, key, preset_sample, set_state};
-use crate::config::{Given, Preset};
 use crate::snapshot::{JobState, PresetKind};
 
 /// Huey's `preset` name.
@@ -174,6 +175,17 @@ fn read(name: &[u8], r: &[Value]) -> Stage {
     Stage { sample: s, follow }
 }
 
+/// The options of a `- preset: huey` entry: the one declaration of the
+/// words it takes (`Library::options`, and the refusal of any other).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Options {
+    /// `name:`, the Huey instance's name (`huey` by default), which names
+    /// its keys.
+    #[serde(default)]
+    name: Option<String>,
+}
+
 /// Huey: one queue per instance name (`name:`, default `huey`), its keys
 /// under prefixes Huey fixes.
 pub struct Huey;
@@ -188,16 +200,20 @@ impl Library for Huey {
     }
 
     fn options(&self) -> &'static [&'static str] {
-        &["name"]
+        options_of::<Options>()
     }
 
-    fn configure(&self, preset: &mut Preset, given: &Given) -> Result<(), String> {
-        match &given.name {
+    fn configure(&self, written: &Written) -> Result<Preset, OptionError> {
+        let given: Options = written.read()?;
+        let name = match given.name {
             Some(n) if n.is_empty() => return Err("name: must not be empty".into()),
-            Some(n) => preset.name = n.clone(),
-            None => preset.name = DEFAULT_NAME.into(),
-        }
-        Ok(())
+            Some(n) => n,
+            None => DEFAULT_NAME.into(),
+        };
+        Ok(Preset {
+            name,
+            ..Preset::new(self.kind(), self.default_prefix())
+        })
     }
 
     fn takes_counters(&self) -> bool {

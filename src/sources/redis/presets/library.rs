@@ -10,10 +10,14 @@ use redis::Value;
 
 use super::super::discovery::Candidate;
 use super::bounded::Bound;
+pub use super::options::{
+    OptionError, Written, options_of, prefix_or, stalled_check_limit, timeout,
+};
 use super::service::FinishedLayout;
+pub use super::spec::Preset;
 use super::{Stage, Unit};
-use crate::config::{Given, Preset};
-use crate::snapshot::{PresetKind, QueueSample, Reason};
+pub use crate::snapshot::Arrivals;
+use crate::snapshot::{Libraries, LibraryFacts, PresetKind, QueueSample, Reason};
 
 /// The library whose config name is `name`.
 pub fn named(name: &str) -> Option<&'static dyn Library> {
@@ -21,6 +25,19 @@ pub fn named(name: &str) -> Option<&'static dyn Library> {
         .iter()
         .copied()
         .find(|l| l.kind().as_str() == name)
+}
+
+/// Every library, in the list's order (`presets::LIBRARIES`, the one
+/// registration list).
+pub fn all() -> &'static [&'static dyn Library] {
+    super::LIBRARIES
+}
+
+/// The library of `preset`'s entry: a `Preset` is only made by resolving
+/// an entry or by recognition, from a library of the list; the first
+/// library stands in for none.
+pub fn of_preset(preset: &Preset) -> &'static dyn Library {
+    of(preset.kind).unwrap_or(super::LIBRARIES[0])
 }
 
 /// The library of `kind`.
@@ -37,6 +54,18 @@ pub fn names() -> Vec<&'static str> {
 /// (`Library::printed_options`).
 pub fn printed_options(preset: &Preset, quote: fn(&str) -> String) -> Vec<String> {
     of(preset.kind).map_or_else(Vec::new, |l| l.printed_options(preset, quote))
+}
+
+/// The library's own key prefix: what `prefix:` defaults to.
+pub fn default_prefix(kind: PresetKind) -> &'static str {
+    of(kind).map_or("", |l| l.default_prefix())
+}
+
+/// The logical queue names `preset` reports whatever its registry holds
+/// (for the scaler's drained-queue rule); registry-discovered queues are
+/// not listed.
+pub fn fixed_names(preset: &Preset) -> Vec<String> {
+    of(preset.kind).map_or_else(Vec::new, |l| l.fixed_names(preset))
 }
 
 /// Whether `kind`'s library takes a `prefix:` option (Huey and arq fix
@@ -96,14 +125,19 @@ pub fn recognised_libraries() -> Vec<&'static str> {
         .collect()
 }
 
-/// The names users write of the libraries whose arrivals come from
-/// `from`, in the list's order (for messages).
-pub fn arrivals_from(from: Arrivals) -> Vec<&'static str> {
-    super::LIBRARIES
-        .iter()
-        .filter(|l| l.arrivals() == from)
-        .map(|l| l.title())
-        .collect()
+/// What readers know of every library (its names, where its arrivals
+/// come from), in the list's order: it travels with every snapshot.
+pub fn catalogue() -> Libraries {
+    Libraries::new(
+        super::LIBRARIES
+            .iter()
+            .map(|l| LibraryFacts {
+                kind: l.kind(),
+                title: l.title(),
+                arrivals: l.arrivals(),
+            })
+            .collect(),
+    )
 }
 
 /// `kind`'s place in the list of libraries (unknown kinds last): the order
@@ -169,23 +203,21 @@ pub trait Library: Sync {
     /// of what zero config sees.
     fn title(&self) -> &'static str;
 
-    /// The options its entry takes (words of [`Given`]), in the order the
-    /// message refusing another lists them.
+    /// The options its entry takes, in the order the message refusing
+    /// another lists them: its options struct's fields
+    /// ([`options_of`]), declared once in its file.
     fn options(&self) -> &'static [&'static str];
+
+    /// Its preset from the options an entry `written` beside `preset:`:
+    /// read as its own options struct ([`Written::read`], which refuses a
+    /// word it does not take), each checked and defaulted; `Err` names
+    /// the field and the problem.
+    fn configure(&self, written: &Written) -> Result<Preset, OptionError>;
 
     /// The library's own key prefix: what `prefix:` defaults to (`""`:
     /// none, or one that may be empty).
     fn default_prefix(&self) -> &'static str {
         ""
-    }
-
-    /// Fills `preset` from the options `given` beyond `prefix` and
-    /// `stalled_check_limit` (already set: the generic code checks those),
-    /// with the library's defaults, and checks them; `Err` is the
-    /// `field: problem` part of the config error.
-    fn configure(&self, preset: &mut Preset, given: &Given) -> Result<(), String> {
-        let _ = (preset, given);
-        Ok(())
     }
 
     /// Whether its entry is one logical queue known at load, so its
@@ -423,20 +455,6 @@ pub trait Library: Sync {
         let _ = (set, members);
         None
     }
-}
-
-/// Where a library's queues' arrivals come from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Arrivals {
-    /// Nowhere the exporter reads: a queue's arrival rate is unknown
-    /// without `counters:`.
-    Unknown,
-    /// A job id counter every added job increments, read as the queue's
-    /// `published` counter.
-    IdCounter,
-    /// A processed total per queue beside its depth: arrivals are
-    /// Δ(waiting + active) + Δprocessed.
-    ProcessedTotal,
 }
 
 /// How zero config reads a key named like a library's mark.

@@ -22,8 +22,10 @@ mod collide;
 mod consumed;
 mod counted;
 mod dramatiq;
+mod entry;
 mod huey;
 pub mod library;
+mod options;
 pub mod picture;
 mod poll;
 mod priority_zset;
@@ -33,6 +35,8 @@ pub mod remembered;
 mod rq;
 mod service;
 mod sidekiq;
+mod spec;
+mod unit;
 pub mod zero;
 
 use std::collections::HashMap;
@@ -43,14 +47,17 @@ use redis::Value;
 use super::cmd::cmd;
 use super::keyname::display_key;
 use super::reply;
-use crate::config::{ALL_QUEUES, Preset, PresetSpec};
+use crate::config::ALL_QUEUES;
 use crate::snapshot::{
     CountedIn, JobState, PresetFacts, PresetKind, PresetUnit, QueueSample, Reason,
 };
 use crate::time::TimeUnit;
+pub use entry::{EntryError, resolve, resolve_all};
 pub use poll::CounterReading;
 pub use registry::registries;
 use service::{FinishedLayout, ServiceWindow};
+pub use spec::{Preset, PresetSpec};
+pub use unit::Unit;
 
 /// Every library the exporter knows, in the order messages, zero config's
 /// entries and its log line list them: the one registration list (a
@@ -114,31 +121,6 @@ impl Entry {
         let queues = &self.queues;
         self.service
             .retain(|name, _| queues.binary_search(&Unit::Queue(name.clone())).is_ok());
-    }
-}
-
-/// What one sample of a preset entry stands for. Typed, so that a queue a
-/// library names like the shared keys' label (a Sidekiq queue literally
-/// called `(all)`) stays a queue of its own.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Unit {
-    /// A logical queue (for priority-zset, one priority), named by its raw
-    /// bytes as the registry holds them.
-    Queue(Vec<u8>),
-    /// The keys the library's queues share (Sidekiq's `schedule`, `retry`,
-    /// `dead`; Celery's `unacked`; priority-zset's `processing`...),
-    /// reported under [`ALL_QUEUES`] (priority-zset: under its prefix).
-    Shared,
-}
-
-impl Unit {
-    /// The queue's raw name; empty for the shared keys (whose commands
-    /// name no queue).
-    pub fn name(&self) -> &[u8] {
-        match self {
-            Unit::Queue(q) => q,
-            Unit::Shared => &[],
-        }
     }
 }
 
@@ -397,9 +379,7 @@ pub(super) fn apply(s: &mut QueueSample, follow: Follow, v: &Value, now: f64) {
 
 /// The library of `preset` (every parsed entry's kind is one).
 fn lib(preset: &Preset) -> &'static dyn library::Library {
-    // A `Preset` is only made by config parsing or recognition, from a
-    // library of the list; the first library stands in for none.
-    library::of(preset.kind).unwrap_or(LIBRARIES[0])
+    library::of_preset(preset)
 }
 
 /// Where the library of `preset` keeps `unit`'s finished jobs with their

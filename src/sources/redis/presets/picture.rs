@@ -4,43 +4,13 @@
 
 use std::collections::BTreeMap;
 
-use super::super::keyname::display_key;
 use super::super::tracked::KeyState;
-use super::bounded::Bound;
+use super::library::default_prefix;
 use super::library::rank;
-use super::zero::Hides;
-use crate::config::{KeyType, Preset, default_prefix};
-use crate::snapshot::{PresetKind, Reason};
-
-/// What a round could not tell because Redis refused or failed reading a
-/// library's mark (`NOPERM` on a `meta` hash or a registry), or because
-/// the mark was not read for a bound of discovery's work (beyond
-/// `max_keys`, a set over the cap): the keys that mark may own are
-/// reported neither as the library's nor as plain keys.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct LeftOut {
-    /// One reason per mark Redis would not let the round read.
-    pub unread: Vec<Reason>,
-    /// The keys those marks may own, left out.
-    pub keys: usize,
-    /// Those keys by `queue` label: the scaler answers no number for them.
-    pub withheld: Vec<String>,
-    /// Unread marks whose library's queue names cannot be told from key
-    /// names (a registry, a `meta` hash, a Bull `id`): any name may be one
-    /// of that library's queues.
-    pub names_unknown: Vec<String>,
-    /// Marks not read for a bound, by name, with the bound: each counted as
-    /// a dropped key.
-    pub over: Vec<(String, Bound)>,
-    /// The names those marks may hide: the scaler answers no number for
-    /// them.
-    pub over_hides: Hides,
-}
-
-/// The `queue` labels of withheld keys.
-pub fn withheld_names(keys: &std::collections::BTreeSet<Vec<u8>>) -> Vec<String> {
-    keys.iter().map(|k| display_key(k)).collect()
-}
+use super::spec::Preset;
+use super::zero::LeftOut;
+use crate::config::KeyType;
+use crate::snapshot::PresetKind;
 
 /// The library's name as its users write it, for the log line.
 pub fn library(kind: PresetKind) -> &'static str {
@@ -141,7 +111,9 @@ pub fn picture(
 
 #[cfg(test)]
 mod tests {
+    use super::super::bounded::Bound;
     use super::*;
+    use crate::snapshot::Reason;
 
     #[test]
     fn the_picture_names_libraries_prefixes_and_plain_keys() {

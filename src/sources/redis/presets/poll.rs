@@ -67,7 +67,9 @@ fn read_counters(c: &CounterKeys, r: &[Value]) -> CounterReading {
 /// The reason label of an error reply, if this is one.
 fn reply_error(v: &Value) -> Option<Reason> {
     match v {
-        Value::ServerError(e) if super::super::is_auth_error_code(e.code()) => Some(Reason::Auth),
+        Value::ServerError(e) if super::super::reply::is_auth_error_code(e.code()) => {
+            Some(Reason::Auth)
+        }
         Value::ServerError(_) => Some(Reason::Backend),
         _ => None,
     }
@@ -92,6 +94,33 @@ enum Slot {
     PlainCounters { spec: usize },
 }
 
+/// Round 1 as planned: its commands, whose replies go where, and which
+/// tracked keys a preset queue counts.
+struct RoundOne<'a> {
+    /// The commands, in order.
+    cmds: Vec<redis::Cmd>,
+    /// Each slot and the range of its replies.
+    slots: Vec<(Slot, std::ops::Range<usize>)>,
+    /// Which `key:` entries and tracked keys a preset queue counts (by the
+    /// queue's position among the stages, which follow the queue slots'
+    /// order).
+    counted: counted::Counted<'a>,
+}
+
+/// Round 1 as read: each queue's stage, and the counters to put on them
+/// once round 2 is in.
+#[derive(Default)]
+struct Stages {
+    /// One per queue slot, with its entry.
+    stages: Vec<(usize, Stage)>,
+    /// Per stage that measures its service time: its entry and queue name.
+    measured: Vec<Option<(usize, Vec<u8>)>>,
+    /// The `counters:` of entries of one logical queue, by entry.
+    entry_totals: Vec<(usize, CounterReading)>,
+    /// Counters of `key:` entries a preset queue counts: (stage, entry).
+    onto_queue: Vec<(usize, usize, CounterReading)>,
+}
+
 impl PresetState {
     /// Polls every logical queue and every `counters:` block: at most two
     /// pipelined round trips, read-only. Moves the service-time windows on.
@@ -103,17 +132,38 @@ impl PresetState {
         now: SystemTime,
     ) -> redis::RedisResult<PresetPoll> {
         let now = unix_seconds(now);
-        let keep = self.service_keep;
-        let mut cmds = Vec::new();
-        let mut slots: Vec<(Slot, std::ops::Range<usize>)> = Vec::new();
-        // Which `key:` entries' and tracked keys a preset queue counts (by
-        // the queue's position among the stages, which follow the queue
-        // slots' order).
         let tracked = if self.entries.is_empty() {
             &[]
         } else {
             tracked
         };
+        let round = self.plan_round_one(plain, tracked, now);
+        if round.cmds.is_empty() {
+            return Ok(PresetPoll::default());
+        }
+        let replies = pipelined(conn, round.cmds).await?;
+        let mut out = PresetPoll {
+            key_errors: replies.iter().filter_map(reply_error).collect(),
+            ..PresetPoll::default()
+        };
+        let mut stages =
+            self.read_round_one(round.slots, &replies, plain, &round.counted, &mut out, now);
+        self.round_two(conn, &mut stages, &mut out, now).await?;
+        self.finish(stages, plain, tracked, &round.counted, &mut out, now);
+        Ok(out)
+    }
+
+    /// Round 1's commands: each queue's plan (and its finished sets when
+    /// due), each `counters:` block's `GET`s.
+    fn plan_round_one<'a>(
+        &self,
+        plain: &'a [QueueSpec],
+        tracked: &'a [TrackedKey],
+        now: f64,
+    ) -> RoundOne<'a> {
+        let keep = self.service_keep;
+        let mut cmds = Vec::new();
+        let mut slots: Vec<(Slot, std::ops::Range<usize>)> = Vec::new();
         let mut counted = counted::Counted::new(plain, tracked);
         let mut queue_slots = 0;
         for (e, entry) in self.entries.iter().enumerate() {
@@ -164,20 +214,26 @@ impl PresetState {
                 slots.push((Slot::PlainCounters { spec: i }, start..cmds.len()));
             }
         }
-        if cmds.is_empty() {
-            return Ok(PresetPoll::default());
+        RoundOne {
+            cmds,
+            slots,
+            counted,
         }
-        let replies = pipelined(conn, cmds).await?;
-        let mut out = PresetPoll {
-            key_errors: replies.iter().filter_map(reply_error).collect(),
-            ..PresetPoll::default()
-        };
-        let mut stages: Vec<(usize, Stage)> = Vec::new();
-        // Per stage that measures its service time: its entry and queue name.
-        let mut measured: Vec<Option<(usize, Vec<u8>)>> = Vec::new();
-        let mut entry_totals: Vec<(usize, CounterReading)> = Vec::new();
-        // Counters of `key:` entries a preset queue counts: (stage, entry).
-        let mut onto_queue: Vec<(usize, usize, CounterReading)> = Vec::new();
+    }
+
+    /// Round 1's replies read, slot by slot (pure but for the service
+    /// windows it moves on); plain keys' counters no queue counts go to
+    /// `out`.
+    fn read_round_one(
+        &mut self,
+        slots: Vec<(Slot, std::ops::Range<usize>)>,
+        replies: &[Value],
+        plain: &[QueueSpec],
+        counted: &counted::Counted<'_>,
+        out: &mut PresetPoll,
+        now: f64,
+    ) -> Stages {
+        let mut read = Stages::default();
         for (slot, range) in slots {
             let r = replies.get(range).unwrap_or(&[]);
             match slot {
@@ -186,86 +242,134 @@ impl PresetState {
                     queue,
                     sizes,
                 } => {
-                    let e = &mut self.entries[entry];
-                    let unit = &e.queues[queue];
-                    let (sizes_r, finished_r) = r.split_at(sizes.min(r.len()));
-                    let mut stage = read(&e.spec.preset, unit, sizes_r, now);
-                    let layout = finished_layout(&e.spec.preset, unit);
-                    let mut m = None;
-                    if let (Some(layout), Unit::Queue(name)) = (layout, unit) {
-                        let window = e
-                            .service
-                            .entry(name.clone())
-                            .or_insert_with(|| ServiceWindow::keeping(keep));
-                        // Read only when its sets were asked (due) this poll.
-                        let jobs = if finished_r.is_empty() {
-                            Vec::new()
-                        } else {
-                            window.read(now, &layout, finished_r)
-                        };
-                        let f = Follow::Finished;
-                        stage.follow.extend(jobs.into_iter().map(|c| (c, f)));
-                        facts(&mut stage.sample).finished_jobs =
-                            Some(lib(&e.spec.preset).unmeasured_why());
-                        m = Some((entry, name.clone()));
-                    }
-                    stages.push((entry, stage));
-                    measured.push(m);
+                    let (stage, m) = self.read_queue(entry, queue, sizes, r, now);
+                    read.stages.push((entry, stage));
+                    read.measured.push(m);
                 }
                 Slot::PresetCounters { entry } => {
                     if let Some(c) = &self.entries[entry].spec.counters {
-                        entry_totals.push((entry, read_counters(c, r)));
+                        read.entry_totals.push((entry, read_counters(c, r)));
                     }
                 }
                 Slot::QueueCounters { entry, stage } => {
                     // The queue's stage is in: its slot came just before.
                     let c = &self.entries[entry].spec.counters;
-                    if let (Some(c), Some((_, stage))) = (c, stages.get_mut(stage)) {
+                    if let (Some(c), Some((_, stage))) = (c, read.stages.get_mut(stage)) {
                         counted::apply_onto(c, read_counters(c, r), &mut stage.sample);
                     }
                 }
                 Slot::PlainCounters { spec } => {
                     if let (Some(c), Some(k)) = (&plain[spec].counters, plain[spec].key()) {
                         match counted.queue_of(k) {
-                            Some(stage) => onto_queue.push((stage, spec, read_counters(c, r))),
+                            Some(stage) => {
+                                read.onto_queue.push((stage, spec, read_counters(c, r)));
+                            }
                             None => out.plain_totals.push((k.to_string(), read_counters(c, r))),
                         }
                     }
                 }
             }
         }
+        read
+    }
 
-        // Round 2: follow-ups (oldest job's stamp, bounded stalled checks).
+    /// One queue's round-1 replies `r` read: its stage, and (when its
+    /// library keeps finished jobs) its entry and name, whose service
+    /// window the finished sets' replies moved on.
+    fn read_queue(
+        &mut self,
+        entry: usize,
+        queue: usize,
+        sizes: usize,
+        r: &[Value],
+        now: f64,
+    ) -> (Stage, Option<(usize, Vec<u8>)>) {
+        let keep = self.service_keep;
+        let e = &mut self.entries[entry];
+        let unit = &e.queues[queue];
+        let (sizes_r, finished_r) = r.split_at(sizes.min(r.len()));
+        let mut stage = read(&e.spec.preset, unit, sizes_r, now);
+        let (Some(layout), Unit::Queue(name)) = (finished_layout(&e.spec.preset, unit), unit)
+        else {
+            return (stage, None);
+        };
+        let window = e
+            .service
+            .entry(name.clone())
+            .or_insert_with(|| ServiceWindow::keeping(keep));
+        // Read only when its sets were asked (due) this poll.
+        let jobs = if finished_r.is_empty() {
+            Vec::new()
+        } else {
+            window.read(now, &layout, finished_r)
+        };
+        let f = Follow::Finished;
+        stage.follow.extend(jobs.into_iter().map(|c| (c, f)));
+        facts(&mut stage.sample).finished_jobs = Some(lib(&e.spec.preset).unmeasured_why());
+        (stage, Some((entry, name.clone())))
+    }
+
+    /// Round 2: the follow-ups the stages asked for (oldest job's stamp,
+    /// bounded stalled checks, finished jobs' stamps), applied.
+    async fn round_two(
+        &mut self,
+        conn: &Conn,
+        read: &mut Stages,
+        out: &mut PresetPoll,
+        now: f64,
+    ) -> redis::RedisResult<()> {
         let mut follow_cmds = Vec::new();
         let mut follow_meta = Vec::new();
-        for (i, (_, stage)) in stages.iter_mut().enumerate() {
+        for (i, (_, stage)) in read.stages.iter_mut().enumerate() {
             for (c, f) in stage.follow.drain(..) {
                 follow_cmds.push(c);
                 follow_meta.push((i, f));
             }
         }
-        if !follow_cmds.is_empty() {
-            let replies = pipelined(conn, follow_cmds).await?;
-            out.key_errors
-                .extend(replies.iter().filter_map(reply_error));
-            let mut own: HashMap<usize, Vec<Value>> = HashMap::new();
-            for ((i, f), v) in follow_meta.into_iter().zip(replies) {
-                match (f, measured.get(i).and_then(Option::as_ref)) {
-                    (Follow::Finished, Some((entry, name))) => {
-                        if let Some(w) = self.entries[*entry].service.get_mut(name) {
-                            w.record(&v);
-                        }
+        if follow_cmds.is_empty() {
+            return Ok(());
+        }
+        let replies = pipelined(conn, follow_cmds).await?;
+        out.key_errors
+            .extend(replies.iter().filter_map(reply_error));
+        let mut own: HashMap<usize, Vec<Value>> = HashMap::new();
+        for ((i, f), v) in follow_meta.into_iter().zip(replies) {
+            match (f, read.measured.get(i).and_then(Option::as_ref)) {
+                (Follow::Finished, Some((entry, name))) => {
+                    if let Some(w) = self.entries[*entry].service.get_mut(name) {
+                        w.record(&v);
                     }
-                    (Follow::Own, _) => own.entry(i).or_default().push(v),
-                    _ => apply(&mut stages[i].1.sample, f, &v, now),
                 }
-            }
-            for (i, replies) in own {
-                let (entry, stage) = &mut stages[i];
-                let preset = &self.entries[*entry].spec.preset;
-                lib(preset).settle(preset, &mut stage.sample, &replies, now);
+                (Follow::Own, _) => own.entry(i).or_default().push(v),
+                _ => apply(&mut read.stages[i].1.sample, f, &v, now),
             }
         }
+        for (i, replies) in own {
+            let (entry, stage) = &mut read.stages[i];
+            let preset = &self.entries[*entry].spec.preset;
+            lib(preset).settle(preset, &mut stage.sample, &replies, now);
+        }
+        Ok(())
+    }
+
+    /// The stages made samples: service times, counters put on their
+    /// queues, names told apart where entries collide, and the tracked
+    /// keys a preset queue counts.
+    fn finish(
+        &self,
+        read: Stages,
+        plain: &[QueueSpec],
+        tracked: &[TrackedKey],
+        counted: &counted::Counted<'_>,
+        out: &mut PresetPoll,
+        now: f64,
+    ) {
+        let Stages {
+            mut stages,
+            measured,
+            entry_totals,
+            onto_queue,
+        } = read;
         for ((_, stage), m) in stages.iter_mut().zip(&measured) {
             if let Some((entry, name)) = m {
                 let mean = self.entries[*entry]
@@ -317,7 +421,6 @@ impl PresetState {
                 Some(sample)
             })
             .collect();
-        Ok(out)
     }
 }
 

@@ -5,8 +5,10 @@
 //! `<prefix>`, with a `priority` label on the per-priority samples.
 
 use super::library::{Library, Registry};
-use crate::config::{KeyType, Preset};
+use super::library::{OptionError, Preset, Written, options_of, prefix_or};
+use crate::config::KeyType;
 use redis::Value;
+use serde::Deserialize;
 
 use super::{Stage, Unit, count, key, preset_sample, set_state};
 use crate::snapshot::{JobState, PresetKind};
@@ -71,6 +73,16 @@ pub fn read(prefix: &str, unit: &Unit, r: &[Value], now: f64) -> Stage {
 /// The priority-zset layout's `preset` name.
 pub const KIND: PresetKind = PresetKind::named("priority-zset");
 
+/// The options of a `- preset: priority-zset` entry: the one declaration of the
+/// words it takes (`Library::options`, and the refusal of any other).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Options {
+    /// `prefix:`, `jobs` by default.
+    #[serde(default)]
+    prefix: Option<String>,
+}
+
 /// `<prefix>:pending:{priority}` zsets and friends: one logical queue,
 /// named by its prefix, with a sample per priority.
 pub struct PriorityZset;
@@ -85,7 +97,13 @@ impl Library for PriorityZset {
     }
 
     fn options(&self) -> &'static [&'static str] {
-        &["prefix"]
+        options_of::<Options>()
+    }
+
+    fn configure(&self, written: &Written) -> Result<Preset, OptionError> {
+        let o: Options = written.read()?;
+        let prefix = prefix_or(o.prefix, self.default_prefix())?;
+        Ok(Preset::new(self.kind(), &prefix))
     }
 
     fn default_prefix(&self) -> &'static str {

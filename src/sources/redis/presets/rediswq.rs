@@ -5,8 +5,9 @@
 
 use super::Unit;
 use super::library::Library;
-use crate::config::{Given, Preset};
+use super::library::{OptionError, Preset, Written, options_of, stalled_check_limit};
 use redis::Value;
+use serde::Deserialize;
 use sha2::{Digest, Sha224};
 
 use super::{Follow, Stage, count, key, preset_sample, set_state};
@@ -56,6 +57,19 @@ pub fn read(name: &[u8], r: &[Value]) -> Stage {
 /// rediswq's `preset` name.
 pub const KIND: PresetKind = PresetKind::named("rediswq");
 
+/// The options of a `- preset: rediswq` entry: the one declaration of the
+/// words it takes (`Library::options`, and the refusal of any other).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Options {
+    /// `name:`, the main list's name (required).
+    #[serde(default)]
+    name: Option<String>,
+    /// `stalled_check_limit:`: the leases checked per poll, at most.
+    #[serde(default)]
+    stalled_check_limit: Option<usize>,
+}
+
 /// The Kubernetes fine-parallel work queue: one queue, the main list
 /// `name:` (`job2` in the Kubernetes example).
 pub struct Rediswq;
@@ -70,16 +84,22 @@ impl Library for Rediswq {
     }
 
     fn options(&self) -> &'static [&'static str] {
-        &["name", "stalled_check_limit"]
+        options_of::<Options>()
     }
 
-    fn configure(&self, preset: &mut Preset, given: &Given) -> Result<(), String> {
-        match &given.name {
-            Some(n) if !n.is_empty() => preset.name = n.clone(),
+    fn configure(&self, written: &Written) -> Result<Preset, OptionError> {
+        let given: Options = written.read()?;
+        let limit = stalled_check_limit(given.stalled_check_limit)?;
+        let name = match given.name {
+            Some(n) if !n.is_empty() => n,
             Some(_) => return Err("name: must not be empty".into()),
             None => return Err("name: required by preset rediswq (the main list)".into()),
-        }
-        Ok(())
+        };
+        Ok(Preset {
+            name,
+            stalled_check_limit: limit,
+            ..Preset::new(self.kind(), self.default_prefix())
+        })
     }
 
     fn takes_counters(&self) -> bool {

@@ -6,8 +6,8 @@
 use super::super::commands::{Conn, pipelined, scan};
 use super::bounded::{Bound, SetRead, read_sets};
 use super::library::{Mark, Registry};
+use super::spec::{Preset, PresetSpec};
 use super::{Unit, fixed_queues, key, sorted};
-use crate::config::{Preset, PresetSpec};
 use crate::snapshot::Reason;
 
 /// What the preset entries' registries named.
@@ -78,16 +78,7 @@ pub async fn registries(
                     // learnt from the keys under its prefix.
                     Some(SetRead::Reply(v)) => match v.extract_error() {
                         Err(e) if e.code() == Some("NOPERM") => {
-                            let under = match registry.strip_suffix(b"queues") {
-                                Some(p) if !p.is_empty() => {
-                                    key(&[&super::super::glob::escape(p), b"*"])
-                                }
-                                _ => b"queue:*".to_vec(),
-                            };
-                            found
-                                .near_refused
-                                .extend(scan(conn, &under, None, scan_count).await?);
-                            found.refused.push((registry, Reason::Auth));
+                            refused_registry(conn, registry, scan_count, &mut found).await?;
                             Vec::new()
                         }
                         Err(e) => return Err(e),
@@ -125,6 +116,26 @@ pub async fn registries(
         found.units.push(units);
     }
     Ok(found)
+}
+
+/// A registry Redis refused to read: recorded as refused, with the keys
+/// under its prefix (found by a bounded SCAN), from which the names its
+/// queues may have are learnt.
+async fn refused_registry(
+    conn: &mut Conn,
+    registry: Vec<u8>,
+    scan_count: u32,
+    found: &mut Registries,
+) -> redis::RedisResult<()> {
+    let under = match registry.strip_suffix(b"queues") {
+        Some(p) if !p.is_empty() => key(&[&super::super::glob::escape(p), b"*"]),
+        _ => b"queue:*".to_vec(),
+    };
+    found
+        .near_refused
+        .extend(scan(conn, &under, None, scan_count).await?);
+    found.refused.push((registry, Reason::Auth));
+    Ok(())
 }
 
 /// Keeps the first of the queues `names` of `preset` whose marks the

@@ -2,13 +2,14 @@
 //! is at the head) and one zset registry per state.
 
 use super::Unit;
+use serde::Deserialize;
 use std::collections::BTreeSet;
 
 use super::library::{
     Hidden, Keys, Library, MarkRead, Owned, Registry, Seen, prefixed_registry_hides,
     registry_prefix, under_prefixed_registry,
 };
-use crate::config::Preset;
+use super::library::{OptionError, Preset, Written, options_of, prefix_or};
 use std::collections::HashSet;
 
 use redis::Value;
@@ -154,6 +155,16 @@ pub fn read(prefix: &str, q: &[u8], r: &[Value]) -> Stage {
 /// RQ's `preset` name.
 pub const KIND: PresetKind = PresetKind::named("rq");
 
+/// The options of a `- preset: rq` entry: the one declaration of the
+/// words it takes (`Library::options`, and the refusal of any other).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Options {
+    /// `prefix:`, RQ's own `rq` by default.
+    #[serde(default)]
+    prefix: Option<String>,
+}
+
 /// RQ: queues from the `<prefix>:queues` set of full keys
 /// `<prefix>:queue:<name>`.
 pub struct Rq;
@@ -168,7 +179,13 @@ impl Library for Rq {
     }
 
     fn options(&self) -> &'static [&'static str] {
-        &["prefix"]
+        options_of::<Options>()
+    }
+
+    fn configure(&self, written: &Written) -> Result<Preset, OptionError> {
+        let o: Options = written.read()?;
+        let prefix = prefix_or(o.prefix, self.default_prefix())?;
+        Ok(Preset::new(self.kind(), &prefix))
     }
 
     fn default_prefix(&self) -> &'static str {

@@ -3,13 +3,15 @@
 //! totals and `processes`, reported once under the queue `(all)`. A queue
 //! in Sidekiq Pro's `paused` set keeps its jobs in `waiting`.
 
+use serde::Deserialize;
 use std::collections::BTreeSet;
 
 use super::key;
 use super::library::{
     Hidden, Keys, Library, MarkRead, Registry, Seen, registry_prefix, type_at, under,
 };
-use crate::config::{ALL_QUEUES, KeyType, Preset};
+use super::library::{OptionError, Preset, Written, options_of, prefix_or, stalled_check_limit};
+use crate::config::{ALL_QUEUES, KeyType};
 use redis::Value;
 
 use super::{Follow, Stage, Unit, count, due_count, preset_sample, set_state, shared_sample, sum};
@@ -137,6 +139,19 @@ pub fn latency(job: &[u8], now: f64) -> Option<f64> {
 /// Sidekiq's `preset` name.
 pub const KIND: PresetKind = PresetKind::named("sidekiq");
 
+/// The options of a `- preset: sidekiq` entry: the one declaration of the
+/// words it takes (`Library::options`, and the refusal of any other).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Options {
+    /// `prefix:`, none (Sidekiq's keys have no namespace) by default.
+    #[serde(default)]
+    prefix: Option<String>,
+    /// `stalled_check_limit:`: the leases checked per poll, at most.
+    #[serde(default)]
+    stalled_check_limit: Option<usize>,
+}
+
 /// Sidekiq 6–8: queues from the `queues` set (under a redis-namespace
 /// `prefix`, as Sidekiq 6 deployments used; none for 7.x/8.x), and the
 /// source-wide keys under `(all)`.
@@ -152,7 +167,15 @@ impl Library for Sidekiq {
     }
 
     fn options(&self) -> &'static [&'static str] {
-        &["prefix", "stalled_check_limit"]
+        options_of::<Options>()
+    }
+
+    fn configure(&self, written: &Written) -> Result<Preset, OptionError> {
+        let o: Options = written.read()?;
+        Ok(Preset {
+            stalled_check_limit: stalled_check_limit(o.stalled_check_limit)?,
+            ..Preset::new(self.kind(), &prefix_or(o.prefix, self.default_prefix())?)
+        })
     }
 
     fn registry(&self, preset: &Preset) -> Registry {

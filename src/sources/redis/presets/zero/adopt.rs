@@ -2,7 +2,8 @@
 //! was classified, what the source takes on. The plain keys: those no
 //! entry consumes or withholds, tracked within what `max_keys` leaves
 //! after the library units (they are what the user came for); the record
-//! of what the round could not tell ([`LeftOut`]); and what the next
+//! of what the round could not tell ([`LeftOut`], here as the stage's
+//! output, which the log line of `picture.rs` reads); and what the next
 //! rounds start from ([`Learnt`], the names remembered). A library round
 //! keeps the scan's entries (those a registry lists again, as read now),
 //! the plain keys less those an entry now owns. Imports no orchestrator
@@ -14,18 +15,18 @@ use std::time::{Duration, Instant};
 use super::super::super::discovery::{self, Candidate, Discovered};
 use super::super::super::keyname::display_key;
 use super::super::super::tracked::KeyState;
-use super::super::Unit;
 use super::super::bounded::Bound;
 use super::super::consumed::consumed;
 use super::super::library::Seen;
-use super::super::picture::{LeftOut, withheld_names};
 use super::super::registry::Registries;
 use super::super::remembered::Remembered;
+use super::super::spec::PresetSpec;
+use super::super::unit::Unit;
 use super::classify::Recognition;
 use super::gather::Gathered;
 use super::learnt::{Learnt, fixed_marks, relisted_each_round};
-use super::marks::hides;
-use crate::config::{PresetSpec, RedisSourceConfig};
+use super::marks::{Hides, hides};
+use crate::config::RedisSourceConfig;
 use crate::snapshot::Reason;
 
 /// What a zero-config scan found: the plain keys to track and the library
@@ -49,6 +50,36 @@ pub struct ZeroConfig {
     /// What the round recognised, for the library rounds until the next
     /// scan.
     pub learnt: Learnt,
+}
+
+/// What a round could not tell because Redis refused or failed reading a
+/// library's mark (`NOPERM` on a `meta` hash or a registry), or because
+/// the mark was not read for a bound of discovery's work (beyond
+/// `max_keys`, a set over the cap): the keys that mark may own are
+/// reported neither as the library's nor as plain keys.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LeftOut {
+    /// One reason per mark Redis would not let the round read.
+    pub unread: Vec<Reason>,
+    /// The keys those marks may own, left out.
+    pub keys: usize,
+    /// Those keys by `queue` label: the scaler answers no number for them.
+    pub withheld: Vec<String>,
+    /// Unread marks whose library's queue names cannot be told from key
+    /// names (a registry, a `meta` hash, a Bull `id`): any name may be one
+    /// of that library's queues.
+    pub names_unknown: Vec<String>,
+    /// Marks not read for a bound, by name, with the bound: each counted as
+    /// a dropped key.
+    pub over: Vec<(String, Bound)>,
+    /// The names those marks may hide: the scaler answers no number for
+    /// them.
+    pub over_hides: Hides,
+}
+
+/// The `queue` labels of withheld keys.
+pub fn withheld_names(keys: &BTreeSet<Vec<u8>>) -> Vec<String> {
+    keys.iter().map(|k| display_key(k)).collect()
 }
 
 /// What `seen` could not read, and the keys `recognition` left out for it.

@@ -9,13 +9,12 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::super::super::discovery::{Candidate, Candidates};
-use super::super::LIBRARIES;
-use super::super::Unit;
 use super::super::consumed::consumed;
-use super::super::library::Seen;
+use super::super::library::{self, Seen};
+use super::super::spec::{Preset, PresetSpec};
+use super::super::unit::Unit;
 use super::learnt::Learnt;
 use super::marks::by_claim_rank;
-use crate::config::PresetSpec;
 
 /// The outcome of recognition.
 #[derive(Debug, Default)]
@@ -79,7 +78,7 @@ fn withheld<'a>(
 ) -> BTreeSet<Vec<u8>> {
     let mut owned = BTreeSet::new();
     for mark in unread {
-        for library in LIBRARIES {
+        for library in library::all() {
             owned.extend(library.withheld(mark, keys));
         }
     }
@@ -87,7 +86,7 @@ fn withheld<'a>(
 }
 
 /// A `- preset:` entry for `preset`, without `counters:`.
-fn spec(preset: crate::config::Preset) -> PresetSpec {
+fn spec(preset: Preset) -> PresetSpec {
     PresetSpec {
         preset,
         counters: None,

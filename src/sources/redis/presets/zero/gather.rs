@@ -29,9 +29,10 @@ use super::super::bounded::read_sets;
 use super::super::library::Seen;
 use super::super::registry::{Registries, registries};
 use super::super::remembered::{Learner, Remembered};
+use super::super::spec::PresetSpec;
 use super::learnt::{Learnt, fixed_marks, relisted_each_round};
 use super::marks::{Marks, beside_marks, is_evidence, is_mark, marks_named, marks_of, seen};
-use crate::config::{KeyType, PresetSpec, RedisSourceConfig};
+use crate::config::{KeyType, RedisSourceConfig};
 use crate::snapshot::Reason;
 
 /// What a keyspace scan gathered: the keys found with their types, what

@@ -28,9 +28,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use super::super::Unit;
 use super::super::bounded::Bound;
-use crate::config::PresetSpec;
+use super::super::spec::PresetSpec;
+use super::super::unit::Unit;
 
 /// The registries libraries write under a fixed name
 /// ([`Library::fixed_marks`](super::super::library::Library::fixed_marks)): a
@@ -38,7 +38,7 @@ use crate::config::PresetSpec;
 /// app started since (the exporter often starts first) is found at the
 /// next round.
 pub(super) fn fixed_marks() -> Vec<&'static [u8]> {
-    super::super::LIBRARIES
+    super::super::library::all()
         .iter()
         .flat_map(|l| l.fixed_marks().iter().copied())
         .collect()
@@ -47,7 +47,7 @@ pub(super) fn fixed_marks() -> Vec<&'static [u8]> {
 /// Whether a library round lists `spec`'s queues again
 /// (`Library::relisted_each_round`) rather than keep the scan's.
 pub(super) fn relisted_each_round(spec: &PresetSpec) -> bool {
-    super::super::lib(&spec.preset).relisted_each_round()
+    super::super::library::of_preset(&spec.preset).relisted_each_round()
 }
 
 /// Unless `keyspace_scan_interval` says otherwise, scans are this many

@@ -1,5 +1,5 @@
 //! The libraries' marks, as zero config asks them (pure lookups in
-//! `LIBRARIES`, used by every stage of a round and no stage itself): which
+//! `library::all()`, used by every stage of a round and no stage itself): which
 //! names may mark a library and how each is read ([`Marks`]), which keys
 //! recognition asks the type of ([`evidence`]), how the reads' replies
 //! pair with their marks ([`seen`]), and what an unread mark may hide
@@ -11,16 +11,15 @@ use redis::Value;
 
 use super::super::super::discovery::Candidate;
 use super::super::super::keyname::display_key;
-use super::super::LIBRARIES;
-use super::super::Unit;
 use super::super::bounded::{Bound, SetRead};
-use super::super::library::{Hidden, Library, MarkRead, Registry, Seen};
-use crate::config::PresetSpec;
+use super::super::library::{self, Hidden, Library, MarkRead, Registry, Seen};
+use super::super::spec::PresetSpec;
+use super::super::unit::Unit;
 
 /// The libraries in the order they claim a mark several may share
 /// (`Library::claim_rank`; the list's order among equals).
 pub(super) fn by_claim_rank() -> Vec<&'static dyn Library> {
-    let mut libraries: Vec<&'static dyn Library> = LIBRARIES.to_vec();
+    let mut libraries: Vec<&'static dyn Library> = library::all().to_vec();
     libraries.sort_by_key(|l| l.claim_rank());
     libraries
 }
@@ -28,7 +27,7 @@ pub(super) fn by_claim_rank() -> Vec<&'static dyn Library> {
 /// How the first library (in the list's order) whose mark `k` is named
 /// like reads it.
 pub(in super::super) fn mark_read(k: &[u8]) -> Option<MarkRead> {
-    LIBRARIES.iter().find_map(|l| l.mark_read(k))
+    library::all().iter().find_map(|l| l.mark_read(k))
 }
 
 /// The keys whose type recognition looks at, given the marks read and
@@ -47,7 +46,7 @@ pub(in super::super) fn evidence(seen: &Seen, names: Vec<Vec<u8>>) -> Vec<Vec<u8
 /// Whether the libraries-only pass keeps `k` for [`evidence`]: a name some
 /// library may ask the type of (`Library::is_evidence`).
 pub(in super::super) fn is_evidence(k: &[u8]) -> bool {
-    LIBRARIES.iter().any(|l| l.is_evidence(k))
+    library::all().iter().any(|l| l.is_evidence(k))
 }
 
 /// Keys that may mark a library, by the read each gets.
@@ -104,7 +103,7 @@ pub(in super::super) fn beside_marks(
     keys: &BTreeMap<Vec<u8>, Candidate>,
     limit: usize,
 ) -> Vec<(Vec<u8>, redis::Cmd)> {
-    LIBRARIES
+    library::all()
         .iter()
         .flat_map(|l| {
             l.marks_beside(keys, limit)
@@ -143,7 +142,7 @@ pub(in super::super) fn marks_named(names: Vec<Vec<u8>>) -> Marks {
     let beside = others
         .into_iter()
         .filter_map(|k| {
-            let c = LIBRARIES.iter().find_map(|l| l.beside_read(&k))?;
+            let c = library::all().iter().find_map(|l| l.beside_read(&k))?;
             Some((k, c))
         })
         .collect();
@@ -187,7 +186,7 @@ impl Seen {
             self.bounded.insert(m, Bound::MaxKeys(max));
         }
         for k in others {
-            let owner = LIBRARIES.iter().find(|l| l.beside_read(&k).is_some());
+            let owner = library::all().iter().find(|l| l.beside_read(&k).is_some());
             if owner.is_some_and(|l| l.beside_tells(&k, self)) {
                 self.bounded.insert(k, Bound::MaxKeys(max));
             }
@@ -222,7 +221,9 @@ impl Seen {
         self.sets
             .iter()
             .filter_map(|(name, members)| {
-                let own = LIBRARIES.iter().find_map(|l| l.set_view(name, members));
+                let own = library::all()
+                    .iter()
+                    .find_map(|l| l.set_view(name, members));
                 let always = own.is_some();
                 let mut view = own.unwrap_or_else(|| members.clone());
                 view.sort_unstable();
@@ -259,7 +260,7 @@ impl Seen {
 
 /// The registry set an entry is read from, if it has one.
 fn registry_of(spec: &PresetSpec) -> Option<Vec<u8>> {
-    match super::super::lib(&spec.preset).registry(&spec.preset) {
+    match super::super::library::of_preset(&spec.preset).registry(&spec.preset) {
         Registry::Set(k) => Some(k),
         _ => None,
     }
@@ -282,7 +283,7 @@ pub struct Hides {
 /// What the libraries say an unread `mark` hides (`Library::hidden`), if
 /// one of them knows it.
 fn hidden(mark: &[u8]) -> Option<Hidden> {
-    LIBRARIES.iter().find_map(|l| l.hidden(mark))
+    library::all().iter().find_map(|l| l.hidden(mark))
 }
 
 /// Which names the unread `marks` may hide (pure): as each mark's library

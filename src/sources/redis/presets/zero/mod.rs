@@ -33,10 +33,11 @@ use super::super::commands::Conn;
 use super::super::tracked::KeyState;
 use super::Unit;
 use super::remembered::Remembered;
-use crate::config::{PresetSpec, RedisSourceConfig};
-pub use adopt::{LibraryRound, ZeroConfig};
+use super::spec::PresetSpec;
+use crate::config::RedisSourceConfig;
+pub use adopt::{LeftOut, LibraryRound, ZeroConfig};
 pub use learnt::Learnt;
-pub use marks::{Hides, hides};
+pub use marks::hides;
 
 /// One zero-config keyspace scan: [`gather::scan`] (the untyped pass,
 /// `TYPE` of the names `remembered` does not hold, the marks' reads), the
