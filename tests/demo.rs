@@ -339,7 +339,10 @@ async fn demo_serves_its_sample_queues_from_its_own_redis_and_vhost() {
                 let ready = depth(&s, &[("source", "main"), ("queue", "demo:work-queue")])
                     .is_some()
                     && depth(&s, &[("vhost", vhost.as_str()), ("queue", "demo.work")])
-                        == Some(12.0);
+                        == Some(12.0)
+                    // Each queue's stats lag on its own: wait for both.
+                    && depth(&s, &[("vhost", vhost.as_str()), ("queue", "demo.emails")])
+                        .is_some_and(|d| d > 0.0);
                 ready.then_some(s)
             }
         },
