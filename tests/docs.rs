@@ -1025,6 +1025,52 @@ fn every_keda_metadata_key_mode_and_operation_is_in_keda_md() {
     );
 }
 
+/// docs/keda.md's parameter table is the keys' declaration
+/// (`scaler::keys::ALL`): a row per key in its order, each default cell
+/// saying the declared default, each meaning cell holding the key's line.
+#[test]
+fn keda_md_parameter_table_follows_the_key_declarations() {
+    use queue_exporter::scaler::keys::{ALL, Default};
+    let page = parse_doc(&read(&root().join("docs/keda.md")));
+    let rows: Vec<Vec<String>> = section(&page, "parameter-list", "docs/keda.md")
+        .iter()
+        .filter(|l| l.starts_with("| `"))
+        .map(|l| {
+            l.trim_matches('|')
+                .split('|')
+                .map(|c| c.trim().to_string())
+                .collect()
+        })
+        .collect();
+    let names: Vec<&str> = rows.iter().map(|r| r[0].trim_matches('`')).collect();
+    let declared: Vec<&str> = ALL.iter().map(|k| k.name).collect();
+    assert_eq!(names, declared, "docs/keda.md's parameter table, in order");
+    let mut wrong = Vec::new();
+    for (key, row) in ALL.iter().zip(&rows) {
+        let (default, meaning) = (&row[1], &row[2]);
+        let holds = match key.default {
+            Default::Nothing => default.is_empty(),
+            Default::Required => default.starts_with("(required"),
+            Default::Value(v) => *default == format!("`{v}`"),
+            Default::WorkedOut(words) => default.contains(words),
+        };
+        if !holds {
+            wrong.push(format!(
+                "{}: default cell {default:?}, declared {:?}",
+                key.name, key.default
+            ));
+        }
+        if !meaning.contains(key.doc) {
+            wrong.push(format!("{}: meaning cell lacks {:?}", key.name, key.doc));
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "docs/keda.md's parameter table:\n{}",
+        wrong.join("\n")
+    );
+}
+
 // ------------------------------------------------------------ alerts
 
 /// Every alerting rule (an object with an `alert` name) under `v`.

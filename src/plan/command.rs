@@ -14,7 +14,8 @@ use crate::plan::replay::{self, Exporter, Replay, Traffic};
 use crate::plan::scaledobject::{self, ScaledObjectError};
 use crate::plan::score::{self, Score, Scoring};
 use crate::plan::trace::{self, Trace, TraceError};
-use crate::scaler::metadata::{self, ScalerQuery};
+use crate::scaler::keys;
+use crate::scaler::metadata::{self, Mode, ScalerQuery};
 
 /// The command line of `plan`.
 #[derive(Debug, Clone, clap::Args)]
@@ -152,15 +153,6 @@ pub struct Plan {
     /// The index of the cheapest candidate on time, if any is.
     pub recommended: Option<usize>,
 }
-
-/// Keys of the WaitTime model, dropped from a QueueLength candidate.
-const WAIT_KEYS: [&str; 5] = [
-    "targetWait",
-    "processingTime",
-    "workersPerReplica",
-    "targetWaitPercentile",
-    "reactionTime",
-];
 
 /// Keys that pick which of the user's queues and states are read: the
 /// replay's world is one list, so they are dropped for the replay (and
@@ -473,8 +465,12 @@ fn sweep(
     while v <= top && misses < 2 {
         let value = format!("{:.3}", v).parse::<f64>().unwrap_or(v);
         let mut m = base.clone();
-        for k in WAIT_KEYS {
-            m.remove(k);
+        // The user's keys QueueLength does not read (WaitTime's).
+        for k in keys::ALL
+            .iter()
+            .filter(|k| !k.modes.accepts(Mode::QueueLength))
+        {
+            m.remove(k.name);
         }
         m.insert("mode".into(), "QueueLength".into());
         m.insert("value".into(), format!("{value}"));

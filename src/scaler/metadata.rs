@@ -14,34 +14,19 @@
 //! globs and cached on every request.
 
 use std::collections::HashMap;
-use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::scaler::finite;
+use crate::scaler::keys::{self, Key};
+pub use crate::scaler::mode::Mode;
 pub use crate::scaler::selector::QueueSelector;
 use crate::scaler::wait::WaitParams;
 use crate::snapshot::{CounterHistory, JobState, Libraries, PresetKind, QueueSample, Snapshot};
 
-/// Every key this scaler reads, as listed in error messages.
-pub const ACCEPTED_KEYS: [&str; 16] = [
-    "queue",
-    "source",
-    "vhost",
-    "mode",
-    "value",
-    "activationValue",
-    "operation",
-    "window",
-    "group",
-    "state",
-    "preset",
-    "targetWait",
-    "processingTime",
-    "workersPerReplica",
-    "targetWaitPercentile",
-    "reactionTime",
-];
+/// Every key this scaler reads, as listed in error messages (declared in
+/// [`crate::scaler::keys`]).
+pub use crate::scaler::keys::ACCEPTED_KEYS;
 
 /// Keys KEDA itself reads from trigger metadata and passes on to us; ignored.
 /// `tlsCertFile` is KEDA's deprecated spelling of `tlsClientCert`.
@@ -70,92 +55,11 @@ pub const MAX_VALUE_BYTES: usize = 4 * 1024;
 /// Most bytes of all keys and values together.
 pub const MAX_TOTAL_BYTES: usize = 64 * 1024;
 
-/// Default per-replica target (`value`).
-pub const DEFAULT_TARGET: f64 = 5.0;
-
 /// Default averaging window of the rate modes (`window`).
 pub const DEFAULT_WINDOW: Duration = Duration::from_secs(60);
 
 /// Shortest accepted `window`.
 pub const MIN_WINDOW: Duration = Duration::from_secs(1);
-
-/// What is measured per queue.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Mode {
-    /// Total items held (`queue_depth`); the default.
-    QueueLength,
-    /// Items a worker could take now.
-    Ready,
-    /// Items delivered but not acknowledged (RabbitMQ).
-    Unacked,
-    /// Items waiting for a future due time (timestamp zsets).
-    Scheduled,
-    /// Age of the oldest waiting item, in seconds.
-    Age,
-    /// Messages published per second, averaged over `window`.
-    PublishRate,
-    /// Messages delivered per second, averaged over `window`.
-    DeliverRate,
-    /// Entries a stream consumer group has not read yet.
-    Lag,
-    /// Replicas that start jobs within `targetWait` (the model in
-    /// [`crate::scaler::wait`]).
-    WaitTime,
-}
-
-impl Mode {
-    /// Every mode, in documentation order.
-    pub const ALL: [Mode; 9] = [
-        Mode::QueueLength,
-        Mode::Ready,
-        Mode::Unacked,
-        Mode::Scheduled,
-        Mode::Age,
-        Mode::PublishRate,
-        Mode::DeliverRate,
-        Mode::Lag,
-        Mode::WaitTime,
-    ];
-
-    /// The spelling used in metadata and messages.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Mode::QueueLength => "QueueLength",
-            Mode::Ready => "Ready",
-            Mode::Unacked => "Unacked",
-            Mode::Scheduled => "Scheduled",
-            Mode::Age => "Age",
-            Mode::PublishRate => "PublishRate",
-            Mode::DeliverRate => "DeliverRate",
-            Mode::Lag => "Lag",
-            Mode::WaitTime => "WaitTime",
-        }
-    }
-
-    /// True for the modes computed from counter history over `window`.
-    pub fn is_rate(self) -> bool {
-        matches!(self, Mode::PublishRate | Mode::DeliverRate)
-    }
-
-    /// True for the modes that average a rate over `window`: the rate
-    /// modes, and WaitTime for its arrival rate.
-    pub fn uses_window(self) -> bool {
-        self.is_rate() || self == Mode::WaitTime
-    }
-
-    /// Parses a mode name, ignoring case.
-    fn parse(s: &str) -> Option<Mode> {
-        Mode::ALL
-            .into_iter()
-            .find(|m| m.as_str().eq_ignore_ascii_case(s))
-    }
-}
-
-impl fmt::Display for Mode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
 
 /// How the values of several matched queues become one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -434,70 +338,55 @@ pub fn parse_with(
 ) -> Result<ScalerQuery, MetadataError> {
     check_size(meta)?;
     check_keys(meta)?;
-    let get = |key: &str| meta.get(key).map(|v| v.trim()).filter(|v| !v.is_empty());
+    let given = |key: &Key| {
+        meta.get(key.name)
+            .map(|v| v.trim())
+            .filter(|v| !v.is_empty())
+    };
 
-    let queue = get("queue").ok_or_else(|| {
+    let queue = given(&keys::QUEUE).ok_or_else(|| {
         invalid(
-            "queue",
+            keys::QUEUE.name,
             "required: a queue name exactly as in the `queue` label, or a glob such as jobs:pending:*"
                 .into(),
         )
     })?;
 
-    let mode = match get("mode") {
-        None => Mode::QueueLength,
-        Some(m) => Mode::parse(m).ok_or_else(|| {
-            let all: Vec<_> = Mode::ALL.iter().map(|m| m.as_str()).collect();
-            invalid("mode", format!("{m:?} is not one of {}", all.join(", ")))
-        })?,
+    let mode = parse_mode(given(&keys::MODE))?;
+    // A key this mode does not read is refused, never ignored.
+    let mut unread = keys::ALL.iter().filter(|k| given(k).is_some());
+    if let Some((key, problem)) = unread.find_map(|k| k.refusal(mode).map(|p| (k.name, p))) {
+        return Err(invalid(key, problem));
+    }
+    // What the trigger wrote, or the key's declared default in this mode.
+    let value = |key: &Key| given(key).or(key.default_for(mode));
+
+    let operation = parse_operation(value(&keys::OPERATION))?;
+
+    let wait = match mode {
+        Mode::WaitTime => Some(
+            WaitParams::from_metadata(&|name| given(name))
+                .map_err(|(key, problem)| MetadataError::Invalid { key, problem })?,
+        ),
+        _ => None,
     };
 
-    let operation = match get("operation") {
-        None => Operation::Sum,
-        Some(o) => Operation::parse(o).ok_or_else(|| {
-            let all: Vec<_> = Operation::ALL.iter().map(|o| o.as_str()).collect();
-            invalid(
-                "operation",
-                format!("{o:?} is not one of {}", all.join(", ")),
-            )
-        })?,
-    };
-
-    let wait = parse_wait(mode, &get)?;
-
-    let target = parse_target(mode, get("value"))?;
-    let activation = parse_activation(get("activationValue"))?;
-    let window = parse_window(mode, get("window"))?;
-
-    let group = match get("group") {
-        Some(_) if mode != Mode::Lag => {
-            return Err(invalid(
-                "group",
-                format!("applies only to mode Lag, not {mode}; remove it or set mode: Lag"),
-            ));
-        }
-        g => g.map(str::to_string),
-    };
-
-    let states = match get("state") {
+    let target = parse_target(value(&keys::VALUE))?;
+    let activation = parse_activation(value(&keys::ACTIVATION_VALUE))?;
+    let window = parse_window(value(&keys::WINDOW))?;
+    let group = given(&keys::GROUP).map(str::to_string);
+    let states = match given(&keys::STATE) {
         None => None,
-        Some(_) if mode != Mode::QueueLength => {
-            return Err(invalid(
-                "state",
-                format!("applies only to mode QueueLength, not {mode}; remove it"),
-            ));
-        }
-        Some(list) => Some(parse_states(list).map_err(|p| invalid("state", p))?),
+        Some(list) => Some(parse_states(list).map_err(|p| invalid(keys::STATE.name, p))?),
     };
-
-    let preset = parse_preset(get("preset"), libraries)?;
+    let preset = parse_preset(given(&keys::PRESET), libraries)?;
 
     Ok(ScalerQuery {
         states,
         preset,
         queue: QueueSelector::new(queue),
-        source: get("source").map(str::to_string),
-        vhost: get("vhost").map(str::to_string),
+        source: given(&keys::SOURCE).map(str::to_string),
+        vhost: given(&keys::VHOST).map(str::to_string),
         mode,
         group,
         target,
@@ -509,18 +398,47 @@ pub fn parse_with(
     })
 }
 
-/// `value`: the per-replica target (1 for WaitTime, whose value is replicas).
-fn parse_target(mode: Mode, value: Option<&str>) -> Result<f64, MetadataError> {
+/// `mode`, or its declared default when left out.
+fn parse_mode(written: Option<&str>) -> Result<Mode, MetadataError> {
+    // Every mode reads `mode`, so any mode gives its default.
+    match written.or(keys::MODE.default_for(Mode::QueueLength)) {
+        None => Ok(Mode::QueueLength),
+        Some(m) => Mode::parse(m).ok_or_else(|| {
+            let all: Vec<_> = Mode::ALL.iter().map(|m| m.as_str()).collect();
+            invalid(
+                keys::MODE.name,
+                format!("{m:?} is not one of {}", all.join(", ")),
+            )
+        }),
+    }
+}
+
+/// `operation`; `None` (mode WaitTime, which reads none) is a sum.
+fn parse_operation(value: Option<&str>) -> Result<Operation, MetadataError> {
+    match value {
+        None => Ok(Operation::Sum),
+        Some(o) => Operation::parse(o).ok_or_else(|| {
+            let all: Vec<_> = Operation::ALL.iter().map(|o| o.as_str()).collect();
+            invalid(
+                keys::OPERATION.name,
+                format!("{o:?} is not one of {}", all.join(", ")),
+            )
+        }),
+    }
+}
+
+/// `value`: the per-replica target; `None` (mode WaitTime, which reads
+/// no `value`) is 1, since WaitTime's value is replicas.
+fn parse_target(value: Option<&str>) -> Result<f64, MetadataError> {
     Ok(match value {
-        None if mode == Mode::WaitTime => 1.0,
-        None => DEFAULT_TARGET,
+        None => 1.0,
         Some(v) => match v.parse::<f64>() {
             // Sent to KEDA in the metric spec: within the cap every value
             // KEDA receives keeps to.
             Ok(t) if t.is_finite() && t > 0.0 && t <= finite::MAX_VALUE => t,
             _ => {
                 return Err(invalid(
-                    "value",
+                    keys::VALUE.name,
                     format!(
                         "must be a number > 0 and at most {:e} (the per-replica target), got {v:?}",
                         finite::MAX_VALUE
@@ -531,7 +449,8 @@ fn parse_target(mode: Mode, value: Option<&str>) -> Result<f64, MetadataError> {
     })
 }
 
-/// `activationValue`: active iff the value is above it (0 by default).
+/// `activationValue`: active iff the value is above it; `None` (mode
+/// WaitTime, active while jobs wait or arrive) is 0.
 fn parse_activation(value: Option<&str>) -> Result<f64, MetadataError> {
     Ok(match value {
         None => 0.0,
@@ -539,7 +458,7 @@ fn parse_activation(value: Option<&str>) -> Result<f64, MetadataError> {
             Ok(a) if a.is_finite() && a >= 0.0 => a,
             _ => {
                 return Err(invalid(
-                    "activationValue",
+                    keys::ACTIVATION_VALUE.name,
                     format!("must be a number >= 0 (active iff the value is above it), got {v:?}"),
                 ));
             }
@@ -547,25 +466,18 @@ fn parse_activation(value: Option<&str>) -> Result<f64, MetadataError> {
     })
 }
 
-/// `window`: over how long a rate is read, for the modes that read one.
-fn parse_window(mode: Mode, value: Option<&str>) -> Result<Duration, MetadataError> {
+/// `window`: over how long a rate is read; `None` (a mode that reads no
+/// rate) is [`DEFAULT_WINDOW`], unused.
+fn parse_window(value: Option<&str>) -> Result<Duration, MetadataError> {
     Ok(match value {
         None => DEFAULT_WINDOW,
-        Some(_) if !mode.uses_window() => {
-            return Err(invalid(
-                "window",
-                format!(
-                    "applies only to modes PublishRate, DeliverRate and WaitTime, not {mode}; remove it"
-                ),
-            ));
-        }
         Some(w) => {
             let max = CounterHistory::RETENTION;
             match humantime::parse_duration(w) {
                 Ok(d) if (MIN_WINDOW..=max).contains(&d) => d,
                 _ => {
                     return Err(invalid(
-                        "window",
+                        keys::WINDOW.name,
                         format!(
                             "must be a duration from {} to {} such as 30s or 1m, got {w:?}",
                             humantime::format_duration(MIN_WINDOW),
@@ -588,7 +500,7 @@ fn parse_preset(
         Some(name) => Some(libraries.named(name).ok_or_else(|| {
             let names = libraries.names();
             invalid(
-                "preset",
+                keys::PRESET.name,
                 format!(
                     "unknown preset {name:?} (expected one of {})",
                     names.join(", ")
@@ -615,47 +527,6 @@ fn check_keys(meta: &HashMap<String, String>) -> Result<(), MetadataError> {
 /// A refusal of `key`'s value.
 fn invalid(key: &'static str, problem: String) -> MetadataError {
     MetadataError::Invalid { key, problem }
-}
-
-/// `targetWait`, `processingTime`, `workersPerReplica`,
-/// `targetWaitPercentile` and `reactionTime`: read by
-/// [`WaitParams::from_metadata`] with mode WaitTime, refused with any other;
-/// and with WaitTime, `value`, `activationValue` and `operation` refused.
-fn parse_wait<'a>(
-    mode: Mode,
-    get: &impl Fn(&str) -> Option<&'a str>,
-) -> Result<Option<WaitParams>, MetadataError> {
-    if mode == Mode::WaitTime {
-        for (key, why) in [
-            (
-                "value",
-                "the target of mode WaitTime is fixed: its value is replicas, against a target of 1",
-            ),
-            (
-                "activationValue",
-                "mode WaitTime is active while jobs wait or arrive",
-            ),
-            (
-                "operation",
-                "mode WaitTime sums backlogs and arrival rates and takes the oldest age over the matched queues",
-            ),
-        ] {
-            if get(key).is_some() {
-                let problem = format!("{why}; remove it");
-                return Err(MetadataError::Invalid { key, problem });
-            }
-        }
-        return WaitParams::from_metadata(get)
-            .map(Some)
-            .map_err(|(key, problem)| MetadataError::Invalid { key, problem });
-    }
-    match WaitParams::KEYS.into_iter().find(|k| get(k).is_some()) {
-        Some(key) => Err(MetadataError::Invalid {
-            key,
-            problem: format!("applies only to mode WaitTime, not {mode}; remove it"),
-        }),
-        None => Ok(None),
-    }
 }
 
 /// A `state` comma list: each a normalized job state, no duplicates.
@@ -979,7 +850,10 @@ mod tests {
         let q = parse(&meta(&pairs)).unwrap();
         assert_eq!(q.wait.map(|w| w.processing_time), Some(None));
         // Refused with any other mode.
-        for key in WaitParams::KEYS {
+        let wait_keys = ["targetWait", "processingTime", "workersPerReplica"]
+            .into_iter()
+            .chain(["targetWaitPercentile", "reactionTime"]);
+        for key in wait_keys {
             let e = parse(&meta(&[("queue", "w"), (key, "1")]))
                 .unwrap_err()
                 .to_string();
@@ -991,6 +865,61 @@ mod tests {
             );
         }
         assert_eq!(parse(&meta(&[("queue", "w")])).unwrap().wait, None);
+    }
+
+    #[test]
+    fn a_key_left_out_reads_as_its_declared_default_in_every_mode_that_reads_it() {
+        for mode in Mode::ALL {
+            let mut base = vec![("queue", "w"), ("mode", mode.as_str())];
+            if mode == Mode::WaitTime {
+                base.extend([("targetWait", "30s"), ("processingTime", "2s")]);
+            }
+            let left_out = parse(&meta(&base)).unwrap();
+            // `mode` itself is written in `base`: its default is below.
+            for key in crate::scaler::keys::read_by(mode).filter(|k| k.name != "mode") {
+                let Some(default) = key.default_for(mode) else {
+                    continue;
+                };
+                let mut written = base.clone();
+                written.retain(|(k, _)| *k != key.name);
+                written.push((key.name, default));
+                let written = parse(&meta(&written)).unwrap();
+                assert_eq!(
+                    format!("{left_out:?}"),
+                    format!("{written:?}"),
+                    "{mode}: {} left out differs from {}={default}",
+                    key.name,
+                    key.name
+                );
+            }
+        }
+        let mode = crate::scaler::keys::MODE.default_for(Mode::Age).unwrap();
+        assert_eq!(
+            format!("{:?}", parse(&meta(&[("queue", "w")])).unwrap()),
+            format!(
+                "{:?}",
+                parse(&meta(&[("queue", "w"), ("mode", mode)])).unwrap()
+            )
+        );
+    }
+
+    #[test]
+    fn a_key_its_mode_does_not_read_is_refused_naming_it() {
+        for mode in Mode::ALL {
+            for key in crate::scaler::keys::ALL {
+                let Some(why) = key.refusal(mode) else {
+                    continue;
+                };
+                let e = parse(&meta(&[
+                    ("queue", "w"),
+                    ("mode", mode.as_str()),
+                    (key.name, "1"),
+                ]))
+                .unwrap_err()
+                .to_string();
+                assert_eq!(e, format!("scalerMetadata.{}: {why}", key.name), "{mode}");
+            }
+        }
     }
 
     #[test]

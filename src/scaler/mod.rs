@@ -19,7 +19,9 @@
 
 pub mod ask;
 pub mod finite;
+pub mod keys;
 pub mod metadata;
+pub mod mode;
 pub mod names;
 pub mod query;
 pub mod record;

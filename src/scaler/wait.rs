@@ -9,6 +9,7 @@
 
 use std::time::Duration;
 
+use crate::scaler::keys::{self, Key};
 use crate::snapshot::ServiceSource;
 
 /// Share of jobs the steady-state term wants started within `targetWait`
@@ -114,22 +115,13 @@ pub struct WaitParams {
 }
 
 impl WaitParams {
-    /// The metadata keys these come from.
-    pub const KEYS: [&'static str; 5] = [
-        "targetWait",
-        "processingTime",
-        "workersPerReplica",
-        "targetWaitPercentile",
-        "reactionTime",
-    ];
-
     /// Reads `targetWait` (required), `processingTime` (optional: where it
     /// is missing, the query needs queues whose service time the exporter
     /// measures), `workersPerReplica` (default 1), `targetWaitPercentile`
     /// and `reactionTime` (default [`DEFAULT_REACTION_TIME`]) through `get`; a
     /// refusal is the key and what is wrong.
     pub fn from_metadata<'a>(
-        get: &impl Fn(&str) -> Option<&'a str>,
+        get: &impl Fn(&Key) -> Option<&'a str>,
     ) -> Result<WaitParams, (&'static str, String)> {
         let duration = |key: &'static str, v: &str| match humantime::parse_duration(v) {
             Ok(d) if WAIT_RANGE.contains(&d) => Ok(d),
@@ -142,22 +134,22 @@ impl WaitParams {
                 ),
             )),
         };
-        let target_wait = get("targetWait").ok_or((
-            "targetWait",
+        let target_wait = get(&keys::TARGET_WAIT).ok_or((
+            keys::TARGET_WAIT.name,
             "required with mode WaitTime: how soon after it is enqueued a job should start, such as 30s"
                 .to_string(),
         ))?;
-        let target_wait = duration("targetWait", target_wait)?;
-        let processing_time = get("processingTime")
-            .map(|v| duration("processingTime", v))
+        let target_wait = duration(keys::TARGET_WAIT.name, target_wait)?;
+        let processing_time = get(&keys::PROCESSING_TIME)
+            .map(|v| duration(keys::PROCESSING_TIME.name, v))
             .transpose()?;
-        let workers_per_replica = match get("workersPerReplica") {
+        let workers_per_replica = match get(&keys::WORKERS_PER_REPLICA) {
             None => 1,
             Some(v) => match v.parse::<u32>() {
                 Ok(n) if (1..=MAX_WORKERS_PER_REPLICA).contains(&n) => n,
                 _ => {
                     return Err((
-                        "workersPerReplica",
+                        keys::WORKERS_PER_REPLICA.name,
                         format!(
                             "must be a whole number from 1 to {MAX_WORKERS_PER_REPLICA} (jobs one replica works on at once), got {v:?}"
                         ),
@@ -165,13 +157,13 @@ impl WaitParams {
                 }
             },
         };
-        let percentile = match get("targetWaitPercentile") {
+        let percentile = match get(&keys::TARGET_WAIT_PERCENTILE) {
             None => PERCENTILE,
             Some(v) => match v.trim().trim_end_matches('%').trim().parse::<f64>() {
                 Ok(p) if PERCENTILE_RANGE.contains(&p) => p / 100.0,
                 _ => {
                     return Err((
-                        "targetWaitPercentile",
+                        keys::TARGET_WAIT_PERCENTILE.name,
                         format!(
                             "must be a percentage from {} to {} (the share of jobs to start within targetWait, such as 95 or 99.9), got {v:?}",
                             PERCENTILE_RANGE.start(),
@@ -181,8 +173,8 @@ impl WaitParams {
                 }
             },
         };
-        let reaction_time = get("reactionTime")
-            .map(|v| duration("reactionTime", v))
+        let reaction_time = get(&keys::REACTION_TIME)
+            .map(|v| duration(keys::REACTION_TIME.name, v))
             .transpose()?
             .unwrap_or(DEFAULT_REACTION_TIME);
         Ok(WaitParams {
