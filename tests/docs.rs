@@ -985,6 +985,36 @@ fn every_metric_family_is_in_the_table_of_metrics_md() {
     );
 }
 
+/// ARCHITECTURE.md's list of library files is `LIBRARIES`, in its order
+/// (a file is its config name without `-`: `priority_zset.rs` is
+/// `priority-zset`, `beequeue.rs` `bee-queue`).
+#[test]
+fn architecture_md_lists_every_registered_library_in_order() {
+    let text = read(&root().join("ARCHITECTURE.md"));
+    let row = text
+        .lines()
+        .find(|l| l.starts_with("| `src/sources/redis/presets/` |"))
+        .expect("ARCHITECTURE.md: the row of src/sources/redis/presets/");
+    let list = row
+        .split("one file per library (")
+        .nth(1)
+        .and_then(|r| r.split(':').next())
+        .expect("the row's list: one file per library (`a`, `b`: ...)");
+    let listed: Vec<String> = Regex::new(r"`([a-z_]+)`")
+        .unwrap()
+        .captures_iter(list)
+        .map(|c| c[1].replace('_', ""))
+        .collect();
+    let registered: Vec<String> = queue_exporter::sources::redis::library_names()
+        .into_iter()
+        .map(|n| n.replace('-', ""))
+        .collect();
+    assert_eq!(
+        listed, registered,
+        "ARCHITECTURE.md's library files against LIBRARIES"
+    );
+}
+
 // ------------------------------------------------------------ KEDA
 
 #[test]

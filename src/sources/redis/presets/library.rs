@@ -2,7 +2,7 @@
 //! trait, and lookups in the one list of libraries (`presets::LIBRARIES`,
 //! in the folder's `mod.rs`). Everything else about a library (its keys,
 //! states, marks, reads) is in its own file; adding one is that file plus
-//! one line in that list (TRAIT.md).
+//! one line in that list (ARCHITECTURE.md, "Adding a queue library").
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -61,7 +61,8 @@ pub use unit::Unit;
 
 /// Every library the exporter knows, in the order messages, zero config's
 /// entries and its log line list them: the one registration list (a
-/// library is its own file plus one line here; TRAIT.md).
+/// library is its own file plus one line here; ARCHITECTURE.md, "Adding a
+/// queue library").
 pub static LIBRARIES: &[&dyn library::Library] = &[
     &bullmq::Bullmq,
     &bull::Bull,
