@@ -116,6 +116,47 @@ fn the_table_has_the_scaledobjects_trigger_waittime_and_a_queuelength_sweep_and_
 }
 
 #[test]
+fn a_library_queues_trigger_is_replayed_and_its_preset_and_state_kept_in_the_recommendation() {
+    let so = scaled_object("10").replace(
+        "queue: jobs\n",
+        "queue: emails\n        preset: bullmq\n        state: waiting\n",
+    );
+    let (_dir, t, s) = files(&trace(60, 0..0), &so);
+    let (code, out, err) = plan(&["--trace", &t, "--scaledobject", &s, "--target-wait", "30s"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("worker (QueueLength 10)"), "{out}");
+    let yaml = out.split("recommended: ").nth(1).expect("a recommendation");
+    let yaml = &yaml[yaml.find('\n').unwrap() + 1..];
+    let doc: serde_norway::Value = serde_norway::from_str(yaml).unwrap();
+    let meta: HashMap<String, String> =
+        serde_norway::from_value(doc["triggers"][0]["metadata"].clone()).unwrap();
+    assert_eq!(meta["preset"], "bullmq");
+    assert_eq!(meta["queue"], "emails");
+    // What the scaler would be given: its parser, knowing the libraries.
+    let libraries = queue_exporter::sources::redis::catalogue();
+    metadata::parse_with(&meta, &libraries).unwrap();
+    // So would every candidate's, pasted instead.
+    let (code, out, err) = plan(&[
+        "--trace",
+        &t,
+        "--scaledobject",
+        &s,
+        "--target-wait",
+        "30s",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    for c in v["candidates"].as_array().unwrap() {
+        let meta: HashMap<String, String> = serde_json::from_value(c["metadata"].clone()).unwrap();
+        assert_eq!(meta["preset"], "bullmq", "{}", c["name"]);
+        if let Err(e) = metadata::parse_with(&meta, &libraries) {
+            panic!("{}: {e}", c["name"]);
+        }
+    }
+}
+
+#[test]
 fn the_recommendation_is_the_cheapest_candidate_meeting_the_percentile() {
     let v = json_run(&trace(60, 0..0));
     let candidates = v["candidates"].as_array().unwrap();

@@ -384,7 +384,7 @@ fn parse_for_replay(meta: &HashMap<String, String>) -> Result<ScalerQuery, Strin
     metadata::parse(&m).map_err(|e| e.to_string())
 }
 
-/// The WaitTime candidate: the user's keys, mode WaitTime at `target_wait`,
+/// The WaitTime candidate: the user's keys WaitTime reads, mode WaitTime at `target_wait`,
 /// and a processingTime from the trace if the user's has none.
 fn wait_candidate(
     base: &HashMap<String, String>,
@@ -393,7 +393,14 @@ fn wait_candidate(
     notes: &mut Vec<String>,
 ) -> HashMap<String, String> {
     let mut m = base.clone();
-    m.remove("value");
+    // The user's keys WaitTime does not read (`value`, `activationValue`,
+    // `operation`, `state`, `group`): the scaler would refuse them.
+    for k in keys::ALL
+        .iter()
+        .filter(|k| !k.modes.accepts(Mode::WaitTime))
+    {
+        m.remove(k.name);
+    }
     m.insert("mode".into(), "WaitTime".into());
     m.insert("targetWait".into(), seconds(target_wait));
     if !m.contains_key("processingTime") {
