@@ -1470,7 +1470,7 @@ mod tests {
 
     #[test]
     fn wait_time_reads_backlog_age_and_arrivals_and_names_what_is_unknown() {
-        use crate::scaler::wait::Bound;
+        use crate::scaler::wait::Term;
         use crate::snapshot::JobFlow;
         let now = SystemTime::now();
         let wait = |queue: &'static str| {
@@ -1528,12 +1528,12 @@ mod tests {
         assert_eq!((d.inputs.backlog, d.inputs.oldest_age), (600.0, 12.0));
         let want = 10.0 + crate::scaler::wait::ARRIVAL_SHARE * 4.0;
         assert!((r.value - want).abs() < 1e-9, "{d:?}");
-        assert_eq!(d.bound, Bound::Drain);
+        assert_eq!(d.bound, Term::Drain);
         assert!(r.is_active(&wait("jobs")));
 
         // Nothing waits: no age is needed; arrivals alone keep it active.
         let r = eval(&wait("idle")).unwrap();
-        assert_eq!(r.wait.unwrap().bound, Bound::Steady);
+        assert_eq!(r.wait.unwrap().bound, Term::Steady);
         assert!(r.is_active(&wait("idle")) && r.value > 0.0);
 
         // Each unknown input is UNAVAILABLE naming the queue and the input.

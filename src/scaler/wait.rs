@@ -238,7 +238,7 @@ impl ServiceFrom {
 
 /// Which term of the model set the answer, so a page or a log can say why.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Bound {
+pub enum Term {
     /// Nothing waits and nothing arrives: 0 replicas.
     Idle,
     /// (a) Enough workers for the arrival rate (Erlang C and the utilisation cap).
@@ -257,16 +257,16 @@ pub enum Bound {
     ColdStart,
 }
 
-impl Bound {
+impl Term {
     /// The word used in logs, metrics and pages.
     pub fn as_str(self) -> &'static str {
         match self {
-            Bound::Idle => "idle",
-            Bound::Steady => "steady",
-            Bound::Drain => "drain",
-            Bound::CatchUp => "catch-up",
-            Bound::Queue => "queue",
-            Bound::ColdStart => "cold-start",
+            Term::Idle => "idle",
+            Term::Steady => "steady",
+            Term::Drain => "drain",
+            Term::CatchUp => "catch-up",
+            Term::Queue => "queue",
+            Term::ColdStart => "cold-start",
         }
     }
 }
@@ -282,7 +282,7 @@ pub struct WaitDecision {
     /// `workers / workersPerReplica`: the value `GetMetrics` answers.
     pub replicas: f64,
     /// The term that set `workers`.
-    pub bound: Bound,
+    pub bound: Term,
     /// `IsActive`: jobs wait, or arrive and a cold start from zero
     /// replicas would not start them on time.
     pub active: bool,
@@ -326,7 +326,7 @@ pub struct WaitDecision {
 ///   within its W), with a share of the arrivals' workers on top as a
 ///   margin for an underestimated S;
 /// - late jobs (A > W) get no term of their own: they are drained by (b)
-///   like the rest ([`Bound::CatchUp`] names the answer then). A worker
+///   like the rest ([`Term::CatchUp`] names the answer then). A worker
 ///   per late job, the first version of this model, came a pod start too
 ///   late to help them and was then held by the HPA's scale-down window:
 ///   3× the worker time of the best `QueueLength` after a 10× burst in the
@@ -340,7 +340,7 @@ pub fn decide(params: &WaitParams, inputs: WaitInputs) -> WaitDecision {
     let reaction = params.reaction_time.as_secs_f64();
     let per_replica = f64::from(params.workers_per_replica.max(1));
     let (workers, bound, active) = if inputs.backlog <= 0.0 && inputs.arrival_rate <= 0.0 {
-        (0.0, Bound::Idle, false)
+        (0.0, Term::Idle, false)
     } else if wait > QUEUE_MIN_REACTION * reaction {
         queue_term(wait, reaction, per_replica, &inputs)
     } else {
@@ -362,7 +362,7 @@ fn queue_term(
     reaction: f64,
     per_replica: f64,
     inputs: &WaitInputs,
-) -> (f64, Bound, bool) {
+) -> (f64, Term, bool) {
     let WaitInputs {
         backlog,
         oldest_age,
@@ -373,25 +373,25 @@ fn queue_term(
     if backlog <= 0.0 {
         let cold_start = reaction + arrival_rate * reaction * service_time / per_replica;
         return if cold_start <= wait {
-            (0.0, Bound::ColdStart, false)
+            (0.0, Term::ColdStart, false)
         } else {
-            (0.0, Bound::Queue, true)
+            (0.0, Term::Queue, true)
         };
     }
     let newest = inputs.newest_age.clamp(0.0, oldest_age);
     let time = (QUEUE_SHARE * wait - NEWEST_AGE_SHARE * newest).max(QUEUE_MIN_SHARE * wait);
     let workers = backlog * (service_time / time).min(1.0);
     let bound = if oldest_age > wait {
-        Bound::CatchUp
+        Term::CatchUp
     } else {
-        Bound::Queue
+        Term::Queue
     };
     (workers, bound, true)
 }
 
 /// (a) and (b), for a `targetWait` too short for a queue to stand: the
 /// larger, and its bound (see [`decide`]).
-fn keep_up(params: &WaitParams, inputs: &WaitInputs) -> (f64, Bound) {
+fn keep_up(params: &WaitParams, inputs: &WaitInputs) -> (f64, Term) {
     let wait = params.target_wait.as_secs_f64();
     let load = inputs.arrival_rate * inputs.service_time;
     let steady = steady_workers(load, wait, inputs.service_time, params.percentile);
@@ -403,9 +403,9 @@ fn keep_up(params: &WaitParams, inputs: &WaitInputs) -> (f64, Bound) {
     let drain = ARRIVAL_SHARE * load + inputs.backlog * per_job;
     if drain > steady {
         let late = inputs.oldest_age > wait && inputs.backlog > 0.0;
-        (drain, if late { Bound::CatchUp } else { Bound::Drain })
+        (drain, if late { Term::CatchUp } else { Term::Drain })
     } else {
-        (steady, Bound::Steady)
+        (steady, Term::Steady)
     }
 }
 
@@ -503,7 +503,7 @@ mod tests {
     #[test]
     fn nothing_waiting_or_arriving_is_idle_and_zero() {
         let d = decide(&params(30.0, 1), inputs(0.0, 0.0, 0.0, 2.0));
-        assert_eq!((d.replicas, d.bound, d.active), (0.0, Bound::Idle, false));
+        assert_eq!((d.replicas, d.bound, d.active), (0.0, Term::Idle, false));
     }
 
     #[test]
@@ -565,7 +565,7 @@ mod tests {
         // 2 jobs/s of 1.5 s each: 3 busy workers.
         let d = decide(&params(10.0, 1), inputs(0.0, 0.0, 2.0, 1.5));
         assert!(d.active);
-        assert_eq!(d.bound, Bound::Steady);
+        assert_eq!(d.bound, Term::Steady);
         assert_eq!(d.workers, steady_workers(3.0, 10.0, 1.5, PERCENTILE));
         assert!(d.workers >= 3.0 / MAX_UTILISATION);
     }
@@ -574,7 +574,7 @@ mod tests {
     fn a_backlog_starts_within_the_target_wait() {
         // 600 jobs of 2 s to start within 60 s: 20 workers; none arriving.
         let d = decide(&params(60.0, 1), inputs(600.0, 10.0, 0.0, 2.0));
-        assert_eq!((d.workers, d.bound, d.active), (20.0, Bound::Drain, true));
+        assert_eq!((d.workers, d.bound, d.active), (20.0, Term::Drain, true));
         // A share of the arrivals' workers on top: 2/s of 2 s keep 4 busy.
         let d = decide(&params(60.0, 1), inputs(600.0, 10.0, 2.0, 2.0));
         assert!(
@@ -597,11 +597,11 @@ mod tests {
         let at = |age: f64| decide(&p, inputs(300.0, age, 1.0, 1.0));
         let drain = ARRIVAL_SHARE * 1.0 + 300.0 / 30.0;
         let on_time = at(30.0);
-        assert_eq!(on_time.bound, Bound::Drain);
+        assert_eq!(on_time.bound, Term::Drain);
         assert!((on_time.workers - drain).abs() < 1e-9);
         for age in [30.0 + 1e-6, 60.0, 600.0, 1e9] {
             let late = at(age);
-            assert_eq!(late.bound, Bound::CatchUp, "{age}");
+            assert_eq!(late.bound, Term::CatchUp, "{age}");
             assert!((late.workers - drain).abs() < 1e-9, "{age}: {late:?}");
         }
     }
@@ -639,7 +639,7 @@ mod tests {
         let p = queued(500.0, 1);
         let d = decide(&p, inputs(600.0, 300.0, 2.0, 20.0));
         let time = QUEUE_SHARE * 500.0;
-        assert_eq!((d.bound, d.active), (Bound::Queue, true));
+        assert_eq!((d.bound, d.active), (Term::Queue, true));
         assert!((d.workers - 600.0 * 20.0 / time).abs() < 1e-9, "{d:?}");
         // The standing queue of the load, λ·kW jobs, asks for the load's
         // 20 workers exactly: the pool runs at 100 %.
@@ -692,7 +692,7 @@ mod tests {
         };
         // 240 · 20 / (kW − 5) workers, not 240 · 20 / (kW − 120).
         let dated = tail(10.0);
-        assert_eq!(dated.bound, Bound::Queue);
+        assert_eq!(dated.bound, Term::Queue);
         let time = QUEUE_SHARE * 500.0 - NEWEST_AGE_SHARE * 10.0;
         assert!(
             (dated.workers - 240.0 * 20.0 / time).abs() < 1e-9,
@@ -730,7 +730,7 @@ mod tests {
         let p = queued(100.0, 1);
         for age in [100.0 + 1e-6, 300.0, 1e9] {
             let d = decide(&p, inputs(50.0, age, 0.0, 2.0));
-            assert_eq!((d.bound, d.active), (Bound::CatchUp, true), "{age}");
+            assert_eq!((d.bound, d.active), (Term::CatchUp, true), "{age}");
             assert!((d.workers - 50.0 * 2.0 / (QUEUE_MIN_SHARE * 100.0)).abs() < 1e-9);
         }
     }
@@ -744,7 +744,7 @@ mod tests {
         let d = decide(&p, inputs(0.0, 0.0, 1.0 / 60.0, 20.0));
         assert_eq!(
             (d.workers, d.bound, d.active),
-            (0.0, Bound::ColdStart, false)
+            (0.0, Term::ColdStart, false)
         );
         // One job waiting is always active.
         let d = decide(&p, inputs(1.0, 0.5, 1.0 / 60.0, 20.0));
@@ -752,7 +752,7 @@ mod tests {
         // 1 job/s: 1,500 s of work piles up during a cold start, too late;
         // active with no backlog (KEDA keeps a pod), asking no more.
         let d = decide(&p, inputs(0.0, 0.0, 1.0, 20.0));
-        assert_eq!((d.workers, d.bound, d.active), (0.0, Bound::Queue, true));
+        assert_eq!((d.workers, d.bound, d.active), (0.0, Term::Queue, true));
         // More workers per pod shorten the pile-up: 0.3 jobs/s, 450 s of
         // work, 8 workers per pod: 75 + 56 s, on time.
         assert!(decide(&p, inputs(0.0, 0.0, 0.3, 20.0)).active);
@@ -765,17 +765,17 @@ mod tests {
         // are active and get the steady-state term, as with any W there.
         let p = queued(30.0, 1);
         let d = decide(&p, inputs(0.0, 0.0, 2.0, 1.5));
-        assert_eq!((d.bound, d.active), (Bound::Steady, true));
+        assert_eq!((d.bound, d.active), (Term::Steady, true));
         assert_eq!(d.workers, steady_workers(3.0, 30.0, 1.5, PERCENTILE));
         // Above half of it, the queue term.
         let d = decide(&queued(40.0, 1), inputs(10.0, 5.0, 2.0, 1.5));
-        assert_eq!(d.bound, Bound::Queue);
+        assert_eq!(d.bound, Term::Queue);
         // A longer reactionTime moves the same trigger back.
         let mut slow = queued(40.0, 1);
         slow.reaction_time = Duration::from_secs(90);
         assert_eq!(
             decide(&slow, inputs(10.0, 5.0, 2.0, 1.5)).bound,
-            Bound::Steady
+            Term::Steady
         );
     }
 
