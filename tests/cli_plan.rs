@@ -66,7 +66,13 @@ fn files(trace_text: &str, so: &str) -> (tempfile::TempDir, String, String) {
 }
 
 fn json_run(trace_text: &str) -> Value {
-    let (_dir, t, s) = files(trace_text, &scaled_object("10"));
+    json_run_of(trace_text, &scaled_object("10"))
+}
+
+/// `plan --json` over `trace_text` and the ScaledObject `so`, at a
+/// targetWait of 30 s.
+fn json_run_of(trace_text: &str, so: &str) -> Value {
+    let (_dir, t, s) = files(trace_text, so);
     let (code, out, err) = plan(&[
         "--trace",
         &t,
@@ -78,6 +84,14 @@ fn json_run(trace_text: &str) -> Value {
     ]);
     assert_eq!(code, 0, "{err}");
     serde_json::from_str(&out).unwrap()
+}
+
+/// The metadata of the trigger `plan` recommends, from its YAML.
+fn recommended_metadata(out: &str) -> HashMap<String, String> {
+    let yaml = out.split("recommended: ").nth(1).expect("a recommendation");
+    let yaml = &yaml[yaml.find('\n').unwrap() + 1..];
+    let doc: serde_norway::Value = serde_norway::from_str(yaml).unwrap();
+    serde_norway::from_value(doc["triggers"][0]["metadata"].clone()).unwrap()
 }
 
 #[test]
@@ -104,11 +118,7 @@ fn the_table_has_the_scaledobjects_trigger_waittime_and_a_queuelength_sweep_and_
         out.contains("worker-hours") && out.contains("cost"),
         "{out}"
     );
-    let yaml = out.split("recommended: ").nth(1).expect("a recommendation");
-    let yaml = &yaml[yaml.find('\n').unwrap() + 1..];
-    let doc: serde_norway::Value = serde_norway::from_str(yaml).unwrap();
-    let meta: HashMap<String, String> =
-        serde_norway::from_value(doc["triggers"][0]["metadata"].clone()).unwrap();
+    let meta = recommended_metadata(&out);
     // The user's own keys are kept, and the exporter's parser takes it.
     assert_eq!(meta["scalerAddress"], "queue-exporter:9732");
     assert_eq!(meta["queue"], "jobs");
@@ -125,28 +135,14 @@ fn a_library_queues_trigger_is_replayed_and_its_preset_and_state_kept_in_the_rec
     let (code, out, err) = plan(&["--trace", &t, "--scaledobject", &s, "--target-wait", "30s"]);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("worker (QueueLength 10)"), "{out}");
-    let yaml = out.split("recommended: ").nth(1).expect("a recommendation");
-    let yaml = &yaml[yaml.find('\n').unwrap() + 1..];
-    let doc: serde_norway::Value = serde_norway::from_str(yaml).unwrap();
-    let meta: HashMap<String, String> =
-        serde_norway::from_value(doc["triggers"][0]["metadata"].clone()).unwrap();
+    let meta = recommended_metadata(&out);
     assert_eq!(meta["preset"], "bullmq");
     assert_eq!(meta["queue"], "emails");
     // What the scaler would be given: its parser, knowing the libraries.
     let libraries = queue_exporter::sources::redis::catalogue();
     metadata::parse_with(&meta, &libraries).unwrap();
     // So would every candidate's, pasted instead.
-    let (code, out, err) = plan(&[
-        "--trace",
-        &t,
-        "--scaledobject",
-        &s,
-        "--target-wait",
-        "30s",
-        "--json",
-    ]);
-    assert_eq!(code, 0, "{err}");
-    let v: Value = serde_json::from_str(&out).unwrap();
+    let v = json_run_of(&trace(60, 0..0), &so);
     for c in v["candidates"].as_array().unwrap() {
         let meta: HashMap<String, String> = serde_json::from_value(c["metadata"].clone()).unwrap();
         assert_eq!(meta["preset"], "bullmq", "{}", c["name"]);
