@@ -3,7 +3,8 @@
 //! `promtool tsdb create-blocks-from openmetrics`, with a 10-minute hole)
 //! read through `query_range`; the hole named and left out of the scores;
 //! an unreachable Prometheus and a query matching nothing refused with one
-//! line and exit 2.
+//! line and exit 2; basic auth (Prometheus' web config) and a bearer token
+//! (a proxy in front) read from files, and never shown in an error.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -253,4 +254,82 @@ async fn basic_auth_from_a_password_file_reads_a_prometheus_behind_it() {
     assert_eq!(code, 2, "{err}");
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains("HTTP 401"), "{err}");
+}
+
+/// A proxy in front of `upstream` that forwards a request only when it
+/// carries `Authorization: Bearer <token>` (Prometheus' own web config has
+/// no bearer tokens; a reverse proxy in front of it is how they are used);
+/// returns its URL.
+async fn bearer_proxy(upstream: String, token: &'static str) -> String {
+    use axum::http::{StatusCode, Uri, header};
+    let client = reqwest::Client::new();
+    let app = axum::Router::new().fallback(move |uri: Uri, headers: axum::http::HeaderMap| {
+        let (client, upstream) = (client.clone(), upstream.clone());
+        async move {
+            let given = headers
+                .get(header::AUTHORIZATION)
+                .and_then(|v| v.to_str().ok());
+            if given != Some(&format!("Bearer {token}")) {
+                return (StatusCode::UNAUTHORIZED, String::from("no token")).into_response();
+            }
+            let path = uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
+            let answer = client
+                .get(format!("{upstream}{path}"))
+                .send()
+                .await
+                .unwrap();
+            let status = StatusCode::from_u16(answer.status().as_u16()).unwrap();
+            (status, answer.text().await.unwrap()).into_response()
+        }
+    });
+    use axum::response::IntoResponse;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    url
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bearer_token_from_a_file_reads_a_prometheus_behind_a_proxy_and_never_shows_in_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let (p, _, _) = prometheus_with_a_hole(dir.path()).await;
+    let url = bearer_proxy(p.url.clone(), "t0ken-right").await;
+    let right = dir.path().join("right");
+    std::fs::write(&right, "t0ken-right\n").unwrap();
+    let wrong = dir.path().join("wrong");
+    std::fs::write(&wrong, "t0ken-wrong\n").unwrap();
+    let run = |file: std::path::PathBuf| {
+        let url = url.clone();
+        tokio::task::spawn_blocking(move || {
+            let file = file.to_str().unwrap().to_string();
+            plan(&[
+                "--prometheus",
+                &url,
+                "--queue",
+                "jobs",
+                "--since",
+                "10m",
+                "--target-wait",
+                "30s",
+                "--json",
+                "--bearer-token-file",
+                &file,
+            ])
+        })
+    };
+    let (code, out, err) = run(right).await.unwrap();
+    assert_eq!(code, 0, "{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert!(v["jobs"].as_u64().unwrap() > 500, "{v}");
+    // A wrong token is refused by the proxy; plan says so in one line
+    // that names neither token.
+    let (code, out, err) = run(wrong).await.unwrap();
+    assert_eq!(code, 2, "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("HTTP 401"), "{err}");
+    for text in [&out, &err] {
+        assert!(!text.contains("t0ken"), "a token shows: {text}");
+    }
 }

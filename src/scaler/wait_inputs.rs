@@ -32,14 +32,14 @@ pub fn unmeasured_kind(kind: SourceKind, preset: Option<&PresetFacts>) -> Option
              docs/presets.md, and RabbitMQ queues)",
         ),
         // Measured from the ack counter (sources/rabbitmq/service.rs); a
-        // method without one leaves it unknown, said by `unmeasured_why`.
+        // method without one leaves it unknown, said by `service_time_missing_why`.
         (SourceKind::RabbitMq, None) => None,
     }
 }
 
 /// What a queue whose service time is measured but unknown lacks, for its
 /// `UNAVAILABLE` message.
-fn unmeasured_why(q: &QueueSample) -> &'static str {
+fn service_time_missing_why(q: &QueueSample) -> &'static str {
     match q.preset.as_deref().map(|f| f.finished_jobs) {
         Some(Some(why)) => why,
         None if q.vhost().is_some() => {
@@ -250,7 +250,7 @@ fn measured_service(
             "service time",
             &format!(
                 ": {}; set processingTime to the average worker time per job",
-                unmeasured_why(q)
+                service_time_missing_why(q)
             ),
         )),
     }
