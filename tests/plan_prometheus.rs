@@ -215,6 +215,22 @@ fn an_unreachable_prometheus_is_refused_naming_it() {
     );
 }
 
+/// `plan`'s arguments for the last 10 minutes of queue `jobs` in the
+/// Prometheus at `url`, as JSON (the auth tests add their credentials).
+fn last_ten_minutes_of_jobs(url: &str) -> [&str; 9] {
+    [
+        "--prometheus",
+        url,
+        "--queue",
+        "jobs",
+        "--since",
+        "10m",
+        "--target-wait",
+        "30s",
+        "--json",
+    ]
+}
+
 #[tokio::test]
 async fn basic_auth_from_a_password_file_reads_a_prometheus_behind_it() {
     let dir = tempfile::tempdir().unwrap();
@@ -224,17 +240,7 @@ async fn basic_auth_from_a_password_file_reads_a_prometheus_behind_it() {
     let password = dir.path().join("password");
     std::fs::write(&password, "s3cret\n").unwrap();
     let password = password.to_str().unwrap();
-    let base = [
-        "--prometheus",
-        &p.url,
-        "--queue",
-        "jobs",
-        "--since",
-        "10m",
-        "--target-wait",
-        "30s",
-        "--json",
-    ];
+    let base = last_ten_minutes_of_jobs(&p.url);
     let with_auth: Vec<&str> = base
         .iter()
         .copied()
@@ -304,19 +310,11 @@ async fn a_bearer_token_from_a_file_reads_a_prometheus_behind_a_proxy_and_never_
         let url = url.clone();
         tokio::task::spawn_blocking(move || {
             let file = file.to_str().unwrap().to_string();
-            plan(&[
-                "--prometheus",
-                &url,
-                "--queue",
-                "jobs",
-                "--since",
-                "10m",
-                "--target-wait",
-                "30s",
-                "--json",
-                "--bearer-token-file",
-                &file,
-            ])
+            let args: Vec<&str> = last_ten_minutes_of_jobs(&url)
+                .into_iter()
+                .chain(["--bearer-token-file", &file])
+                .collect();
+            plan(&args)
         })
     };
     let (code, out, err) = run(right).await.unwrap();
