@@ -112,6 +112,8 @@ fn run(
         // Kubernetes' default scale-up and scale-down policies, with the
         // regime's scale-down window.
         behavior: Behavior::kubernetes_default(r.down_window),
+        // The grid's scaler never fails.
+        fallback: None,
     };
     let exporter = Exporter {
         poll: r.poll,

@@ -301,3 +301,59 @@ fn a_missing_trace_file_is_refused_naming_it() {
         "/nonexistent/trace.csv: cannot read",
     );
 }
+
+/// `scaled_object("10")` with KEDA's `fallback` of `replicas` after one
+/// failed request, as `behavior` says.
+fn with_fallback(replicas: u32, behavior: &str) -> String {
+    scaled_object("10").replace(
+        "  advanced:\n",
+        &format!(
+            "  fallback:\n    failureThreshold: 1\n    replicas: {replicas}\n    behavior: {behavior}\n  advanced:\n"
+        ),
+    )
+}
+
+#[test]
+fn in_a_gap_the_scaledobjects_fallback_replicas_are_replayed_after_its_failure_threshold() {
+    // The exporter publishes nothing for 10 minutes: the scaler answers
+    // UNAVAILABLE, and after one failed request KEDA tells the HPA 12
+    // replicas' worth. The ScaledObject's scale-up policy (2 pods per
+    // 30 s) climbs to 11 well within the gap, and there the HPA's 10 %
+    // tolerance holds (12 / 11 is within it), so the trigger's own replay
+    // peaks at 11; its QueueLength 10 alone asks for fewer.
+    let holed = trace(60, 80..120);
+    let fell_back = json_run_of(&holed, &with_fallback(12, "static"));
+    let own = &fell_back["candidates"][0];
+    assert_eq!(own["name"], "worker (QueueLength 10)");
+    assert!(own["fallback_syncs"].as_u64().unwrap() >= 30, "{own}");
+    assert_eq!(own["peak_replicas"], 11, "{own}");
+    assert_eq!(
+        fell_back["cluster"]["fallback"],
+        serde_json::json!({"failure_threshold": 1, "replicas": 12, "behavior": "Static"})
+    );
+    // Without fallback the replicas are held through the gap.
+    let held = json_run_of(&holed, &scaled_object("10"));
+    let own = &held["candidates"][0];
+    assert_eq!(own["fallback_syncs"], 0);
+    assert!(own["peak_replicas"].as_u64().unwrap() < 11, "{own}");
+    // No gap, no fallback.
+    let whole = json_run_of(&trace(60, 0..0), &with_fallback(12, "static"));
+    assert_eq!(whole["candidates"][0]["fallback_syncs"], 0);
+    // The table says which candidates fell back.
+    let (_dir, t, s) = files(&holed, &with_fallback(12, "currentReplicasIfHigher"));
+    let (code, out, err) = plan(&["--trace", &t, "--scaledobject", &s, "--target-wait", "30s"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("worker (QueueLength 10): KEDA's fallback answered for the scaler at "),
+        "{out}"
+    );
+}
+
+#[test]
+fn a_fallback_behavior_keda_does_not_have_is_refused_naming_its_field() {
+    let (_dir, t, s) = files(&trace(5, 0..0), &with_fallback(3, "always"));
+    refused(
+        &["--trace", &t, "--scaledobject", &s, "--target-wait", "30s"],
+        &format!("{s}: spec.fallback.behavior: \"always\" is not static, currentReplicas"),
+    );
+}

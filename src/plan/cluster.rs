@@ -32,6 +32,51 @@ pub struct Cluster {
     pub tolerance: f64,
     /// The HPA's `behavior`: how fast it may scale each way.
     pub behavior: Behavior,
+    /// KEDA's `fallback`: the replicas the HPA is told while the scaler
+    /// keeps failing; `None` (KEDA's default) tells it nothing, so the HPA
+    /// keeps the replicas it has.
+    pub fallback: Option<Fallback>,
+}
+
+/// KEDA's `spec.fallback` (its `pkg/fallback`): once the scaler has
+/// failed more than `failure_threshold` metric requests in a row, KEDA
+/// answers the HPA `target × replicas` in its place, so the HPA moves to
+/// those replicas (through its own tolerance, windows and policies); a
+/// success resets the count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fallback {
+    /// `failureThreshold`: failed requests in a row tolerated before it applies.
+    pub failure_threshold: u32,
+    /// `replicas`: what it holds (as `behavior` says).
+    pub replicas: u32,
+    /// `behavior`: how `replicas` and the replicas running combine.
+    pub behavior: FallbackBehavior,
+}
+
+/// `spec.fallback.behavior` (KEDA's `doFallback`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FallbackBehavior {
+    /// `static` (the default): `replicas`.
+    Static,
+    /// `currentReplicas`: the replicas running.
+    CurrentReplicas,
+    /// `currentReplicasIfHigher`: the replicas running if more than `replicas`.
+    CurrentReplicasIfHigher,
+    /// `currentReplicasIfLower`: the replicas running if fewer than `replicas`.
+    CurrentReplicasIfLower,
+}
+
+impl Fallback {
+    /// The replicas KEDA reports with `current` running.
+    pub fn replicas_with(&self, current: usize) -> usize {
+        let fixed = self.replicas as usize;
+        match self.behavior {
+            FallbackBehavior::Static => fixed,
+            FallbackBehavior::CurrentReplicas => current,
+            FallbackBehavior::CurrentReplicasIfHigher => current.max(fixed),
+            FallbackBehavior::CurrentReplicasIfLower => current.min(fixed),
+        }
+    }
 }
 
 impl Cluster {
@@ -47,6 +92,7 @@ impl Cluster {
             max_replicas: 100,
             tolerance: 0.1,
             behavior: Behavior::kubernetes_default(300.0),
+            fallback: None,
         }
     }
 }
@@ -168,6 +214,9 @@ pub struct Keda {
     next_poll: f64,
     /// The last poll that found the trigger active.
     last_active: Option<f64>,
+    /// Metric requests failed in a row (KEDA's `status.health`
+    /// `numberOfFailures`), for `fallback`.
+    failures: u32,
 }
 
 impl Keda {
@@ -190,6 +239,45 @@ impl Keda {
         } else {
             let cooled = self.last_active.is_none_or(|l| now - l >= cluster.cooldown);
             (replicas > 0 && cluster.min_replicas == 0 && cooled).then_some(KedaMove::Deactivate)
+        }
+    }
+
+    /// The metric KEDA hands the HPA for one request: the scaler's value
+    /// (`Some`), or after an error (`None`) its `fallback`'s
+    /// `target × replicas` once more than `failureThreshold` requests in a
+    /// row failed; `None` when the HPA gets nothing (it keeps its replicas).
+    pub fn metric(
+        &mut self,
+        cluster: &Cluster,
+        answer: Option<f64>,
+        target: f64,
+        replicas: usize,
+    ) -> Option<Metric> {
+        if let Some(value) = answer {
+            self.failures = 0;
+            return Some(Metric::Scaler(value));
+        }
+        let fallback = cluster.fallback?;
+        self.failures = self.failures.saturating_add(1);
+        (self.failures > fallback.failure_threshold)
+            .then(|| Metric::Fallback(target * fallback.replicas_with(replicas) as f64))
+    }
+}
+
+/// The metric the HPA gets at a sync.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Metric {
+    /// The scaler's answer.
+    Scaler(f64),
+    /// KEDA's `fallback` in its place.
+    Fallback(f64),
+}
+
+impl Metric {
+    /// The value, whoever gave it.
+    pub fn value(self) -> f64 {
+        match self {
+            Metric::Scaler(v) | Metric::Fallback(v) => v,
         }
     }
 }
@@ -634,6 +722,111 @@ mod tests {
         assert_eq!(
             keda.poll(&cluster, 300.0, false, 1),
             Some(KedaMove::Deactivate)
+        );
+    }
+
+    // KEDA's fallback, against kedacore/keda `pkg/fallback/fallback_test.go`:
+    // failureThreshold 3, replicas 10, a target of 10 per replica.
+
+    fn with_fallback(behavior: FallbackBehavior) -> Cluster {
+        Cluster {
+            fallback: Some(Fallback {
+                failure_threshold: 3,
+                replicas: 10,
+                behavior,
+            }),
+            ..Cluster::kubernetes_defaults(30.0)
+        }
+    }
+
+    /// Fails `n` requests in a row, as KEDA's health status counts them.
+    fn failed(keda: &mut Keda, cluster: &Cluster, n: u32, replicas: usize) -> Option<Metric> {
+        let mut last = None;
+        for _ in 0..n {
+            last = keda.metric(cluster, None, 10.0, replicas);
+        }
+        last
+    }
+
+    #[test]
+    fn should_propagate_the_error_when_fallback_is_disabled() {
+        let cluster = Cluster::kubernetes_defaults(30.0);
+        assert_eq!(failed(&mut Keda::default(), &cluster, 10, 5), None);
+    }
+
+    #[test]
+    fn should_bump_the_number_of_failures_when_metrics_call_fails() {
+        let cluster = with_fallback(FallbackBehavior::Static);
+        let mut keda = Keda::default();
+        assert_eq!(failed(&mut keda, &cluster, 3, 5), None);
+        assert_eq!(keda.failures, 3);
+    }
+
+    #[test]
+    fn should_return_a_normalised_metric_when_number_of_failures_are_beyond_threshold() {
+        let cluster = with_fallback(FallbackBehavior::Static);
+        assert_eq!(
+            failed(&mut Keda::default(), &cluster, 4, 5),
+            Some(Metric::Fallback(100.0))
+        );
+    }
+
+    #[test]
+    fn should_reset_the_health_status_when_scaler_metrics_are_available() {
+        let cluster = with_fallback(FallbackBehavior::Static);
+        let mut keda = Keda::default();
+        failed(&mut keda, &cluster, 3, 5);
+        assert_eq!(
+            keda.metric(&cluster, Some(7.0), 10.0, 5),
+            Some(Metric::Scaler(7.0))
+        );
+        assert_eq!(keda.failures, 0);
+        // Three failures again are within the threshold once more.
+        assert_eq!(failed(&mut keda, &cluster, 3, 5), None);
+    }
+
+    #[test]
+    fn should_use_fallback_replicas_when_current_replicas_is_lower_when_behavior_is_current_replicas_if_higher()
+     {
+        let cluster = with_fallback(FallbackBehavior::CurrentReplicasIfHigher);
+        assert_eq!(
+            failed(&mut Keda::default(), &cluster, 4, 4),
+            Some(Metric::Fallback(100.0))
+        );
+        assert_eq!(
+            failed(&mut Keda::default(), &cluster, 4, 12),
+            Some(Metric::Fallback(120.0))
+        );
+    }
+
+    #[test]
+    fn should_use_current_replicas_when_behavior_is_current_replicas() {
+        let cluster = with_fallback(FallbackBehavior::CurrentReplicas);
+        assert_eq!(
+            failed(&mut Keda::default(), &cluster, 4, 6),
+            Some(Metric::Fallback(60.0))
+        );
+    }
+
+    #[test]
+    fn should_ignore_current_replicas_when_behavior_is_static() {
+        let cluster = with_fallback(FallbackBehavior::Static);
+        assert_eq!(
+            failed(&mut Keda::default(), &cluster, 4, 15),
+            Some(Metric::Fallback(100.0))
+        );
+    }
+
+    #[test]
+    fn current_replicas_if_lower_keeps_the_lower_of_the_two() {
+        let cluster = with_fallback(FallbackBehavior::CurrentReplicasIfLower);
+        assert_eq!(
+            failed(&mut Keda::default(), &cluster, 4, 4),
+            Some(Metric::Fallback(40.0))
+        );
+        assert_eq!(
+            failed(&mut Keda::default(), &cluster, 4, 15),
+            Some(Metric::Fallback(100.0))
         );
     }
 }

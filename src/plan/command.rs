@@ -74,7 +74,7 @@ pub struct Options {
     )]
     pub basic_auth_password_file: Option<PathBuf>,
     /// The ScaledObject to replay: its queue trigger, pollingInterval,
-    /// cooldownPeriod, min/maxReplicaCount and HPA behavior (KEDA's and
+    /// cooldownPeriod, min/maxReplicaCount, fallback and HPA behavior (KEDA's and
     /// Kubernetes' defaults without it).
     #[arg(long, value_name = "FILE")]
     pub scaledobject: Option<PathBuf>,
@@ -128,6 +128,8 @@ pub struct Candidate {
     pub peak_replicas: usize,
     /// Times the replica count changed.
     pub scale_events: usize,
+    /// HPA syncs at which KEDA's `fallback` answered for a failing scaler.
+    pub fallback_syncs: u64,
 }
 
 /// What `plan` found.
@@ -452,6 +454,7 @@ fn try_candidate(
         score: score::score(&run, traffic, &scoring),
         peak_replicas: run.peak_replicas,
         scale_events: run.scale_events,
+        fallback_syncs: run.fallback_syncs,
     })
 }
 

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use crate::config::ScalerConfig;
-use crate::plan::cluster::{Cluster, Hpa, Keda, KedaMove};
+use crate::plan::cluster::{Cluster, Hpa, Keda, KedaMove, Metric};
 use crate::scaler::metadata::ScalerQuery;
 use crate::scaler::query;
 use crate::snapshot::{JobTotals, QueueSample, QueueType, Snapshot, SourceKind};
@@ -118,6 +118,8 @@ pub struct Run {
     pub pods: Vec<(f64, f64)>,
     /// HPA syncs at which the scaler answered an error.
     pub ask_errors: u64,
+    /// HPA syncs at which KEDA's `fallback` answered in the scaler's place.
+    pub fallback_syncs: u64,
     /// Times the replica count changed.
     pub scale_events: usize,
     /// The most replicas at once.
@@ -363,7 +365,18 @@ pub fn replay(setup: &Replay, query: &ScalerQuery, config: &ScalerConfig) -> Run
                 None
             }
         };
-        decide(cluster, &mut keda, &mut hpa, &mut w, answer, now);
+        let metric = decide(
+            cluster,
+            &mut keda,
+            &mut hpa,
+            &mut w,
+            answer,
+            query.target,
+            now,
+        );
+        if let Some(Metric::Fallback(_)) = metric {
+            run.fallback_syncs += 1;
+        }
         if setup.timeline {
             run.timeline.push(Moment {
                 t: now,
@@ -384,15 +397,17 @@ pub fn replay(setup: &Replay, query: &ScalerQuery, config: &ScalerConfig) -> Run
     run
 }
 
-/// KEDA's poll (if due) and the HPA's sync on one answer.
+/// KEDA's poll (if due) and the HPA's sync on one answer (`target`: the
+/// trigger's, for KEDA's `fallback`): the metric the HPA got, if any.
 fn decide(
     cluster: &Cluster,
     keda: &mut Keda,
     hpa: &mut Hpa,
     w: &mut World,
     answer: Answer,
+    target: f64,
     now: f64,
-) {
+) -> Option<Metric> {
     if let Some((active, _, _)) = answer {
         match keda.poll(cluster, now, active, w.live()) {
             Some(KedaMove::Activate) => w.set_replicas(1, now),
@@ -404,10 +419,12 @@ fn decide(
         }
     }
     let replicas = w.live();
-    if let Some((_, target, value)) = answer
-        && replicas > 0
-    {
-        let new = hpa.sync(cluster, now, replicas, value, target);
-        w.set_replicas(new, now);
+    // At zero replicas the HPA is off and KEDA asks it nothing.
+    if replicas == 0 {
+        return None;
     }
+    let metric = keda.metric(cluster, answer.map(|a| a.2), target, replicas)?;
+    let new = hpa.sync(cluster, now, replicas, metric.value(), target);
+    w.set_replicas(new, now);
+    Some(metric)
 }

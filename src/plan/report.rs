@@ -105,6 +105,13 @@ pub fn text(plan: &Plan, price: Option<f64>, percentile: f64) -> String {
             c.scale_events
         );
     }
+    for c in plan.candidates.iter().filter(|c| c.fallback_syncs > 0) {
+        let _ = writeln!(
+            s,
+            "{}: KEDA's fallback answered for the scaler at {} HPA syncs",
+            c.name, c.fallback_syncs
+        );
+    }
     match plan.recommended.and_then(|i| plan.candidates.get(i)) {
         Some(c) => {
             let _ = write!(
@@ -143,7 +150,7 @@ pub fn json(plan: &Plan, price: Option<f64>) -> Value {
                 "p50_wait": c.score.p50_wait, "p99_wait": c.score.p99_wait,
                 "max_wait": c.score.max_wait, "worker_hours": hours,
                 "cost": price.map(|p| p * hours), "peak_replicas": c.peak_replicas,
-                "scale_events": c.scale_events,
+                "scale_events": c.scale_events, "fallback_syncs": c.fallback_syncs,
             })
         })
         .collect();
@@ -160,6 +167,10 @@ pub fn json(plan: &Plan, price: Option<f64>) -> Value {
             "scale_up_stabilization": b.up.stabilization, "scale_down_stabilization": b.down.stabilization,
             "scale_up_policies": b.up.policies.iter().map(|p| json!([format!("{:?}", p.kind), p.value, p.period])).collect::<Vec<_>>(),
             "scale_down_policies": b.down.policies.iter().map(|p| json!([format!("{:?}", p.kind), p.value, p.period])).collect::<Vec<_>>(),
+            "fallback": plan.cluster.fallback.map(|f| json!({
+                "failure_threshold": f.failure_threshold, "replicas": f.replicas,
+                "behavior": format!("{:?}", f.behavior),
+            })),
         },
         "candidates": candidates,
         "recommended": plan.recommended.and_then(|i| plan.candidates.get(i)).map(|c| c.name.clone()),

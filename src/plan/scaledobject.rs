@@ -1,6 +1,6 @@
 //! `plan --scaledobject FILE`: the user's KEDA ScaledObject, read for what
 //! a replay needs: its queue trigger's metadata, `pollingInterval`,
-//! `cooldownPeriod`, `minReplicaCount`, `maxReplicaCount` and the HPA's
+//! `cooldownPeriod`, `minReplicaCount`, `maxReplicaCount`, `fallback` and the HPA's
 //! `advanced.horizontalPodAutoscalerConfig.behavior`. What it leaves out
 //! takes KEDA's and Kubernetes' defaults ([`Cluster::kubernetes_defaults`]).
 
@@ -8,7 +8,9 @@ use std::collections::HashMap;
 
 use serde::Deserialize;
 
-use crate::plan::cluster::{Behavior, Cluster, Policy, PolicyKind, Rules, Select};
+use crate::plan::cluster::{
+    Behavior, Cluster, Fallback, FallbackBehavior, Policy, PolicyKind, Rules, Select,
+};
 
 /// A ScaledObject that cannot be used: the file, the field and why.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -55,8 +57,17 @@ struct Spec {
     cooldown_period: Option<u32>,
     min_replica_count: Option<u32>,
     max_replica_count: Option<u32>,
+    fallback: Option<FallbackSpec>,
     advanced: Option<Advanced>,
     triggers: Vec<TriggerSpec>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct FallbackSpec {
+    failure_threshold: u32,
+    replicas: u32,
+    behavior: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -193,6 +204,9 @@ fn cluster_of(spec: &Spec, pod_start: f64) -> Result<Cluster, (String, String)> 
             ),
         ));
     }
+    if let Some(f) = &spec.fallback {
+        cluster.fallback = Some(fallback_of(f)?);
+    }
     let behavior = spec
         .advanced
         .as_ref()
@@ -209,6 +223,31 @@ fn cluster_of(spec: &Spec, pod_start: f64) -> Result<Cluster, (String, String)> 
         )?;
     }
     Ok(cluster)
+}
+
+/// `spec.fallback`, its `behavior` checked (KEDA's names; its
+/// `scalingModifiers` behavior needs scaling modifiers, which a replay of
+/// one trigger has not).
+fn fallback_of(spec: &FallbackSpec) -> Result<Fallback, (String, String)> {
+    let behavior = match spec.behavior.as_deref() {
+        None | Some("static") => FallbackBehavior::Static,
+        Some("currentReplicas") => FallbackBehavior::CurrentReplicas,
+        Some("currentReplicasIfHigher") => FallbackBehavior::CurrentReplicasIfHigher,
+        Some("currentReplicasIfLower") => FallbackBehavior::CurrentReplicasIfLower,
+        Some(other) => {
+            return Err((
+                "spec.fallback.behavior".to_owned(),
+                format!(
+                    "{other:?} is not static, currentReplicas, currentReplicasIfHigher or currentReplicasIfLower"
+                ),
+            ));
+        }
+    };
+    Ok(Fallback {
+        failure_threshold: spec.failure_threshold,
+        replicas: spec.replicas,
+        behavior,
+    })
 }
 
 /// A YAML scalar as the text KEDA hands the scaler.
