@@ -1083,6 +1083,68 @@ mod tests {
     }
 
     #[test]
+    fn what_the_source_says_it_cannot_measure_is_named_in_the_answer() {
+        let now = SystemTime::now();
+        let mut plain = sample("plain", 4);
+        plain.oldest_age_seconds = Some(1.0);
+        let mut libs = preset("lib", "rq", &[(JobState::Waiting, 4)]);
+        libs.oldest_age_seconds = Some(1.0);
+        libs.measures.arrivals = ArrivalsMeasure::NoLibraryCounter;
+        let s = snap("main", vec![plain, libs], Some(Duration::ZERO), now);
+        let wait = |queue: &str, processing: &str| {
+            let e = evaluate(
+                &q(&[
+                    ("queue", queue),
+                    ("mode", "WaitTime"),
+                    ("targetWait", "10s"),
+                    ("processingTime", processing),
+                ]),
+                std::slice::from_ref(&s),
+                &cfg(),
+                now,
+            );
+            e.unwrap_err().to_string()
+        };
+        // Arrivals: the source's why, then what would measure them.
+        for (queue, why) in [
+            (
+                "plain",
+                "a plain Redis key keeps no count of what was added",
+            ),
+            ("lib", "its library keeps neither a job id counter"),
+        ] {
+            let m = wait(queue, "1s");
+            assert!(
+                m.contains("its arrival rate is unknown: ")
+                    && m.contains(why)
+                    && m.contains("(needs a publish counter"),
+                "{queue}: {m}"
+            );
+        }
+        // A queue the source read, its arrivals counted, but whose read of
+        // this poll failed: its backlog is unknown, naming why.
+        let unread = QueueSample {
+            measures: Measures {
+                unread: Some(Unread::RedisCommand),
+                ..Measures::default()
+            },
+            ..QueueSample::named("gone")
+        };
+        let s = snap("main", vec![unread], Some(Duration::ZERO), now);
+        let e = evaluate(
+            &q(&[("queue", "gone")]),
+            std::slice::from_ref(&s),
+            &cfg(),
+            now,
+        );
+        assert!(
+            matches!(&e, Err(QueryError::Unavailable(m))
+                if m.contains("could not read this key (Redis refused or failed its command")),
+            "{e:?}"
+        );
+    }
+
+    #[test]
     fn one_unknown_queue_makes_sum_max_and_avg_unavailable_naming_it() {
         let now = SystemTime::now();
         let unread = QueueSample {
