@@ -33,8 +33,10 @@ pub use preset::{CountedIn, JobState, JobTotals, PresetFacts, PresetKind, Preset
 pub use scope::{AnyName, NameQuery, QueueScope, Reach};
 pub use service::{ServiceSource, ServiceTime};
 
-/// Which kind of backend a source talks to; readers use it for labels and
-/// to know which metadata (for example `vhost`) applies.
+/// Which kind of backend a source talks to, for logs and what a source
+/// reports of itself. Readers never test it to infer what a queue's
+/// backend can tell (that is each sample's [`QueueSample::measures`], set
+/// by its source; `tests/architecture.rs` holds readers to it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum SourceKind {
     /// A Redis server (lists, zsets, hashes, sets, streams).
@@ -58,7 +60,8 @@ impl SourceKind {
 pub struct Snapshot {
     /// The configured source name; the `source` label.
     pub source: Arc<str>,
-    /// The backend kind, so readers can apply kind-specific metadata.
+    /// The backend kind (see [`SourceKind`]: never a reader's sign of what
+    /// a queue can tell).
     pub kind: SourceKind,
     /// How often the source polls; readers derive staleness limits from it.
     pub poll_interval: Duration,
