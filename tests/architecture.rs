@@ -13,6 +13,14 @@
 //!   `app`, directly or through another module: the library registry
 //!   (`sources::redis::presets`) included, so readers learn the libraries'
 //!   names and facts from snapshots;
+//! - no reader infers a backend's capabilities from the snapshot's shape:
+//!   outside `#[cfg(test)]` code, a reader's file names no `SourceKind`
+//!   (what a queue's source could read and measure is the sample's
+//!   `measures`, set by the source), tests no `vhost()` for presence (a
+//!   vhost is a label or a user's filter, never a sign of RabbitMQ), and
+//!   names no item of the library registry (`presets::library`,
+//!   `LIBRARIES`, `catalogue`): the libraries' names and facts come with
+//!   the snapshot (`Snapshot::libraries`);
 //! - `snapshot` depends on nothing in the crate;
 //! - a queue library's name appears in `src/` code only in its own file and
 //!   in the one registration list (`presets/mod.rs`'s `LIBRARIES`);
@@ -438,6 +446,100 @@ fn no_reader_reaches_a_source_or_the_library_registry() {
         "readers must only read snapshots (the libraries' names and facts included): \
          {offences:#?}"
     );
+}
+
+/// What a reader's production code may not say, each with why: what would
+/// infer a backend's capabilities from the snapshot's shape, or learn the
+/// libraries from the registry instead of the snapshot.
+const READER_INFERENCES: &[(&str, &str)] = &[
+    (
+        r"\bSourceKind\b",
+        "names SourceKind (read what the source set: QueueSample::measures, the scope)",
+    ),
+    (
+        r"\bvhost\(\)\s*\.\s*is_(some|none)",
+        "tests a vhost's presence (a vhost is a label or a filter, not a backend)",
+    ),
+    (
+        r"\bpresets\s*::\s*library\b|\bLIBRARIES\b|\bcatalogue\b",
+        "names the library registry (the libraries come with the snapshot)",
+    ),
+];
+
+/// Where reader files among `files` (production code: no comments,
+/// literals or `#[cfg(test)]` items) say one of [`READER_INFERENCES`], as
+/// `file:line: why`.
+fn reader_inferences(files: &BTreeMap<ModPath, PathBuf>) -> Vec<String> {
+    let rules: Vec<(Regex, &str)> = READER_INFERENCES
+        .iter()
+        .map(|(re, why)| (Regex::new(re).expect("regex"), *why))
+        .collect();
+    let mut offences = Vec::new();
+    for (module, path) in files {
+        if !READERS.contains(&module.first().map_or("", String::as_str)) {
+            continue;
+        }
+        let text = std::fs::read_to_string(path).expect("read source");
+        offences.extend(
+            inferences_in(&production_tokens(&text), &rules)
+                .into_iter()
+                .map(|(line, why)| format!("{}:{line}: {why}", path.display())),
+        );
+    }
+    offences
+}
+
+/// `(line, why)` of each line of `code` matching one of `rules`.
+fn inferences_in<'a>(code: &str, rules: &[(Regex, &'a str)]) -> Vec<(usize, &'a str)> {
+    code.lines()
+        .enumerate()
+        .flat_map(|(i, line)| {
+            rules
+                .iter()
+                .filter(move |(re, _)| re.is_match(line))
+                .map(move |(_, why)| (i + 1, *why))
+        })
+        .collect()
+}
+
+#[test]
+fn no_reader_infers_a_backend_from_the_snapshots_shape() {
+    let offences = reader_inferences(&module_files());
+    assert!(
+        offences.is_empty(),
+        "readers must ask the snapshot (QueueSample::measures, the scope, \
+         Snapshot::libraries), not infer from its shape: {offences:#?}"
+    );
+}
+
+#[test]
+fn the_reader_inference_check_can_fail() {
+    let rules: Vec<(Regex, &str)> = READER_INFERENCES
+        .iter()
+        .map(|(re, why)| (Regex::new(re).expect("regex"), *why))
+        .collect();
+    // The lines main had (issue 46), each caught; the same in a test, in a
+    // comment or in a string, and a vhost used as a label, are not.
+    let code = production_tokens(
+        "fn unread(s: &Snapshot, q: &QueueSample) -> bool {\n\
+         \x20   s.kind == SourceKind::Redis && q.queue_type.is_none()\n\
+         }\n\
+         fn why(q: &QueueSample) -> &str {\n\
+         \x20   match q.vhost().is_some() { _ => \"x\" }\n\
+         }\n\
+         fn libs() { crate::sources::redis::presets::library::catalogue(); }\n\
+         fn label(q: &QueueSample) -> Option<&str> { q.vhost() } // SourceKind\n\
+         fn text() -> &'static str { \"SourceKind\" }\n\
+         #[cfg(test)]\n\
+         mod tests {\n\
+         \x20   use crate::snapshot::SourceKind;\n\
+         }\n",
+    );
+    let found: Vec<usize> = inferences_in(&code, &rules)
+        .into_iter()
+        .map(|(line, _)| line)
+        .collect();
+    assert_eq!(found, [2, 5, 7], "{code}");
 }
 
 #[test]

@@ -16,7 +16,10 @@ use crate::config::ScalerConfig;
 use crate::plan::cluster::{Cluster, Hpa, Keda, KedaMove, Metric};
 use crate::scaler::metadata::ScalerQuery;
 use crate::scaler::query;
-use crate::snapshot::{JobTotals, QueueSample, QueueType, Snapshot, SourceKind};
+use crate::snapshot::{
+    ArrivalsMeasure, JobTotals, Measures, QueueSample, QueueType, ServiceMeasure, Snapshot,
+    SourceKind,
+};
 use crate::sources::counter_point;
 
 /// The replayed source's name: a trigger's `source` must say it.
@@ -286,19 +289,25 @@ fn clock(exporter: &Exporter, t: f64) -> SystemTime {
 fn poll(exporter: &Exporter, w: &mut World, prev: &Snapshot, t: f64) -> Snapshot {
     let backlog = w.backlog(t) as u64;
     let oldest = w.traffic.arrivals.get(w.head).copied();
-    let sample = QueueSample {
+    let mut sample = QueueSample {
         queue_type: Some(QueueType::List),
         depth: Some(backlog),
         ready: Some(backlog),
         oldest_age_seconds: oldest
             .filter(|_| backlog > 0)
             .map(|a| (t - a) / exporter.speedup),
-        jobs: Some(Box::new(JobTotals {
-            processed: Some(w.processed(t) as u64),
-            failed: None,
-        })),
+        // As the Redis source reads a plain list.
+        measures: Measures {
+            service_time: ServiceMeasure::PlainKey,
+            arrivals: ArrivalsMeasure::Counted,
+            unread: None,
+        },
         ..QueueSample::named(QUEUE)
     };
+    sample.set_jobs(JobTotals {
+        processed: Some(w.processed(t) as u64),
+        failed: None,
+    });
     let at = clock(exporter, t);
     let queues = vec![sample];
     let mut next = prev.clone();

@@ -15,8 +15,7 @@ use crate::scaler::metadata::{ListKey, Mode, Operation, ScalerQuery};
 use crate::scaler::wait::{self, ServiceFrom, WaitDecision, WaitInputs, WaitParams};
 use crate::scaler::{units, wait_inputs};
 use crate::snapshot::{
-    JobState, NameQuery, PresetFacts, PresetKind, QueueSample, QueueType, Reach, Snapshot,
-    SourceKind, Vouched,
+    JobState, NameQuery, PresetKind, QueueSample, QueueType, Reach, Snapshot, Vouched,
 };
 
 /// The answer to a query.
@@ -276,7 +275,7 @@ fn read_wait(
     }
     if params.processing_time.is_none() {
         for q in &kept {
-            if let Some(why) = wait_inputs::unmeasured_kind(snapshot.kind, q.preset.as_deref()) {
+            if let Some(why) = q.measures.service_time.unmeasurable_why() {
                 return Err(processing_time_required(&q.name, snapshot, why));
             }
         }
@@ -558,20 +557,18 @@ fn read_empty(
     config: &ScalerConfig,
     now: SystemTime,
 ) -> Result<Reading, QueryError> {
-    // A covered name with no sample: a drained queue of a library
-    // that keeps finished jobs needs no service time (nothing
-    // waits or arrives); a plain key, or a library that keeps none,
-    // has no measured one, so the trigger needs `processingTime`.
+    // A covered name with no sample: a drained queue the source would
+    // measure needs no service time (nothing waits or arrives); one it
+    // would not (a plain key, a library that keeps no finished jobs, as
+    // the source's scope says) has none, so the trigger needs
+    // `processingTime`.
     let selects = |name: &str| query.queue.matches(name);
     if let Some(p) = &query.wait
         && p.processing_time.is_none()
-        && !snapshot.scope.measures_absent(&name_query(query, &selects))
-        && let Some(why) = wait_inputs::unmeasured_kind(
-            snapshot.kind,
-            // A query for a library asks of its queues (which keep
-            // no finished jobs, as measures_absent said), not of a key.
-            query.preset.map(|_| PresetFacts::default()).as_ref(),
-        )
+        && let Some(why) = snapshot
+            .scope
+            .absent_service(&name_query(query, &selects))
+            .unmeasurable_why()
     {
         return Err(processing_time_required(query.queue.text(), snapshot, why));
     }
@@ -705,13 +702,15 @@ fn queue_value(query: &ScalerQuery, s: &Snapshot, q: &QueueSample) -> Result<f64
         ))
     };
     let count = |v: Option<u64>, hint: &str| v.map(|v| v as f64).ok_or_else(|| unknown(hint));
-    // A Redis key without a type is one whose read failed this poll.
-    let unread = if s.kind == SourceKind::Redis && q.queue_type.is_none() {
-        ": the last poll could not read this key (Redis refused or failed its command; \
-         see queue_exporter_poll_errors_total)"
-    } else {
-        ""
-    };
+    // A queue the source says its last poll could not read.
+    let unread = q.measures.unread.map_or(String::new(), |u| {
+        format!(
+            ": the last poll could not read this key ({}; \
+             see queue_exporter_poll_errors_total)",
+            u.why()
+        )
+    });
+    let unread = unread.as_str();
     match query.mode {
         // A preset queue: `waiting` unless `state` picks others; a state
         // the library does not have holds no jobs.
@@ -771,18 +770,27 @@ fn queue_value(query: &ScalerQuery, s: &Snapshot, q: &QueueSample) -> Result<f64
 /// The lag of the query's consumer group on stream `q`.
 fn group_lag(query: &ScalerQuery, s: &Snapshot, q: &QueueSample) -> Result<f64, QueryError> {
     if q.groups.is_empty() {
-        // No type: the last poll could not read this key, so its groups are
+        // The last poll could not read this key, so its groups are
         // unknown, not absent.
-        let Some(queue_type) = &q.queue_type else {
+        if let Some(u) = q.measures.unread {
             return Err(QueryError::Unavailable(format!(
                 "Lag of queue {:?} in source {} is unknown: the last poll could not read it \
-                 (Redis refused or failed its command; see queue_exporter_poll_errors_total)",
-                q.name, s.source
+                 ({}; see queue_exporter_poll_errors_total)",
+                q.name,
+                s.source,
+                u.why()
             )));
-        };
-        let what = match queue_type {
-            QueueType::Stream => "a stream without consumer groups".to_string(),
-            k => format!("a {}, not a stream with consumer groups", k.as_str()),
+        }
+        let what = match &q.queue_type {
+            Some(QueueType::Stream) => "a stream without consumer groups".to_string(),
+            Some(k) => format!("a {}, not a stream with consumer groups", k.as_str()),
+            None => match &q.preset {
+                Some(f) => format!(
+                    "a {} preset's queue, not a stream with consumer groups",
+                    f.preset
+                ),
+                None => "not a stream with consumer groups".to_string(),
+            },
         };
         return Err(QueryError::NotFound(format!(
             "mode Lag: queue {:?} in source {} is {what}",
@@ -828,7 +836,10 @@ fn group_lag(query: &ScalerQuery, s: &Snapshot, q: &QueueSample) -> Result<f64, 
 mod tests {
     use super::*;
     use crate::scaler::metadata::parse_known as parse;
-    use crate::snapshot::{CounterPoint, Counters, GroupSample, PresetUnit, SourceKind};
+    use crate::snapshot::{
+        ArrivalsMeasure, CounterPoint, Counters, GroupSample, Measures, PresetUnit, ServiceMeasure,
+        SourceKind, Unread,
+    };
     use std::collections::HashMap;
 
     fn q(pairs: &[(&str, &str)]) -> ScalerQuery {
@@ -839,11 +850,17 @@ mod tests {
         parse(&meta).unwrap()
     }
 
+    /// A plain list as the Redis source reads it.
     fn sample(name: &str, depth: u64) -> QueueSample {
         QueueSample {
             depth: Some(depth),
             ready: Some(depth),
             queue_type: Some(QueueType::List),
+            measures: Measures {
+                unread: None,
+                service_time: ServiceMeasure::PlainKey,
+                arrivals: ArrivalsMeasure::NoKeyCounter,
+            },
             ..QueueSample::named(name)
         }
     }
@@ -866,13 +883,18 @@ mod tests {
         ScalerConfig::default()
     }
 
-    /// A scope that answers the same reach for every query.
+    /// A scope that answers the same reach for every query, of plain Redis
+    /// keys (whose service time it says is never measured).
     #[derive(Debug)]
     struct Fixed(Reach);
 
     impl crate::snapshot::QueueScope for Fixed {
         fn reach(&self, _query: &NameQuery<'_>) -> Reach {
             self.0
+        }
+
+        fn absent_service(&self, _query: &NameQuery<'_>) -> ServiceMeasure {
+            ServiceMeasure::PlainKey
         }
     }
 
@@ -889,6 +911,12 @@ mod tests {
                 states: states.iter().map(|(s, n)| (*s, Some(*n))).collect(),
                 ..Default::default()
             })),
+            // As the source sets it for a library that keeps no finished jobs.
+            measures: Measures {
+                unread: None,
+                service_time: ServiceMeasure::NoFinishedJobs,
+                arrivals: ArrivalsMeasure::Counted,
+            },
             ..QueueSample::named(name)
         }
     }
@@ -1055,10 +1083,76 @@ mod tests {
     }
 
     #[test]
+    fn what_the_source_says_it_cannot_measure_is_named_in_the_answer() {
+        let now = SystemTime::now();
+        let mut plain = sample("plain", 4);
+        plain.oldest_age_seconds = Some(1.0);
+        let mut libs = preset("lib", "rq", &[(JobState::Waiting, 4)]);
+        libs.oldest_age_seconds = Some(1.0);
+        libs.measures.arrivals = ArrivalsMeasure::NoLibraryCounter;
+        let s = snap("main", vec![plain, libs], Some(Duration::ZERO), now);
+        let wait = |queue: &str, processing: &str| {
+            let e = evaluate(
+                &q(&[
+                    ("queue", queue),
+                    ("mode", "WaitTime"),
+                    ("targetWait", "10s"),
+                    ("processingTime", processing),
+                ]),
+                std::slice::from_ref(&s),
+                &cfg(),
+                now,
+            );
+            e.unwrap_err().to_string()
+        };
+        // Arrivals: the source's why, then what would measure them.
+        for (queue, why) in [
+            (
+                "plain",
+                "a plain Redis key keeps no count of what was added",
+            ),
+            ("lib", "its library keeps neither a job id counter"),
+        ] {
+            let m = wait(queue, "1s");
+            assert!(
+                m.contains("its arrival rate is unknown: ")
+                    && m.contains(why)
+                    && m.contains("(needs a publish counter"),
+                "{queue}: {m}"
+            );
+        }
+        // A queue the source read, its arrivals counted, but whose read of
+        // this poll failed: its backlog is unknown, naming why.
+        let unread = QueueSample {
+            measures: Measures {
+                unread: Some(Unread::RedisCommand),
+                ..Measures::default()
+            },
+            ..QueueSample::named("gone")
+        };
+        let s = snap("main", vec![unread], Some(Duration::ZERO), now);
+        let e = evaluate(
+            &q(&[("queue", "gone")]),
+            std::slice::from_ref(&s),
+            &cfg(),
+            now,
+        );
+        assert!(
+            matches!(&e, Err(QueryError::Unavailable(m))
+                if m.contains("could not read this key (Redis refused or failed its command")),
+            "{e:?}"
+        );
+    }
+
+    #[test]
     fn one_unknown_queue_makes_sum_max_and_avg_unavailable_naming_it() {
         let now = SystemTime::now();
         let unread = QueueSample {
             queue_type: None,
+            measures: Measures {
+                unread: Some(Unread::RedisCommand),
+                ..Measures::default()
+            },
             ..QueueSample::named("jobs:b")
         };
         let snaps = [snap(
@@ -1578,6 +1672,9 @@ mod tests {
                 // As the poll sets it for a library that keeps finished jobs.
                 f.finished_jobs = (lib != "sidekiq")
                     .then_some("none kept: added with removeOnComplete/removeOnFail");
+                if f.finished_jobs.is_some() {
+                    s.measures.service_time = ServiceMeasure::FinishedJobs;
+                }
                 f.service_time = mean.map(|mean_seconds| ServiceTime {
                     mean_seconds,
                     jobs: 20,

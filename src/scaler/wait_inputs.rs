@@ -8,48 +8,7 @@ use std::time::Duration;
 
 use crate::scaler::finite;
 use crate::scaler::wait::{ServiceFrom, WaitInputs, WaitParams};
-use crate::snapshot::{
-    Arrivals, JobState, PresetFacts, QueueSample, QueueType, ServiceTime, Snapshot, SourceKind,
-};
-
-/// Why the exporter cannot measure the service time of a queue of a
-/// `kind` source whose preset facts are `preset` (`None`: a plain Redis
-/// key, or a RabbitMQ queue), or `None` when it measures it: a preset
-/// queue whose library keeps finished jobs says so itself
-/// (`PresetFacts::finished_jobs`). The one place that says which queues
-/// `processingTime` may be left out for.
-pub fn unmeasured_kind(kind: SourceKind, preset: Option<&PresetFacts>) -> Option<&'static str> {
-    match (kind, preset) {
-        (_, Some(f)) if f.finished_jobs.is_some() => None,
-        (_, Some(_)) => Some(
-            "that library keeps no finished jobs with their start and end times \
-             (the exporter measures the queues of the libraries that keep them, \
-             docs/presets.md, and RabbitMQ queues)",
-        ),
-        (SourceKind::Redis, None) => Some(
-            "a plain Redis key holds no record of how long its jobs took \
-             (the exporter measures the queues of the libraries that keep finished jobs, \
-             docs/presets.md, and RabbitMQ queues)",
-        ),
-        // Measured from the ack counter (sources/rabbitmq/service.rs); a
-        // method without one leaves it unknown, said by `service_time_missing_why`.
-        (SourceKind::RabbitMq, None) => None,
-    }
-}
-
-/// What a queue whose service time is measured but unknown lacks, for its
-/// `UNAVAILABLE` message.
-fn service_time_missing_why(q: &QueueSample) -> &'static str {
-    match q.preset.as_deref().map(|f| f.finished_jobs) {
-        Some(Some(why)) => why,
-        None if q.vhost().is_some() => {
-            "it is measured from the ack counter while a backlog keeps every consumer \
-             busy, which has not happened within the source's service_time_max_age (or the method reads no \
-             ack counter: amqp, stats: totals, prometheus on RabbitMQ 3.10)"
-        }
-        _ => "the source has not measured it yet",
-    }
-}
+use crate::snapshot::{Arrivals, JobState, QueueSample, QueueType, ServiceTime, Snapshot};
 
 /// The WaitTime model's inputs over `queues`: backlogs and arrival rates
 /// summed, the oldest age the largest, the service time `processingTime`
@@ -186,6 +145,12 @@ fn arrivals_of(
         Some(r) => checked(r, "arrival rate (jobs per second)"),
         None if missing && s.history.spans(window) => Ok(0.0),
         None => {
+            // The source says why where it reads no counter for them.
+            let why = q
+                .measures
+                .arrivals
+                .unmeasurable_why()
+                .map_or(String::new(), |why| format!(": {why}"));
             let numbered = s.libraries.arriving_from(Arrivals::IdCounter).join(", ");
             let counted = s
                 .libraries
@@ -194,7 +159,7 @@ fn arrivals_of(
             Err(unknown(
                 "arrival rate",
                 &format!(
-                    " (needs a publish counter, as RabbitMQ queues, streams, {numbered} queues and \
+                    "{why} (needs a publish counter, as RabbitMQ queues, streams, {numbered} queues and \
                      `counters: enqueued` have, or a processed total beside the depth, as {counted} \
                      queues and `counters: processed` have; read in two polls within window {})",
                     humantime::format_duration(window)
@@ -250,7 +215,9 @@ fn measured_service(
             "service time",
             &format!(
                 ": {}; set processingTime to the average worker time per job",
-                service_time_missing_why(q)
+                q.measures
+                    .service_time
+                    .missing_why(q.preset.as_deref().and_then(|f| f.finished_jobs))
             ),
         )),
     }
@@ -338,18 +305,5 @@ mod tests {
         assert!((mean - 1.75).abs() < 1e-9, "{mean}");
         // None known (every queue idle and unmeasured): not needed.
         assert_eq!(combine(&[]), (0.0, ServiceFrom::Unneeded));
-    }
-
-    #[test]
-    fn queues_whose_library_keeps_finished_jobs_and_rabbitmq_queues_are_measured() {
-        let keeps = PresetFacts {
-            finished_jobs: Some("none finished lately"),
-            ..PresetFacts::default()
-        };
-        assert_eq!(unmeasured_kind(SourceKind::Redis, Some(&keeps)), None);
-        let keeps_none = PresetFacts::default();
-        assert!(unmeasured_kind(SourceKind::Redis, Some(&keeps_none)).is_some());
-        assert!(unmeasured_kind(SourceKind::Redis, None).is_some());
-        assert_eq!(unmeasured_kind(SourceKind::RabbitMq, None), None);
     }
 }

@@ -16,6 +16,7 @@ use std::time::{Duration, SystemTime};
 mod coverage;
 mod history;
 mod libraries;
+mod measures;
 mod poll;
 mod preset;
 mod scope;
@@ -26,13 +27,16 @@ pub use coverage::{
 };
 pub use history::{CounterHistory, CounterPoint, JobFlow};
 pub use libraries::{Arrivals, Libraries, LibraryFacts};
+pub use measures::{ArrivalsMeasure, Measures, ServiceMeasure, Unread};
 pub use poll::{POLL_DURATION_BUCKETS, PollRecord};
 pub use preset::{CountedIn, JobState, JobTotals, PresetFacts, PresetKind, PresetUnit};
 pub use scope::{AnyName, NameQuery, QueueScope, Reach};
 pub use service::{ServiceSource, ServiceTime};
 
-/// Which kind of backend a source talks to; readers use it for labels and
-/// to know which metadata (for example `vhost`) applies.
+/// Which kind of backend a source talks to, for logs and what a source
+/// reports of itself. Readers never test it to infer what a queue's
+/// backend can tell (that is each sample's [`QueueSample::measures`], set
+/// by its source; `tests/architecture.rs` holds readers to it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum SourceKind {
     /// A Redis server (lists, zsets, hashes, sets, streams).
@@ -56,7 +60,8 @@ impl SourceKind {
 pub struct Snapshot {
     /// The configured source name; the `source` label.
     pub source: Arc<str>,
-    /// The backend kind, so readers can apply kind-specific metadata.
+    /// The backend kind (see [`SourceKind`]: never a reader's sign of what
+    /// a queue can tell).
     pub kind: SourceKind,
     /// How often the source polls; readers derive staleness limits from it.
     pub poll_interval: Duration,
@@ -273,17 +278,39 @@ pub struct QueueSample {
     /// issue 11, target 7). See [`QueueSample::vhost`] and
     /// [`QueueSample::broker_mut`].
     pub broker: Option<Box<BrokerFacts>>,
-    /// Cumulative message counters, where the backend keeps them.
-    /// Boxed, and `None` when empty, since most queues have none: see
-    /// [`QueueSample::counters`] and [`QueueSample::set_counters`].
-    pub counters: Option<Box<Counters>>,
+    /// Cumulative message counters and lifetime job totals, where the
+    /// backend, the library or configured `counters:` keys keep them.
+    /// Boxed together, and `None` when both are empty, since most queues
+    /// have neither (one box, not two, left room for [`QueueSample::measures`]
+    /// within 200 bytes): see [`QueueSample::counters`],
+    /// [`QueueSample::jobs`] and their setters.
+    pub totals: Option<Box<Totals>>,
     /// What a library preset knows about this logical queue (per-state
     /// depths, paused, stalled work); `None` for plain keys and RabbitMQ.
     pub preset: Option<Box<PresetFacts>>,
-    /// Lifetime totals of jobs processed and failed, where the library keeps
-    /// them or `counters:` keys are configured; `None` when neither is
-    /// known. See [`QueueSample::jobs`] and [`QueueSample::set_jobs`].
-    pub jobs: Option<Box<JobTotals>>,
+    /// What the source says it could read and measure of this queue (read
+    /// or not, service time and arrivals measurable or not, and why): set
+    /// where the sample is built, so readers never infer it from the
+    /// backend's kind or the sample's shape.
+    pub measures: Measures,
+}
+
+/// A queue's cumulative counters and lifetime job totals, boxed together
+/// in [`QueueSample::totals`].
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Totals {
+    /// Cumulative message counters (all `None` where none is kept).
+    pub counters: Counters,
+    /// Lifetime totals of jobs processed and failed, where the library
+    /// keeps them or `counters:` keys are configured.
+    pub jobs: JobTotals,
+}
+
+impl Totals {
+    /// True when nothing is known.
+    fn is_empty(&self) -> bool {
+        self.counters.is_empty() && self.jobs == JobTotals::default()
+    }
 }
 
 /// The facts only a broker's queue has (RabbitMQ); see
@@ -316,12 +343,21 @@ impl QueueSample {
     /// The queue's cumulative counters (all `None` where the backend keeps
     /// none).
     pub fn counters(&self) -> Counters {
-        self.counters.as_deref().copied().unwrap_or_default()
+        self.totals
+            .as_deref()
+            .map(|t| t.counters)
+            .unwrap_or_default()
     }
 
     /// Sets the counters; empty ones take no memory.
     pub fn set_counters(&mut self, counters: Counters) {
-        self.counters = (!counters.is_empty()).then(|| Box::new(counters));
+        let jobs = self.jobs();
+        self.set_totals(Totals { counters, jobs });
+    }
+
+    /// Sets counters and job totals; when nothing is known, no memory.
+    fn set_totals(&mut self, totals: Totals) {
+        self.totals = (!totals.is_empty()).then(|| Box::new(totals));
     }
 
     /// Makes this sample of a configured key the mark that `by`, a preset
@@ -348,7 +384,7 @@ impl QueueSample {
 
     /// The counters, to be filled in one by one.
     pub fn counters_mut(&mut self) -> &mut Counters {
-        self.counters.get_or_insert_with(Box::default)
+        &mut self.totals.get_or_insert_with(Box::default).counters
     }
 
     /// The RabbitMQ vhost; `None` for Redis.
@@ -376,12 +412,13 @@ impl QueueSample {
 
     /// The lifetime job totals (both `None` where nothing keeps them).
     pub fn jobs(&self) -> JobTotals {
-        self.jobs.as_deref().copied().unwrap_or_default()
+        self.totals.as_deref().map(|t| t.jobs).unwrap_or_default()
     }
 
     /// Sets the job totals; unknown ones take no memory.
     pub fn set_jobs(&mut self, jobs: JobTotals) {
-        self.jobs = (jobs != JobTotals::default()).then(|| Box::new(jobs));
+        let counters = self.counters();
+        self.set_totals(Totals { counters, jobs });
     }
 
     /// How long workers spend per job, where the source measured it
@@ -551,13 +588,24 @@ mod tests {
     fn unknown_job_totals_take_no_memory() {
         let mut q = QueueSample::named("q");
         q.set_jobs(JobTotals::default());
-        assert!(q.jobs.is_none());
+        assert!(q.totals.is_none());
         let known = JobTotals {
             processed: Some(3),
             failed: None,
         };
         q.set_jobs(known);
         assert_eq!(q.jobs(), known);
+        // Counters and totals share one box: setting one keeps the other.
+        let published = Counters {
+            published: Some(7),
+            ..Counters::default()
+        };
+        q.set_counters(published);
+        assert_eq!((q.counters(), q.jobs()), (published, known));
+        q.set_jobs(JobTotals::default());
+        assert_eq!(q.counters(), published);
+        q.set_counters(Counters::default());
+        assert!(q.totals.is_none());
     }
 
     fn queue(name: &str, depth: u64) -> QueueSample {

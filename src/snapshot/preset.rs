@@ -136,12 +136,13 @@ pub struct PresetFacts {
     /// Worker time per job from recently finished jobs; `None` where the
     /// library keeps no such record or none finished lately.
     pub service_time: Option<super::ServiceTime>,
-    /// Whether the library keeps finished jobs with their start and end
+    /// Where the library keeps finished jobs with their start and end
     /// stamps, from which `service_time` is measured: `Some(why)`, where
     /// `why` says what a measurement missing lately means (for KEDA's
-    /// message); `None` where it keeps no such record, so `WaitTime` needs
-    /// `processingTime`. Set by the library, so readers never ask which
-    /// library this is.
+    /// message, read through `ServiceMeasure::missing_why`); `None` where
+    /// it keeps no such record. Whether the service time is measured is
+    /// the sample's `measures.service_time`, set with it by the source, so
+    /// readers never ask which library this is.
     pub finished_jobs: Option<&'static str>,
     /// What an unknown oldest age means for this library, where it can
     /// say (Celery: its producers stamp no `enqueued_at` header), for

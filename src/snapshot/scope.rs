@@ -5,7 +5,7 @@
 
 use std::fmt;
 
-use super::PresetKind;
+use super::{PresetKind, ServiceMeasure};
 
 /// A queue name or glob a reader asks about, in the terms a [`QueueScope`]
 /// needs. Readers build it; sources' scopes answer it.
@@ -79,14 +79,16 @@ pub trait QueueScope: fmt::Debug + Send + Sync {
     /// How far this source reaches over the names `query` selects.
     fn reach(&self, query: &NameQuery<'_>) -> Reach;
 
-    /// Whether a queue this source would report under the query's names,
-    /// were one there, has its service time measured (its library keeps
-    /// finished jobs), so a `WaitTime` trigger without `processingTime` may
-    /// read a drained one as 0 instead of asking for `processingTime`.
-    /// False unless the scope knows.
-    fn measures_absent(&self, query: &NameQuery<'_>) -> bool {
+    /// How a queue this source would report under the query's names, were
+    /// one there, would have its service time measured (a library that
+    /// keeps finished jobs, a broker's ack counter) or why not (a plain
+    /// key, a library that keeps none), so a `WaitTime` trigger without
+    /// `processingTime` may read a drained one as 0, or is told why it
+    /// needs `processingTime`. Unmeasured ([`ServiceMeasure::Unsaid`])
+    /// unless the scope knows.
+    fn absent_service(&self, query: &NameQuery<'_>) -> ServiceMeasure {
         let _ = query;
-        false
+        ServiceMeasure::Unsaid
     }
 }
 

@@ -5,7 +5,7 @@
 use std::collections::HashSet;
 
 use crate::config::{NameRegex, RabbitSourceConfig};
-use crate::snapshot::{NameQuery, QueueScope, Reach};
+use crate::snapshot::{NameQuery, QueueScope, Reach, ServiceMeasure};
 
 /// The compiled queue filter of one source.
 #[derive(Debug, Clone, Default)]
@@ -54,6 +54,12 @@ impl QueueFilter {
 /// never covers a name it has not seen: RabbitMQ keeps a drained queue, so
 /// a queue that is not there was deleted or misspelled (`NOT_FOUND`).
 impl QueueScope for QueueFilter {
+    /// A queue of the broker has its service time measured from the ack
+    /// counter (`sources/rabbitmq/service.rs`), drained or not.
+    fn absent_service(&self, _query: &NameQuery<'_>) -> ServiceMeasure {
+        ServiceMeasure::AckRate
+    }
+
     fn reach(&self, query: &NameQuery<'_>) -> Reach {
         // A library preset's queue lives in Redis, never in a broker.
         if query.preset.is_some() {

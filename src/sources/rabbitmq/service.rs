@@ -15,7 +15,9 @@
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
-use crate::snapshot::{QueueId, QueueSample, ServiceSource, ServiceTime};
+use crate::snapshot::{
+    ArrivalsMeasure, Measures, QueueId, QueueSample, ServiceMeasure, ServiceSource, ServiceTime,
+};
 
 /// The span a measurement covers at most: the service time may change, so
 /// an old busy stretch should not outweigh a recent one.
@@ -94,6 +96,7 @@ impl AckMeter {
     pub fn record(&mut self, queues: &mut [QueueSample], now: Instant) {
         let mut next = HashMap::new();
         for q in queues.iter_mut() {
+            q.measures = measures(q);
             // A queue with no meter left to find and no busy reading to
             // start one measures nothing: no id is built for it (two
             // strings copied and hashed per queue and poll, where most
@@ -123,6 +126,21 @@ impl AckMeter {
             }
         }
         self.queues = next;
+    }
+}
+
+/// What the source measures of a RabbitMQ queue: its service time from
+/// the ack counter (this meter), its arrivals from the publish counter
+/// where the method read one (the source says nothing of them otherwise).
+fn measures(q: &QueueSample) -> Measures {
+    Measures {
+        unread: None,
+        service_time: ServiceMeasure::AckRate,
+        arrivals: if q.counters().published.is_some() {
+            ArrivalsMeasure::Counted
+        } else {
+            ArrivalsMeasure::Unsaid
+        },
     }
 }
 
@@ -257,6 +275,39 @@ mod tests {
         fn wait(&mut self, secs: u64) {
             self.t += secs;
         }
+    }
+
+    #[test]
+    fn every_queue_says_its_service_time_is_measured_from_the_ack_rate() {
+        let mut meter = AckMeter::holding(HOLD);
+        // An idle queue of the amqp method (no counters) and a queue whose
+        // publish counter the management API read.
+        let mut idle = QueueSample::named("idle");
+        idle.broker_mut().vhost = "/".into();
+        let mut counted = QueueSample::named("counted");
+        counted.broker_mut().vhost = "/".into();
+        counted.counters_mut().published = Some(10);
+        let mut queues = [idle, counted];
+        meter.record(&mut queues, Instant::now());
+        for q in &queues {
+            assert_eq!(
+                q.measures.service_time,
+                ServiceMeasure::AckRate,
+                "{}",
+                q.name
+            );
+            assert!(q.measures.service_time.is_measured());
+            assert_eq!(q.measures.unread, None);
+        }
+        assert!(
+            queues[0]
+                .measures
+                .service_time
+                .missing_why(None)
+                .contains("ack counter")
+        );
+        assert_eq!(queues[0].measures.arrivals, ArrivalsMeasure::Unsaid);
+        assert_eq!(queues[1].measures.arrivals, ArrivalsMeasure::Counted);
     }
 
     #[test]

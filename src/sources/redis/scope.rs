@@ -19,7 +19,7 @@
 
 use super::presets::{Preset, PresetSpec};
 use crate::config::{ALL_QUEUES, RedisSourceConfig};
-use crate::snapshot::{NameQuery, PresetKind, QueueScope, Reach};
+use crate::snapshot::{NameQuery, PresetKind, QueueScope, Reach, ServiceMeasure};
 
 use super::glob;
 use super::presets::library;
@@ -209,13 +209,20 @@ impl QueueScope for RedisScope {
             .fold(plain, Reach::max)
     }
 
-    fn measures_absent(&self, query: &NameQuery<'_>) -> bool {
-        query.vhost.is_none()
+    fn absent_service(&self, query: &NameQuery<'_>) -> ServiceMeasure {
+        let measured = query.vhost.is_none()
             && self
                 .presets
                 .iter()
                 .filter(|p| query.preset.is_none_or(|k| k == p.kind))
-                .any(|p| p.measured && p.reach(query) == Reach::All)
+                .any(|p| p.measured && p.reach(query) == Reach::All);
+        match (measured, query.preset) {
+            (true, _) => ServiceMeasure::FinishedJobs,
+            // A query for a library asks of its queues (which keep no
+            // finished jobs, as `measured` said), not of a plain key.
+            (false, Some(_)) => ServiceMeasure::NoFinishedJobs,
+            (false, None) => ServiceMeasure::PlainKey,
+        }
     }
 }
 
@@ -245,7 +252,7 @@ mod tests {
     /// Whether a drained queue under `text` (restricted to library
     /// `preset`) would have a measured service time.
     fn measured_of(s: &RedisScope, text: &str, preset: Option<&str>) -> bool {
-        asked(s, text, preset, |s, q| s.measures_absent(q))
+        asked(s, text, preset, |s, q| s.absent_service(q).is_measured())
     }
 
     /// `ask` of the query for `text` (restricted to library `preset`).

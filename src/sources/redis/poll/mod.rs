@@ -27,7 +27,9 @@ use super::reply;
 use super::tracked::{KeyState, TrackedKey, Unchanged};
 use super::tracking::Changes;
 use crate::config::{KeyType, QueueSpec, RedisSourceConfig, ScoreMode};
-use crate::snapshot::{QueueSample, QueueType, Reason};
+use crate::snapshot::{
+    ArrivalsMeasure, Measures, QueueSample, QueueType, Reason, ServiceMeasure, Unread,
+};
 
 mod hash_set;
 mod list;
@@ -145,7 +147,7 @@ fn finish(
     polled.queues = samples
         .into_iter()
         .enumerate()
-        .map(|(i, s)| s.unwrap_or_else(|| identity(&tracked[i], None)))
+        .map(|(i, s)| s.unwrap_or_else(|| unread(&tracked[i])))
         .collect();
     polled
 }
@@ -388,7 +390,7 @@ impl Round<'_> {
                 KeyOutcome::Retype | KeyOutcome::Remeasure | KeyOutcome::Deferred { .. } => {
                     // Changed under us twice within one poll: report what we know.
                     key.unchanged = None;
-                    samples[i] = Some(identity(key, None));
+                    samples[i] = Some(unread(key));
                 }
                 KeyOutcome::Failed(reason) => {
                     tracing::debug!(key = %key.name, %reason, "Redis refused a command for this key");
@@ -396,7 +398,7 @@ impl Round<'_> {
                     polled.key_errors.push(reason);
                     key.histogram.forget_values();
                     // Unknown: no values at all, never a made-up empty queue.
-                    samples[i] = Some(identity(key, None));
+                    samples[i] = Some(unread(key));
                 }
             }
         }
@@ -579,6 +581,32 @@ fn identity(key: &TrackedKey, queue_type: Option<QueueType>) -> QueueSample {
     }
 }
 
+/// The sample of a key the poll could not read: its identity, no type,
+/// and the mark saying so ([`Unread::RedisCommand`]), so readers answer
+/// its values as unknown naming why.
+fn unread(key: &TrackedKey) -> QueueSample {
+    let mut s = identity(key, None);
+    s.measures.unread = Some(Unread::RedisCommand);
+    s
+}
+
+/// What the source measures of a plain key read under `spec`: never its
+/// service time (a key holds no record of how long its jobs took); its
+/// arrivals where a counter counts them (a stream's entries-added, a
+/// configured `counters:` key).
+fn plain_measures(s: &QueueSample, spec: &QueueSpec) -> Measures {
+    let counted = s.queue_type == Some(QueueType::Stream) || spec.counters.is_some();
+    Measures {
+        unread: None,
+        service_time: ServiceMeasure::PlainKey,
+        arrivals: if counted {
+            ArrivalsMeasure::Counted
+        } else {
+            ArrivalsMeasure::NoKeyCounter
+        },
+    }
+}
+
 /// One key's sample from its replies: pure, no I/O.
 fn read(
     key: &TrackedKey,
@@ -647,6 +675,7 @@ fn read(
     if s.queue_type.is_none() {
         s.queue_type = Some(QueueType::Missing);
     }
+    s.measures = plain_measures(&s, spec);
     KeyOutcome::Sample(Box::new(s), age_failed, found)
 }
 
@@ -680,6 +709,46 @@ mod tests {
     use redis::Value::{Array, BulkString, Int};
 
     pub(super) const NOW: f64 = 1_000_000.0;
+
+    #[test]
+    fn a_plain_key_says_it_was_read_or_not_and_what_is_measured() {
+        // A list read: its service time never measured, its arrivals only
+        // with `counters:`.
+        let k = key(KeyState::Typed(KeyType::List));
+        let spec = QueueSpec::new(QueueTarget::Key("k".into()));
+        let s = sample(read_with(&k, &spec, &[Int(3)]));
+        assert_eq!(s.queue_type, Some(QueueType::List));
+        assert_eq!(
+            s.measures,
+            Measures {
+                unread: None,
+                service_time: ServiceMeasure::PlainKey,
+                arrivals: ArrivalsMeasure::NoKeyCounter,
+            }
+        );
+        let mut counted = spec.clone();
+        counted.counters = Some(crate::config::CounterKeys {
+            processed: Some("p".into()),
+            failed: None,
+            enqueued: None,
+        });
+        let s = sample(read_with(&k, &counted, &[Int(3)]));
+        assert_eq!(s.measures.arrivals, ArrivalsMeasure::Counted);
+        // A refused read is a failure; the key's sample then says so.
+        let refused = error("NOPERM User qe has no permissions to access the 'k' key");
+        assert_eq!(
+            read_with(&k, &spec, &[refused]),
+            KeyOutcome::Failed(Reason::Auth)
+        );
+        let s = unread(&k);
+        assert_eq!(s.measures.unread, Some(Unread::RedisCommand));
+        assert_eq!((s.queue_type, s.depth), (None, None));
+        assert!(
+            s.measures
+                .unread
+                .is_some_and(|u| u.why().contains("Redis refused"))
+        );
+    }
 
     pub(super) fn key(state: KeyState) -> TrackedKey {
         TrackedKey {

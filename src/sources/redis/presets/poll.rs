@@ -15,11 +15,13 @@ use super::super::commands::{Conn, pipelined};
 use super::super::tracked::TrackedKey;
 use super::service::ServiceWindow;
 use super::{
-    Follow, PresetPoll, PresetState, Stage, Unit, apply, collide, count, counted, facts,
+    Follow, Preset, PresetPoll, PresetState, Stage, Unit, apply, collide, count, counted, facts,
     finished_layout, lib, plan, read,
 };
 use crate::config::{CounterKeys, QueueSpec};
-use crate::snapshot::{CountedIn, JobTotals, QueueSample, Reason};
+use crate::snapshot::{
+    Arrivals, ArrivalsMeasure, CountedIn, JobTotals, Measures, QueueSample, Reason, ServiceMeasure,
+};
 use crate::time::unix_seconds;
 
 /// `GET` commands for a `counters:` block, in processed, failed, enqueued
@@ -289,6 +291,7 @@ impl PresetState {
         let unit = &e.queues[queue];
         let (sizes_r, finished_r) = r.split_at(sizes.min(r.len()));
         let mut stage = read(&e.spec.preset, unit, sizes_r, now);
+        stage.sample.measures = measures(&e.spec.preset, e.spec.counters.as_ref());
         let (Some(layout), Unit::Queue(name)) = (finished_layout(&e.spec.preset, unit), unit)
         else {
             return (stage, None);
@@ -306,6 +309,7 @@ impl PresetState {
         let f = Follow::Finished;
         stage.follow.extend(jobs.into_iter().map(|c| (c, f)));
         facts(&mut stage.sample).finished_jobs = Some(lib(&e.spec.preset).unmeasured_why());
+        stage.sample.measures.service_time = ServiceMeasure::FinishedJobs;
         (stage, Some((entry, name.clone())))
     }
 
@@ -392,6 +396,9 @@ impl PresetState {
         for (stage, spec, reading) in onto_queue {
             if let (Some((_, stage)), Some(keys)) = (stages.get_mut(stage), &plain[spec].counters) {
                 counted::apply_onto(keys, reading, &mut stage.sample);
+                if counts_arrivals(Some(keys)) {
+                    stage.sample.measures.arrivals = ArrivalsMeasure::Counted;
+                }
             }
         }
         let names = collide::labels(
@@ -424,10 +431,71 @@ impl PresetState {
     }
 }
 
+/// What the source measures of a queue of `preset`'s library whose entry
+/// configures `counters`: its service time only where the library keeps
+/// finished jobs (set once their layout is known, `read_queue`), its
+/// arrivals where the library counts them or `counters:` does.
+fn measures(preset: &Preset, counters: Option<&CounterKeys>) -> Measures {
+    let counted = lib(preset).arrivals() != Arrivals::Unknown || counts_arrivals(counters);
+    Measures {
+        unread: None,
+        service_time: ServiceMeasure::NoFinishedJobs,
+        arrivals: if counted {
+            ArrivalsMeasure::Counted
+        } else {
+            ArrivalsMeasure::NoLibraryCounter
+        },
+    }
+}
+
+/// Whether `counters:` keys count a queue's arrivals (an enqueued or a
+/// processed total; a failed total alone does not).
+fn counts_arrivals(counters: Option<&CounterKeys>) -> bool {
+    counters.is_some_and(|c| c.enqueued.is_some() || c.processed.is_some())
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::test_util::*;
     use super::*;
+    use crate::snapshot::PresetKind;
+
+    #[test]
+    fn a_library_queue_says_whether_its_arrivals_and_service_time_are_measured() {
+        let of = |name: &'static str| Preset::new(PresetKind::named(name), "p");
+        // BullMQ's job id counter counts arrivals; Dramatiq keeps no count.
+        let bullmq = measures(&of("bullmq"), None);
+        assert_eq!(bullmq.arrivals, ArrivalsMeasure::Counted);
+        assert_eq!(bullmq.unread, None);
+        let dramatiq = measures(&of("dramatiq"), None);
+        assert_eq!(dramatiq.arrivals, ArrivalsMeasure::NoLibraryCounter);
+        assert!(
+            dramatiq
+                .arrivals
+                .unmeasurable_why()
+                .is_some_and(|w| w.contains("counters:"))
+        );
+        // `counters: enqueued` (or processed) counts them; failed alone not.
+        let keys = |enqueued: bool| CounterKeys {
+            processed: None,
+            failed: Some("f".into()),
+            enqueued: enqueued.then(|| "e".into()),
+        };
+        let counted = measures(&of("dramatiq"), Some(&keys(true)));
+        assert_eq!(counted.arrivals, ArrivalsMeasure::Counted);
+        let failed_only = measures(&of("dramatiq"), Some(&keys(false)));
+        assert_eq!(failed_only.arrivals, ArrivalsMeasure::NoLibraryCounter);
+        // Service time is measured only once the finished jobs' layout is
+        // known (`read_queue` sets `FinishedJobs`), never by default.
+        for m in [bullmq, dramatiq, counted] {
+            assert_eq!(m.service_time, ServiceMeasure::NoFinishedJobs);
+            assert!(
+                m.service_time
+                    .unmeasurable_why()
+                    .is_some_and(|w| w.contains("keeps no finished jobs"))
+            );
+        }
+    }
 
     #[test]
     fn counters_read_in_order_and_missing_keys_are_zero() {
