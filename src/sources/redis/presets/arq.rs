@@ -29,7 +29,7 @@ use std::collections::BTreeSet;
 
 use redis::Value;
 
-use super::library::{Hidden, Keys, Library, MarkRead, Owned, Seen, type_at, under};
+use super::library::{Hidden, Keys, Library, MarkRead, Owned, Recognise, Seen, type_at, under};
 use super::library::{OptionError, Preset, Written, options_of};
 use super::{Follow, Stage, Unit, count, key, preset_sample, queue_label, reply, set_state};
 use crate::config::KeyType;
@@ -150,10 +150,12 @@ impl Library for Arq {
         settle(sample, r, now);
     }
 
-    fn zero_config(&self) -> bool {
-        true
+    fn recognition(&self) -> Option<&dyn Recognise> {
+        Some(self)
     }
+}
 
+impl Recognise for Arq {
     /// A worker's `<queue>:health-check` string: its text says whether it
     /// is arq's ([`is_health_line`]).
     fn mark_read(&self, k: &[u8]) -> Option<MarkRead> {

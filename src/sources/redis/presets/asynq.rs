@@ -6,8 +6,8 @@ use serde::Deserialize;
 use std::collections::BTreeSet;
 
 use super::library::{
-    Arrivals, Hidden, Keys, Library, MarkRead, Owned, Registry, Seen, prefixed_registry_hides,
-    registry_prefix, under, under_prefixed_registry,
+    Arrivals, Hidden, Keys, Library, MarkRead, Owned, Recognise, Registry, Seen,
+    prefixed_registry_hides, registry_prefix, under, under_prefixed_registry,
 };
 use super::library::{OptionError, Preset, Written, options_of, prefix_or};
 use redis::Value;
@@ -138,6 +138,25 @@ impl Library for Asynq {
         v
     }
 
+    /// Its `processed` total per queue.
+    fn arrivals(&self) -> Arrivals {
+        Arrivals::ProcessedTotal
+    }
+
+    fn plan(&self, preset: &Preset, unit: &Unit, now: f64) -> Vec<redis::Cmd> {
+        plan(&preset.prefix, unit.name(), now)
+    }
+
+    fn read(&self, preset: &Preset, unit: &Unit, r: &[Value], _: f64) -> Stage {
+        read(&preset.prefix, unit.name(), r)
+    }
+
+    fn recognition(&self) -> Option<&dyn Recognise> {
+        Some(self)
+    }
+}
+
+impl Recognise for Asynq {
     fn fixed_marks(&self) -> &'static [&'static [u8]] {
         &[b"asynq:queues"]
     }
@@ -248,23 +267,6 @@ impl Library for Asynq {
 
     fn hidden(&self, mark: &[u8]) -> Option<Hidden> {
         prefixed_registry_hides(mark)
-    }
-
-    /// Its `processed` total per queue.
-    fn arrivals(&self) -> Arrivals {
-        Arrivals::ProcessedTotal
-    }
-
-    fn zero_config(&self) -> bool {
-        true
-    }
-
-    fn plan(&self, preset: &Preset, unit: &Unit, now: f64) -> Vec<redis::Cmd> {
-        plan(&preset.prefix, unit.name(), now)
-    }
-
-    fn read(&self, preset: &Preset, unit: &Unit, r: &[Value], _: f64) -> Stage {
-        read(&preset.prefix, unit.name(), r)
     }
 }
 

@@ -16,7 +16,7 @@ use serde::de::IgnoredAny;
 
 use super::super::keyname::display_key;
 use super::library::{
-    Arrivals, Hidden, Keys, Library, Mark, MarkRead, Owned, Registry, Seen, under,
+    Arrivals, Hidden, Keys, Library, Mark, MarkRead, Owned, Recognise, Registry, Seen, under,
 };
 use super::library::{OptionError, Preset, Written, options_of, prefix_or};
 use super::{Follow, ReadReply, Stage, Unit, count, key, preset_sample, set_state};
@@ -115,11 +115,21 @@ impl Library for BeeQueue {
         Arrivals::IdCounter
     }
 
-    /// Recognised at any prefix by its `jobs` hashes.
-    fn zero_config(&self) -> bool {
-        true
+    fn plan(&self, preset: &Preset, unit: &Unit, now: f64) -> Vec<redis::Cmd> {
+        plan(&preset.prefix, unit.name(), now)
     }
 
+    fn read(&self, preset: &Preset, unit: &Unit, r: &[Value], _: f64) -> Stage {
+        read(&preset.prefix, unit.name(), r)
+    }
+
+    /// Recognised at any prefix by its `jobs` hashes.
+    fn recognition(&self) -> Option<&dyn Recognise> {
+        Some(self)
+    }
+}
+
+impl Recognise for BeeQueue {
     /// Its `jobs` hashes, found by a SCAN of one pattern.
     fn relisted_each_round(&self) -> bool {
         true
@@ -191,14 +201,6 @@ impl Library for BeeQueue {
             Some((_, name)) => Hidden::Names(vec![display_key(name), display_key(base)]),
             None => Hidden::Any,
         })
-    }
-
-    fn plan(&self, preset: &Preset, unit: &Unit, now: f64) -> Vec<redis::Cmd> {
-        plan(&preset.prefix, unit.name(), now)
-    }
-
-    fn read(&self, preset: &Preset, unit: &Unit, r: &[Value], _: f64) -> Stage {
-        read(&preset.prefix, unit.name(), r)
     }
 }
 

@@ -15,7 +15,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::super::tracked::KeyState;
 use super::Unit;
 use super::key;
-use super::library::{Arrivals, Hidden, Keys, Library, Mark, Owned, Registry, Seen, under};
+use super::library::{
+    Arrivals, Hidden, Keys, Library, Mark, Owned, Recognise, Registry, Seen, under,
+};
 use super::library::{OptionError, Preset, Written, options_of, prefix_or, stalled_check_limit};
 use crate::config::KeyType;
 use crate::snapshot::Reason;
@@ -199,6 +201,33 @@ impl Library for Bull {
         super::bullmq::queue_keys(&preset.prefix, units)
     }
 
+    /// `GET id`: every added job INCRs it.
+    fn arrivals(&self) -> Arrivals {
+        Arrivals::IdCounter
+    }
+
+    fn plan(&self, preset: &Preset, unit: &Unit, now: f64) -> Vec<redis::Cmd> {
+        plan(&preset.prefix, unit.name(), preset.stalled_check_limit, now)
+    }
+
+    fn read(&self, preset: &Preset, unit: &Unit, r: &[Value], _: f64) -> Stage {
+        read(&preset.prefix, unit.name(), r)
+    }
+
+    fn finished(&self, preset: &Preset, queue: &[u8]) -> Option<super::service::FinishedLayout> {
+        Some(finished(&preset.prefix, queue))
+    }
+
+    fn unmeasured_why(&self) -> &'static str {
+        super::bullmq::UNMEASURED
+    }
+
+    fn recognition(&self) -> Option<&dyn Recognise> {
+        Some(self)
+    }
+}
+
+impl Recognise for Bull {
     /// The `<prefix>:<name>:id` beside each `<prefix>:<name>` with a list or
     /// zset named like one of Bull's keys, at most `limit`.
     fn marks_beside(&self, keys: &Keys, limit: usize) -> Vec<Vec<u8>> {
@@ -308,31 +337,6 @@ impl Library for Bull {
 
     fn hidden(&self, mark: &[u8]) -> Option<Hidden> {
         mark.strip_suffix(b":id").map(super::bullmq::queue_hidden)
-    }
-
-    /// `GET id`: every added job INCRs it.
-    fn arrivals(&self) -> Arrivals {
-        Arrivals::IdCounter
-    }
-
-    fn zero_config(&self) -> bool {
-        true
-    }
-
-    fn plan(&self, preset: &Preset, unit: &Unit, now: f64) -> Vec<redis::Cmd> {
-        plan(&preset.prefix, unit.name(), preset.stalled_check_limit, now)
-    }
-
-    fn read(&self, preset: &Preset, unit: &Unit, r: &[Value], _: f64) -> Stage {
-        read(&preset.prefix, unit.name(), r)
-    }
-
-    fn finished(&self, preset: &Preset, queue: &[u8]) -> Option<super::service::FinishedLayout> {
-        Some(finished(&preset.prefix, queue))
-    }
-
-    fn unmeasured_why(&self) -> &'static str {
-        super::bullmq::UNMEASURED
     }
 }
 

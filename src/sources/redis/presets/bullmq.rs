@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::super::keyname::display_key;
 use super::Unit;
 use super::library::{
-    Arrivals, Hidden, Keys, Library, Mark, MarkRead, Owned, Registry, Seen, under,
+    Arrivals, Hidden, Keys, Library, Mark, MarkRead, Owned, Recognise, Registry, Seen, under,
 };
 use super::library::{OptionError, Preset, Written, options_of, prefix_or, stalled_check_limit};
 use redis::Value;
@@ -313,6 +313,33 @@ impl Library for Bullmq {
         queue_keys(&preset.prefix, units)
     }
 
+    /// `GET id`: every added job INCRs it.
+    fn arrivals(&self) -> Arrivals {
+        Arrivals::IdCounter
+    }
+
+    fn plan(&self, preset: &Preset, unit: &Unit, now: f64) -> Vec<redis::Cmd> {
+        plan(&preset.prefix, unit.name(), preset.stalled_check_limit, now)
+    }
+
+    fn read(&self, preset: &Preset, unit: &Unit, r: &[Value], _: f64) -> Stage {
+        read(&preset.prefix, unit.name(), r)
+    }
+
+    fn finished(&self, preset: &Preset, queue: &[u8]) -> Option<super::service::FinishedLayout> {
+        Some(finished(&preset.prefix, queue))
+    }
+
+    fn unmeasured_why(&self) -> &'static str {
+        UNMEASURED
+    }
+
+    fn recognition(&self) -> Option<&dyn Recognise> {
+        Some(self)
+    }
+}
+
+impl Recognise for Bullmq {
     /// Its `meta` hashes, found by a SCAN of one pattern.
     fn relisted_each_round(&self) -> bool {
         true
@@ -365,31 +392,6 @@ impl Library for Bullmq {
 
     fn hidden(&self, mark: &[u8]) -> Option<Hidden> {
         mark.strip_suffix(b":meta").map(queue_hidden)
-    }
-
-    /// `GET id`: every added job INCRs it.
-    fn arrivals(&self) -> Arrivals {
-        Arrivals::IdCounter
-    }
-
-    fn zero_config(&self) -> bool {
-        true
-    }
-
-    fn plan(&self, preset: &Preset, unit: &Unit, now: f64) -> Vec<redis::Cmd> {
-        plan(&preset.prefix, unit.name(), preset.stalled_check_limit, now)
-    }
-
-    fn read(&self, preset: &Preset, unit: &Unit, r: &[Value], _: f64) -> Stage {
-        read(&preset.prefix, unit.name(), r)
-    }
-
-    fn finished(&self, preset: &Preset, queue: &[u8]) -> Option<super::service::FinishedLayout> {
-        Some(finished(&preset.prefix, queue))
-    }
-
-    fn unmeasured_why(&self) -> &'static str {
-        UNMEASURED
     }
 }
 

@@ -14,7 +14,7 @@
 use serde::Deserialize;
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::library::{Hidden, Keys, Library, MarkRead, Owned, Seen, type_at, under};
+use super::library::{Hidden, Keys, Library, MarkRead, Owned, Recognise, Seen, type_at, under};
 use super::library::{OptionError, Preset, Written, options_of, prefix_or, timeout};
 use crate::config::{ALL_QUEUES, KeyType};
 use std::time::Duration;
@@ -250,6 +250,31 @@ impl Library for Celery {
         ]))]
     }
 
+    fn plan(&self, p: &Preset, unit: &Unit, now: f64) -> Vec<redis::Cmd> {
+        plan(
+            &p.prefix,
+            &p.sep,
+            &p.priority_steps,
+            unit,
+            now,
+            p.visibility_timeout,
+        )
+    }
+
+    fn read(&self, p: &Preset, unit: &Unit, r: &[Value], _: f64) -> Stage {
+        read(&p.prefix, &p.sep, &p.priority_steps, unit, r)
+    }
+
+    fn settle(&self, _: &Preset, sample: &mut QueueSample, tails: &[Value], now: f64) {
+        settle(sample, tails, now);
+    }
+
+    fn recognition(&self) -> Option<&dyn Recognise> {
+        Some(self)
+    }
+}
+
+impl Recognise for Celery {
     fn fixed_marks(&self) -> &'static [&'static [u8]] {
         &[b"_kombu.binding.celery"]
     }
@@ -355,29 +380,6 @@ impl Library for Celery {
         view.sort_unstable();
         view.dedup();
         Some(view)
-    }
-
-    fn zero_config(&self) -> bool {
-        true
-    }
-
-    fn plan(&self, p: &Preset, unit: &Unit, now: f64) -> Vec<redis::Cmd> {
-        plan(
-            &p.prefix,
-            &p.sep,
-            &p.priority_steps,
-            unit,
-            now,
-            p.visibility_timeout,
-        )
-    }
-
-    fn read(&self, p: &Preset, unit: &Unit, r: &[Value], _: f64) -> Stage {
-        read(&p.prefix, &p.sep, &p.priority_steps, unit, r)
-    }
-
-    fn settle(&self, _: &Preset, sample: &mut QueueSample, tails: &[Value], now: f64) {
-        settle(sample, tails, now);
     }
 }
 

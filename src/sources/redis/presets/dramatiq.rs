@@ -14,7 +14,9 @@ use std::time::Duration;
 
 use redis::Value;
 
-use super::library::{Hidden, Keys, Library, MarkRead, Owned, Registry, Seen, under as keys_under};
+use super::library::{
+    Hidden, Keys, Library, MarkRead, Owned, Recognise, Registry, Seen, under as keys_under,
+};
 use super::library::{
     OptionError, Preset, Written, options_of, prefix_or, stalled_check_limit, timeout,
 };
@@ -323,16 +325,6 @@ impl Library for Dramatiq {
             .map(|(_, q)| q.to_vec())
     }
 
-    /// Its queues are listed by a SCAN of one pattern, as BullMQ's.
-    fn relisted_each_round(&self) -> bool {
-        true
-    }
-
-    /// By its heartbeats zset and message hashes ([`Library::recognise`]).
-    fn zero_config(&self) -> bool {
-        true
-    }
-
     /// The delay list, the message hashes, the acks sets, and the
     /// heartbeats zset (read by `ZRANGEBYSCORE`, which the plan's types do
     /// not cover), even with no queue left.
@@ -346,6 +338,33 @@ impl Library for Dramatiq {
             v.extend(owned(ns, q).into_iter().map(Owned::Key));
         }
         v
+    }
+
+    fn plan(&self, preset: &Preset, unit: &Unit, now: f64) -> Vec<redis::Cmd> {
+        let timeout_ms = preset.visibility_timeout.as_secs_f64() * 1e3;
+        let dead_before_ms = (now * 1e3 - timeout_ms).max(0.0) as u64;
+        plan(
+            &preset.prefix,
+            unit.name(),
+            dead_before_ms,
+            preset.stalled_check_limit,
+        )
+    }
+
+    fn read(&self, preset: &Preset, unit: &Unit, r: &[Value], _: f64) -> Stage {
+        read(&preset.prefix, unit.name(), r, preset.stalled_check_limit)
+    }
+
+    /// By its heartbeats zset and message hashes ([`Recognise::recognise`]).
+    fn recognition(&self) -> Option<&dyn Recognise> {
+        Some(self)
+    }
+}
+
+impl Recognise for Dramatiq {
+    /// Its queues are listed by a SCAN of one pattern, as BullMQ's.
+    fn relisted_each_round(&self) -> bool {
+        true
     }
 
     /// `<ns>:__heartbeats__` (read for its first member, a broker id) and
@@ -423,21 +442,6 @@ impl Library for Dramatiq {
         let label = super::queue_label(q);
         let qualified = format!("{}:{label}", super::super::keyname::display_key(ns));
         Some(Hidden::Names(vec![label, qualified]))
-    }
-
-    fn plan(&self, preset: &Preset, unit: &Unit, now: f64) -> Vec<redis::Cmd> {
-        let timeout_ms = preset.visibility_timeout.as_secs_f64() * 1e3;
-        let dead_before_ms = (now * 1e3 - timeout_ms).max(0.0) as u64;
-        plan(
-            &preset.prefix,
-            unit.name(),
-            dead_before_ms,
-            preset.stalled_check_limit,
-        )
-    }
-
-    fn read(&self, preset: &Preset, unit: &Unit, r: &[Value], _: f64) -> Stage {
-        read(&preset.prefix, unit.name(), r, preset.stalled_check_limit)
     }
 }
 

@@ -32,7 +32,7 @@ use std::collections::BTreeSet;
 
 use redis::Value;
 
-use super::library::{Keys, Library, Owned, Seen, type_at};
+use super::library::{Keys, Library, Owned, Recognise, Seen, type_at};
 use super::library::{OptionError, Preset, Written, options_of};
 use super::{Follow, Stage, Unit, count, due_count, key, preset_sample, set_state};
 use crate::snapshot::{JobState, PresetKind};
@@ -257,10 +257,12 @@ impl Library for Huey {
         read(unit.name(), r)
     }
 
-    fn zero_config(&self) -> bool {
-        true
+    fn recognition(&self) -> Option<&dyn Recognise> {
+        Some(self)
     }
+}
 
+impl Recognise for Huey {
     fn is_evidence(&self, key: &[u8]) -> bool {
         name_of(key).is_some()
     }

@@ -29,6 +29,7 @@ mod options;
 pub mod picture;
 mod poll;
 mod priority_zset;
+mod recognise;
 mod rediswq;
 mod registry;
 pub mod remembered;

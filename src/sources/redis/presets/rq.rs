@@ -6,7 +6,7 @@ use serde::Deserialize;
 use std::collections::BTreeSet;
 
 use super::library::{
-    Hidden, Keys, Library, MarkRead, Owned, Registry, Seen, prefixed_registry_hides,
+    Hidden, Keys, Library, MarkRead, Owned, Recognise, Registry, Seen, prefixed_registry_hides,
     registry_prefix, under_prefixed_registry,
 };
 use super::library::{OptionError, Preset, Written, options_of, prefix_or};
@@ -226,6 +226,29 @@ impl Library for Rq {
         v
     }
 
+    fn plan(&self, preset: &Preset, unit: &Unit, now: f64) -> Vec<redis::Cmd> {
+        plan(&preset.prefix, unit.name(), now)
+    }
+
+    fn read(&self, preset: &Preset, unit: &Unit, r: &[Value], _: f64) -> Stage {
+        read(&preset.prefix, unit.name(), r)
+    }
+
+    fn finished(&self, preset: &Preset, queue: &[u8]) -> Option<super::service::FinishedLayout> {
+        Some(finished(&preset.prefix, queue))
+    }
+
+    fn unmeasured_why(&self) -> &'static str {
+        "no job with started_at and ended_at kept that finished within the source's service_time_max_age \
+         (none finished lately, or the jobs are enqueued with result_ttl=0)"
+    }
+
+    fn recognition(&self) -> Option<&dyn Recognise> {
+        Some(self)
+    }
+}
+
+impl Recognise for Rq {
     fn fixed_marks(&self) -> &'static [&'static [u8]] {
         &[b"rq:queues"]
     }
@@ -292,27 +315,6 @@ impl Library for Rq {
 
     fn hidden(&self, mark: &[u8]) -> Option<Hidden> {
         prefixed_registry_hides(mark)
-    }
-
-    fn zero_config(&self) -> bool {
-        true
-    }
-
-    fn plan(&self, preset: &Preset, unit: &Unit, now: f64) -> Vec<redis::Cmd> {
-        plan(&preset.prefix, unit.name(), now)
-    }
-
-    fn read(&self, preset: &Preset, unit: &Unit, r: &[Value], _: f64) -> Stage {
-        read(&preset.prefix, unit.name(), r)
-    }
-
-    fn finished(&self, preset: &Preset, queue: &[u8]) -> Option<super::service::FinishedLayout> {
-        Some(finished(&preset.prefix, queue))
-    }
-
-    fn unmeasured_why(&self) -> &'static str {
-        "no job with started_at and ended_at kept that finished within the source's service_time_max_age \
-         (none finished lately, or the jobs are enqueued with result_ttl=0)"
     }
 }
 

@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 
 use super::key;
 use super::library::{
-    Hidden, Keys, Library, MarkRead, Registry, Seen, registry_prefix, type_at, under,
+    Hidden, Keys, Library, MarkRead, Recognise, Registry, Seen, registry_prefix, type_at, under,
 };
 use super::library::{OptionError, Preset, Written, options_of, prefix_or, stalled_check_limit};
 use crate::config::{ALL_QUEUES, KeyType};
@@ -197,6 +197,20 @@ impl Library for Sidekiq {
         super::sorted(units)
     }
 
+    fn plan(&self, preset: &Preset, unit: &Unit, now: f64) -> Vec<redis::Cmd> {
+        plan(&preset.prefix, unit, now, preset.stalled_check_limit)
+    }
+
+    fn read(&self, preset: &Preset, unit: &Unit, r: &[Value], now: f64) -> Stage {
+        read(&preset.prefix, unit, r, now, preset.stalled_check_limit)
+    }
+
+    fn recognition(&self) -> Option<&dyn Recognise> {
+        Some(self)
+    }
+}
+
+impl Recognise for Sidekiq {
     fn fixed_marks(&self) -> &'static [&'static [u8]] {
         &[b"queues"]
     }
@@ -305,18 +319,6 @@ impl Library for Sidekiq {
 
     fn hidden(&self, mark: &[u8]) -> Option<Hidden> {
         registry_prefix(mark).map(|_| Hidden::Any)
-    }
-
-    fn zero_config(&self) -> bool {
-        true
-    }
-
-    fn plan(&self, preset: &Preset, unit: &Unit, now: f64) -> Vec<redis::Cmd> {
-        plan(&preset.prefix, unit, now, preset.stalled_check_limit)
-    }
-
-    fn read(&self, preset: &Preset, unit: &Unit, r: &[Value], now: f64) -> Stage {
-        read(&preset.prefix, unit, r, now, preset.stalled_check_limit)
     }
 }
 
