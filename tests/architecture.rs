@@ -16,6 +16,9 @@
 //! - `snapshot` depends on nothing in the crate;
 //! - a queue library's name appears in `src/` code only in its own file and
 //!   in the one registration list (`presets/mod.rs`'s `LIBRARIES`);
+//! - a library's file imports only the library API (`presets/library.rs`),
+//!   beside a library whose layout it shares (never `Conn`, the commands
+//!   or the engine);
 //! - zero config's round goes one way (`presets/zero/`): gather → classify
 //!   → adopt, called in order by the folder's `mod.rs`; a stage imports
 //!   neither the orchestrator nor a later stage, and of an earlier stage
@@ -1006,6 +1009,99 @@ fn the_library_name_check_can_fail() {
         "pub static LIBRARIES: &[&dyn L] = &[\n    &bull::Bull,\n];\nmod bull;\nfn f() { bull::x() }\n",
     );
     assert_eq!(code, "fn f() { bull::x() }\n");
+}
+
+/// The library API: the one module of the crate a library's file may
+/// import from (it re-exports what a library needs of the engine), beside
+/// its own file and a library whose layout it shares.
+const LIBRARY_API: &[&str] = &["sources", "redis", "presets", "library"];
+
+/// The module files a library's file `me` refers to (`refs`) beyond the
+/// library API, itself and the libraries `allowed` (a library sharing its
+/// layout); a path of no module file (the crate root) counts too.
+fn beyond_the_library_api(
+    me: &ModPath,
+    refs: &BTreeSet<ModPath>,
+    files: &BTreeSet<ModPath>,
+    allowed: &BTreeSet<ModPath>,
+) -> Vec<String> {
+    refs.iter()
+        .filter(|r| match file_of(r, files) {
+            Some(f) => f != *me && f.as_slice() != LIBRARY_API && !allowed.contains(&f),
+            None => true,
+        })
+        .map(show)
+        .collect()
+}
+
+/// Each library file's imports (production code) beyond the library API,
+/// as `file: path`. A library's file is the first of its row in
+/// [`LIBRARY_NAMES`]; it may use the libraries whose rows list it.
+fn library_imports_beyond_the_api() -> Vec<String> {
+    let files: BTreeSet<ModPath> = module_files().into_keys().collect();
+    let refs = module_references();
+    let presets = &LIBRARY_API[..LIBRARY_API.len() - 1];
+    let module = |file: &str| -> ModPath {
+        let stem = file.trim_end_matches(".rs");
+        presets
+            .iter()
+            .copied()
+            .chain([stem])
+            .map(str::to_owned)
+            .collect()
+    };
+    let mut found = Vec::new();
+    for (_, own) in LIBRARY_NAMES {
+        let me = module(own[0]);
+        let allowed: BTreeSet<ModPath> = LIBRARY_NAMES
+            .iter()
+            .filter(|(_, o)| o.contains(&own[0]))
+            .map(|(_, o)| module(o[0]))
+            .collect();
+        let mine = refs.get(&me).expect("a library file");
+        for r in beyond_the_library_api(&me, mine, &files, &allowed) {
+            found.push(format!("{}: {r}", own[0]));
+        }
+    }
+    found
+}
+
+#[test]
+fn a_library_file_imports_only_the_library_api() {
+    let found = library_imports_beyond_the_api();
+    assert!(
+        found.is_empty(),
+        "library files importing beyond presets/library.rs: {found:#?}"
+    );
+}
+
+#[test]
+fn the_library_api_check_can_fail() {
+    let path = |s: &str| -> ModPath { s.split("::").map(str::to_owned).collect() };
+    let me = path("sources::redis::presets::bull");
+    let files: BTreeSet<ModPath> = [
+        "sources::redis::commands",
+        "sources::redis::presets::library",
+        "sources::redis::presets::bull",
+        "sources::redis::presets::bullmq",
+        "sources::redis::presets::poll",
+    ]
+    .into_iter()
+    .map(path)
+    .collect();
+    let code = "use super::library::{Library, key};\n\
+                use super::bullmq::marks_cmd;\n\
+                use super::super::commands::Conn;\n\
+                fn f() { super::poll::poll(); super::bull::g(); }\n";
+    let refs = references(code, &me, &BTreeSet::new());
+    let allowed = BTreeSet::from([path("sources::redis::presets::bullmq")]);
+    assert_eq!(
+        beyond_the_library_api(&me, &refs, &files, &allowed),
+        vec![
+            "sources::redis::commands::Conn".to_owned(),
+            "sources::redis::presets::poll::poll".to_owned(),
+        ]
+    );
 }
 
 /// Zero config's folder and its stages, in the order a round runs them;

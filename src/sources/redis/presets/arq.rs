@@ -29,11 +29,11 @@ use std::collections::BTreeSet;
 
 use redis::Value;
 
-use super::library::{Hidden, Keys, Library, MarkRead, Owned, Recognise, Seen, type_at, under};
-use super::library::{OptionError, Preset, Written, options_of};
-use super::{Follow, Stage, Unit, count, key, preset_sample, queue_label, reply, set_state};
-use crate::config::KeyType;
-use crate::snapshot::{JobState, PresetKind, QueueSample};
+use super::library::{
+    Follow, Hidden, JobState, KeyType, Keys, Library, MarkRead, OptionError, Owned, Preset,
+    PresetKind, QueueSample, Recognise, Seen, Stage, Unit, Written, cmd, count, facts, key,
+    options_of, preset_sample, queue_label, reply, set_state, sorted, type_at, under,
+};
 
 /// arq's `preset` name.
 pub const KIND: PresetKind = PresetKind::named("arq");
@@ -118,7 +118,7 @@ impl Library for Arq {
             .queues
             .iter()
             .map(|q| Unit::Queue(q.as_bytes().to_vec()));
-        super::sorted(units.collect())
+        sorted(units.collect())
     }
 
     fn fixed_names(&self, preset: &Preset) -> Vec<String> {
@@ -159,7 +159,7 @@ impl Recognise for Arq {
     /// A worker's `<queue>:health-check` string: its text says whether it
     /// is arq's ([`is_health_line`]).
     fn mark_read(&self, k: &[u8]) -> Option<MarkRead> {
-        health_queue(k).map(|_| MarkRead::Cmd(super::cmd("GET", k)))
+        health_queue(k).map(|_| MarkRead::Cmd(cmd("GET", k)))
     }
 
     /// With `plain_keys: false`: a name under `arq:` that may be a queue
@@ -275,11 +275,11 @@ fn now_ms(now: f64) -> i64 {
 /// the deferred ones, and the first `limit` due job ids by score.
 pub fn plan(queue: &[u8], now: f64, limit: usize) -> Vec<redis::Cmd> {
     let now = now_ms(now);
-    let mut due = super::cmd("ZCOUNT", queue);
+    let mut due = cmd("ZCOUNT", queue);
     due.arg("-inf").arg(now);
-    let mut deferred = super::cmd("ZCOUNT", queue);
+    let mut deferred = cmd("ZCOUNT", queue);
     deferred.arg(format!("({now}")).arg("+inf");
-    let mut first = super::cmd("ZRANGEBYSCORE", queue);
+    let mut first = cmd("ZRANGEBYSCORE", queue);
     first.arg("-inf").arg(now).arg("LIMIT").arg(0).arg(limit);
     vec![due, deferred, first]
 }
@@ -310,9 +310,9 @@ pub fn read(queue: &[u8], r: &[Value], limit: usize) -> Stage {
         .into_iter()
         .flatten()
         .flat_map(|id| {
-            let mut score = super::cmd("ZSCORE", queue);
+            let mut score = cmd("ZSCORE", queue);
             score.arg(id);
-            let exists = |p: &[u8]| super::cmd("EXISTS", &key(&[p, id]));
+            let exists = |p: &[u8]| cmd("EXISTS", &key(&[p, id]));
             [score, exists(IN_PROGRESS), exists(RETRY)]
         })
         .map(|c| (c, Follow::Own))
@@ -326,7 +326,7 @@ pub fn read(queue: &[u8], r: &[Value], limit: usize) -> Stage {
 /// age is the first job not running (an abort request aside), unknown if
 /// a check before it is unreadable.
 pub fn settle(s: &mut QueueSample, r: &[Value], now: f64) {
-    let states = &mut super::facts(s).states;
+    let states = &mut facts(s).states;
     let mut counts = [JobState::Waiting, JobState::Active, JobState::Retry]
         .map(|st| states.get(&st).copied().flatten());
     let mut age = None;

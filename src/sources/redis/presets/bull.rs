@@ -12,25 +12,20 @@
 use serde::Deserialize;
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::super::tracked::KeyState;
-use super::Unit;
-use super::key;
 use super::library::{
-    Arrivals, Hidden, Keys, Library, Mark, Owned, Recognise, Registry, Seen, under,
+    Arrivals, FinishedLayout, Hidden, JobState, KeyType, Keys, Library, Mark, OptionError, Owned,
+    Preset, PresetKind, Reason, Recognise, Registry, Seen, Stage, Unit, Written, cmd, count,
+    escape_glob, key, options_of, prefix_or, preset_sample, reply, set_state, stalled_check_limit,
+    sum, type_at, under,
 };
-use super::library::{OptionError, Preset, Written, options_of, prefix_or, stalled_check_limit};
-use crate::config::KeyType;
-use crate::snapshot::Reason;
 use redis::Value;
 
 use super::bullmq::{Jobs, due_score_bound, ids, k, read_jobs};
-use super::{Stage, count, preset_sample, set_state, sum};
-use crate::snapshot::{JobState, PresetKind};
 
 /// Where queue `q` keeps finished jobs: as BullMQ, `completed` and
 /// `failed` scored by `finishedOn` (ms), the job hash with `processedOn` and
 /// `finishedOn` (`moveToFinished-9.lua`, `moveToActive-8.lua`).
-pub fn finished(prefix: &str, q: &[u8]) -> super::service::FinishedLayout {
+pub fn finished(prefix: &str, q: &[u8]) -> FinishedLayout {
     super::bullmq::finished(prefix, q)
 }
 
@@ -70,7 +65,7 @@ pub fn queue_of_id<'a>(prefix: &[u8], id_key: &'a [u8]) -> Option<&'a [u8]> {
 
 /// Round 1: twelve read-only commands.
 pub fn plan(prefix: &str, q: &[u8], limit: usize, now: f64) -> Vec<redis::Cmd> {
-    let c = |name: &str, n: &[u8]| super::cmd(name, &k(prefix, q, n));
+    let c = |name: &str, n: &[u8]| cmd(name, &k(prefix, q, n));
     let mut wait_tail = c("LRANGE", b"wait");
     wait_tail.arg(-1).arg(-1);
     let mut paused_tail = c("LRANGE", b"paused");
@@ -107,8 +102,7 @@ pub fn read(prefix: &str, q: &[u8], r: &[Value]) -> Stage {
     set_state(&mut s, JobState::Delayed, count(at(3)));
     // The next job (the tail of `wait`, or of `paused` while paused) is the
     // oldest of a FIFO queue; unknown unless both tails were readable.
-    let readable =
-        super::reply::as_array(at(7)).is_some() && super::reply::as_array(at(8)).is_some();
+    let readable = reply::as_array(at(7)).is_some() && reply::as_array(at(8)).is_some();
     let next = ids(at(7)).into_iter().chain(ids(at(8))).next();
     let jobs = Jobs {
         completed: at(4),
@@ -170,7 +164,7 @@ impl Library for Bull {
     }
 
     fn registry(&self, preset: &Preset) -> Registry {
-        let p = super::super::glob::escape(preset.prefix.as_bytes());
+        let p = escape_glob(preset.prefix.as_bytes());
         Registry::Scan {
             pattern: key(&[&p, b":*:id"]),
             key_type: None,
@@ -214,7 +208,7 @@ impl Library for Bull {
         read(&preset.prefix, unit.name(), r)
     }
 
-    fn finished(&self, preset: &Preset, queue: &[u8]) -> Option<super::service::FinishedLayout> {
+    fn finished(&self, preset: &Preset, queue: &[u8]) -> Option<FinishedLayout> {
         Some(finished(&preset.prefix, queue))
     }
 
@@ -232,8 +226,8 @@ impl Recognise for Bull {
     /// zset named like one of Bull's keys, at most `limit`.
     fn marks_beside(&self, keys: &Keys, limit: usize) -> Vec<Vec<u8>> {
         let mut ids = BTreeSet::new();
-        for (k, c) in keys {
-            if !matches!(c.state, KeyState::Typed(KeyType::List | KeyType::Zset)) {
+        for k in keys.keys() {
+            if !matches!(type_at(keys, k), Some(KeyType::List | KeyType::Zset)) {
                 continue;
             }
             if let Some((prefix, name)) = queue_of_part(k) {
@@ -248,7 +242,7 @@ impl Recognise for Bull {
 
     /// `GET` of an `id` (an integer string: Bull's job counter).
     fn beside_read(&self, k: &[u8]) -> Option<redis::Cmd> {
-        k.ends_with(b":id").then(|| super::cmd("GET", k))
+        k.ends_with(b":id").then(|| cmd("GET", k))
     }
 
     /// An `id` whose `meta` beside it says BullMQ's, or went unread itself,
@@ -304,7 +298,7 @@ impl Recognise for Bull {
             if claimed.contains(id) {
                 continue;
             }
-            if super::reply::as_u64(reply).is_none() {
+            if reply::as_u64(reply).is_none() {
                 continue;
             }
             let meta = key(&[base, b":meta"]);

@@ -63,11 +63,26 @@ pub use super::recognise::{
     Hidden, Keys, MarkRead, Recognise, Seen, prefixed_registry_hides, registry_prefix, type_at,
     under, under_prefixed_registry,
 };
-use super::service::FinishedLayout;
+// The engine's pieces a library's file uses, re-exported here so that the
+// file imports only the library API (`tests/architecture.rs`).
+pub(super) use super::super::cmd::cmd;
+pub use super::super::glob::escape as escape_glob;
+pub use super::super::keyname::display_key;
+pub(super) use super::super::reply;
+pub use super::service::{FinishedLayout, Scores};
 pub use super::spec::Preset;
-use super::{Stage, Unit};
+pub use super::unit::Unit;
+pub(super) use super::{Follow, ReadReply, Stage};
+pub(super) use super::{
+    below, count, due_count, facts, json_stamp_seconds, kept_elsewhere, key, preset_sample,
+    queue_label, set_state, shared, shared_sample, sorted, sum,
+};
+pub use crate::config::{ALL_QUEUES, KeyType};
 pub use crate::snapshot::Arrivals;
-use crate::snapshot::{Libraries, LibraryFacts, PresetKind, QueueSample, Reason};
+pub use crate::snapshot::PresetKind;
+pub use crate::snapshot::{Counters, JobState, JobTotals, QueueSample, Reason};
+use crate::snapshot::{Libraries, LibraryFacts};
+pub use crate::time::TimeUnit;
 
 /// The library whose config name is `name`.
 pub fn named(name: &str) -> Option<&'static dyn Library> {
@@ -282,7 +297,7 @@ pub trait Library: Sync {
     /// A [`Registry::Set`]'s members as the entry's units, sorted.
     fn registry_units(&self, preset: &Preset, members: Vec<Vec<u8>>) -> Vec<Unit> {
         let _ = preset;
-        super::sorted(members.into_iter().map(Unit::Queue).collect())
+        sorted(members.into_iter().map(Unit::Queue).collect())
     }
 
     /// The queue a key a [`Registry::Scan`] found names, if any.
