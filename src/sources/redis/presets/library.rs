@@ -140,7 +140,7 @@ pub fn has_prefix(kind: PresetKind) -> bool {
 }
 
 /// The names users write of the libraries zero config recognises
-/// ([`Library::recognition`]), in the list's order (for the log line of a
+/// (`Library::recognition`), in the list's order (for the log line of a
 /// default source).
 pub fn recognised_libraries() -> Vec<&'static str> {
     super::LIBRARIES
