@@ -15,7 +15,8 @@
 //!   names and facts from snapshots;
 //! - `snapshot` depends on nothing in the crate;
 //! - a queue library's name appears in `src/` code only in its own file and
-//!   in the one registration list (`presets/mod.rs`'s `LIBRARIES`);
+//!   in the one registration list (`presets/mod.rs`'s `LIBRARIES`, and the
+//!   `mod` lines of `presets/libraries/mod.rs`);
 //! - a library's file imports only the library API (`presets/library.rs`),
 //!   beside a library whose layout it shares (never `Conn`, the commands
 //!   or the engine);
@@ -909,7 +910,7 @@ fn the_function_length_check_can_fail() {
 
 /// Every queue library the exporter knows: a pattern matching its name in
 /// code (case-insensitive, not inside a longer word: `bull` is not
-/// `bullmq`), and the files of `src/sources/redis/presets/` that may name
+/// `bullmq`), and the files of `src/sources/redis/presets/libraries/` that may name
 /// it: its own, and a library sharing its layout. A new library adds a line.
 const LIBRARY_NAMES: &[(&str, &[&str])] = &[
     ("bullmq", &["bullmq.rs", "bull.rs"]),
@@ -928,7 +929,8 @@ const LIBRARY_NAMES: &[(&str, &[&str])] = &[
 ];
 
 /// `text` without the registration list (`LIBRARIES` and the `mod` lines
-/// of `presets/mod.rs`), the one place every library is named.
+/// of `presets/mod.rs` and `presets/libraries/mod.rs`), the one place
+/// every library is named.
 fn without_registration(text: &str) -> String {
     let mut out = String::new();
     let mut in_list = false;
@@ -937,7 +939,10 @@ fn without_registration(text: &str) -> String {
         if t.starts_with("pub static LIBRARIES") {
             in_list = true;
         }
-        let module_line = (t.starts_with("mod ") || t.starts_with("pub mod ")) && t.ends_with(';');
+        let module_line = (t.starts_with("mod ")
+            || t.starts_with("pub mod ")
+            || t.starts_with("pub(super) mod "))
+            && t.ends_with(';');
         if !in_list && !module_line {
             out.push_str(line);
             out.push('\n');
@@ -954,6 +959,7 @@ fn without_registration(text: &str) -> String {
 fn library_names_outside_their_files() -> Vec<String> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let presets = root.join("src/sources/redis/presets");
+    let libraries = presets.join("libraries");
     let mut files: Vec<PathBuf> = module_files().into_values().collect();
     files.push(root.join("src/main.rs"));
     let patterns: Vec<(Regex, &[&str])> = LIBRARY_NAMES
@@ -969,11 +975,11 @@ fn library_names_outside_their_files() -> Vec<String> {
         let rel_text = rel.to_string_lossy().replace('\\', "/");
         let text = std::fs::read_to_string(&path).expect("read source");
         let mut code = production_code(&text);
-        if path == presets.join("mod.rs") {
+        if path == presets.join("mod.rs") || path == libraries.join("mod.rs") {
             code = without_registration(&code);
         }
         for (re, own) in &patterns {
-            let mine = path.parent() == Some(presets.as_path())
+            let mine = path.parent() == Some(libraries.as_path())
                 && own
                     .iter()
                     .any(|f| path.file_name().is_some_and(|n| n == *f));
@@ -1011,7 +1017,8 @@ fn the_library_name_check_can_fail() {
     assert_eq!(code, "fn f() { bull::x() }\n");
 }
 
-/// The library API: the one module of the crate a library's file may
+/// The library API: the one module of the crate a library's file
+/// (`presets/libraries/`) may
 /// import from (it re-exports what a library needs of the engine), beside
 /// its own file and a library whose layout it shares.
 const LIBRARY_API: &[&str] = &["sources", "redis", "presets", "library"];
@@ -1046,7 +1053,7 @@ fn library_imports_beyond_the_api() -> Vec<String> {
         presets
             .iter()
             .copied()
-            .chain([stem])
+            .chain(["libraries", stem])
             .map(str::to_owned)
             .collect()
     };
@@ -1078,23 +1085,23 @@ fn a_library_file_imports_only_the_library_api() {
 #[test]
 fn the_library_api_check_can_fail() {
     let path = |s: &str| -> ModPath { s.split("::").map(str::to_owned).collect() };
-    let me = path("sources::redis::presets::bull");
+    let me = path("sources::redis::presets::libraries::bull");
     let files: BTreeSet<ModPath> = [
         "sources::redis::commands",
         "sources::redis::presets::library",
-        "sources::redis::presets::bull",
-        "sources::redis::presets::bullmq",
+        "sources::redis::presets::libraries::bull",
+        "sources::redis::presets::libraries::bullmq",
         "sources::redis::presets::poll",
     ]
     .into_iter()
     .map(path)
     .collect();
-    let code = "use super::library::{Library, key};\n\
+    let code = "use super::super::library::{Library, key};\n\
                 use super::bullmq::marks_cmd;\n\
-                use super::super::commands::Conn;\n\
-                fn f() { super::poll::poll(); super::bull::g(); }\n";
+                use super::super::super::commands::Conn;\n\
+                fn f() { super::super::poll::poll(); super::bull::g(); }\n";
     let refs = references(code, &me, &BTreeSet::new());
-    let allowed = BTreeSet::from([path("sources::redis::presets::bullmq")]);
+    let allowed = BTreeSet::from([path("sources::redis::presets::libraries::bullmq")]);
     assert_eq!(
         beyond_the_library_api(&me, &refs, &files, &allowed),
         vec![

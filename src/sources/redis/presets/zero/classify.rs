@@ -225,7 +225,7 @@ pub(in super::super) mod test_util {
 
 #[cfg(test)]
 mod tests {
-    use super::super::super::{asynq, bull, bullmq, rq, sidekiq};
+    use super::super::super::libraries::{asynq, bull, bullmq, rq, sidekiq};
     use super::test_util::*;
 
     #[test]

@@ -12,7 +12,7 @@
 use serde::Deserialize;
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::library::{
+use super::super::library::{
     Arrivals, FinishedLayout, Hidden, JobState, KeyType, Keys, Library, Mark, OptionError, Owned,
     Preset, PresetKind, Reason, Recognise, Registry, Seen, Stage, Unit, Written, cmd, count,
     escape_glob, key, options_of, prefix_or, preset_sample, reply, set_state, stalled_check_limit,
@@ -336,8 +336,8 @@ impl Recognise for Bull {
 
 #[cfg(test)]
 mod tests {
-    use super::super::Follow;
-    use super::super::test_util::*;
+    use super::super::super::Follow;
+    use super::super::super::test_util::*;
     use super::*;
     use crate::time::TimeUnit;
 
@@ -463,7 +463,7 @@ mod tests {
 mod recognition_tests {
     //! Zero config's recognition of this library, through the generic
     //! pass (`zero::classify::recognise`).
-    use super::super::zero::classify::test_util::*;
+    use super::super::super::zero::classify::test_util::*;
     use super::super::{bull, bullmq};
 
     #[test]

@@ -1,7 +1,7 @@
 //! RQ (`rq` 2.x/3.x): `<prefix>:queue:<q>` lists (RPUSH, LPOP: the oldest
 //! is at the head) and one zset registry per state.
 
-use super::library::{
+use super::super::library::{
     FinishedLayout, Follow, Hidden, JobState, Keys, Library, MarkRead, OptionError, Owned, Preset,
     PresetKind, Recognise, Registry, Scores, Seen, Stage, TimeUnit, Unit, Written, below, cmd,
     count, due_count, facts, key, options_of, prefix_or, prefixed_registry_hides, preset_sample,
@@ -316,7 +316,7 @@ impl Recognise for Rq {
 
 #[cfg(test)]
 mod tests {
-    use super::super::test_util::*;
+    use super::super::super::test_util::*;
     use super::*;
 
     /// Replies of an otherwise empty queue whose `intermediate` holds

@@ -14,7 +14,7 @@
 use serde::Deserialize;
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::library::{
+use super::super::library::{
     ALL_QUEUES, Follow, Hidden, JobState, KeyType, Keys, Library, MarkRead, OptionError, Owned,
     Preset, PresetKind, QueueSample, Recognise, Seen, Stage, TimeUnit, Unit, Written, below, cmd,
     count, facts, json_stamp_seconds, kept_elsewhere, key, options_of, prefix_or, preset_sample,
@@ -481,7 +481,7 @@ fn step(k: &[u8]) -> Option<(&[u8], u8)> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::test_util::*;
+    use super::super::super::test_util::*;
     use super::*;
 
     /// `read` with kombu's defaults (no prefix, its `sep`, steps 0 3 6 9).
@@ -632,8 +632,8 @@ mod tests {
 mod recognition_tests {
     //! Zero config's recognition of this library, through the generic
     //! pass (`zero::classify::recognise`).
+    use super::super::super::zero::classify::test_util::*;
     use super::super::celery;
-    use super::super::zero::classify::test_util::*;
 
     #[test]
     fn an_unread_kombu_binding_withholds_every_list_under_its_prefix() {

@@ -14,7 +14,7 @@ use redis::Value;
 use serde::Deserialize;
 use serde::de::IgnoredAny;
 
-use super::library::{
+use super::super::library::{
     Arrivals, Counters, Follow, Hidden, JobState, KeyType, Keys, Library, Mark, MarkRead,
     OptionError, Owned, Preset, PresetKind, QueueSample, ReadReply, Reason, Recognise, Registry,
     Seen, Stage, Unit, Written, cmd, count, display_key, escape_glob, facts, key, options_of,
@@ -405,7 +405,7 @@ fn first_value(reply: &Value) -> Option<&Value> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::test_util::*;
+    use super::super::super::test_util::*;
     use super::*;
 
     /// Replies to [`plan`] for a queue with `waiting` jobs and `next` at the
@@ -580,9 +580,9 @@ mod tests {
     }
 
     /// Keys found by a scan, each of type `t`.
-    fn found(keys: &[(&str, KeyType)]) -> super::super::super::discovery::Candidates {
-        use super::super::super::discovery::{Candidate, Candidates};
-        use super::super::super::tracked::KeyState;
+    fn found(keys: &[(&str, KeyType)]) -> super::super::super::super::discovery::Candidates {
+        use super::super::super::super::discovery::{Candidate, Candidates};
+        use super::super::super::super::tracked::KeyState;
         let keys = keys
             .iter()
             .map(|(k, t)| {
@@ -649,7 +649,7 @@ mod tests {
             ],
             &["bq:secret:jobs"],
         );
-        let r = super::super::zero::classify::recognise(&s, &keys, &[]);
+        let r = super::super::super::zero::classify::recognise(&s, &keys, &[]);
         let kinds: Vec<(&str, &str)> = r
             .entries
             .iter()

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use redis::Value;
 
-use super::library::{
+use super::super::library::{
     Follow, Hidden, JobState, KeyType, Keys, Library, MarkRead, OptionError, Owned, Preset,
     PresetKind, Recognise, Registry, Seen, Stage, TimeUnit, Unit, Written, cmd, count, display_key,
     escape_glob, facts, key, options_of, prefix_or, preset_sample, queue_label, reply, set_state,
@@ -440,8 +440,8 @@ impl Recognise for Dramatiq {
 
 #[cfg(test)]
 mod tests {
-    use super::super::apply;
-    use super::super::test_util::*;
+    use super::super::super::apply;
+    use super::super::super::test_util::*;
     use super::*;
 
     /// Round-1 replies: `waiting` listed, `messages` in `.msgs`, `delayed`,
@@ -747,10 +747,10 @@ mod tests {
         assert_eq!(Dramatiq.hidden(b"bull:q:meta"), None);
         let mut keys = Keys::new();
         for k in ["dramatiq:q", "dramatiq:q.XQ", "dramatiq:r", "other:q"] {
-            let c = super::super::super::discovery::Candidate {
+            let c = super::super::super::super::discovery::Candidate {
                 spec: 0,
                 exact: false,
-                state: super::super::super::tracked::KeyState::Typed(KeyType::List),
+                state: super::super::super::super::tracked::KeyState::Typed(KeyType::List),
             };
             keys.insert(k.as_bytes().to_vec(), c);
         }
@@ -776,7 +776,7 @@ mod tests {
                 Some(t) => serde_json::json!({"heartbeat_timeout": t}),
                 None => serde_json::json!({}),
             };
-            super::super::options::configured(&Dramatiq, options)
+            super::super::super::options::configured(&Dramatiq, options)
         };
         let p = configured(None).unwrap();
         assert_eq!(p.visibility_timeout, Duration::from_secs(60));

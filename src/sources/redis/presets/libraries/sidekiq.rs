@@ -6,7 +6,7 @@
 use serde::Deserialize;
 use std::collections::BTreeSet;
 
-use super::library::{
+use super::super::library::{
     ALL_QUEUES, Follow, Hidden, JobState, JobTotals, KeyType, Keys, Library, MarkRead, OptionError,
     Preset, PresetKind, Recognise, Registry, Seen, Stage, Unit, Written, cmd, count, due_count,
     facts, kept_elsewhere, key, options_of, prefix_or, preset_sample, registry_prefix, reply,
@@ -328,7 +328,7 @@ const GLOBAL_ZSETS: [&[u8]; 3] = [b"schedule", b"retry", b"dead"];
 
 #[cfg(test)]
 mod tests {
-    use super::super::test_util::*;
+    use super::super::super::test_util::*;
     use super::*;
 
     #[test]

@@ -29,7 +29,7 @@ use std::collections::BTreeSet;
 
 use redis::Value;
 
-use super::library::{
+use super::super::library::{
     Follow, Hidden, JobState, KeyType, Keys, Library, MarkRead, OptionError, Owned, Preset,
     PresetKind, QueueSample, Recognise, Seen, Stage, Unit, Written, cmd, count, facts, key,
     options_of, preset_sample, queue_label, reply, set_state, sorted, type_at, under,
@@ -380,7 +380,7 @@ pub fn settle(s: &mut QueueSample, r: &[Value], now: f64) {
 
 #[cfg(test)]
 mod tests {
-    use super::super::test_util::*;
+    use super::super::super::test_util::*;
     use super::*;
 
     const NOW: f64 = 1_000.0;
@@ -585,8 +585,8 @@ mod tests {
 
     /// Keys found by a scan, with their types.
     fn found(list: &[(&str, KeyType)]) -> Keys {
-        use super::super::super::discovery::Candidate;
-        use super::super::super::tracked::KeyState;
+        use super::super::super::super::discovery::Candidate;
+        use super::super::super::super::tracked::KeyState;
         list.iter()
             .map(|(k, t)| {
                 let c = Candidate {
@@ -657,11 +657,11 @@ mod tests {
 
     #[test]
     fn a_preset_entry_defaults_to_arqs_queue_and_owns_its_job_keys() {
-        let preset = super::super::options::configured(&Arq, serde_json::json!({})).unwrap();
+        let preset = super::super::super::options::configured(&Arq, serde_json::json!({})).unwrap();
         assert_eq!(preset.queues, [DEFAULT_QUEUE]);
         assert_eq!(Arq.fixed_names(&preset), [DEFAULT_QUEUE]);
         let empty = serde_json::json!({"queues": [""]});
-        assert!(super::super::options::configured(&Arq, empty).is_err());
+        assert!(super::super::super::options::configured(&Arq, empty).is_err());
         let owned = Arq.owned(&preset, &Arq.fixed_queues(&preset));
         for k in [
             &b"arq:job:"[..],

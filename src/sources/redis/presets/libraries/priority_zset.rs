@@ -4,7 +4,7 @@
 //! `<prefix>:completed` zset and a `<prefix>:dlq` list. One logical queue,
 //! `<prefix>`, with a `priority` label on the per-priority samples.
 
-use super::library::{
+use super::super::library::{
     JobState, KeyType, Library, OptionError, Preset, PresetKind, Registry, Stage, Unit, Written,
     cmd, count, display_key, escape_glob, kept_elsewhere, key, options_of, prefix_or,
     preset_sample, reply, set_state, shared,
@@ -147,7 +147,7 @@ impl Library for PriorityZset {
 
 #[cfg(test)]
 mod tests {
-    use super::super::test_util::*;
+    use super::super::super::test_util::*;
     use super::*;
 
     #[test]

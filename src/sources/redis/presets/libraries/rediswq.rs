@@ -3,7 +3,7 @@
 //! `<name>:leased_by_session:<sha224 hex of the item>`. Items carry no
 //! timestamp, so there is no latency.
 
-use super::library::{
+use super::super::library::{
     Follow, JobState, Library, OptionError, Preset, PresetKind, Stage, Unit, Written, cmd, count,
     facts, key, options_of, preset_sample, reply, set_state, stalled_check_limit,
 };
@@ -119,7 +119,7 @@ impl Library for Rediswq {
 
 #[cfg(test)]
 mod tests {
-    use super::super::test_util::*;
+    use super::super::super::test_util::*;
     use super::*;
 
     #[test]

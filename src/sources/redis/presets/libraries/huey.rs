@@ -32,7 +32,7 @@ use std::collections::BTreeSet;
 
 use redis::Value;
 
-use super::library::{
+use super::super::library::{
     Follow, JobState, KeyType, Keys, Library, OptionError, Owned, Preset, PresetKind, Recognise,
     Seen, Stage, Unit, Written, cmd, count, due_count, facts, key, options_of, preset_sample,
     reply, set_state, type_at,
@@ -305,7 +305,7 @@ impl Recognise for Huey {
 
 #[cfg(test)]
 mod tests {
-    use super::super::test_util::*;
+    use super::super::super::test_util::*;
     use super::*;
     use crate::snapshot::QueueSample;
 
@@ -320,7 +320,7 @@ mod tests {
         let mut s = st.sample;
         let n = st.follow.len();
         for ((_, f), v) in st.follow.into_iter().zip(r2) {
-            super::super::apply(&mut s, f, v, 0.0);
+            super::super::super::apply(&mut s, f, v, 0.0);
         }
         (s, n)
     }

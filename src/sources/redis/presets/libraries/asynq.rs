@@ -1,7 +1,7 @@
 //! asynq (v0.26 layout): keys under `<prefix>:{<q>}:`; `pending` is LPUSHed
 //! and taken from the tail, so the oldest is at `LINDEX -1`.
 
-use super::library::{
+use super::super::library::{
     Arrivals, Follow, Hidden, JobState, JobTotals, Keys, Library, MarkRead, OptionError, Owned,
     Preset, PresetKind, Recognise, Registry, Seen, Stage, TimeUnit, Unit, Written, below, cmd,
     count, due_count, facts, key, options_of, prefix_or, prefixed_registry_hides, preset_sample,
@@ -282,7 +282,7 @@ pub(super) fn braced(k: &[u8]) -> impl Iterator<Item = &[u8]> + '_ {
 
 #[cfg(test)]
 mod tests {
-    use super::super::test_util::*;
+    use super::super::super::test_util::*;
     use super::*;
 
     #[test]
@@ -356,8 +356,8 @@ mod tests {
 mod recognition_tests {
     //! Zero config's recognition of this library, through the generic
     //! pass (`zero::classify::recognise`).
+    use super::super::super::zero::classify::test_util::*;
     use super::super::asynq;
-    use super::super::zero::classify::test_util::*;
 
     #[test]
     fn the_evidence_check_indexes_names_by_their_own_prefixes() {

@@ -9,7 +9,7 @@
 use serde::Deserialize;
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::library::{
+use super::super::library::{
     Arrivals, Counters, FinishedLayout, Follow, Hidden, JobState, KeyType, Keys, Library, Mark,
     MarkRead, OptionError, Owned, Preset, PresetKind, QueueSample, Reason, Recognise, Registry,
     Scores, Seen, Stage, TimeUnit, Unit, Written, cmd, count, display_key, escape_glob, facts, key,
@@ -391,7 +391,7 @@ impl Recognise for Bullmq {
 }
 
 /// Whether `seen` holds the `meta` hash `meta` with BullMQ's marks.
-pub(super) fn marked(seen: &Seen, meta: &[u8]) -> bool {
+pub(crate) fn marked(seen: &Seen, meta: &[u8]) -> bool {
     seen.reply(meta).is_some_and(|v| has_marks(v) == Ok(true))
 }
 
@@ -423,7 +423,7 @@ pub(super) fn queue_keys(prefix: &str, units: &[Unit]) -> Vec<Owned> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::test_util::*;
+    use super::super::super::test_util::*;
     use super::*;
 
     #[test]
@@ -580,8 +580,8 @@ mod tests {
 mod recognition_tests {
     //! Zero config's recognition of this library, through the generic
     //! pass (`zero::classify::recognise`).
+    use super::super::super::zero::classify::test_util::*;
     use super::super::bullmq;
-    use super::super::zero::classify::test_util::*;
 
     #[test]
     fn an_unread_meta_withholds_its_queues_keys_and_is_never_taken_for_bull() {
