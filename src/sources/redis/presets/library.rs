@@ -28,6 +28,10 @@
 //! - **arrivals**, **service time**: where the rate jobs come in is read
 //!   from ([`Arrivals`]), and the finished jobs whose start and end stamps
 //!   measure how long a job takes ([`FinishedLayout`]).
+//! - **zero config**: a Redis source given no `queues:` finds the
+//!   libraries itself, in rounds: a **scan** of the whole keyspace now and
+//!   then, and between scans a **library round** that reads again only
+//!   the marks and registries the last scan found.
 //! - **mark**: a key whose name or content tells that a library is there:
 //!   a registry set, a `meta` hash, an `id` counter. Zero config reads the
 //!   marks it finds ([`MarkRead`]); a **fixed mark** is one a library

@@ -2,7 +2,8 @@
 //! Redis: the optional [`Recognise`] trait, apart from `Library` (its
 //! layout and reads). A library zero config recognises implements it and
 //! answers `Some(self)` from `Library::recognition`; one it does not
-//! (a layout only an entry names, as `rediswq`'s) implements nothing of it.
+//! (a layout zero config cannot tell from an app's own keys) implements
+//! nothing of it.
 //! Zero config's stages (`zero/`) ask the libraries only through it.
 //!
 //! The words used here are those of the glossary in `library.rs`'s module
