@@ -23,7 +23,11 @@
 //!   the snapshot (`Snapshot::libraries`);
 //! - `snapshot` depends on nothing in the crate;
 //! - a queue library's name appears in `src/` code only in its own file and
-//!   in the one registration list (`presets/mod.rs`'s `LIBRARIES`);
+//!   in the one registration list (`presets/mod.rs`'s `LIBRARIES`, and the
+//!   `mod` lines of `presets/libraries/mod.rs`);
+//! - a library's file imports only the library API (`presets/library.rs`),
+//!   beside a library whose layout it shares (never `Conn`, the commands
+//!   or the engine);
 //! - zero config's round goes one way (`presets/zero/`): gather → classify
 //!   → adopt, called in order by the folder's `mod.rs`; a stage imports
 //!   neither the orchestrator nor a later stage, and of an earlier stage
@@ -1008,7 +1012,7 @@ fn the_function_length_check_can_fail() {
 
 /// Every queue library the exporter knows: a pattern matching its name in
 /// code (case-insensitive, not inside a longer word: `bull` is not
-/// `bullmq`), and the files of `src/sources/redis/presets/` that may name
+/// `bullmq`), and the files of `src/sources/redis/presets/libraries/` that may name
 /// it: its own, and a library sharing its layout. A new library adds a line.
 const LIBRARY_NAMES: &[(&str, &[&str])] = &[
     ("bullmq", &["bullmq.rs", "bull.rs"]),
@@ -1027,7 +1031,8 @@ const LIBRARY_NAMES: &[(&str, &[&str])] = &[
 ];
 
 /// `text` without the registration list (`LIBRARIES` and the `mod` lines
-/// of `presets/mod.rs`), the one place every library is named.
+/// of `presets/mod.rs` and `presets/libraries/mod.rs`), the one place
+/// every library is named.
 fn without_registration(text: &str) -> String {
     let mut out = String::new();
     let mut in_list = false;
@@ -1036,7 +1041,10 @@ fn without_registration(text: &str) -> String {
         if t.starts_with("pub static LIBRARIES") {
             in_list = true;
         }
-        let module_line = (t.starts_with("mod ") || t.starts_with("pub mod ")) && t.ends_with(';');
+        let module_line = (t.starts_with("mod ")
+            || t.starts_with("pub mod ")
+            || t.starts_with("pub(super) mod "))
+            && t.ends_with(';');
         if !in_list && !module_line {
             out.push_str(line);
             out.push('\n');
@@ -1053,6 +1061,7 @@ fn without_registration(text: &str) -> String {
 fn library_names_outside_their_files() -> Vec<String> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let presets = root.join("src/sources/redis/presets");
+    let libraries = presets.join("libraries");
     let mut files: Vec<PathBuf> = module_files().into_values().collect();
     files.push(root.join("src/main.rs"));
     let patterns: Vec<(Regex, &[&str])> = LIBRARY_NAMES
@@ -1068,11 +1077,11 @@ fn library_names_outside_their_files() -> Vec<String> {
         let rel_text = rel.to_string_lossy().replace('\\', "/");
         let text = std::fs::read_to_string(&path).expect("read source");
         let mut code = production_code(&text);
-        if path == presets.join("mod.rs") {
+        if path == presets.join("mod.rs") || path == libraries.join("mod.rs") {
             code = without_registration(&code);
         }
         for (re, own) in &patterns {
-            let mine = path.parent() == Some(presets.as_path())
+            let mine = path.parent() == Some(libraries.as_path())
                 && own
                     .iter()
                     .any(|f| path.file_name().is_some_and(|n| n == *f));
@@ -1108,6 +1117,100 @@ fn the_library_name_check_can_fail() {
         "pub static LIBRARIES: &[&dyn L] = &[\n    &bull::Bull,\n];\nmod bull;\nfn f() { bull::x() }\n",
     );
     assert_eq!(code, "fn f() { bull::x() }\n");
+}
+
+/// The library API: the one module of the crate a library's file
+/// (`presets/libraries/`) may
+/// import from (it re-exports what a library needs of the engine), beside
+/// its own file and a library whose layout it shares.
+const LIBRARY_API: &[&str] = &["sources", "redis", "presets", "library"];
+
+/// The module files a library's file `me` refers to (`refs`) beyond the
+/// library API, itself and the libraries `allowed` (a library sharing its
+/// layout); a path of no module file (the crate root) counts too.
+fn beyond_the_library_api(
+    me: &ModPath,
+    refs: &BTreeSet<ModPath>,
+    files: &BTreeSet<ModPath>,
+    allowed: &BTreeSet<ModPath>,
+) -> Vec<String> {
+    refs.iter()
+        .filter(|r| match file_of(r, files) {
+            Some(f) => f != *me && f.as_slice() != LIBRARY_API && !allowed.contains(&f),
+            None => true,
+        })
+        .map(show)
+        .collect()
+}
+
+/// Each library file's imports (production code) beyond the library API,
+/// as `file: path`. A library's file is the first of its row in
+/// [`LIBRARY_NAMES`]; it may use the libraries whose rows list it.
+fn library_imports_beyond_the_api() -> Vec<String> {
+    let files: BTreeSet<ModPath> = module_files().into_keys().collect();
+    let refs = module_references();
+    let presets = &LIBRARY_API[..LIBRARY_API.len() - 1];
+    let module = |file: &str| -> ModPath {
+        let stem = file.trim_end_matches(".rs");
+        presets
+            .iter()
+            .copied()
+            .chain(["libraries", stem])
+            .map(str::to_owned)
+            .collect()
+    };
+    let mut found = Vec::new();
+    for (_, own) in LIBRARY_NAMES {
+        let me = module(own[0]);
+        let allowed: BTreeSet<ModPath> = LIBRARY_NAMES
+            .iter()
+            .filter(|(_, o)| o.contains(&own[0]))
+            .map(|(_, o)| module(o[0]))
+            .collect();
+        let mine = refs.get(&me).expect("a library file");
+        for r in beyond_the_library_api(&me, mine, &files, &allowed) {
+            found.push(format!("{}: {r}", own[0]));
+        }
+    }
+    found
+}
+
+#[test]
+fn a_library_file_imports_only_the_library_api() {
+    let found = library_imports_beyond_the_api();
+    assert!(
+        found.is_empty(),
+        "library files importing beyond presets/library.rs: {found:#?}"
+    );
+}
+
+#[test]
+fn the_library_api_check_can_fail() {
+    let path = |s: &str| -> ModPath { s.split("::").map(str::to_owned).collect() };
+    let me = path("sources::redis::presets::libraries::bull");
+    let files: BTreeSet<ModPath> = [
+        "sources::redis::commands",
+        "sources::redis::presets::library",
+        "sources::redis::presets::libraries::bull",
+        "sources::redis::presets::libraries::bullmq",
+        "sources::redis::presets::poll",
+    ]
+    .into_iter()
+    .map(path)
+    .collect();
+    let code = "use super::super::library::{Library, key};\n\
+                use super::bullmq::marks_cmd;\n\
+                use super::super::super::commands::Conn;\n\
+                fn f() { super::super::poll::poll(); super::bull::g(); }\n";
+    let refs = references(code, &me, &BTreeSet::new());
+    let allowed = BTreeSet::from([path("sources::redis::presets::libraries::bullmq")]);
+    assert_eq!(
+        beyond_the_library_api(&me, &refs, &files, &allowed),
+        vec![
+            "sources::redis::commands::Conn".to_owned(),
+            "sources::redis::presets::poll::poll".to_owned(),
+        ]
+    );
 }
 
 /// Zero config's folder and its stages, in the order a round runs them;

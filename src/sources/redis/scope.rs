@@ -117,7 +117,7 @@ impl RedisScope {
         let presets = match config.recognise {
             true => super::presets::LIBRARIES
                 .iter()
-                .filter(|l| l.zero_config())
+                .filter(|l| l.recognition().is_some())
                 .map(|l| PresetScope::recognisable(*l))
                 .collect(),
             false => configured
@@ -318,7 +318,7 @@ mod tests {
         let zero = RedisScope {
             presets: super::super::presets::LIBRARIES
                 .iter()
-                .filter(|l| l.zero_config())
+                .filter(|l| l.recognition().is_some())
                 .map(|l| PresetScope::recognisable(*l))
                 .collect(),
             ..scope(&[], &[])

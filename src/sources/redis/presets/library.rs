@@ -1,23 +1,92 @@
-//! What the generic preset code knows of a queue library: the [`Library`]
-//! trait, and lookups in the one list of libraries (`presets::LIBRARIES`,
-//! in the folder's `mod.rs`). Everything else about a library (its keys,
-//! states, marks, reads) is in its own file; adding one is that file plus
-//! one line in that list (ARCHITECTURE.md, "Adding a queue library").
-
-use std::collections::{BTreeMap, BTreeSet};
+//! The library API: what the generic preset code knows of a queue library.
+//! A library's file implements [`Library`] (its layout and reads) and, if
+//! zero config should recognise it, [`Recognise`] (`recognise.rs`); it
+//! imports only from this module, which also holds the lookups in the one
+//! list of libraries (`presets::LIBRARIES`, in the folder's `mod.rs`).
+//! Adding a library is that file plus one line in that list
+//! (ARCHITECTURE.md, "Adding a queue library").
+//!
+//! # Glossary
+//!
+//! - **entry**: one `- preset: <library>` item of a Redis source's
+//!   `queues:`, resolved into a [`Preset`] (the library and its options);
+//!   zero config makes entries of its own from what it recognises.
+//! - **unit**: what one sample of an entry stands for ([`Unit`]): a
+//!   logical queue, or the keys all its queues share (reported as `(all)`).
+//! - **registry**: where a library lists its queues ([`Registry`]): a set
+//!   of names, keys found by a `SCAN`, or none (fixed queues).
+//! - **owned** keys: a library's keys its plan does not read (job hashes,
+//!   event streams), never reported as plain keys ([`Owned`]).
+//! - **plan**, **read**, **stage**: round 1 of a poll sends each unit's
+//!   plan (read-only commands); the library's pure read of their replies
+//!   gives a stage ([`Stage`]): the sample so far, and the round-2
+//!   **follow-ups** ([`Follow`]) it asks for (the oldest job's stamp, a
+//!   stalled check...). **settle**: round 2's replies a library reads
+//!   together.
+//! - **state**: a job state a library counts (`waiting`, `delayed`,
+//!   `active`, `failed`...: `JobState`).
+//! - **arrivals**, **service time**: where the rate jobs come in is read
+//!   from ([`Arrivals`]), and the finished jobs whose start and end stamps
+//!   measure how long a job takes ([`FinishedLayout`]).
+//! - **zero config**: a Redis source given no `queues:` finds the
+//!   libraries itself, in rounds: a **scan** of the whole keyspace now and
+//!   then, and between scans a **library round** that reads again only
+//!   the marks and registries the last scan found.
+//! - **mark**: a key whose name or content tells that a library is there:
+//!   a registry set, a `meta` hash, an `id` counter. Zero config reads the
+//!   marks it finds ([`MarkRead`]); a **fixed mark** is one a library
+//!   writes under a fixed name, read at every round. A [`Mark`] is also
+//!   the key that tells which of two libraries sharing one layout a queue
+//!   belongs to (BullMQ's and Bull's `meta` hash).
+//! - **Seen**: what zero config's reads of the marks found ([`Seen`]):
+//!   sets with their members, replies, and the marks left **unread**
+//!   (refused by Redis, or not read for a **bound** of discovery's work).
+//! - **beside**: marks found next to keys named like a library's rather
+//!   than by their own name (Bull's `<queue>:id` beside its lists).
+//! - **evidence**: with `plain_keys: false` no key is typed unless asked;
+//!   the evidence is the names a library may want the type of to
+//!   recognise its queues.
+//! - **told**: a registry set some library has already shown to be its
+//!   own (by its members or prefix), so the next libraries do not look
+//!   into it.
+//! - **claimed**: the marks a library's recognition took, in **claim
+//!   rank** order; a mark one library claims is no other's.
+//! - **withheld**: the keys an unread mark may own: whose they are is
+//!   unknown, so they are reported neither as the library's nor as plain.
+//! - **Hidden**: which queue names an unread mark may hide from the
+//!   scaler ([`Hidden`]), so it answers "unknown" rather than 0 for them.
+//! - **set view**: the members of a set a library marks (a table of
+//!   bindings) as zero config compares them from round to round.
 
 use redis::Value;
 
-use super::super::discovery::Candidate;
-use super::bounded::Bound;
 pub use super::options::{
     OptionError, Written, options_of, prefix_or, stalled_check_limit, timeout,
 };
-use super::service::FinishedLayout;
+pub use super::recognise::{
+    Hidden, Keys, MarkRead, Recognise, Seen, prefixed_registry_hides, registry_prefix, type_at,
+    under, under_prefixed_registry,
+};
+// The engine's pieces a library's file uses, re-exported here so that the
+// file imports only the library API (`tests/architecture.rs`).
+pub(super) use super::super::cmd::cmd;
+pub use super::super::glob::escape as escape_glob;
+pub use super::super::keyname::display_key;
+pub(super) use super::super::reply;
+pub use super::service::{FinishedLayout, Scores};
 pub use super::spec::Preset;
-use super::{Stage, Unit};
+pub use super::unit::Unit;
+pub(super) use super::{Follow, ReadReply, Stage};
+pub(super) use super::{
+    below, count, due_count, facts, json_stamp_seconds, kept_elsewhere, key, preset_sample,
+    queue_label, set_state, shared, shared_sample, sorted, sum,
+};
+pub use crate::config::{ALL_QUEUES, KeyType};
 pub use crate::snapshot::Arrivals;
-use crate::snapshot::{Libraries, LibraryFacts, PresetKind, QueueSample, Reason};
+pub use crate::snapshot::PresetKind;
+pub use crate::snapshot::{Counters, JobState, JobTotals, QueueSample, Reason};
+use crate::snapshot::{Libraries, LibraryFacts};
+pub use crate::time::TimeUnit;
 
 /// The library whose config name is `name`.
 pub fn named(name: &str) -> Option<&'static dyn Library> {
@@ -74,55 +143,21 @@ pub fn has_prefix(kind: PresetKind) -> bool {
     of(kind).is_some_and(|l| l.options().contains(&"prefix"))
 }
 
-/// The type discovery found for `k`, if it found the key.
-pub fn type_at(keys: &Keys, k: &[u8]) -> Option<crate::config::KeyType> {
-    match keys.get(k).map(|c| &c.state) {
-        Some(super::super::tracked::KeyState::Typed(t)) => Some(*t),
-        _ => None,
-    }
-}
-
-/// Keys found that start with `prefix`.
-pub fn under<'a>(keys: &'a Keys, prefix: &'a [u8]) -> impl Iterator<Item = &'a Vec<u8>> + 'a {
-    keys.range(prefix.to_vec()..)
-        .map(|(k, _)| k)
-        .take_while(move |k| k.starts_with(prefix))
-}
-
-/// The prefix of a set named like a registry of queue names, the shape
-/// several libraries share: `""` for `queues`, `<p>` for `<p>:queues`.
-pub fn registry_prefix(k: &[u8]) -> Option<&[u8]> {
-    if k == b"queues" {
-        return Some(b"");
-    }
-    k.strip_suffix(b":queues").filter(|p| !p.is_empty())
-}
-
-/// What an unread `<p>:queues` registry (RQ's, asynq's; not a bare
-/// `queues`) may own: every key under `<p>:`.
-pub fn under_prefixed_registry(mark: &[u8], keys: &Keys) -> Vec<Vec<u8>> {
-    match registry_prefix(mark).filter(|p| !p.is_empty()) {
-        Some(p) => under(keys, &[p, b":"].concat()).cloned().collect(),
-        None => Vec::new(),
-    }
-}
-
-/// An unread `<p>:queues` registry names its queues: it may hide any name.
-pub fn prefixed_registry_hides(mark: &[u8]) -> Option<Hidden> {
-    registry_prefix(mark)
-        .filter(|p| !p.is_empty())
-        .map(|_| Hidden::Any)
-}
-
 /// The names users write of the libraries zero config recognises
-/// (`Library::zero_config`), in the list's order (for the log line of a
+/// (`Library::recognition`), in the list's order (for the log line of a
 /// default source).
 pub fn recognised_libraries() -> Vec<&'static str> {
     super::LIBRARIES
         .iter()
-        .filter(|l| l.zero_config())
+        .filter(|l| l.recognition().is_some())
         .map(|l| l.title())
         .collect()
+}
+
+/// How each library zero config recognises does it ([`Recognise`]), in
+/// the list's order: what zero config's stages ask.
+pub fn recognisers() -> impl Iterator<Item = &'static dyn Recognise> {
+    super::LIBRARIES.iter().filter_map(|l| l.recognition())
 }
 
 /// What readers know of every library (its names, where its arrivals
@@ -187,9 +222,6 @@ pub enum Owned {
     /// Every key starting with this.
     Under(Vec<u8>),
 }
-
-/// The keys discovery found, with their types, by name.
-pub type Keys = BTreeMap<Vec<u8>, Candidate>;
 
 /// One queue library: what the generic preset code asks of it. Every
 /// method but the identity, the plan and the read has a default that fits
@@ -269,7 +301,7 @@ pub trait Library: Sync {
     /// A [`Registry::Set`]'s members as the entry's units, sorted.
     fn registry_units(&self, preset: &Preset, members: Vec<Vec<u8>>) -> Vec<Unit> {
         let _ = preset;
-        super::sorted(members.into_iter().map(Unit::Queue).collect())
+        sorted(members.into_iter().map(Unit::Queue).collect())
     }
 
     /// The queue a key a [`Registry::Scan`] found names, if any.
@@ -335,194 +367,11 @@ pub trait Library: Sync {
         Arrivals::Unknown
     }
 
-    /// Whether zero config recognises this library (its `recognise` finds
-    /// entries): named in the log line of a default source.
-    fn zero_config(&self) -> bool {
-        false
-    }
-
-    /// Zero config: sets this library writes under a fixed name (its
-    /// registry at the default prefix), read by every library round
-    /// whether the last scan saw them or not.
-    fn fixed_marks(&self) -> &'static [&'static [u8]] {
-        &[]
-    }
-
-    /// Zero config: whether a library round (no keyspace scan) lists this
-    /// library's queues again by reading its registry (one found by a
-    /// `SCAN` of one pattern); otherwise the round keeps the queues the
-    /// last scan found, or those of the registry sets it reads.
-    fn relisted_each_round(&self) -> bool {
-        false
-    }
-
-    /// Zero config: how to read `key`, a name the scan found, if it is
-    /// named like one of this library's marks (a registry set, a `meta`
-    /// hash...). Marks are read in one round trip; what they hold is the
-    /// [`Seen`] that [`Library::recognise`] reads.
-    fn mark_read(&self, key: &[u8]) -> Option<MarkRead> {
-        let _ = key;
+    /// How zero config recognises this library from the keys it finds
+    /// ([`Recognise`]); `None` (the default) for a library zero config
+    /// does not recognise, which implements nothing of it. A library that
+    /// has it answers `Some(self)`.
+    fn recognition(&self) -> Option<&dyn Recognise> {
         None
-    }
-
-    /// Zero config: marks found beside the typed keys (`keys`) rather than
-    /// by name (an `id` string beside lists named like the library's), at
-    /// most `limit`, so a keyspace of such names costs a bounded number of
-    /// reads. Read by [`Library::beside_read`].
-    fn marks_beside(&self, keys: &Keys, limit: usize) -> Vec<Vec<u8>> {
-        let _ = (keys, limit);
-        Vec::new()
-    }
-
-    /// The read of a mark [`Library::marks_beside`] gives, by its name
-    /// (a library round reads again the ones a scan left unread).
-    fn beside_read(&self, key: &[u8]) -> Option<redis::Cmd> {
-        let _ = key;
-        None
-    }
-
-    /// Whether a mark of [`Library::marks_beside`] not read for a bound
-    /// may still tell something (`false`: what it could say is already
-    /// known from `seen`, or unknown for another unread mark).
-    fn beside_tells(&self, key: &[u8], seen: &Seen) -> bool {
-        let _ = (key, seen);
-        true
-    }
-
-    /// Zero config with `plain_keys: false` (no key is typed unless asked):
-    /// whether the scan keeps `key` as possible evidence, whose type
-    /// [`Library::evidence`] may then ask.
-    fn is_evidence(&self, key: &[u8]) -> bool {
-        let _ = key;
-        false
-    }
-
-    /// Of the evidence `names` kept, those whose type this library's
-    /// recognition looks at given the marks `seen` (pure), and any other
-    /// key it looks at beside its registries. `told`: the registry sets an
-    /// earlier library (in [`Library::claim_rank`] order) has told are its
-    /// own; add those this library tells.
-    fn evidence(
-        &self,
-        seen: &Seen,
-        names: &[Vec<u8>],
-        told: &mut BTreeSet<Vec<u8>>,
-    ) -> Vec<Vec<u8>> {
-        let _ = (seen, names, told);
-        Vec::new()
-    }
-
-    /// Where this library's recognition comes among the libraries sharing
-    /// a mark (lower first): a library whose registry is told by its
-    /// members or prefix claims a set before one told by other keys.
-    fn claim_rank(&self) -> u8 {
-        0
-    }
-
-    /// Zero config: the entries the marks `seen` and the keys found
-    /// (`keys`: lists, zsets and streams with their type) show, each with
-    /// its units, sorted (pure). `claimed`: the marks an earlier library
-    /// took (skip them); add those taken here.
-    fn recognise(
-        &self,
-        seen: &Seen,
-        keys: &Keys,
-        claimed: &mut BTreeSet<Vec<u8>>,
-    ) -> Vec<(Preset, Vec<Unit>)> {
-        let _ = (seen, keys, claimed);
-        Vec::new()
-    }
-
-    /// The keys found that an unread `mark` of this library (refused, or
-    /// not read for a bound) may own: whose they are is unknown, so they
-    /// are reported neither as this library's nor as plain (pure).
-    fn withheld(&self, mark: &[u8], keys: &Keys) -> Vec<Vec<u8>> {
-        let _ = (mark, keys);
-        Vec::new()
-    }
-
-    /// Which queue names an unread `mark` of this library may hide from
-    /// the scaler; `None` when it is not one of this library's marks.
-    fn hidden(&self, mark: &[u8]) -> Option<Hidden> {
-        let _ = mark;
-        None
-    }
-
-    /// A set this library marks whatever entry came from it (a table of
-    /// bindings: its work queues), as library rounds compare it: `Some`
-    /// of the members they compare, sorted; `None` for the others.
-    fn set_view(&self, set: &[u8], members: &[Vec<u8>]) -> Option<Vec<Vec<u8>>> {
-        let _ = (set, members);
-        None
-    }
-}
-
-/// How zero config reads a key named like a library's mark.
-#[derive(Debug, Clone)]
-pub enum MarkRead {
-    /// A set: its members, by a bounded `SSCAN` (a registry, a table of
-    /// bindings).
-    Set,
-    /// One read-only command, pipelined with the other marks' (a `meta`
-    /// hash's fields).
-    Cmd(redis::Cmd),
-    /// A `TYPE` of a key the library keeps under a fixed name beside its
-    /// registry: not counted against `max_keys`, and a refused one tells
-    /// nothing rather than leaving anything unknown.
-    Sign(redis::Cmd),
-}
-
-/// The names an unread mark may hide from the scaler.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Hidden {
-    /// Any name: the mark lists queues (a registry).
-    Any,
-    /// Any name at all, refused or not read for a bound alike: the mark's
-    /// library may keep a queue's jobs in keys no scan types (hashes), so
-    /// its keys found do not tell its queue names.
-    Every,
-    /// These `queue` labels (a queue's own mark).
-    Names(Vec<String>),
-    /// None: its queues are keys held back by name.
-    Nothing,
-}
-
-/// What zero config's reads of the marks found, by mark name: what each
-/// library's [`Library::recognise`] reads.
-#[derive(Debug, Default)]
-pub struct Seen {
-    /// Sets with their members.
-    pub(super) sets: BTreeMap<Vec<u8>, Vec<Vec<u8>>>,
-    /// The other marks' replies Redis answered (a key of another type
-    /// answers `WRONGTYPE`, which marks nothing).
-    pub(super) replies: BTreeMap<Vec<u8>, Value>,
-    /// Marks whose read Redis refused or failed (`NOPERM`...), with why:
-    /// whose keys those beside them are is unknown.
-    pub(super) unread: BTreeMap<Vec<u8>, Reason>,
-    /// Marks not read for a bound of discovery's work (beyond `max_keys`,
-    /// a set over the cap): unknown as the `unread` ones are, but counted
-    /// as dropped keys, not as errors.
-    pub(super) bounded: BTreeMap<Vec<u8>, Bound>,
-}
-
-impl Seen {
-    /// The sets read, with their members.
-    pub fn sets(&self) -> impl Iterator<Item = (&Vec<u8>, &Vec<Vec<u8>>)> {
-        self.sets.iter()
-    }
-
-    /// The replies to the marks' commands Redis answered.
-    pub fn replies(&self) -> impl Iterator<Item = (&Vec<u8>, &Value)> {
-        self.replies.iter()
-    }
-
-    /// The reply to mark `name`'s command, if Redis answered it.
-    pub fn reply(&self, name: &[u8]) -> Option<&Value> {
-        self.replies.get(name)
-    }
-
-    /// Whether `mark` went unread (refused, or for a bound).
-    pub fn not_read(&self, mark: &[u8]) -> bool {
-        self.unread.contains_key(mark) || self.bounded.contains_key(mark)
     }
 }

@@ -11,30 +11,20 @@
 //! finished since the last read, for the service time (`service.rs`).
 //! Discovery reads each library's registry every `discovery_interval`.
 
-mod arq;
-mod asynq;
-mod beequeue;
 mod bounded;
-mod bull;
-mod bullmq;
-mod celery;
 mod collide;
 mod consumed;
 mod counted;
-mod dramatiq;
 mod entry;
-mod huey;
+mod libraries;
 pub mod library;
 mod options;
 pub mod picture;
 mod poll;
-mod priority_zset;
-mod rediswq;
+mod recognise;
 mod registry;
 pub mod remembered;
-mod rq;
 mod service;
-mod sidekiq;
 mod spec;
 mod unit;
 pub mod zero;
@@ -61,21 +51,21 @@ pub use unit::Unit;
 
 /// Every library the exporter knows, in the order messages, zero config's
 /// entries and its log line list them: the one registration list (a
-/// library is its own file plus one line here; ARCHITECTURE.md, "Adding a
-/// queue library").
+/// library is its own file in `libraries/`, its `mod` line there, plus one
+/// line here; ARCHITECTURE.md, "Adding a queue library").
 pub static LIBRARIES: &[&dyn library::Library] = &[
-    &bullmq::Bullmq,
-    &bull::Bull,
-    &sidekiq::Sidekiq,
-    &celery::Celery,
-    &rq::Rq,
-    &asynq::Asynq,
-    &rediswq::Rediswq,
-    &priority_zset::PriorityZset,
-    &dramatiq::Dramatiq,
-    &huey::Huey,
-    &arq::Arq,
-    &beequeue::BeeQueue,
+    &libraries::bullmq::Bullmq,
+    &libraries::bull::Bull,
+    &libraries::sidekiq::Sidekiq,
+    &libraries::celery::Celery,
+    &libraries::rq::Rq,
+    &libraries::asynq::Asynq,
+    &libraries::rediswq::Rediswq,
+    &libraries::priority_zset::PriorityZset,
+    &libraries::dramatiq::Dramatiq,
+    &libraries::huey::Huey,
+    &libraries::arq::Arq,
+    &libraries::beequeue::BeeQueue,
 ];
 
 /// What a preset source keeps between polls: the logical queues each entry's
@@ -539,6 +529,7 @@ pub(super) mod test_util {
 
 #[cfg(test)]
 mod tests {
+    use super::libraries::{rq, sidekiq};
     use super::test_util::*;
     use super::*;
 

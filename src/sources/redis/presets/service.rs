@@ -633,7 +633,7 @@ mod tests {
     }
 
     fn rq_layout() -> FinishedLayout {
-        super::super::rq::finished("rq", b"q")
+        super::super::libraries::rq::finished("rq", b"q")
     }
 
     /// A RESP2 `WITHSCORES` reply.

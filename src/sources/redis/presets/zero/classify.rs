@@ -34,7 +34,7 @@ pub struct Recognition {
 }
 
 /// Recognises the libraries the marks show (pure): each library's
-/// entries (`Library::recognise`, in claim order: a registry set one
+/// entries (`Recognise::recognise`, in claim order: a registry set one
 /// library takes is no other's), sorted by library in the list's order,
 /// then as each library found them; the keys they consume; and those of
 /// the entries `polled` until now that they leave plain.
@@ -71,14 +71,14 @@ pub fn recognise(
 }
 
 /// The keys found that the `unread` marks (refused, or not read for a
-/// bound) may own, as each mark's library says (`Library::withheld`).
+/// bound) may own, as each mark's library says (`Recognise::withheld`).
 fn withheld<'a>(
     unread: impl Iterator<Item = &'a Vec<u8>>,
     keys: &BTreeMap<Vec<u8>, Candidate>,
 ) -> BTreeSet<Vec<u8>> {
     let mut owned = BTreeSet::new();
     for mark in unread {
-        for library in library::all() {
+        for library in library::recognisers() {
             owned.extend(library.withheld(mark, keys));
         }
     }
@@ -225,7 +225,7 @@ pub(in super::super) mod test_util {
 
 #[cfg(test)]
 mod tests {
-    use super::super::super::{asynq, bull, bullmq, rq, sidekiq};
+    use super::super::super::libraries::{asynq, bull, bullmq, rq, sidekiq};
     use super::test_util::*;
 
     #[test]

@@ -215,7 +215,7 @@ pub async fn learnt_marks(
 
 /// A library round's second step, once its marks are unchanged: the
 /// registries of the entries `learnt` whose library lists its queues again
-/// each round (`Library::relisted_each_round`: a `SCAN` of its pattern, its
+/// each round (`Recognise::relisted_each_round`: a `SCAN` of its pattern, its
 /// queues' marks), in the order of `learnt`'s entries.
 pub async fn relisted(
     conn: &Conn,

@@ -33,21 +33,22 @@ use super::super::spec::PresetSpec;
 use super::super::unit::Unit;
 
 /// The registries libraries write under a fixed name
-/// ([`Library::fixed_marks`](super::super::library::Library::fixed_marks)): a
+/// ([`Recognise::fixed_marks`](super::super::library::Recognise::fixed_marks)): a
 /// library round reads them whether the scan saw them or not, so that an
 /// app started since (the exporter often starts first) is found at the
 /// next round.
 pub(super) fn fixed_marks() -> Vec<&'static [u8]> {
-    super::super::library::all()
-        .iter()
+    super::super::library::recognisers()
         .flat_map(|l| l.fixed_marks().iter().copied())
         .collect()
 }
 
 /// Whether a library round lists `spec`'s queues again
-/// (`Library::relisted_each_round`) rather than keep the scan's.
+/// (`Recognise::relisted_each_round`) rather than keep the scan's.
 pub(super) fn relisted_each_round(spec: &PresetSpec) -> bool {
-    super::super::library::of_preset(&spec.preset).relisted_each_round()
+    super::super::library::of_preset(&spec.preset)
+        .recognition()
+        .is_some_and(|r| r.relisted_each_round())
 }
 
 /// Unless `keyspace_scan_interval` says otherwise, scans are this many

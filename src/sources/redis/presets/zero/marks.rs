@@ -1,5 +1,5 @@
 //! The libraries' marks, as zero config asks them (pure lookups in
-//! `library::all()`, used by every stage of a round and no stage itself): which
+//! `library::recognisers()`, used by every stage of a round and no stage itself): which
 //! names may mark a library and how each is read ([`Marks`]), which keys
 //! recognition asks the type of ([`evidence`]), how the reads' replies
 //! pair with their marks ([`seen`]), and what an unread mark may hide
@@ -12,14 +12,14 @@ use redis::Value;
 use super::super::super::discovery::Candidate;
 use super::super::super::keyname::display_key;
 use super::super::bounded::{Bound, SetRead};
-use super::super::library::{self, Hidden, Library, MarkRead, Registry, Seen};
+use super::super::library::{self, Hidden, MarkRead, Recognise, Registry, Seen};
 use super::super::spec::PresetSpec;
 use super::super::unit::Unit;
 
 /// The libraries in the order they claim a mark several may share
-/// (`Library::claim_rank`; the list's order among equals).
-pub(super) fn by_claim_rank() -> Vec<&'static dyn Library> {
-    let mut libraries: Vec<&'static dyn Library> = library::all().to_vec();
+/// (`Recognise::claim_rank`; the list's order among equals).
+pub(super) fn by_claim_rank() -> Vec<&'static dyn Recognise> {
+    let mut libraries: Vec<&'static dyn Recognise> = library::recognisers().collect();
     libraries.sort_by_key(|l| l.claim_rank());
     libraries
 }
@@ -27,12 +27,12 @@ pub(super) fn by_claim_rank() -> Vec<&'static dyn Library> {
 /// How the first library (in the list's order) whose mark `k` is named
 /// like reads it.
 pub(in super::super) fn mark_read(k: &[u8]) -> Option<MarkRead> {
-    library::all().iter().find_map(|l| l.mark_read(k))
+    library::recognisers().find_map(|l| l.mark_read(k))
 }
 
 /// The keys whose type recognition looks at, given the marks read and
 /// the `names` the pass kept by shape (pure): each library's
-/// `Library::evidence`, in claim order (a registry one library tells is
+/// `Recognise::evidence`, in claim order (a registry one library tells is
 /// not looked into by the next).
 pub(in super::super) fn evidence(seen: &Seen, names: Vec<Vec<u8>>) -> Vec<Vec<u8>> {
     let mut wanted: BTreeSet<Vec<u8>> = BTreeSet::new();
@@ -44,9 +44,9 @@ pub(in super::super) fn evidence(seen: &Seen, names: Vec<Vec<u8>>) -> Vec<Vec<u8
 }
 
 /// Whether the libraries-only pass keeps `k` for [`evidence`]: a name some
-/// library may ask the type of (`Library::is_evidence`).
+/// library may ask the type of (`Recognise::is_evidence`).
 pub(in super::super) fn is_evidence(k: &[u8]) -> bool {
-    library::all().iter().any(|l| l.is_evidence(k))
+    library::recognisers().any(|l| l.is_evidence(k))
 }
 
 /// Keys that may mark a library, by the read each gets.
@@ -56,7 +56,7 @@ pub struct Marks {
     pub(in super::super) sets: Vec<Vec<u8>>,
     /// Marks read by one command each (`meta` hashes), by name.
     pub(in super::super) cmds: Vec<(Vec<u8>, redis::Cmd)>,
-    /// Marks found beside the typed keys (`Library::marks_beside`), by
+    /// Marks found beside the typed keys (`Recognise::marks_beside`), by
     /// name, with their read.
     pub(in super::super) beside: Vec<(Vec<u8>, redis::Cmd)>,
     /// Libraries only: the names [`is_evidence`] keeps, whose type
@@ -97,14 +97,13 @@ impl Marks {
     }
 }
 
-/// The marks found beside the keys `keys` (`Library::marks_beside`), at
+/// The marks found beside the keys `keys` (`Recognise::marks_beside`), at
 /// most `limit` per library, with their reads.
 pub(in super::super) fn beside_marks(
     keys: &BTreeMap<Vec<u8>, Candidate>,
     limit: usize,
 ) -> Vec<(Vec<u8>, redis::Cmd)> {
-    library::all()
-        .iter()
+    library::recognisers()
         .flat_map(|l| {
             l.marks_beside(keys, limit)
                 .into_iter()
@@ -142,7 +141,7 @@ pub(in super::super) fn marks_named(names: Vec<Vec<u8>>) -> Marks {
     let beside = others
         .into_iter()
         .filter_map(|k| {
-            let c = library::all().iter().find_map(|l| l.beside_read(&k))?;
+            let c = library::recognisers().find_map(|l| l.beside_read(&k))?;
             Some((k, c))
         })
         .collect();
@@ -179,14 +178,14 @@ impl Seen {
 
     /// Notes the marks `beyond` [`Marks::keep_within`]'s `max`, not read;
     /// a mark found beside typed keys whose library says it would tell
-    /// nothing more (`Library::beside_tells`) is left out.
+    /// nothing more (`Recognise::beside_tells`) is left out.
     pub(in super::super) fn beyond(&mut self, beyond: Vec<Vec<u8>>, max: usize) {
         let (others, marks): (Vec<_>, Vec<_>) = beyond.into_iter().partition(|k| !is_mark(k));
         for m in marks {
             self.bounded.insert(m, Bound::MaxKeys(max));
         }
         for k in others {
-            let owner = library::all().iter().find(|l| l.beside_read(&k).is_some());
+            let owner = library::recognisers().find(|l| l.beside_read(&k).is_some());
             if owner.is_some_and(|l| l.beside_tells(&k, self)) {
                 self.bounded.insert(k, Bound::MaxKeys(max));
             }
@@ -204,7 +203,7 @@ impl Seen {
 
 impl Seen {
     /// What recognition reads in the sets, by set: a registry's members,
-    /// a table's view as its library gives it (`Library::set_view`),
+    /// a table's view as its library gives it (`Recognise::set_view`),
     /// sorted; sets with none are left out (a set Redis holds is never
     /// empty: an empty read is a missing key). Library rounds compare it
     /// with the scan's.
@@ -221,9 +220,7 @@ impl Seen {
         self.sets
             .iter()
             .filter_map(|(name, members)| {
-                let own = library::all()
-                    .iter()
-                    .find_map(|l| l.set_view(name, members));
+                let own = library::recognisers().find_map(|l| l.set_view(name, members));
                 let always = own.is_some();
                 let mut view = own.unwrap_or_else(|| members.clone());
                 view.sort_unstable();
@@ -280,10 +277,10 @@ pub struct Hides {
     pub names: BTreeSet<String>,
 }
 
-/// What the libraries say an unread `mark` hides (`Library::hidden`), if
+/// What the libraries say an unread `mark` hides (`Recognise::hidden`), if
 /// one of them knows it.
 fn hidden(mark: &[u8]) -> Option<Hidden> {
-    library::all().iter().find_map(|l| l.hidden(mark))
+    library::recognisers().find_map(|l| l.hidden(mark))
 }
 
 /// Which names the unread `marks` may hide (pure): as each mark's library

@@ -2,7 +2,7 @@
 //! keys itself, in the discovery round, and reports each library's queues
 //! exactly as the matching `- preset:` entry would (the entries are built
 //! here and polled by the same code). What marks each library is its own
-//! file's (`Library::mark_read`, `Library::recognise`; docs/presets.md,
+//! file's (`Recognise::mark_read`, `Recognise::recognise`; docs/presets.md,
 //! "Zero config").
 //!
 //! A round is one way: **gather** (`gather.rs`: all its I/O, SCAN pages,

@@ -12,23 +12,20 @@
 use serde::Deserialize;
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::super::tracked::KeyState;
-use super::Unit;
-use super::key;
-use super::library::{Arrivals, Hidden, Keys, Library, Mark, Owned, Registry, Seen, under};
-use super::library::{OptionError, Preset, Written, options_of, prefix_or, stalled_check_limit};
-use crate::config::KeyType;
-use crate::snapshot::Reason;
+use super::super::library::{
+    Arrivals, FinishedLayout, Hidden, JobState, KeyType, Keys, Library, Mark, OptionError, Owned,
+    Preset, PresetKind, Reason, Recognise, Registry, Seen, Stage, Unit, Written, cmd, count,
+    escape_glob, key, options_of, prefix_or, preset_sample, reply, set_state, stalled_check_limit,
+    sum, type_at, under,
+};
 use redis::Value;
 
 use super::bullmq::{Jobs, due_score_bound, ids, k, read_jobs};
-use super::{Stage, count, preset_sample, set_state, sum};
-use crate::snapshot::{JobState, PresetKind};
 
 /// Where queue `q` keeps finished jobs: as BullMQ, `completed` and
 /// `failed` scored by `finishedOn` (ms), the job hash with `processedOn` and
 /// `finishedOn` (`moveToFinished-9.lua`, `moveToActive-8.lua`).
-pub fn finished(prefix: &str, q: &[u8]) -> super::service::FinishedLayout {
+pub fn finished(prefix: &str, q: &[u8]) -> FinishedLayout {
     super::bullmq::finished(prefix, q)
 }
 
@@ -68,7 +65,7 @@ pub fn queue_of_id<'a>(prefix: &[u8], id_key: &'a [u8]) -> Option<&'a [u8]> {
 
 /// Round 1: twelve read-only commands.
 pub fn plan(prefix: &str, q: &[u8], limit: usize, now: f64) -> Vec<redis::Cmd> {
-    let c = |name: &str, n: &[u8]| super::cmd(name, &k(prefix, q, n));
+    let c = |name: &str, n: &[u8]| cmd(name, &k(prefix, q, n));
     let mut wait_tail = c("LRANGE", b"wait");
     wait_tail.arg(-1).arg(-1);
     let mut paused_tail = c("LRANGE", b"paused");
@@ -105,8 +102,7 @@ pub fn read(prefix: &str, q: &[u8], r: &[Value]) -> Stage {
     set_state(&mut s, JobState::Delayed, count(at(3)));
     // The next job (the tail of `wait`, or of `paused` while paused) is the
     // oldest of a FIFO queue; unknown unless both tails were readable.
-    let readable =
-        super::reply::as_array(at(7)).is_some() && super::reply::as_array(at(8)).is_some();
+    let readable = reply::as_array(at(7)).is_some() && reply::as_array(at(8)).is_some();
     let next = ids(at(7)).into_iter().chain(ids(at(8))).next();
     let jobs = Jobs {
         completed: at(4),
@@ -168,7 +164,7 @@ impl Library for Bull {
     }
 
     fn registry(&self, preset: &Preset) -> Registry {
-        let p = super::super::glob::escape(preset.prefix.as_bytes());
+        let p = escape_glob(preset.prefix.as_bytes());
         Registry::Scan {
             pattern: key(&[&p, b":*:id"]),
             key_type: None,
@@ -199,12 +195,39 @@ impl Library for Bull {
         super::bullmq::queue_keys(&preset.prefix, units)
     }
 
+    /// `GET id`: every added job INCRs it.
+    fn arrivals(&self) -> Arrivals {
+        Arrivals::IdCounter
+    }
+
+    fn plan(&self, preset: &Preset, unit: &Unit, now: f64) -> Vec<redis::Cmd> {
+        plan(&preset.prefix, unit.name(), preset.stalled_check_limit, now)
+    }
+
+    fn read(&self, preset: &Preset, unit: &Unit, r: &[Value], _: f64) -> Stage {
+        read(&preset.prefix, unit.name(), r)
+    }
+
+    fn finished(&self, preset: &Preset, queue: &[u8]) -> Option<FinishedLayout> {
+        Some(finished(&preset.prefix, queue))
+    }
+
+    fn unmeasured_why(&self) -> &'static str {
+        super::bullmq::UNMEASURED
+    }
+
+    fn recognition(&self) -> Option<&dyn Recognise> {
+        Some(self)
+    }
+}
+
+impl Recognise for Bull {
     /// The `<prefix>:<name>:id` beside each `<prefix>:<name>` with a list or
     /// zset named like one of Bull's keys, at most `limit`.
     fn marks_beside(&self, keys: &Keys, limit: usize) -> Vec<Vec<u8>> {
         let mut ids = BTreeSet::new();
-        for (k, c) in keys {
-            if !matches!(c.state, KeyState::Typed(KeyType::List | KeyType::Zset)) {
+        for k in keys.keys() {
+            if !matches!(type_at(keys, k), Some(KeyType::List | KeyType::Zset)) {
                 continue;
             }
             if let Some((prefix, name)) = queue_of_part(k) {
@@ -219,7 +242,7 @@ impl Library for Bull {
 
     /// `GET` of an `id` (an integer string: Bull's job counter).
     fn beside_read(&self, k: &[u8]) -> Option<redis::Cmd> {
-        k.ends_with(b":id").then(|| super::cmd("GET", k))
+        k.ends_with(b":id").then(|| cmd("GET", k))
     }
 
     /// An `id` whose `meta` beside it says BullMQ's, or went unread itself,
@@ -275,7 +298,7 @@ impl Library for Bull {
             if claimed.contains(id) {
                 continue;
             }
-            if super::reply::as_u64(reply).is_none() {
+            if reply::as_u64(reply).is_none() {
                 continue;
             }
             let meta = key(&[base, b":meta"]);
@@ -309,37 +332,12 @@ impl Library for Bull {
     fn hidden(&self, mark: &[u8]) -> Option<Hidden> {
         mark.strip_suffix(b":id").map(super::bullmq::queue_hidden)
     }
-
-    /// `GET id`: every added job INCRs it.
-    fn arrivals(&self) -> Arrivals {
-        Arrivals::IdCounter
-    }
-
-    fn zero_config(&self) -> bool {
-        true
-    }
-
-    fn plan(&self, preset: &Preset, unit: &Unit, now: f64) -> Vec<redis::Cmd> {
-        plan(&preset.prefix, unit.name(), preset.stalled_check_limit, now)
-    }
-
-    fn read(&self, preset: &Preset, unit: &Unit, r: &[Value], _: f64) -> Stage {
-        read(&preset.prefix, unit.name(), r)
-    }
-
-    fn finished(&self, preset: &Preset, queue: &[u8]) -> Option<super::service::FinishedLayout> {
-        Some(finished(&preset.prefix, queue))
-    }
-
-    fn unmeasured_why(&self) -> &'static str {
-        super::bullmq::UNMEASURED
-    }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::Follow;
-    use super::super::test_util::*;
+    use super::super::super::Follow;
+    use super::super::super::test_util::*;
     use super::*;
     use crate::time::TimeUnit;
 
@@ -465,7 +463,7 @@ mod tests {
 mod recognition_tests {
     //! Zero config's recognition of this library, through the generic
     //! pass (`zero::classify::recognise`).
-    use super::super::zero::classify::test_util::*;
+    use super::super::super::zero::classify::test_util::*;
     use super::super::{bull, bullmq};
 
     #[test]

@@ -1,22 +1,18 @@
 //! RQ (`rq` 2.x/3.x): `<prefix>:queue:<q>` lists (RPUSH, LPOP: the oldest
 //! is at the head) and one zset registry per state.
 
-use super::Unit;
+use super::super::library::{
+    FinishedLayout, Follow, Hidden, JobState, Keys, Library, MarkRead, OptionError, Owned, Preset,
+    PresetKind, Recognise, Registry, Scores, Seen, Stage, TimeUnit, Unit, Written, below, cmd,
+    count, due_count, facts, key, options_of, prefix_or, prefixed_registry_hides, preset_sample,
+    registry_prefix, reply, set_state, sorted, sum, under_prefixed_registry,
+};
 use serde::Deserialize;
 use std::collections::BTreeSet;
 
-use super::library::{
-    Hidden, Keys, Library, MarkRead, Owned, Registry, Seen, prefixed_registry_hides,
-    registry_prefix, under_prefixed_registry,
-};
-use super::library::{OptionError, Preset, Written, options_of, prefix_or};
 use std::collections::HashSet;
 
 use redis::Value;
-
-use super::{Follow, Stage, below, count, due_count, key, preset_sample, set_state, sum};
-use crate::snapshot::{JobState, PresetKind};
-use crate::time::TimeUnit;
 
 /// The keys of queue `q`: `<prefix>:<kind>:<q>`.
 fn k(prefix: &str, kind: &str, q: &[u8]) -> Vec<u8> {
@@ -29,10 +25,10 @@ fn k(prefix: &str, kind: &str, q: &[u8]) -> Vec<u8> {
 /// or `failure_ttl`, default a year; `-1` is `+inf`, kept for ever), and
 /// each job's hash `<prefix>:job:<id>` with `started_at` and `ended_at`
 /// (RQ's `%Y-%m-%dT%H:%M:%S.%fZ`, microseconds). Empty with `result_ttl=0`.
-pub fn finished(prefix: &str, q: &[u8]) -> super::service::FinishedLayout {
-    super::service::FinishedLayout {
+pub fn finished(prefix: &str, q: &[u8]) -> FinishedLayout {
+    FinishedLayout {
         sets: [k(prefix, "finished", q), k(prefix, "failed", q)],
-        scores: super::service::Scores::Expiry {
+        scores: Scores::Expiry {
             default_ttl: [DEFAULT_RESULT_TTL, DEFAULT_FAILURE_TTL],
         },
         job_prefix: key(&[prefix.as_bytes(), b":job:"]),
@@ -57,18 +53,18 @@ const OVERLAP_READ: usize = 256;
 pub fn plan(prefix: &str, q: &[u8], now: f64) -> Vec<redis::Cmd> {
     let list = k(prefix, "queue", q);
     let intermediate = key(&[&list, b":intermediate"]);
-    let zcard = |kind: &str| super::cmd("ZCARD", &k(prefix, kind, q));
-    let mut zcount = super::cmd("ZCOUNT", &k(prefix, "wip", q));
+    let zcard = |kind: &str| cmd("ZCARD", &k(prefix, kind, q));
+    let mut zcount = cmd("ZCOUNT", &k(prefix, "wip", q));
     zcount.arg("-inf").arg(below(now));
-    let mut lindex = super::cmd("LINDEX", &list);
+    let mut lindex = cmd("LINDEX", &list);
     lindex.arg(0);
-    let mut popped = super::cmd("LRANGE", &intermediate);
+    let mut popped = cmd("LRANGE", &intermediate);
     popped.arg(0).arg(OVERLAP_READ - 1);
-    let mut started = super::cmd("ZRANGE", &k(prefix, "wip", q));
+    let mut started = cmd("ZRANGE", &k(prefix, "wip", q));
     started.arg(0).arg(OVERLAP_READ - 1);
     vec![
-        super::cmd("LLEN", &list),
-        super::cmd("LLEN", &intermediate),
+        cmd("LLEN", &list),
+        cmd("LLEN", &intermediate),
         zcard("wip"),
         zcard("finished"),
         zcard("failed"),
@@ -114,8 +110,8 @@ fn active(len: &Value, card: &Value, popped: &Value, started: &Value) -> Option<
 /// The members of an `LRANGE`/`ZRANGE` reply; `None` unless it is a list of
 /// strings.
 fn members(v: &Value) -> Option<impl Iterator<Item = &[u8]>> {
-    let items = super::reply::as_array(v)?;
-    let all: Option<Vec<&[u8]>> = items.iter().map(super::reply::as_bytes).collect();
+    let items = reply::as_array(v)?;
+    let all: Option<Vec<&[u8]>> = items.iter().map(reply::as_bytes).collect();
     Some(all?.into_iter())
 }
 
@@ -135,15 +131,15 @@ pub fn read(prefix: &str, q: &[u8], r: &[Value]) -> Stage {
     set_state(&mut s, JobState::Failed, count(at(4)));
     set_state(&mut s, JobState::Delayed, count(at(6)));
     // wip scores are heartbeat expiries: past ones are abandoned jobs.
-    let f = super::facts(&mut s);
+    let f = facts(&mut s);
     f.stalled = count(at(7));
     f.overdue = count(at(9));
     let mut follow = Vec::new();
     match at(8) {
         Value::Nil => s.oldest_age_seconds = Some(0.0),
         v => {
-            if let Some(id) = super::reply::as_bytes(v) {
-                let mut c = super::cmd("HGET", &k(prefix, "job", id));
+            if let Some(id) = reply::as_bytes(v) {
+                let mut c = cmd("HGET", &k(prefix, "job", id));
                 c.arg("enqueued_at");
                 follow.push((c, Follow::Stamp(TimeUnit::Rfc3339)));
             }
@@ -205,7 +201,7 @@ impl Library for Rq {
             .filter_map(|m| m.strip_prefix(full.as_slice()).map(<[u8]>::to_vec))
             .map(Unit::Queue)
             .collect();
-        super::sorted(units)
+        sorted(units)
     }
 
     /// Results, executions, `intermediate` lists, `ready`/`canceled`
@@ -226,6 +222,29 @@ impl Library for Rq {
         v
     }
 
+    fn plan(&self, preset: &Preset, unit: &Unit, now: f64) -> Vec<redis::Cmd> {
+        plan(&preset.prefix, unit.name(), now)
+    }
+
+    fn read(&self, preset: &Preset, unit: &Unit, r: &[Value], _: f64) -> Stage {
+        read(&preset.prefix, unit.name(), r)
+    }
+
+    fn finished(&self, preset: &Preset, queue: &[u8]) -> Option<FinishedLayout> {
+        Some(finished(&preset.prefix, queue))
+    }
+
+    fn unmeasured_why(&self) -> &'static str {
+        "no job with started_at and ended_at kept that finished within the source's service_time_max_age \
+         (none finished lately, or the jobs are enqueued with result_ttl=0)"
+    }
+
+    fn recognition(&self) -> Option<&dyn Recognise> {
+        Some(self)
+    }
+}
+
+impl Recognise for Rq {
     fn fixed_marks(&self) -> &'static [&'static [u8]] {
         &[b"rq:queues"]
     }
@@ -293,32 +312,11 @@ impl Library for Rq {
     fn hidden(&self, mark: &[u8]) -> Option<Hidden> {
         prefixed_registry_hides(mark)
     }
-
-    fn zero_config(&self) -> bool {
-        true
-    }
-
-    fn plan(&self, preset: &Preset, unit: &Unit, now: f64) -> Vec<redis::Cmd> {
-        plan(&preset.prefix, unit.name(), now)
-    }
-
-    fn read(&self, preset: &Preset, unit: &Unit, r: &[Value], _: f64) -> Stage {
-        read(&preset.prefix, unit.name(), r)
-    }
-
-    fn finished(&self, preset: &Preset, queue: &[u8]) -> Option<super::service::FinishedLayout> {
-        Some(finished(&preset.prefix, queue))
-    }
-
-    fn unmeasured_why(&self) -> &'static str {
-        "no job with started_at and ended_at kept that finished within the source's service_time_max_age \
-         (none finished lately, or the jobs are enqueued with result_ttl=0)"
-    }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::test_util::*;
+    use super::super::super::test_util::*;
     use super::*;
 
     /// Replies of an otherwise empty queue whose `intermediate` holds

@@ -14,19 +14,15 @@
 use serde::Deserialize;
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::library::{Hidden, Keys, Library, MarkRead, Owned, Seen, type_at, under};
-use super::library::{OptionError, Preset, Written, options_of, prefix_or, timeout};
-use crate::config::{ALL_QUEUES, KeyType};
+use super::super::library::{
+    ALL_QUEUES, Follow, Hidden, JobState, KeyType, Keys, Library, MarkRead, OptionError, Owned,
+    Preset, PresetKind, QueueSample, Recognise, Seen, Stage, TimeUnit, Unit, Written, below, cmd,
+    count, facts, json_stamp_seconds, kept_elsewhere, key, options_of, prefix_or, preset_sample,
+    set_state, shared_sample, sorted, sum, timeout, type_at, under,
+};
 use std::time::Duration;
 
 use redis::Value;
-
-use super::{
-    Follow, Stage, Unit, below, count, json_stamp_seconds, key, preset_sample, set_state,
-    shared_sample, sum,
-};
-use crate::snapshot::{JobState, PresetKind, QueueSample};
-use crate::time::TimeUnit;
 
 /// The states kombu keeps for all queues together, under `(all)`: the
 /// `unacked` hash (reserved and running tasks: active).
@@ -46,15 +42,15 @@ pub fn plan(
 ) -> Vec<redis::Cmd> {
     let p = prefix.as_bytes();
     let Unit::Queue(q) = unit else {
-        let mut stalled = super::cmd("ZCOUNT", &key(&[p, b"unacked_index"]));
+        let mut stalled = cmd("ZCOUNT", &key(&[p, b"unacked_index"]));
         stalled
             .arg("-inf")
             .arg(below(now - visibility_timeout.as_secs_f64()));
-        return vec![super::cmd("HLEN", &key(&[p, b"unacked"])), stalled];
+        return vec![cmd("HLEN", &key(&[p, b"unacked"])), stalled];
     };
     lists(p, sep, steps, q)
         .iter()
-        .map(|list| super::cmd("LLEN", list))
+        .map(|list| cmd("LLEN", list))
         .collect()
 }
 
@@ -87,16 +83,16 @@ const AGE_UNKNOWN: &str = ": Celery's messages carry no enqueue time, and its ol
 pub fn read(prefix: &str, sep: &str, steps: &[u8], unit: &Unit, r: &[Value]) -> Stage {
     let Unit::Queue(q) = unit else {
         let mut s = shared_sample(KIND);
-        super::kept_elsewhere(&mut s, QUEUE_STATES);
+        kept_elsewhere(&mut s, QUEUE_STATES);
         let at = |i: usize| r.get(i).unwrap_or(&Value::Nil);
         // Reserved (prefetched) tasks, and running ones under acks_late.
         set_state(&mut s, JobState::Active, count(at(0)));
-        super::facts(&mut s).stalled = count(at(1));
+        facts(&mut s).stalled = count(at(1));
         return Stage::done(s);
     };
     let mut s = preset_sample(KIND, q);
-    super::kept_elsewhere(&mut s, SHARED_STATES);
-    super::facts(&mut s).age_unknown_why = Some(AGE_UNKNOWN);
+    kept_elsewhere(&mut s, SHARED_STATES);
+    facts(&mut s).age_unknown_why = Some(AGE_UNKNOWN);
     let all: Vec<&Value> = r.iter().collect();
     let waiting = sum(&all);
     set_state(&mut s, JobState::Waiting, waiting);
@@ -109,7 +105,7 @@ pub fn read(prefix: &str, sep: &str, steps: &[u8], unit: &Unit, r: &[Value]) -> 
     if waiting.is_some() {
         for (list, n) in lists(prefix.as_bytes(), sep, steps, q).iter().zip(r) {
             if count(n).is_some_and(|n| n > 0) {
-                let mut tail = super::cmd("LINDEX", list);
+                let mut tail = cmd("LINDEX", list);
                 tail.arg(-1);
                 follow.push((tail, Follow::Own));
             }
@@ -233,7 +229,7 @@ impl Library for Celery {
             .map(|q| Unit::Queue(q.as_bytes().to_vec()))
             .collect();
         v.push(Unit::Shared);
-        super::sorted(v)
+        sorted(v)
     }
 
     fn fixed_names(&self, preset: &Preset) -> Vec<String> {
@@ -250,6 +246,31 @@ impl Library for Celery {
         ]))]
     }
 
+    fn plan(&self, p: &Preset, unit: &Unit, now: f64) -> Vec<redis::Cmd> {
+        plan(
+            &p.prefix,
+            &p.sep,
+            &p.priority_steps,
+            unit,
+            now,
+            p.visibility_timeout,
+        )
+    }
+
+    fn read(&self, p: &Preset, unit: &Unit, r: &[Value], _: f64) -> Stage {
+        read(&p.prefix, &p.sep, &p.priority_steps, unit, r)
+    }
+
+    fn settle(&self, _: &Preset, sample: &mut QueueSample, tails: &[Value], now: f64) {
+        settle(sample, tails, now);
+    }
+
+    fn recognition(&self) -> Option<&dyn Recognise> {
+        Some(self)
+    }
+}
+
+impl Recognise for Celery {
     fn fixed_marks(&self) -> &'static [&'static [u8]] {
         &[b"_kombu.binding.celery"]
     }
@@ -356,29 +377,6 @@ impl Library for Celery {
         view.dedup();
         Some(view)
     }
-
-    fn zero_config(&self) -> bool {
-        true
-    }
-
-    fn plan(&self, p: &Preset, unit: &Unit, now: f64) -> Vec<redis::Cmd> {
-        plan(
-            &p.prefix,
-            &p.sep,
-            &p.priority_steps,
-            unit,
-            now,
-            p.visibility_timeout,
-        )
-    }
-
-    fn read(&self, p: &Preset, unit: &Unit, r: &[Value], _: f64) -> Stage {
-        read(&p.prefix, &p.sep, &p.priority_steps, unit, r)
-    }
-
-    fn settle(&self, _: &Preset, sample: &mut QueueSample, tails: &[Value], now: f64) {
-        settle(sample, tails, now);
-    }
 }
 
 /// The name part of kombu's binding tables.
@@ -483,7 +481,7 @@ fn step(k: &[u8]) -> Option<(&[u8], u8)> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::test_util::*;
+    use super::super::super::test_util::*;
     use super::*;
 
     /// `read` with kombu's defaults (no prefix, its `sep`, steps 0 3 6 9).
@@ -634,8 +632,8 @@ mod tests {
 mod recognition_tests {
     //! Zero config's recognition of this library, through the generic
     //! pass (`zero::classify::recognise`).
+    use super::super::super::zero::classify::test_util::*;
     use super::super::celery;
-    use super::super::zero::classify::test_util::*;
 
     #[test]
     fn an_unread_kombu_binding_withholds_every_list_under_its_prefix() {

@@ -14,14 +14,12 @@ use redis::Value;
 use serde::Deserialize;
 use serde::de::IgnoredAny;
 
-use super::super::keyname::display_key;
-use super::library::{
-    Arrivals, Hidden, Keys, Library, Mark, MarkRead, Owned, Registry, Seen, under,
+use super::super::library::{
+    Arrivals, Counters, Follow, Hidden, JobState, KeyType, Keys, Library, Mark, MarkRead,
+    OptionError, Owned, Preset, PresetKind, QueueSample, ReadReply, Reason, Recognise, Registry,
+    Seen, Stage, Unit, Written, cmd, count, display_key, escape_glob, facts, key, options_of,
+    prefix_or, preset_sample, reply, set_state, sorted, under,
 };
-use super::library::{OptionError, Preset, Written, options_of, prefix_or};
-use super::{Follow, ReadReply, Stage, Unit, count, key, preset_sample, set_state};
-use crate::config::KeyType;
-use crate::snapshot::{Counters, JobState, PresetKind, QueueSample, Reason};
 
 /// bee-queue's `preset` name.
 pub const KIND: PresetKind = PresetKind::named("bee-queue");
@@ -69,7 +67,7 @@ impl Library for BeeQueue {
     /// Every queue holding a job has its `jobs` hash (`addJob.lua`,
     /// `addDelayedJob.lua`); bee-queue keeps no list of queue names.
     fn registry(&self, preset: &Preset) -> Registry {
-        let p = super::super::glob::escape(preset.prefix.as_bytes());
+        let p = escape_glob(preset.prefix.as_bytes());
         Registry::Scan {
             pattern: key(&[&p, b":*:jobs"]),
             key_type: Some(KeyType::Hash),
@@ -115,11 +113,21 @@ impl Library for BeeQueue {
         Arrivals::IdCounter
     }
 
-    /// Recognised at any prefix by its `jobs` hashes.
-    fn zero_config(&self) -> bool {
-        true
+    fn plan(&self, preset: &Preset, unit: &Unit, now: f64) -> Vec<redis::Cmd> {
+        plan(&preset.prefix, unit.name(), now)
     }
 
+    fn read(&self, preset: &Preset, unit: &Unit, r: &[Value], _: f64) -> Stage {
+        read(&preset.prefix, unit.name(), r)
+    }
+
+    /// Recognised at any prefix by its `jobs` hashes.
+    fn recognition(&self) -> Option<&dyn Recognise> {
+        Some(self)
+    }
+}
+
+impl Recognise for BeeQueue {
     /// Its `jobs` hashes, found by a SCAN of one pattern.
     fn relisted_each_round(&self) -> bool {
         true
@@ -168,7 +176,7 @@ impl Library for BeeQueue {
             .into_iter()
             .filter_map(|(prefix, units)| {
                 let prefix = std::str::from_utf8(prefix).ok()?;
-                Some((Preset::new(KIND, prefix), super::sorted(units)))
+                Some((Preset::new(KIND, prefix), sorted(units)))
             })
             .collect()
     }
@@ -191,14 +199,6 @@ impl Library for BeeQueue {
             Some((_, name)) => Hidden::Names(vec![display_key(name), display_key(base)]),
             None => Hidden::Any,
         })
-    }
-
-    fn plan(&self, preset: &Preset, unit: &Unit, now: f64) -> Vec<redis::Cmd> {
-        plan(&preset.prefix, unit.name(), now)
-    }
-
-    fn read(&self, preset: &Preset, unit: &Unit, r: &[Value], _: f64) -> Stage {
-        read(&preset.prefix, unit.name(), r)
     }
 }
 
@@ -225,7 +225,7 @@ fn due_ms(now: f64) -> u64 {
 /// shows its new window over the old snapshot (0 stalled for one poll),
 /// never a fresh snapshot of every active job as stalled.
 pub fn plan(prefix: &str, q: &[u8], now: f64) -> Vec<redis::Cmd> {
-    let c = |name: &str, n: &[u8]| super::cmd(name, &k(prefix, q, n));
+    let c = |name: &str, n: &[u8]| cmd(name, &k(prefix, q, n));
     let mut overdue = c("ZCOUNT", b"delayed");
     overdue.arg("-inf").arg(due_ms(now));
     let mut next = c("LINDEX", b"waiting");
@@ -256,14 +256,14 @@ pub fn read(prefix: &str, q: &[u8], r: &[Value]) -> Stage {
     set_state(&mut s, JobState::Delayed, count(at(2)));
     set_state(&mut s, JobState::Completed, count(at(3)));
     set_state(&mut s, JobState::Failed, count(at(4)));
-    let f = super::facts(&mut s);
+    let f = facts(&mut s);
     // Due jobs stay in `delayed` until a queue with `activateDelayedJobs`
     // raises them (off by default).
     f.overdue = count(at(5));
     f.stalled = stalled(at(8), at(9));
     // bee-queue cannot pause a queue in Redis (`Queue#close` stops one
     // process): `paused` stays `None`.
-    if let Some(added) = super::reply::as_u64(at(6)) {
+    if let Some(added) = reply::as_u64(at(6)) {
         s.set_counters(Counters {
             published: Some(added),
             ..Counters::default()
@@ -273,8 +273,8 @@ pub fn read(prefix: &str, q: &[u8], r: &[Value]) -> Stage {
     match at(7) {
         Value::Nil if count(at(0)) == Some(0) => s.oldest_age_seconds = Some(0.0),
         v => {
-            if let Some(id) = super::reply::as_bytes(v) {
-                let mut c = super::cmd("HGET", &k(prefix, q, b"jobs"));
+            if let Some(id) = reply::as_bytes(v) {
+                let mut c = cmd("HGET", &k(prefix, q, b"jobs"));
                 c.arg(id);
                 follow.push((c, Follow::Read(ReadReply(apply_job))));
             }
@@ -294,7 +294,7 @@ pub fn read(prefix: &str, q: &[u8], r: &[Value]) -> Stage {
 /// `removeJob.lua`, the check itself), so `SCARD stalling` counts active
 /// jobs. Unknown when either read failed.
 fn stalled(stalling: &Value, block: &Value) -> Option<u64> {
-    match super::reply::as_u64(block)? {
+    match reply::as_u64(block)? {
         0 => count(stalling),
         _ => count(stalling).map(|_| 0),
     }
@@ -345,7 +345,7 @@ pub fn waiting_since(json: &[u8]) -> Option<f64> {
 /// `now −` [`waiting_since`]. A job gone meanwhile (nil) or a reply that
 /// is no bee-queue job leaves the age unknown for this poll.
 pub fn apply_job(s: &mut QueueSample, v: &Value, now: f64) {
-    if let Some(t) = super::reply::as_bytes(v).and_then(waiting_since) {
+    if let Some(t) = reply::as_bytes(v).and_then(waiting_since) {
         s.oldest_age_seconds = Some((now - t).max(0.0));
     }
 }
@@ -375,7 +375,7 @@ pub fn queue_of_jobs(jobs: &[u8]) -> Option<(&[u8], &[u8])> {
 /// that tells bee-queue's from any other hash of that name (one field and
 /// value, whatever the hash's size; Redis 6.2+).
 pub fn marks_cmd(jobs: &[u8]) -> redis::Cmd {
-    let mut c = super::cmd("HRANDFIELD", jobs);
+    let mut c = cmd("HRANDFIELD", jobs);
     c.arg(1).arg("WITHVALUES");
     c
 }
@@ -385,18 +385,18 @@ pub fn marks_cmd(jobs: &[u8]) -> redis::Cmd {
 /// another type or an empty hash marks nothing; a read Redis refused tells
 /// nothing (`Err`).
 pub fn has_marks(reply: &Value) -> Result<bool, Reason> {
-    if let Some(reason) = super::reply::refusal(reply) {
+    if let Some(reason) = reply::refusal(reply) {
         return Err(reason);
     }
     Ok(first_value(reply)
-        .and_then(super::reply::as_bytes)
+        .and_then(reply::as_bytes)
         .is_some_and(|json| waiting_since(json).is_some()))
 }
 
 /// The value of the first field/value pair of an `HRANDFIELD … WITHVALUES`
 /// reply: flat `[field, value]` in RESP2, `[[field, value]]` in RESP3.
 fn first_value(reply: &Value) -> Option<&Value> {
-    let items = super::reply::as_array(reply)?;
+    let items = reply::as_array(reply)?;
     match items.first()? {
         Value::Array(pair) => pair.get(1),
         _ => items.get(1),
@@ -405,7 +405,7 @@ fn first_value(reply: &Value) -> Option<&Value> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::test_util::*;
+    use super::super::super::test_util::*;
     use super::*;
 
     /// Replies to [`plan`] for a queue with `waiting` jobs and `next` at the
@@ -580,9 +580,9 @@ mod tests {
     }
 
     /// Keys found by a scan, each of type `t`.
-    fn found(keys: &[(&str, KeyType)]) -> super::super::super::discovery::Candidates {
-        use super::super::super::discovery::{Candidate, Candidates};
-        use super::super::super::tracked::KeyState;
+    fn found(keys: &[(&str, KeyType)]) -> super::super::super::super::discovery::Candidates {
+        use super::super::super::super::discovery::{Candidate, Candidates};
+        use super::super::super::super::tracked::KeyState;
         let keys = keys
             .iter()
             .map(|(k, t)| {
@@ -649,7 +649,7 @@ mod tests {
             ],
             &["bq:secret:jobs"],
         );
-        let r = super::super::zero::classify::recognise(&s, &keys, &[]);
+        let r = super::super::super::zero::classify::recognise(&s, &keys, &[]);
         let kinds: Vec<(&str, &str)> = r
             .entries
             .iter()

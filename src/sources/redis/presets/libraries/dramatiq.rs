@@ -14,14 +14,12 @@ use std::time::Duration;
 
 use redis::Value;
 
-use super::library::{Hidden, Keys, Library, MarkRead, Owned, Registry, Seen, under as keys_under};
-use super::library::{
-    OptionError, Preset, Written, options_of, prefix_or, stalled_check_limit, timeout,
+use super::super::library::{
+    Follow, Hidden, JobState, KeyType, Keys, Library, MarkRead, OptionError, Owned, Preset,
+    PresetKind, Recognise, Registry, Seen, Stage, TimeUnit, Unit, Written, cmd, count, display_key,
+    escape_glob, facts, key, options_of, prefix_or, preset_sample, queue_label, reply, set_state,
+    sorted, stalled_check_limit, timeout, under as keys_under,
 };
-use super::{Follow, Stage, Unit, count, key, preset_sample, set_state};
-use crate::config::KeyType;
-use crate::snapshot::{JobState, PresetKind};
-use crate::time::TimeUnit;
 
 /// Dramatiq's `preset` name.
 pub const KIND: PresetKind = PresetKind::named("dramatiq");
@@ -142,9 +140,9 @@ pub fn queue_of(rest: &[u8]) -> Option<&[u8]> {
 /// maintenance computes it); at most `limit` + 1 dead workers are listed.
 pub fn plan(ns: &str, q: &[u8], dead_before_ms: u64, limit: usize) -> Vec<redis::Cmd> {
     let k = QueueKeys::of(ns, q);
-    let mut head = super::cmd("LINDEX", &k.list);
+    let mut head = cmd("LINDEX", &k.list);
     head.arg(0);
-    let mut dead_workers = super::cmd("ZRANGEBYSCORE", &heartbeats(ns));
+    let mut dead_workers = cmd("ZRANGEBYSCORE", &heartbeats(ns));
     dead_workers
         .arg("-inf")
         .arg(dead_before_ms)
@@ -152,10 +150,10 @@ pub fn plan(ns: &str, q: &[u8], dead_before_ms: u64, limit: usize) -> Vec<redis:
         .arg(0)
         .arg(limit + 1);
     vec![
-        super::cmd("LLEN", &k.list),
-        super::cmd("HLEN", &k.messages),
-        super::cmd("HLEN", &k.delayed),
-        super::cmd("ZCARD", &k.dead),
+        cmd("LLEN", &k.list),
+        cmd("HLEN", &k.messages),
+        cmd("HLEN", &k.delayed),
+        cmd("ZCARD", &k.dead),
         head,
         dead_workers,
     ]
@@ -190,24 +188,21 @@ pub fn read(ns: &str, q: &[u8], r: &[Value], limit: usize) -> Stage {
     match at(4) {
         Value::Nil => s.oldest_age_seconds = Some(0.0),
         v => {
-            if let Some(id) = super::reply::as_bytes(v) {
-                let mut c = super::cmd("HGET", &k.messages);
+            if let Some(id) = reply::as_bytes(v) {
+                let mut c = cmd("HGET", &k.messages);
                 c.arg(id);
                 follow.push((c, SENT_AT));
             }
         }
     }
-    let dead: Option<Vec<&[u8]>> = super::reply::as_array(at(5))
-        .and_then(|items| items.iter().map(super::reply::as_bytes).collect());
+    let dead: Option<Vec<&[u8]>> =
+        reply::as_array(at(5)).and_then(|items| items.iter().map(reply::as_bytes).collect());
     // More dead workers than the limit: their acks are not all read, so
     // the stalled count is unknown rather than a part of it.
     if let Some(dead) = dead.filter(|d| d.len() <= limit) {
-        super::facts(&mut s).stalled = Some(0);
+        facts(&mut s).stalled = Some(0);
         for worker in dead {
-            follow.push((
-                super::cmd("SCARD", &acks(ns, worker, q)),
-                Follow::AddStalled,
-            ));
+            follow.push((cmd("SCARD", &acks(ns, worker, q)), Follow::AddStalled));
         }
     }
     Stage { sample: s, follow }
@@ -310,7 +305,7 @@ impl Library for Dramatiq {
     /// message hashes until acked, so `SCAN MATCH <ns>:*.msgs TYPE hash`
     /// finds every queue holding a message (a drained queue has no key).
     fn registry(&self, preset: &Preset) -> Registry {
-        let ns = super::super::glob::escape(preset.prefix.as_bytes());
+        let ns = escape_glob(preset.prefix.as_bytes());
         Registry::Scan {
             pattern: key(&[&ns, b":*", MESSAGES]),
             key_type: Some(KeyType::Hash),
@@ -321,16 +316,6 @@ impl Library for Dramatiq {
         queue_of_messages(k)
             .filter(|(ns, _)| *ns == preset.prefix.as_bytes())
             .map(|(_, q)| q.to_vec())
-    }
-
-    /// Its queues are listed by a SCAN of one pattern, as BullMQ's.
-    fn relisted_each_round(&self) -> bool {
-        true
-    }
-
-    /// By its heartbeats zset and message hashes ([`Library::recognise`]).
-    fn zero_config(&self) -> bool {
-        true
     }
 
     /// The delay list, the message hashes, the acks sets, and the
@@ -348,15 +333,42 @@ impl Library for Dramatiq {
         v
     }
 
+    fn plan(&self, preset: &Preset, unit: &Unit, now: f64) -> Vec<redis::Cmd> {
+        let timeout_ms = preset.visibility_timeout.as_secs_f64() * 1e3;
+        let dead_before_ms = (now * 1e3 - timeout_ms).max(0.0) as u64;
+        plan(
+            &preset.prefix,
+            unit.name(),
+            dead_before_ms,
+            preset.stalled_check_limit,
+        )
+    }
+
+    fn read(&self, preset: &Preset, unit: &Unit, r: &[Value], _: f64) -> Stage {
+        read(&preset.prefix, unit.name(), r, preset.stalled_check_limit)
+    }
+
+    /// By its heartbeats zset and message hashes ([`Recognise::recognise`]).
+    fn recognition(&self) -> Option<&dyn Recognise> {
+        Some(self)
+    }
+}
+
+impl Recognise for Dramatiq {
+    /// Its queues are listed by a SCAN of one pattern, as BullMQ's.
+    fn relisted_each_round(&self) -> bool {
+        true
+    }
+
     /// `<ns>:__heartbeats__` (read for its first member, a broker id) and
     /// the message hashes `<ns>:<q>.msgs` (read for their size: a hash).
     fn mark_read(&self, k: &[u8]) -> Option<MarkRead> {
         if namespace_of_heartbeats(k).is_some() {
-            let mut c = super::cmd("ZRANGE", k);
+            let mut c = cmd("ZRANGE", k);
             c.arg(0).arg(0);
             return Some(MarkRead::Cmd(c));
         }
-        queue_of_messages(k).map(|_| MarkRead::Cmd(super::cmd("HLEN", k)))
+        queue_of_messages(k).map(|_| MarkRead::Cmd(cmd("HLEN", k)))
     }
 
     /// A namespace whose `__heartbeats__` zset holds a broker id, with a
@@ -370,9 +382,9 @@ impl Library for Dramatiq {
     ) -> Vec<(Preset, Vec<Unit>)> {
         let mut namespaces: BTreeMap<&[u8], Vec<Unit>> = BTreeMap::new();
         for (k, reply) in seen.replies() {
-            let first = super::reply::as_array(reply)
+            let first = reply::as_array(reply)
                 .and_then(|m| m.first())
-                .and_then(super::reply::as_bytes);
+                .and_then(reply::as_bytes);
             if let (Some(ns), Some(id)) = (namespace_of_heartbeats(k), first)
                 && is_uuid(id)
             {
@@ -380,7 +392,7 @@ impl Library for Dramatiq {
             }
         }
         for (k, reply) in seen.replies() {
-            if let (Some((ns, q)), Some(_)) = (queue_of_messages(k), super::reply::as_u64(reply))
+            if let (Some((ns, q)), Some(_)) = (queue_of_messages(k), reply::as_u64(reply))
                 && let Some(units) = namespaces.get_mut(ns)
             {
                 units.push(Unit::Queue(q.to_vec()));
@@ -391,7 +403,7 @@ impl Library for Dramatiq {
             .filter_map(|(ns, units)| {
                 let mut preset = Preset::new(KIND, std::str::from_utf8(ns).ok()?);
                 preset.visibility_timeout = DEFAULT_HEARTBEAT_TIMEOUT;
-                Some((preset, super::sorted(units)))
+                Some((preset, sorted(units)))
             })
             .collect()
     }
@@ -420,31 +432,16 @@ impl Library for Dramatiq {
             return Some(Hidden::Every);
         }
         let (ns, q) = queue_of_messages(mark)?;
-        let label = super::queue_label(q);
-        let qualified = format!("{}:{label}", super::super::keyname::display_key(ns));
+        let label = queue_label(q);
+        let qualified = format!("{}:{label}", display_key(ns));
         Some(Hidden::Names(vec![label, qualified]))
-    }
-
-    fn plan(&self, preset: &Preset, unit: &Unit, now: f64) -> Vec<redis::Cmd> {
-        let timeout_ms = preset.visibility_timeout.as_secs_f64() * 1e3;
-        let dead_before_ms = (now * 1e3 - timeout_ms).max(0.0) as u64;
-        plan(
-            &preset.prefix,
-            unit.name(),
-            dead_before_ms,
-            preset.stalled_check_limit,
-        )
-    }
-
-    fn read(&self, preset: &Preset, unit: &Unit, r: &[Value], _: f64) -> Stage {
-        read(&preset.prefix, unit.name(), r, preset.stalled_check_limit)
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::apply;
-    use super::super::test_util::*;
+    use super::super::super::apply;
+    use super::super::super::test_util::*;
     use super::*;
 
     /// Round-1 replies: `waiting` listed, `messages` in `.msgs`, `delayed`,
@@ -750,10 +747,10 @@ mod tests {
         assert_eq!(Dramatiq.hidden(b"bull:q:meta"), None);
         let mut keys = Keys::new();
         for k in ["dramatiq:q", "dramatiq:q.XQ", "dramatiq:r", "other:q"] {
-            let c = super::super::super::discovery::Candidate {
+            let c = super::super::super::super::discovery::Candidate {
                 spec: 0,
                 exact: false,
-                state: super::super::super::tracked::KeyState::Typed(KeyType::List),
+                state: super::super::super::super::tracked::KeyState::Typed(KeyType::List),
             };
             keys.insert(k.as_bytes().to_vec(), c);
         }
@@ -779,7 +776,7 @@ mod tests {
                 Some(t) => serde_json::json!({"heartbeat_timeout": t}),
                 None => serde_json::json!({}),
             };
-            super::super::options::configured(&Dramatiq, options)
+            super::super::super::options::configured(&Dramatiq, options)
         };
         let p = configured(None).unwrap();
         assert_eq!(p.visibility_timeout, Duration::from_secs(60));

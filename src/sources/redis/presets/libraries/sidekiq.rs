@@ -6,23 +6,20 @@
 use serde::Deserialize;
 use std::collections::BTreeSet;
 
-use super::key;
-use super::library::{
-    Hidden, Keys, Library, MarkRead, Registry, Seen, registry_prefix, type_at, under,
+use super::super::library::{
+    ALL_QUEUES, Follow, Hidden, JobState, JobTotals, KeyType, Keys, Library, MarkRead, OptionError,
+    Preset, PresetKind, Recognise, Registry, Seen, Stage, Unit, Written, cmd, count, due_count,
+    facts, kept_elsewhere, key, options_of, prefix_or, preset_sample, registry_prefix, reply,
+    set_state, shared_sample, sorted, stalled_check_limit, sum, type_at, under,
 };
-use super::library::{OptionError, Preset, Written, options_of, prefix_or, stalled_check_limit};
-use crate::config::{ALL_QUEUES, KeyType};
 use redis::Value;
-
-use super::{Follow, Stage, Unit, count, due_count, preset_sample, set_state, shared_sample, sum};
-use crate::snapshot::{JobState, JobTotals, PresetKind};
 
 /// A Sidekiq key under an optional redis-namespace prefix.
 pub fn k(prefix: &str, name: &[u8]) -> Vec<u8> {
     if prefix.is_empty() {
         name.to_vec()
     } else {
-        super::key(&[prefix.as_bytes(), b":", name])
+        key(&[prefix.as_bytes(), b":", name])
     }
 }
 
@@ -48,14 +45,14 @@ pub fn plan(prefix: &str, unit: &Unit, now: f64, limit: usize) -> Vec<redis::Cmd
     let q = match unit {
         Unit::Queue(q) => q.as_slice(),
         Unit::Shared => {
-            let mut members = super::cmd("SRANDMEMBER", &k(prefix, b"processes"));
+            let mut members = cmd("SRANDMEMBER", &k(prefix, b"processes"));
             members.arg(limit.saturating_add(1));
             return vec![
-                super::cmd("ZCARD", &k(prefix, b"schedule")),
-                super::cmd("ZCARD", &k(prefix, b"retry")),
-                super::cmd("ZCARD", &k(prefix, b"dead")),
-                super::cmd("GET", &k(prefix, b"stat:processed")),
-                super::cmd("GET", &k(prefix, b"stat:failed")),
+                cmd("ZCARD", &k(prefix, b"schedule")),
+                cmd("ZCARD", &k(prefix, b"retry")),
+                cmd("ZCARD", &k(prefix, b"dead")),
+                cmd("GET", &k(prefix, b"stat:processed")),
+                cmd("GET", &k(prefix, b"stat:failed")),
                 members,
                 // Due jobs the scheduled-set poller (every ~5 s across all
                 // processes) has not pushed to their queue yet.
@@ -64,13 +61,13 @@ pub fn plan(prefix: &str, unit: &Unit, now: f64, limit: usize) -> Vec<redis::Cmd
             ];
         }
     };
-    let list = k(prefix, &super::key(&[b"queue:", q]));
-    let mut lindex = super::cmd("LINDEX", &list);
+    let list = k(prefix, &key(&[b"queue:", q]));
+    let mut lindex = cmd("LINDEX", &list);
     lindex.arg(-1);
     // `paused` is filled by Sidekiq Pro only; OSS never pauses.
-    let mut paused = super::cmd("SISMEMBER", &k(prefix, b"paused"));
+    let mut paused = cmd("SISMEMBER", &k(prefix, b"paused"));
     paused.arg(q);
-    vec![super::cmd("LLEN", &list), lindex, paused]
+    vec![cmd("LLEN", &list), lindex, paused]
 }
 
 /// Reads [`plan`]'s replies (pure).
@@ -78,7 +75,7 @@ pub fn read(prefix: &str, unit: &Unit, r: &[Value], now: f64, limit: usize) -> S
     let at = |i: usize| r.get(i).unwrap_or(&Value::Nil);
     let Unit::Queue(q) = unit else {
         let mut s = shared_sample(KIND);
-        super::kept_elsewhere(&mut s, QUEUE_STATES);
+        kept_elsewhere(&mut s, QUEUE_STATES);
         set_state(&mut s, JobState::Delayed, count(at(0)));
         set_state(&mut s, JobState::Retry, count(at(1)));
         set_state(&mut s, JobState::Failed, count(at(2)));
@@ -86,21 +83,21 @@ pub fn read(prefix: &str, unit: &Unit, r: &[Value], now: f64, limit: usize) -> S
             processed: count(at(3)),
             failed: count(at(4)),
         });
-        super::facts(&mut s).overdue = sum(&[at(6), at(7)]);
+        facts(&mut s).overdue = sum(&[at(6), at(7)]);
         let mut follow = Vec::new();
         // All of `processes`, read within the limit: more processes than
         // that, and the busy threads of those not checked would be missing
         // from a sum presented as whole, so it is unknown instead.
-        let processes = super::reply::as_array(at(5)).filter(|members| members.len() <= limit);
+        let processes = reply::as_array(at(5)).filter(|members| members.len() <= limit);
         if let Some(processes) = processes {
             // Busy threads of live processes; dead processes (heartbeat
             // hash expired while still in `processes`) lost their jobs.
             set_state(&mut s, JobState::Active, Some(0));
-            super::facts(&mut s).stalled = Some(0);
-            for p in processes.iter().filter_map(super::reply::as_bytes) {
+            facts(&mut s).stalled = Some(0);
+            for p in processes.iter().filter_map(reply::as_bytes) {
                 let identity = k(prefix, p);
-                follow.push((super::cmd("EXISTS", &identity), Follow::StalledIfMissing));
-                let mut busy = super::cmd("HGET", &identity);
+                follow.push((cmd("EXISTS", &identity), Follow::StalledIfMissing));
+                let mut busy = cmd("HGET", &identity);
                 busy.arg("busy");
                 follow.push((busy, Follow::AddActive));
             }
@@ -112,12 +109,12 @@ pub fn read(prefix: &str, unit: &Unit, r: &[Value], now: f64, limit: usize) -> S
         return Stage { sample: s, follow };
     };
     let mut s = preset_sample(KIND, q);
-    super::kept_elsewhere(&mut s, SHARED_STATES);
+    kept_elsewhere(&mut s, SHARED_STATES);
     set_state(&mut s, JobState::Waiting, count(at(0)));
-    super::facts(&mut s).paused = super::reply::as_u64(at(2)).map(|n| n == 1);
+    facts(&mut s).paused = reply::as_u64(at(2)).map(|n| n == 1);
     s.oldest_age_seconds = match at(1) {
         Value::Nil => Some(0.0),
-        v => super::reply::as_bytes(v).and_then(|job| latency(job, now)),
+        v => reply::as_bytes(v).and_then(|job| latency(job, now)),
     };
     Stage::done(s)
 }
@@ -194,9 +191,23 @@ impl Library for Sidekiq {
     fn registry_units(&self, _: &Preset, members: Vec<Vec<u8>>) -> Vec<Unit> {
         let mut units: Vec<Unit> = members.into_iter().map(Unit::Queue).collect();
         units.push(Unit::Shared);
-        super::sorted(units)
+        sorted(units)
     }
 
+    fn plan(&self, preset: &Preset, unit: &Unit, now: f64) -> Vec<redis::Cmd> {
+        plan(&preset.prefix, unit, now, preset.stalled_check_limit)
+    }
+
+    fn read(&self, preset: &Preset, unit: &Unit, r: &[Value], now: f64) -> Stage {
+        read(&preset.prefix, unit, r, now, preset.stalled_check_limit)
+    }
+
+    fn recognition(&self) -> Option<&dyn Recognise> {
+        Some(self)
+    }
+}
+
+impl Recognise for Sidekiq {
     fn fixed_marks(&self) -> &'static [&'static [u8]] {
         &[b"queues"]
     }
@@ -206,7 +217,7 @@ impl Library for Sidekiq {
     /// ([`SIGNS`]), whose type is asked.
     fn mark_read(&self, key: &[u8]) -> Option<MarkRead> {
         if let Some((name, _)) = SIGNS.iter().find(|(n, _)| *n == key) {
-            return Some(MarkRead::Sign(super::cmd("TYPE", name)));
+            return Some(MarkRead::Sign(cmd("TYPE", name)));
         }
         registry_prefix(key).map(|_| MarkRead::Set)
     }
@@ -255,7 +266,7 @@ impl Library for Sidekiq {
     ) -> Vec<(Preset, Vec<Unit>)> {
         let signs = SIGNS
             .iter()
-            .any(|(name, want)| seen.reply(name).and_then(super::reply::as_str) == Some(*want));
+            .any(|(name, want)| seen.reply(name).and_then(reply::as_str) == Some(*want));
         let mut out = Vec::new();
         for (set, members) in seen.sets() {
             let Some(prefix) = registry_prefix(set) else {
@@ -306,18 +317,6 @@ impl Library for Sidekiq {
     fn hidden(&self, mark: &[u8]) -> Option<Hidden> {
         registry_prefix(mark).map(|_| Hidden::Any)
     }
-
-    fn zero_config(&self) -> bool {
-        true
-    }
-
-    fn plan(&self, preset: &Preset, unit: &Unit, now: f64) -> Vec<redis::Cmd> {
-        plan(&preset.prefix, unit, now, preset.stalled_check_limit)
-    }
-
-    fn read(&self, preset: &Preset, unit: &Unit, r: &[Value], now: f64) -> Stage {
-        read(&preset.prefix, unit, r, now, preset.stalled_check_limit)
-    }
 }
 
 /// Sidekiq's keys at the bare names beside its `queues` registry, with the
@@ -329,7 +328,7 @@ const GLOBAL_ZSETS: [&[u8]; 3] = [b"schedule", b"retry", b"dead"];
 
 #[cfg(test)]
 mod tests {
-    use super::super::test_util::*;
+    use super::super::super::test_util::*;
     use super::*;
 
     #[test]

@@ -29,11 +29,11 @@ use std::collections::BTreeSet;
 
 use redis::Value;
 
-use super::library::{Hidden, Keys, Library, MarkRead, Owned, Seen, type_at, under};
-use super::library::{OptionError, Preset, Written, options_of};
-use super::{Follow, Stage, Unit, count, key, preset_sample, queue_label, reply, set_state};
-use crate::config::KeyType;
-use crate::snapshot::{JobState, PresetKind, QueueSample};
+use super::super::library::{
+    Follow, Hidden, JobState, KeyType, Keys, Library, MarkRead, OptionError, Owned, Preset,
+    PresetKind, QueueSample, Recognise, Seen, Stage, Unit, Written, cmd, count, facts, key,
+    options_of, preset_sample, queue_label, reply, set_state, sorted, type_at, under,
+};
 
 /// arq's `preset` name.
 pub const KIND: PresetKind = PresetKind::named("arq");
@@ -118,7 +118,7 @@ impl Library for Arq {
             .queues
             .iter()
             .map(|q| Unit::Queue(q.as_bytes().to_vec()));
-        super::sorted(units.collect())
+        sorted(units.collect())
     }
 
     fn fixed_names(&self, preset: &Preset) -> Vec<String> {
@@ -150,14 +150,16 @@ impl Library for Arq {
         settle(sample, r, now);
     }
 
-    fn zero_config(&self) -> bool {
-        true
+    fn recognition(&self) -> Option<&dyn Recognise> {
+        Some(self)
     }
+}
 
+impl Recognise for Arq {
     /// A worker's `<queue>:health-check` string: its text says whether it
     /// is arq's ([`is_health_line`]).
     fn mark_read(&self, k: &[u8]) -> Option<MarkRead> {
-        health_queue(k).map(|_| MarkRead::Cmd(super::cmd("GET", k)))
+        health_queue(k).map(|_| MarkRead::Cmd(cmd("GET", k)))
     }
 
     /// With `plain_keys: false`: a name under `arq:` that may be a queue
@@ -273,11 +275,11 @@ fn now_ms(now: f64) -> i64 {
 /// the deferred ones, and the first `limit` due job ids by score.
 pub fn plan(queue: &[u8], now: f64, limit: usize) -> Vec<redis::Cmd> {
     let now = now_ms(now);
-    let mut due = super::cmd("ZCOUNT", queue);
+    let mut due = cmd("ZCOUNT", queue);
     due.arg("-inf").arg(now);
-    let mut deferred = super::cmd("ZCOUNT", queue);
+    let mut deferred = cmd("ZCOUNT", queue);
     deferred.arg(format!("({now}")).arg("+inf");
-    let mut first = super::cmd("ZRANGEBYSCORE", queue);
+    let mut first = cmd("ZRANGEBYSCORE", queue);
     first.arg("-inf").arg(now).arg("LIMIT").arg(0).arg(limit);
     vec![due, deferred, first]
 }
@@ -308,9 +310,9 @@ pub fn read(queue: &[u8], r: &[Value], limit: usize) -> Stage {
         .into_iter()
         .flatten()
         .flat_map(|id| {
-            let mut score = super::cmd("ZSCORE", queue);
+            let mut score = cmd("ZSCORE", queue);
             score.arg(id);
-            let exists = |p: &[u8]| super::cmd("EXISTS", &key(&[p, id]));
+            let exists = |p: &[u8]| cmd("EXISTS", &key(&[p, id]));
             [score, exists(IN_PROGRESS), exists(RETRY)]
         })
         .map(|c| (c, Follow::Own))
@@ -324,7 +326,7 @@ pub fn read(queue: &[u8], r: &[Value], limit: usize) -> Stage {
 /// age is the first job not running (an abort request aside), unknown if
 /// a check before it is unreadable.
 pub fn settle(s: &mut QueueSample, r: &[Value], now: f64) {
-    let states = &mut super::facts(s).states;
+    let states = &mut facts(s).states;
     let mut counts = [JobState::Waiting, JobState::Active, JobState::Retry]
         .map(|st| states.get(&st).copied().flatten());
     let mut age = None;
@@ -378,7 +380,7 @@ pub fn settle(s: &mut QueueSample, r: &[Value], now: f64) {
 
 #[cfg(test)]
 mod tests {
-    use super::super::test_util::*;
+    use super::super::super::test_util::*;
     use super::*;
 
     const NOW: f64 = 1_000.0;
@@ -583,8 +585,8 @@ mod tests {
 
     /// Keys found by a scan, with their types.
     fn found(list: &[(&str, KeyType)]) -> Keys {
-        use super::super::super::discovery::Candidate;
-        use super::super::super::tracked::KeyState;
+        use super::super::super::super::discovery::Candidate;
+        use super::super::super::super::tracked::KeyState;
         list.iter()
             .map(|(k, t)| {
                 let c = Candidate {
@@ -655,11 +657,11 @@ mod tests {
 
     #[test]
     fn a_preset_entry_defaults_to_arqs_queue_and_owns_its_job_keys() {
-        let preset = super::super::options::configured(&Arq, serde_json::json!({})).unwrap();
+        let preset = super::super::super::options::configured(&Arq, serde_json::json!({})).unwrap();
         assert_eq!(preset.queues, [DEFAULT_QUEUE]);
         assert_eq!(Arq.fixed_names(&preset), [DEFAULT_QUEUE]);
         let empty = serde_json::json!({"queues": [""]});
-        assert!(super::super::options::configured(&Arq, empty).is_err());
+        assert!(super::super::super::options::configured(&Arq, empty).is_err());
         let owned = Arq.owned(&preset, &Arq.fixed_queues(&preset));
         for k in [
             &b"arq:job:"[..],

@@ -4,14 +4,13 @@
 //! `<prefix>:completed` zset and a `<prefix>:dlq` list. One logical queue,
 //! `<prefix>`, with a `priority` label on the per-priority samples.
 
-use super::library::{Library, Registry};
-use super::library::{OptionError, Preset, Written, options_of, prefix_or};
-use crate::config::KeyType;
+use super::super::library::{
+    JobState, KeyType, Library, OptionError, Preset, PresetKind, Registry, Stage, Unit, Written,
+    cmd, count, display_key, escape_glob, kept_elsewhere, key, options_of, prefix_or,
+    preset_sample, reply, set_state, shared,
+};
 use redis::Value;
 use serde::Deserialize;
-
-use super::{Stage, Unit, count, key, preset_sample, set_state};
-use crate::snapshot::{JobState, PresetKind};
 
 /// The states kept in the layout's shared keys (`processing`, `completed`,
 /// `dlq`), for all priorities together.
@@ -26,17 +25,17 @@ pub fn plan(prefix: &str, unit: &Unit, now: f64) -> Vec<redis::Cmd> {
     let pre = prefix.as_bytes();
     let Unit::Queue(p) = unit else {
         return vec![
-            super::cmd("HLEN", &key(&[pre, b":processing"])),
-            super::cmd("ZCARD", &key(&[pre, b":completed"])),
-            super::cmd("LLEN", &key(&[pre, b":dlq"])),
+            cmd("HLEN", &key(&[pre, b":processing"])),
+            cmd("ZCARD", &key(&[pre, b":completed"])),
+            cmd("LLEN", &key(&[pre, b":dlq"])),
         ];
     };
     let zset = key(&[pre, b":pending:", p]);
-    let mut due = super::cmd("ZCOUNT", &zset);
+    let mut due = cmd("ZCOUNT", &zset);
     due.arg("-inf").arg(now);
-    let mut first = super::cmd("ZRANGE", &zset);
+    let mut first = cmd("ZRANGE", &zset);
     first.arg(0).arg(0).arg("WITHSCORES");
-    vec![super::cmd("ZCARD", &zset), due, first]
+    vec![cmd("ZCARD", &zset), due, first]
 }
 
 /// Reads [`plan`]'s replies (pure).
@@ -44,15 +43,15 @@ pub fn read(prefix: &str, unit: &Unit, r: &[Value], now: f64) -> Stage {
     let at = |i: usize| r.get(i).unwrap_or(&Value::Nil);
     let mut s = preset_sample(KIND, prefix.as_bytes());
     let Unit::Queue(p) = unit else {
-        super::shared(&mut s);
-        super::kept_elsewhere(&mut s, QUEUE_STATES);
+        shared(&mut s);
+        kept_elsewhere(&mut s, QUEUE_STATES);
         set_state(&mut s, JobState::Active, count(at(0)));
         set_state(&mut s, JobState::Completed, count(at(1)));
         set_state(&mut s, JobState::Failed, count(at(2)));
         return Stage::done(s);
     };
-    s.labels = vec![("priority".into(), super::display_key(p))];
-    super::kept_elsewhere(&mut s, SHARED_STATES);
+    s.labels = vec![("priority".into(), display_key(p))];
+    kept_elsewhere(&mut s, SHARED_STATES);
     let total = count(at(0));
     let due = count(at(1));
     set_state(&mut s, JobState::Waiting, due);
@@ -63,7 +62,7 @@ pub fn read(prefix: &str, unit: &Unit, r: &[Value], now: f64) -> Stage {
     );
     // The lowest score is the oldest enqueue time; in the future it means
     // nothing is due yet.
-    s.oldest_age_seconds = super::reply::first_score(at(2)).map(|first| match first {
+    s.oldest_age_seconds = reply::first_score(at(2)).map(|first| match first {
         Some(score) => (now - score).max(0.0),
         None => 0.0,
     });
@@ -116,7 +115,7 @@ impl Library for PriorityZset {
 
     /// Each priority is a "queue" of the entry.
     fn registry(&self, preset: &Preset) -> Registry {
-        let p = super::super::glob::escape(preset.prefix.as_bytes());
+        let p = escape_glob(preset.prefix.as_bytes());
         Registry::Scan {
             pattern: key(&[&p, b":pending:*"]),
             key_type: Some(KeyType::Zset),
@@ -148,7 +147,7 @@ impl Library for PriorityZset {
 
 #[cfg(test)]
 mod tests {
-    use super::super::test_util::*;
+    use super::super::super::test_util::*;
     use super::*;
 
     #[test]

@@ -3,26 +3,20 @@
 //! `<name>:leased_by_session:<sha224 hex of the item>`. Items carry no
 //! timestamp, so there is no latency.
 
-use super::Unit;
-use super::library::Library;
-use super::library::{OptionError, Preset, Written, options_of, stalled_check_limit};
+use super::super::library::{
+    Follow, JobState, Library, OptionError, Preset, PresetKind, Stage, Unit, Written, cmd, count,
+    facts, key, options_of, preset_sample, reply, set_state, stalled_check_limit,
+};
 use redis::Value;
 use serde::Deserialize;
 use sha2::{Digest, Sha224};
 
-use super::{Follow, Stage, count, key, preset_sample, set_state};
-use crate::snapshot::{JobState, PresetKind};
-
 /// Round 1: three read-only commands.
 pub fn plan(name: &[u8], limit: usize) -> Vec<redis::Cmd> {
     let processing = key(&[name, b":processing"]);
-    let mut items = super::cmd("LRANGE", &processing);
+    let mut items = cmd("LRANGE", &processing);
     items.arg(0).arg(limit.saturating_sub(1));
-    vec![
-        super::cmd("LLEN", name),
-        super::cmd("LLEN", &processing),
-        items,
-    ]
+    vec![cmd("LLEN", name), cmd("LLEN", &processing), items]
 }
 
 /// The lease key of `item`.
@@ -41,12 +35,12 @@ pub fn read(name: &[u8], r: &[Value]) -> Stage {
     set_state(&mut s, JobState::Waiting, count(at(0)));
     set_state(&mut s, JobState::Active, count(at(1)));
     let mut follow = Vec::new();
-    if let Some(items) = super::reply::as_array(at(2)) {
+    if let Some(items) = reply::as_array(at(2)) {
         // Processing items whose lease expired: the library never requeues them.
-        super::facts(&mut s).stalled = Some(0);
-        for item in items.iter().filter_map(super::reply::as_bytes) {
+        facts(&mut s).stalled = Some(0);
+        for item in items.iter().filter_map(reply::as_bytes) {
             follow.push((
-                super::cmd("EXISTS", &lease_key(name, item)),
+                cmd("EXISTS", &lease_key(name, item)),
                 Follow::StalledIfMissing,
             ));
         }
@@ -125,7 +119,7 @@ impl Library for Rediswq {
 
 #[cfg(test)]
 mod tests {
-    use super::super::test_util::*;
+    use super::super::super::test_util::*;
     use super::*;
 
     #[test]

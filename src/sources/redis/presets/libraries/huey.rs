@@ -32,10 +32,11 @@ use std::collections::BTreeSet;
 
 use redis::Value;
 
-use super::library::{Keys, Library, Owned, Seen, type_at};
-use super::library::{OptionError, Preset, Written, options_of};
-use super::{Follow, Stage, Unit, count, due_count, key, preset_sample, set_state};
-use crate::snapshot::{JobState, PresetKind};
+use super::super::library::{
+    Follow, JobState, KeyType, Keys, Library, OptionError, Owned, Preset, PresetKind, Recognise,
+    Seen, Stage, Unit, Written, cmd, count, due_count, facts, key, options_of, preset_sample,
+    reply, set_state, type_at,
+};
 
 /// Huey's `preset` name.
 pub const KIND: PresetKind = PresetKind::named("huey");
@@ -84,8 +85,8 @@ enum HueyKey {
 impl HueyKey {
     /// Whether a key of type `t` is what Huey writes there; another type
     /// is an app's key named like Huey's.
-    fn fits(self, t: crate::config::KeyType) -> bool {
-        use crate::config::KeyType::{List, Zset};
+    fn fits(self, t: KeyType) -> bool {
+        use KeyType::{List, Zset};
         match self {
             HueyKey::Queue => t == List || t == Zset,
             HueyKey::Schedule => t == Zset,
@@ -122,7 +123,7 @@ impl Storage {
     /// The storage a `TYPE` reply names; `None` for a refused read or a
     /// type Huey never writes there (the count is then unknown).
     fn of(v: &Value) -> Option<Storage> {
-        match super::reply::as_str(v)? {
+        match reply::as_str(v)? {
             "none" => Some(Storage::Absent),
             "list" => Some(Storage::List),
             "zset" => Some(Storage::Priority),
@@ -136,12 +137,12 @@ impl Storage {
 fn plan(name: &[u8], now: f64) -> Vec<redis::Cmd> {
     let schedule = schedule_key(name);
     vec![
-        super::cmd("TYPE", &queue_key(name)),
-        super::cmd("ZCARD", &schedule),
+        cmd("TYPE", &queue_key(name)),
+        cmd("ZCARD", &schedule),
         // Due jobs Huey's scheduler (every `scheduler_interval`, 1 s by
         // default) has not moved to the queue yet.
         due_count(&schedule, now),
-        super::cmd("HLEN", &results_key(name)),
+        cmd("HLEN", &results_key(name)),
     ]
 }
 
@@ -156,12 +157,12 @@ fn read(name: &[u8], r: &[Value]) -> Stage {
     // which, the keys do not say.
     let results = count(at(3)).filter(|n| *n > 0);
     set_state(&mut s, JobState::Completed, results);
-    super::facts(&mut s).overdue = count(at(2));
+    facts(&mut s).overdue = count(at(2));
     let q = queue_key(name);
     let (waiting, age, size) = match Storage::of(at(0)) {
         Some(Storage::Absent) => (Some(0), Some(0.0), None),
-        Some(Storage::List) => (None, None, Some(super::cmd("LLEN", &q))),
-        Some(Storage::Priority) => (None, None, Some(super::cmd("ZCARD", &q))),
+        Some(Storage::List) => (None, None, Some(cmd("LLEN", &q))),
+        Some(Storage::Priority) => (None, None, Some(cmd("ZCARD", &q))),
         // Refused, or not Huey's type: unknown.
         None => (None, None, None),
     };
@@ -257,10 +258,12 @@ impl Library for Huey {
         read(unit.name(), r)
     }
 
-    fn zero_config(&self) -> bool {
-        true
+    fn recognition(&self) -> Option<&dyn Recognise> {
+        Some(self)
     }
+}
 
+impl Recognise for Huey {
     fn is_evidence(&self, key: &[u8]) -> bool {
         name_of(key).is_some()
     }
@@ -302,7 +305,7 @@ impl Library for Huey {
 
 #[cfg(test)]
 mod tests {
-    use super::super::test_util::*;
+    use super::super::super::test_util::*;
     use super::*;
     use crate::snapshot::QueueSample;
 
@@ -317,7 +320,7 @@ mod tests {
         let mut s = st.sample;
         let n = st.follow.len();
         for ((_, f), v) in st.follow.into_iter().zip(r2) {
-            super::super::apply(&mut s, f, v, 0.0);
+            super::super::super::apply(&mut s, f, v, 0.0);
         }
         (s, n)
     }

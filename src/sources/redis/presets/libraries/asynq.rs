@@ -1,20 +1,16 @@
 //! asynq (v0.26 layout): keys under `<prefix>:{<q>}:`; `pending` is LPUSHed
 //! and taken from the tail, so the oldest is at `LINDEX -1`.
 
-use super::Unit;
+use super::super::library::{
+    Arrivals, Follow, Hidden, JobState, JobTotals, Keys, Library, MarkRead, OptionError, Owned,
+    Preset, PresetKind, Recognise, Registry, Seen, Stage, TimeUnit, Unit, Written, below, cmd,
+    count, due_count, facts, key, options_of, prefix_or, prefixed_registry_hides, preset_sample,
+    registry_prefix, reply, set_state, sum, under, under_prefixed_registry,
+};
 use serde::Deserialize;
 use std::collections::BTreeSet;
 
-use super::library::{
-    Arrivals, Hidden, Keys, Library, MarkRead, Owned, Registry, Seen, prefixed_registry_hides,
-    registry_prefix, under, under_prefixed_registry,
-};
-use super::library::{OptionError, Preset, Written, options_of, prefix_or};
 use redis::Value;
-
-use super::{Follow, Stage, below, count, due_count, key, preset_sample, set_state, sum};
-use crate::snapshot::{JobState, JobTotals, PresetKind};
-use crate::time::TimeUnit;
 
 /// `<prefix>:{<q>}:<name>`.
 fn k(prefix: &str, q: &[u8], name: &[u8]) -> Vec<u8> {
@@ -23,7 +19,7 @@ fn k(prefix: &str, q: &[u8], name: &[u8]) -> Vec<u8> {
 
 /// Round 1: thirteen read-only commands.
 pub fn plan(prefix: &str, q: &[u8], now: f64) -> Vec<redis::Cmd> {
-    let c = |name: &str, n: &[u8]| super::cmd(name, &k(prefix, q, n));
+    let c = |name: &str, n: &[u8]| cmd(name, &k(prefix, q, n));
     let mut zcount = c("ZCOUNT", b"lease");
     zcount.arg("-inf").arg(below(now));
     let mut lindex = c("LINDEX", b"pending");
@@ -57,8 +53,8 @@ pub fn read(prefix: &str, q: &[u8], r: &[Value]) -> Stage {
     set_state(&mut s, JobState::Retry, count(at(3)));
     set_state(&mut s, JobState::Failed, count(at(4)));
     set_state(&mut s, JobState::Completed, count(at(5)));
-    let f = super::facts(&mut s);
-    f.paused = super::reply::as_u64(at(6)).map(|n| n == 1);
+    let f = facts(&mut s);
+    f.paused = reply::as_u64(at(6)).map(|n| n == 1);
     // Lease scores are expiries: a past one is an orphaned task.
     f.stalled = count(at(7));
     f.overdue = sum(&[at(11), at(12)]);
@@ -70,8 +66,8 @@ pub fn read(prefix: &str, q: &[u8], r: &[Value]) -> Stage {
     match at(10) {
         Value::Nil => s.oldest_age_seconds = Some(0.0),
         v => {
-            if let Some(id) = super::reply::as_bytes(v) {
-                let mut c = super::cmd("HGET", &k(prefix, q, &key(&[b"t:", id])));
+            if let Some(id) = reply::as_bytes(v) {
+                let mut c = cmd("HGET", &k(prefix, q, &key(&[b"t:", id])));
                 c.arg("pending_since");
                 follow.push((c, Follow::Stamp(TimeUnit::Nanoseconds)));
             }
@@ -138,6 +134,25 @@ impl Library for Asynq {
         v
     }
 
+    /// Its `processed` total per queue.
+    fn arrivals(&self) -> Arrivals {
+        Arrivals::ProcessedTotal
+    }
+
+    fn plan(&self, preset: &Preset, unit: &Unit, now: f64) -> Vec<redis::Cmd> {
+        plan(&preset.prefix, unit.name(), now)
+    }
+
+    fn read(&self, preset: &Preset, unit: &Unit, r: &[Value], _: f64) -> Stage {
+        read(&preset.prefix, unit.name(), r)
+    }
+
+    fn recognition(&self) -> Option<&dyn Recognise> {
+        Some(self)
+    }
+}
+
+impl Recognise for Asynq {
     fn fixed_marks(&self) -> &'static [&'static [u8]] {
         &[b"asynq:queues"]
     }
@@ -249,23 +264,6 @@ impl Library for Asynq {
     fn hidden(&self, mark: &[u8]) -> Option<Hidden> {
         prefixed_registry_hides(mark)
     }
-
-    /// Its `processed` total per queue.
-    fn arrivals(&self) -> Arrivals {
-        Arrivals::ProcessedTotal
-    }
-
-    fn zero_config(&self) -> bool {
-        true
-    }
-
-    fn plan(&self, preset: &Preset, unit: &Unit, now: f64) -> Vec<redis::Cmd> {
-        plan(&preset.prefix, unit.name(), now)
-    }
-
-    fn read(&self, preset: &Preset, unit: &Unit, r: &[Value], _: f64) -> Stage {
-        read(&preset.prefix, unit.name(), r)
-    }
 }
 
 /// Each prefix of `k` that ends an asynq-shaped `:{…}:` (pure): `a:{b}:`
@@ -284,7 +282,7 @@ pub(super) fn braced(k: &[u8]) -> impl Iterator<Item = &[u8]> + '_ {
 
 #[cfg(test)]
 mod tests {
-    use super::super::test_util::*;
+    use super::super::super::test_util::*;
     use super::*;
 
     #[test]
@@ -358,8 +356,8 @@ mod tests {
 mod recognition_tests {
     //! Zero config's recognition of this library, through the generic
     //! pass (`zero::classify::recognise`).
+    use super::super::super::zero::classify::test_util::*;
     use super::super::asynq;
-    use super::super::zero::classify::test_util::*;
 
     #[test]
     fn the_evidence_check_indexes_names_by_their_own_prefixes() {

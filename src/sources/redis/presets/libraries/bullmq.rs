@@ -9,17 +9,13 @@
 use serde::Deserialize;
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::super::keyname::display_key;
-use super::Unit;
-use super::library::{
-    Arrivals, Hidden, Keys, Library, Mark, MarkRead, Owned, Registry, Seen, under,
+use super::super::library::{
+    Arrivals, Counters, FinishedLayout, Follow, Hidden, JobState, KeyType, Keys, Library, Mark,
+    MarkRead, OptionError, Owned, Preset, PresetKind, QueueSample, Reason, Recognise, Registry,
+    Scores, Seen, Stage, TimeUnit, Unit, Written, cmd, count, display_key, escape_glob, facts, key,
+    options_of, prefix_or, preset_sample, reply, set_state, stalled_check_limit, sum, under,
 };
-use super::library::{OptionError, Preset, Written, options_of, prefix_or, stalled_check_limit};
 use redis::Value;
-
-use super::{Follow, Stage, count, key, preset_sample, set_state, sum};
-use crate::snapshot::{Counters, JobState, PresetKind, QueueSample, Reason};
-use crate::time::TimeUnit;
 
 /// `<prefix>:<q>:<name>` (Bull's keys too).
 pub(super) fn k(prefix: &str, q: &[u8], name: &[u8]) -> Vec<u8> {
@@ -39,7 +35,7 @@ pub fn queue_of_meta(meta: &[u8]) -> Option<(&[u8], &[u8])> {
 /// `HMGET <meta> version opts.maxLenEvents`: what tells a BullMQ queue's
 /// `meta` hash (the `Queue` constructor writes both) from another's.
 pub fn marks_cmd(meta: &[u8]) -> redis::Cmd {
-    let mut c = super::cmd("HMGET", meta);
+    let mut c = cmd("HMGET", meta);
     c.arg("version").arg("opts.maxLenEvents");
     c
 }
@@ -49,12 +45,12 @@ pub fn marks_cmd(meta: &[u8]) -> redis::Cmd {
 /// (`WRONGTYPE`) shows none; a read Redis refused or failed (`NOPERM`)
 /// tells nothing, so whose queue it is stays unknown (`Err`).
 pub fn has_marks(reply: &Value) -> Result<bool, Reason> {
-    if let Some(reason) = super::reply::refusal(reply) {
+    if let Some(reason) = reply::refusal(reply) {
         return Err(reason);
     }
-    let fields = super::reply::as_array(reply).unwrap_or(&[]);
-    let version = fields.first().and_then(super::reply::as_bytes);
-    let max_len = fields.get(1).and_then(super::reply::as_bytes);
+    let fields = reply::as_array(reply).unwrap_or(&[]);
+    let version = fields.first().and_then(reply::as_bytes);
+    let max_len = fields.get(1).and_then(reply::as_bytes);
     Ok(version.is_some_and(|v| v.starts_with(b"bullmq:")) || max_len.is_some())
 }
 
@@ -80,11 +76,11 @@ pub fn due_score_bound(now: f64) -> u64 {
 /// `finishedOn` (ms); the job hash has `processedOn` (when a worker took it,
 /// this attempt) and `finishedOn`, both whole milliseconds (`Date.now()`),
 /// so a job under 1 ms has them equal. Empty with `removeOnComplete`/`removeOnFail`.
-pub fn finished(prefix: &str, q: &[u8]) -> super::service::FinishedLayout {
-    super::service::FinishedLayout {
+pub fn finished(prefix: &str, q: &[u8]) -> FinishedLayout {
+    FinishedLayout {
         sets: [k(prefix, q, b"completed"), k(prefix, q, b"failed")],
         job_prefix: k(prefix, q, b""),
-        scores: super::service::Scores::End,
+        scores: Scores::End,
         fields: ["processedOn", "finishedOn"],
         unit: TimeUnit::Milliseconds,
         resolution: 0.001,
@@ -93,7 +89,7 @@ pub fn finished(prefix: &str, q: &[u8]) -> super::service::FinishedLayout {
 
 /// Round 1: fourteen read-only commands.
 pub fn plan(prefix: &str, q: &[u8], limit: usize, now: f64) -> Vec<redis::Cmd> {
-    let c = |name: &str, n: &[u8]| super::cmd(name, &k(prefix, q, n));
+    let c = |name: &str, n: &[u8]| cmd(name, &k(prefix, q, n));
     let mut hexists = c("HEXISTS", b"meta");
     hexists.arg("paused");
     let mut tail = c("LRANGE", b"wait");
@@ -138,8 +134,7 @@ pub fn read(prefix: &str, q: &[u8], r: &[Value]) -> Stage {
     // The oldest job is known only when both places it can be were read: a
     // refused `wait` or `prioritized` leaves the age unknown, never the age
     // of whichever job was readable.
-    let readable =
-        super::reply::as_array(at(8)).is_some() && super::reply::as_array(at(10)).is_some();
+    let readable = reply::as_array(at(8)).is_some() && reply::as_array(at(10)).is_some();
     let oldest = ids(at(8))
         .into_iter()
         .rev()
@@ -164,10 +159,10 @@ pub fn read(prefix: &str, q: &[u8], r: &[Value]) -> Stage {
 /// The job ids of an `LRANGE` or `ZRANGE` reply, in its order; none when
 /// the reply was refused or unreadable.
 pub(super) fn ids(v: &Value) -> Vec<Vec<u8>> {
-    super::reply::as_array(v)
+    reply::as_array(v)
         .unwrap_or(&[])
         .iter()
-        .filter_map(super::reply::as_bytes)
+        .filter_map(reply::as_bytes)
         .map(<[u8]>::to_vec)
         .collect()
 }
@@ -205,10 +200,10 @@ pub(super) struct Jobs<'a> {
 pub(super) fn read_jobs(prefix: &str, q: &[u8], mut s: QueueSample, j: Jobs) -> Stage {
     set_state(&mut s, JobState::Completed, count(j.completed));
     set_state(&mut s, JobState::Failed, count(j.failed));
-    let f = super::facts(&mut s);
-    f.paused = super::reply::as_u64(j.paused).map(|n| n == 1);
+    let f = facts(&mut s);
+    f.paused = reply::as_u64(j.paused).map(|n| n == 1);
     f.overdue = count(j.overdue);
-    if let Some(added) = super::reply::as_u64(j.added) {
+    if let Some(added) = reply::as_u64(j.added) {
         s.set_counters(Counters {
             published: Some(added),
             ..Counters::default()
@@ -217,18 +212,18 @@ pub(super) fn read_jobs(prefix: &str, q: &[u8], mut s: QueueSample, j: Jobs) -> 
     let mut follow = Vec::new();
     match j.oldest {
         Some(Some(id)) => {
-            let mut c = super::cmd("HGET", &k(prefix, q, &id));
+            let mut c = cmd("HGET", &k(prefix, q, &id));
             c.arg("timestamp");
             follow.push((c, Follow::Stamp(TimeUnit::Milliseconds)));
         }
         Some(None) if j.backlog == Some(0) => s.oldest_age_seconds = Some(0.0),
         _ => {}
     }
-    if super::reply::as_array(j.active).is_some() {
-        super::facts(&mut s).stalled = Some(0);
+    if reply::as_array(j.active).is_some() {
+        facts(&mut s).stalled = Some(0);
         for id in ids(j.active) {
             let lock = k(prefix, q, &key(&[&id, b":lock"]));
-            follow.push((super::cmd("EXISTS", &lock), Follow::StalledIfMissing));
+            follow.push((cmd("EXISTS", &lock), Follow::StalledIfMissing));
         }
     }
     Stage { sample: s, follow }
@@ -280,10 +275,10 @@ impl Library for Bullmq {
     }
 
     fn registry(&self, preset: &Preset) -> Registry {
-        let p = super::super::glob::escape(preset.prefix.as_bytes());
+        let p = escape_glob(preset.prefix.as_bytes());
         Registry::Scan {
             pattern: key(&[&p, b":*:meta"]),
-            key_type: Some(crate::config::KeyType::Hash),
+            key_type: Some(KeyType::Hash),
         }
     }
 
@@ -313,6 +308,33 @@ impl Library for Bullmq {
         queue_keys(&preset.prefix, units)
     }
 
+    /// `GET id`: every added job INCRs it.
+    fn arrivals(&self) -> Arrivals {
+        Arrivals::IdCounter
+    }
+
+    fn plan(&self, preset: &Preset, unit: &Unit, now: f64) -> Vec<redis::Cmd> {
+        plan(&preset.prefix, unit.name(), preset.stalled_check_limit, now)
+    }
+
+    fn read(&self, preset: &Preset, unit: &Unit, r: &[Value], _: f64) -> Stage {
+        read(&preset.prefix, unit.name(), r)
+    }
+
+    fn finished(&self, preset: &Preset, queue: &[u8]) -> Option<FinishedLayout> {
+        Some(finished(&preset.prefix, queue))
+    }
+
+    fn unmeasured_why(&self) -> &'static str {
+        UNMEASURED
+    }
+
+    fn recognition(&self) -> Option<&dyn Recognise> {
+        Some(self)
+    }
+}
+
+impl Recognise for Bullmq {
     /// Its `meta` hashes, found by a SCAN of one pattern.
     fn relisted_each_round(&self) -> bool {
         true
@@ -366,35 +388,10 @@ impl Library for Bullmq {
     fn hidden(&self, mark: &[u8]) -> Option<Hidden> {
         mark.strip_suffix(b":meta").map(queue_hidden)
     }
-
-    /// `GET id`: every added job INCRs it.
-    fn arrivals(&self) -> Arrivals {
-        Arrivals::IdCounter
-    }
-
-    fn zero_config(&self) -> bool {
-        true
-    }
-
-    fn plan(&self, preset: &Preset, unit: &Unit, now: f64) -> Vec<redis::Cmd> {
-        plan(&preset.prefix, unit.name(), preset.stalled_check_limit, now)
-    }
-
-    fn read(&self, preset: &Preset, unit: &Unit, r: &[Value], _: f64) -> Stage {
-        read(&preset.prefix, unit.name(), r)
-    }
-
-    fn finished(&self, preset: &Preset, queue: &[u8]) -> Option<super::service::FinishedLayout> {
-        Some(finished(&preset.prefix, queue))
-    }
-
-    fn unmeasured_why(&self) -> &'static str {
-        UNMEASURED
-    }
 }
 
 /// Whether `seen` holds the `meta` hash `meta` with BullMQ's marks.
-pub(super) fn marked(seen: &Seen, meta: &[u8]) -> bool {
+pub(crate) fn marked(seen: &Seen, meta: &[u8]) -> bool {
     seen.reply(meta).is_some_and(|v| has_marks(v) == Ok(true))
 }
 
@@ -426,7 +423,7 @@ pub(super) fn queue_keys(prefix: &str, units: &[Unit]) -> Vec<Owned> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::test_util::*;
+    use super::super::super::test_util::*;
     use super::*;
 
     #[test]
@@ -583,8 +580,8 @@ mod tests {
 mod recognition_tests {
     //! Zero config's recognition of this library, through the generic
     //! pass (`zero::classify::recognise`).
+    use super::super::super::zero::classify::test_util::*;
     use super::super::bullmq;
-    use super::super::zero::classify::test_util::*;
 
     #[test]
     fn an_unread_meta_withholds_its_queues_keys_and_is_never_taken_for_bull() {
