@@ -357,3 +357,79 @@ fn a_fallback_behavior_keda_does_not_have_is_refused_naming_its_field() {
         &format!("{s}: spec.fallback.behavior: \"always\" is not static, currentReplicas"),
     );
 }
+
+#[test]
+fn plot_draws_the_scaledobjects_trigger_and_the_recommended_one_over_time_into_an_svg() {
+    let (dir, t, s) = files(&trace(60, 80..120), &scaled_object("10"));
+    let svg = dir.path().join("plan.svg");
+    let (code, out, err) = plan(&[
+        "--trace",
+        &t,
+        "--scaledobject",
+        &s,
+        "--target-wait",
+        "30s",
+        "--plot",
+        svg.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let recommended = out
+        .split("recommended: ")
+        .nth(1)
+        .and_then(|r| r.split(" (the cheapest").next())
+        .expect("a recommendation");
+    let text = std::fs::read_to_string(&svg).unwrap();
+    assert!(text.starts_with("<svg"), "{}", &text[..100]);
+    for title in [
+        "replicas",
+        "jobs waiting",
+        "longest wait of the jobs arriving in each HPA sync, seconds",
+        "targetWait",
+        "worker (QueueLength 10)",
+    ] {
+        assert!(text.contains(title), "no {title:?} in the plot");
+    }
+    assert!(
+        text.contains(&format!("{recommended} (recommended)")),
+        "the recommended {recommended:?} is not in the plot"
+    );
+    // The gap is shaded in each panel.
+    assert_eq!(text.matches("fill=\"#C8C8C8\"").count(), 3, "{text}");
+    // Per trigger, a line in each panel (drawn 2 wide; the legend's are 1
+    // wide), the wait's broken in two at the gap, where no job arrives and
+    // no wait is drawn (never a 0).
+    let triggers = if recommended == "worker (QueueLength 10)" {
+        1
+    } else {
+        2
+    };
+    let lines = text
+        .split("<polyline")
+        .skip(1)
+        .filter(|rest| {
+            rest.split('>')
+                .next()
+                .unwrap_or("")
+                .contains("stroke-width=\"2\"")
+        })
+        .count();
+    assert_eq!(lines, 4 * triggers, "{text}");
+}
+
+#[test]
+fn plot_refuses_a_path_that_is_not_svg_before_replaying() {
+    let (_dir, t, s) = files(&trace(5, 0..0), &scaled_object("10"));
+    refused(
+        &[
+            "--trace",
+            &t,
+            "--scaledobject",
+            &s,
+            "--target-wait",
+            "30s",
+            "--plot",
+            "/tmp/plan.png",
+        ],
+        "--plot /tmp/plan.png: only SVG is drawn",
+    );
+}

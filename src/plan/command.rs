@@ -9,8 +9,9 @@ use std::time::Duration;
 
 use crate::config::{ScalerConfig, parse_duration};
 use crate::plan::cluster::Cluster;
+use crate::plan::plot::{self, Frame, PlotError, Series};
 use crate::plan::prometheus::{self, PrometheusError};
-use crate::plan::replay::{self, Exporter, Replay, Traffic};
+use crate::plan::replay::{self, Exporter, Replay, Run, Traffic};
 use crate::plan::scaledobject::{self, ScaledObjectError};
 use crate::plan::score::{self, Score, Scoring};
 use crate::plan::trace::{self, Trace, TraceError};
@@ -95,6 +96,11 @@ pub struct Options {
     /// Print JSON instead of the table.
     #[arg(long)]
     pub json: bool,
+    /// Draw replicas, jobs waiting and the longest wait over the replayed
+    /// period, for the ScaledObject's trigger and the recommended one, into
+    /// this SVG file.
+    #[arg(long, value_name = "FILE.svg")]
+    pub plot: Option<PathBuf>,
 }
 
 /// Why `plan` cannot run: each is one line, exit 2.
@@ -109,6 +115,9 @@ pub enum PlanError {
     /// Prometheus cannot be read, or has not what is needed.
     #[error(transparent)]
     Prometheus(#[from] PrometheusError),
+    /// The plot cannot be written.
+    #[error(transparent)]
+    Plot(#[from] PlotError),
     /// A flag's value, or a missing input.
     #[error("{0}")]
     Input(String),
@@ -169,6 +178,9 @@ pub fn run(options: &Options) -> Result<Plan, PlanError> {
             options.percentile
         )));
     }
+    if let Some(path) = &options.plot {
+        plot::check_path(path)?;
+    }
     let (own, cluster) = own_trigger(options)?;
     let own_query = own.as_ref().map(|o| &o.query);
     let trace = read_trace(options, own.as_ref().map(|o| &o.meta))?;
@@ -189,6 +201,7 @@ pub fn run(options: &Options) -> Result<Plan, PlanError> {
     let traffic = plan.trace.traffic(SEED);
     plan.jobs = traffic.arrivals.len();
     let bar = progress(&plan, own.is_some());
+    let has_own = own.is_some();
     if let Some(o) = own {
         let c = try_candidate(&plan, &traffic, workers, o.name, o.meta)?;
         plan.candidates.push(c);
@@ -219,7 +232,86 @@ pub fn run(options: &Options) -> Result<Plan, PlanError> {
     )?;
     bar.finish_and_clear();
     plan.recommended = cheapest(&plan.candidates, options.percentile);
+    if let Some(path) = &options.plot {
+        draw_plot(&plan, &traffic, workers, has_own, path)?;
+    }
     Ok(plan)
+}
+
+/// `--plot`: the ScaledObject's trigger (candidate 0, if there is one)
+/// and the recommended one, replayed again with their timelines.
+fn draw_plot(
+    plan: &Plan,
+    traffic: &Traffic,
+    workers: usize,
+    has_own: bool,
+    path: &std::path::Path,
+) -> Result<(), PlanError> {
+    let mut drawn: Vec<usize> = has_own.then_some(0).into_iter().collect();
+    drawn.extend(plan.recommended.filter(|&r| !(has_own && r == 0)));
+    let series = drawn
+        .into_iter()
+        .map(|i| series_of(plan, traffic, workers, i))
+        .collect::<Result<Vec<_>, _>>()?;
+    let frame = Frame {
+        target_wait: plan.target_wait,
+        sync: plan.cluster.hpa_sync,
+        gaps: &plan.trace.gaps,
+        length: plan.trace.length,
+    };
+    Ok(plot::draw(path, &frame, &series)?)
+}
+
+/// Candidate `i` replayed again with its timeline, for `--plot`.
+fn series_of(
+    plan: &Plan,
+    traffic: &Traffic,
+    workers: usize,
+    i: usize,
+) -> Result<Series, PlanError> {
+    let c = plan
+        .candidates
+        .get(i)
+        .ok_or_else(|| PlanError::Input(format!("--plot: no candidate {i}")))?;
+    let query =
+        parse_for_replay(&c.meta).map_err(|e| PlanError::Input(format!("{}: {e}", c.name)))?;
+    let run = replay_run(plan, traffic, workers, &query, true);
+    let label = if plan.recommended == Some(i) {
+        format!("{} (recommended)", c.name)
+    } else {
+        c.name.clone()
+    };
+    Ok(Series {
+        name: label,
+        waits: traffic.arrivals.iter().copied().zip(run.waits).collect(),
+        timeline: run.timeline,
+    })
+}
+
+/// One replay of `query` over `traffic` in `plan`'s cluster, with its
+/// timeline if asked.
+fn replay_run(
+    plan: &Plan,
+    traffic: &Traffic,
+    workers: usize,
+    query: &ScalerQuery,
+    timeline: bool,
+) -> Run {
+    let exporter = Exporter {
+        poll: 1.0,
+        speedup: 1.0,
+        warmup: 60.0_f64.max(2.0 * plan.target_wait) + 2.0,
+        gaps: plan.trace.gaps.clone(),
+    };
+    let setup = Replay {
+        traffic,
+        exporter: &exporter,
+        cluster: &plan.cluster,
+        length: plan.trace.length,
+        workers_per_replica: workers,
+        timeline,
+    };
+    replay::replay(&setup, query, &ScalerConfig::default())
 }
 
 /// The ScaledObject's queue trigger: its name in the table, its metadata
@@ -427,21 +519,7 @@ fn try_candidate(
     meta: HashMap<String, String>,
 ) -> Result<Candidate, PlanError> {
     let query = parse_for_replay(&meta).map_err(|e| PlanError::Input(format!("{name}: {e}")))?;
-    let exporter = Exporter {
-        poll: 1.0,
-        speedup: 1.0,
-        warmup: 60.0_f64.max(2.0 * plan.target_wait) + 2.0,
-        gaps: plan.trace.gaps.clone(),
-    };
-    let setup = Replay {
-        traffic,
-        exporter: &exporter,
-        cluster: &plan.cluster,
-        length: plan.trace.length,
-        workers_per_replica: workers,
-        timeline: false,
-    };
-    let run = replay::replay(&setup, &query, &ScalerConfig::default());
+    let run = replay_run(plan, traffic, workers, &query, false);
     let scoring = Scoring {
         target_wait: plan.target_wait,
         from: plan.lead_in,

@@ -15,9 +15,11 @@
 //! - [`scaledobject`]: `--scaledobject FILE`, the user's ScaledObject.
 //! - [`command`]: the command: the candidates, each replayed and scored.
 //! - [`report`]: its table, recommendation YAML and JSON.
+//! - [`plot`]: `--plot FILE.svg`, replicas, backlog and waits over time.
 
 pub mod cluster;
 pub mod command;
+pub mod plot;
 pub mod prometheus;
 pub mod replay;
 pub mod report;
