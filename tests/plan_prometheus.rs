@@ -11,6 +11,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde_json::Value;
 
 mod support;
+mod tls_support;
 use support::Prometheus;
 
 /// Runs `plan` with `args`: (exit code, stdout, stderr).
@@ -70,6 +71,14 @@ async fn prometheus_with_a_hole_and_auth(
     dir: &std::path::Path,
     auth: Option<(&str, &str, &str)>,
 ) -> (Prometheus, i64, i64) {
+    let hole = backfill_with_a_hole(dir);
+    let p = Prometheus::start_with_auth(dir, "  []\n", auth).await;
+    (p, hole.0, hole.1)
+}
+
+/// Writes the TSDB blocks of [`prometheus_with_a_hole`] into `dir/tsdb`;
+/// returns the hole's (start, end), unix seconds.
+fn backfill_with_a_hole(dir: &std::path::Path) -> (i64, i64) {
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap()
@@ -92,8 +101,7 @@ async fn prometheus_with_a_hole_and_auth(
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let p = Prometheus::start_with_auth(dir, "  []\n", auth).await;
-    (p, start + 15 * 60, start + 15 * 100)
+    (start + 15 * 60, start + 15 * 100)
 }
 
 #[tokio::test]
@@ -330,4 +338,41 @@ async fn a_bearer_token_from_a_file_reads_a_prometheus_behind_a_proxy_and_never_
     for text in [&out, &err] {
         assert!(!text.contains("t0ken"), "a token shows: {text}");
     }
+}
+
+#[tokio::test]
+async fn an_https_prometheus_is_read_trusting_the_ca_of_ca_file_and_refused_without_it() {
+    let dir = tempfile::tempdir().unwrap();
+    backfill_with_a_hole(dir.path());
+    let pki = tls_support::make_pki("prometheus");
+    let files = pki.write(&dir, "plan");
+    let p = Prometheus::start_with_tls(dir.path(), "  []\n", &pki).await;
+    assert!(p.url.starts_with("https://"), "{}", p.url);
+    let ca = files.ca.to_str().unwrap().to_owned();
+    let mut args = last_ten_minutes_of_jobs(&p.url).to_vec();
+    args.extend(["--ca-file", &ca]);
+    let (code, out, err) = plan(&args);
+    assert_eq!(code, 0, "{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert!(v["jobs"].as_u64().unwrap() > 500, "{v}");
+    // Without the CA the certificate is not trusted: one line naming
+    // Prometheus, exit 2.
+    let (code, _, err) = plan(&last_ten_minutes_of_jobs(&p.url));
+    assert_eq!(code, 2, "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains(&format!("cannot reach Prometheus at {}", p.url)),
+        "{err}"
+    );
+    // A CA file that holds no certificate is named.
+    let bad = support::write_file(&dir, "not-a-ca.pem", "hello\n");
+    let bad = bad.to_str().unwrap().to_owned();
+    let mut args = last_ten_minutes_of_jobs(&p.url).to_vec();
+    args.extend(["--ca-file", &bad]);
+    let (code, _, err) = plan(&args);
+    assert_eq!(code, 2, "{err}");
+    assert_eq!(
+        err.trim(),
+        format!("plan: --ca-file {bad}: holds no PEM certificate")
+    );
 }

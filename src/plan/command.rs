@@ -74,6 +74,10 @@ pub struct Options {
         env = "PLAN_PROMETHEUS_PASSWORD_FILE"
     )]
     pub basic_auth_password_file: Option<PathBuf>,
+    /// With --prometheus over https://: a PEM file of the CA certificates
+    /// that sign its certificate, trusted besides the system's roots.
+    #[arg(long, value_name = "FILE", requires = "prometheus")]
+    pub ca_file: Option<PathBuf>,
     /// The ScaledObject to replay: its queue trigger, pollingInterval,
     /// cooldownPeriod, min/maxReplicaCount, fallback and HPA behavior (KEDA's and
     /// Kubernetes' defaults without it).
@@ -401,6 +405,7 @@ fn read_trace(
             .basic_auth_user
             .clone()
             .zip(options.basic_auth_password_file.clone()),
+        ca_file: options.ca_file.clone(),
     };
     Ok(prometheus::read(&source)?)
 }

@@ -35,6 +35,9 @@ pub struct Source {
     pub bearer_token_file: Option<PathBuf>,
     /// Basic auth: the user, and a file holding the password.
     pub basic_auth: Option<(String, PathBuf)>,
+    /// A PEM file of the CA certificates that sign an `https://`
+    /// Prometheus' certificate, trusted besides the system's roots.
+    pub ca_file: Option<PathBuf>,
 }
 
 /// Why Prometheus could not be read: one line, exit 2.
@@ -178,8 +181,13 @@ impl Client {
             (None, Some((user, f))) => Some(Auth::Basic(user.clone(), read(f)?)),
             (None, None) => None,
         };
-        let http = reqwest::Client::builder()
-            .timeout(Duration::from_secs(60))
+        let mut builder = reqwest::Client::builder().timeout(Duration::from_secs(60));
+        if let Some(path) = &source.ca_file {
+            for cert in ca_certificates(path)? {
+                builder = builder.add_root_certificate(cert);
+            }
+        }
+        let http = builder
             .build()
             .map_err(|e| PrometheusError(format!("HTTP client: {e}")))?;
         Ok(Client { http, auth })
@@ -237,6 +245,20 @@ impl Client {
             }
         }
         Ok(out)
+    }
+}
+
+/// The certificates of the PEM bundle `path` (`--ca-file`); an unreadable
+/// file, or one with no certificate, is an error naming it.
+fn ca_certificates(path: &PathBuf) -> Result<Vec<reqwest::Certificate>, PrometheusError> {
+    let shown = path.display();
+    let pem = std::fs::read(path)
+        .map_err(|e| PrometheusError(format!("--ca-file {shown}: cannot read: {e}")))?;
+    match reqwest::Certificate::from_pem_bundle(&pem) {
+        Ok(certs) if !certs.is_empty() => Ok(certs),
+        _ => Err(PrometheusError(format!(
+            "--ca-file {shown}: holds no PEM certificate"
+        ))),
     }
 }
 

@@ -748,6 +748,55 @@ impl Prometheus {
         scrape_configs: &str,
         basic_auth: Option<(&str, &str, &str)>,
     ) -> Prometheus {
+        let web =
+            basic_auth.map(|(user, hash, _)| format!("basic_auth_users:\n  {user}: '{hash}'\n"));
+        let auth = basic_auth.map(|(u, _, p)| (u.to_owned(), p.to_owned()));
+        Prometheus::spawn(
+            dir,
+            scrape_configs,
+            web,
+            "http",
+            reqwest::Client::new(),
+            auth,
+        )
+        .await
+    }
+
+    /// [`Prometheus::start`] serving only `https://` with the server
+    /// certificate and key of `pki` (files in `dir`); its readiness is
+    /// checked trusting `pki`'s CA.
+    pub async fn start_with_tls(
+        dir: &std::path::Path,
+        scrape_configs: &str,
+        pki: &Pki,
+    ) -> Prometheus {
+        let cert = dir.join("prometheus-server.pem");
+        let key = dir.join("prometheus-server.key");
+        std::fs::write(&cert, &pki.server.0).expect("write the server certificate");
+        std::fs::write(&key, &pki.server.1).expect("write the server key");
+        let web = format!(
+            "tls_server_config:\n  cert_file: {}\n  key_file: {}\n",
+            cert.display(),
+            key.display()
+        );
+        let ca = reqwest::Certificate::from_pem(pki.ca.as_bytes()).expect("the test CA");
+        let ready = reqwest::Client::builder()
+            .add_root_certificate(ca)
+            .build()
+            .expect("an HTTPS client");
+        Prometheus::spawn(dir, scrape_configs, Some(web), "https", ready, None).await
+    }
+
+    /// Starts `prometheus` with `web` as its `--web.config.file` if given,
+    /// and returns once `ready` (authenticated by `auth`) gets `/-/ready`.
+    async fn spawn(
+        dir: &std::path::Path,
+        scrape_configs: &str,
+        web: Option<String>,
+        scheme: &str,
+        ready: reqwest::Client,
+        auth: Option<(String, String)>,
+    ) -> Prometheus {
         let config = dir.join("prometheus.yml");
         std::fs::write(
             &config,
@@ -763,11 +812,10 @@ impl Prometheus {
             format!("--web.listen-address=127.0.0.1:{port}"),
             "--storage.tsdb.retention.time=1h".to_owned(),
         ];
-        if let Some((user, hash, _)) = basic_auth {
-            let web = dir.join("web.yml");
-            std::fs::write(&web, format!("basic_auth_users:\n  {user}: '{hash}'\n"))
-                .expect("write web.yml");
-            args.push(format!("--web.config.file={}", web.display()));
+        if let Some(web) = web {
+            let path = dir.join("web.yml");
+            std::fs::write(&path, web).expect("write web.yml");
+            args.push(format!("--web.config.file={}", path.display()));
         }
         let process = KillOnDrop(
             Command::new("prometheus")
@@ -779,14 +827,12 @@ impl Prometheus {
                     "prometheus must be installed (scripts/setup-services: apt-get install prometheus)",
                 ),
         );
-        let url = format!("http://127.0.0.1:{port}");
-        let ready = format!("{url}/-/ready");
-        let auth = basic_auth.map(|(u, _, p)| (u.to_owned(), p.to_owned()));
+        let url = format!("{scheme}://127.0.0.1:{port}");
+        let ready_url = format!("{url}/-/ready");
         wait_for("Prometheus /-/ready", Duration::from_secs(30), || {
-            let ready = ready.clone();
-            let auth = auth.clone();
+            let (ready_url, ready, auth) = (ready_url.clone(), ready.clone(), auth.clone());
             async move {
-                let mut request = reqwest::Client::new().get(&ready);
+                let mut request = ready.get(&ready_url);
                 if let Some((u, p)) = auth {
                     request = request.basic_auth(u, Some(p));
                 }
