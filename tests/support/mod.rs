@@ -26,6 +26,25 @@ pub fn free_port() -> u16 {
         .expect("free port")
 }
 
+/// A free port whose cluster bus port (the port + 10000) is free too and
+/// below 65536.
+fn free_cluster_port() -> u16 {
+    loop {
+        let port = free_port();
+        if port < 55_536 && TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok() {
+            return port;
+        }
+    }
+}
+
+/// Why a redis-server did not come up.
+enum Started {
+    /// It exited at once, most likely because its port was taken.
+    Exited,
+    /// It runs but never answered PING.
+    NoAnswer,
+}
+
 /// The ACL docs/redis.md asks for: every key, read commands only.
 pub const READ_ONLY_ACL: &[&str] = &["-@all", "+@read", "+@connection", "~*"];
 
@@ -73,20 +92,47 @@ impl RedisServer {
         )
     }
 
+    /// Starts on a fresh free port, and on another one when the server exits
+    /// at once: between [`free_port`] and redis-server's bind, another test
+    /// or an outgoing connection may take the port (or, for a cluster node,
+    /// its bus port, the port + 10000).
     fn spawn_new(args: &[&str], dir: Option<tempfile::TempDir>) -> Self {
-        let port = free_port();
+        let cluster = args.contains(&"--cluster-enabled");
         let mut s = RedisServer {
-            port,
-            url: format!("redis://127.0.0.1:{port}"),
+            port: 0,
+            url: String::new(),
             child: None,
             args: args.iter().map(|a| a.to_string()).collect(),
             _dir: dir,
         };
-        s.spawn();
-        s
+        for _attempt in 0..8 {
+            let port = if cluster {
+                free_cluster_port()
+            } else {
+                free_port()
+            };
+            s.port = port;
+            s.url = format!("redis://127.0.0.1:{port}");
+            match s.try_spawn() {
+                Ok(()) => return s,
+                Err(Started::Exited) => continue,
+                Err(Started::NoAnswer) => break,
+            }
+        }
+        panic!(
+            "redis-server did not start on {} (or on 7 other free ports)",
+            s.port
+        )
     }
 
     fn spawn(&mut self) {
+        if self.try_spawn().is_err() {
+            panic!("redis-server did not start again on {}", self.port);
+        }
+    }
+
+    /// Starts redis-server on `self.port` and waits until it answers PING.
+    fn try_spawn(&mut self) -> Result<(), Started> {
         let child = Command::new("redis-server")
             .args([
                 "--port",
@@ -110,18 +156,22 @@ impl RedisServer {
             .spawn()
             .expect("redis-server must be installed (apt-get install redis-server)");
         self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(10);
+        let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             if let Ok(mut c) = self.try_conn()
                 && redis::cmd("PING").query::<String>(&mut c).is_ok()
             {
-                return;
+                return Ok(());
             }
-            assert!(
-                Instant::now() < deadline,
-                "redis-server did not start on {}",
-                self.port
-            );
+            if let Some(c) = self.child.as_mut()
+                && matches!(c.try_wait(), Ok(Some(_)))
+            {
+                self.child = None;
+                return Err(Started::Exited);
+            }
+            if Instant::now() >= deadline {
+                return Err(Started::NoAnswer);
+            }
             std::thread::sleep(Duration::from_millis(10));
         }
     }
