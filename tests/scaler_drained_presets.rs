@@ -48,7 +48,7 @@ struct Drain {
 }
 
 /// One case per library: BullMQ, Bull, Sidekiq, Celery, RQ, asynq,
-/// rediswq, priority-zset, Dramatiq, Huey, arq, bee-queue.
+/// rediswq, priority-zset, Dramatiq, Huey, arq, bee-queue, Resque.
 const DRAINS: &[Drain] = &[
     Drain {
         preset: "bullmq",
@@ -160,6 +160,15 @@ const DRAINS: &[Drain] = &[
         // removeOnSuccess: the job counter and the stall check's marker.
         leftovers: &["bq:{q}:id", "bq:{q}:stallBlock"],
     },
+    Drain {
+        preset: "resque",
+        options: "",
+        library: Library::Resque,
+        script: "node/drain_fixture.js",
+        named: true,
+        forget: true,
+        leftovers: &[],
+    },
 ];
 
 impl Drain {
@@ -246,7 +255,7 @@ const MEASURED: &[&str] = &["bullmq", "bull", "rq"];
 /// The libraries whose queues have no arrival count without `counters:`
 /// (docs/keda.md): `WaitTime` of their queues, live or drained, is
 /// `UNAVAILABLE` naming the arrival rate, never a number.
-const NO_ARRIVALS: &[&str] = &["celery", "rediswq", "huey", "arq"];
+const NO_ARRIVALS: &[&str] = &["celery", "rediswq", "huey", "arq", "resque"];
 
 /// A `WaitTime` trigger of the drained queue: `targetWait` 30 s over a
 /// window of 1 s, with `processing_time` if given.
