@@ -254,8 +254,11 @@ const MEASURED: &[&str] = &["bullmq", "bull", "rq"];
 
 /// The libraries whose queues have no arrival count without `counters:`
 /// (docs/keda.md): `WaitTime` of their queues, live or drained, is
-/// `UNAVAILABLE` naming the arrival rate, never a number.
-const NO_ARRIVALS: &[&str] = &["celery", "rediswq", "huey", "arq", "resque"];
+/// `UNAVAILABLE` naming the arrival rate, never a number, as long as the
+/// library keeps reporting the drained queue. One whose drained queue is forgotten (`forget: true`: Sidekiq,
+/// RQ, Resque) has no sample left for it, so its `WaitTime` is a covered
+/// empty queue's, 0, whatever its arrivals.
+const NO_ARRIVALS: &[&str] = &["celery", "rediswq", "huey", "arq"];
 
 /// A `WaitTime` trigger of the drained queue: `targetWait` 30 s over a
 /// window of 1 s, with `processing_time` if given.
