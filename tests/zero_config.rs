@@ -686,6 +686,32 @@ fn plain_keys_false_tells_a_sidekiq_namespace_and_celery_steps_by_the_keys_besid
     assert_eq!(libs_scans, scan_calls_of_one_pass(&mut conn, 100));
 }
 
+/// node-resque at a namespace of its own (`jobs`) beside a Sidekiq 6
+/// namespace: both are a `<ns>:queues` set over `<ns>:queue:<q>` lists;
+/// Resque's failed list and delayed schedule tell one, Sidekiq's `retry`
+/// zset the other, whether or not plain keys are typed.
+#[test]
+fn a_resque_namespace_is_told_from_a_sidekiq_one_by_the_keys_beside_it() {
+    let redis = RedisServer::start();
+    let Some(_) = Library::Resque.run("node/resque_fixture.js", &[&redis.url, "jobs"]) else {
+        return;
+    };
+    let mut conn = redis.conn();
+    rcmd(&mut conn, &["SADD", "ns:queues", "x"]);
+    rcmd(&mut conn, &["RPUSH", "ns:queue:x", "j1"]);
+    rcmd(&mut conn, &["ZADD", "ns:retry", "1", "r1"]);
+    let ((all, _, _), (libs, _, _)) = once_both_ways(&redis);
+    let (from_libraries, plain) = split_plain(all);
+    assert_eq!(libs, from_libraries);
+    assert!(plain.is_empty(), "{plain:?}");
+    let key = |q: &str, p: &str, s: &str| ("queue_depth".into(), q.into(), p.into(), s.into());
+    assert_eq!(libs.get(&key("default", "resque", "waiting")), Some(&3.0));
+    assert_eq!(libs.get(&key("(all)", "resque", "delayed")), Some(&3.0));
+    assert_eq!(libs.get(&key("(all)", "resque", "failed")), Some(&1.0));
+    assert_eq!(libs.get(&key("x", "sidekiq", "waiting")), Some(&1.0));
+    assert_eq!(libs.get(&key("default", "sidekiq", "waiting")), None);
+}
+
 #[test]
 fn discover_refuses_bad_arguments_with_exit_2_and_one_line() {
     let dir = tempfile::tempdir().unwrap();

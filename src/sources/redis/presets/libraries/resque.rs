@@ -1,7 +1,8 @@
 //! Resque (Ruby) and its Node port node-resque (npm `node-resque` 9.x,
 //! which writes Resque's key names), under a namespace (`resque` by
 //! default: node-resque's `namespace` option, joined to the parts with
-//! `:` by `Connection#key`, `src/core/connection.ts`):
+//! `:` by `Connection#key`, `src/core/connection.ts`; Ruby Resque's
+//! `Redis::Namespace`, its names in `lib/resque/data_store.rb`):
 //!
 //! - `<ns>:queues`: the set of queue names (`src/core/queue.ts`,
 //!   `Queue#enqueue`: `SADD`), the registry.
@@ -18,8 +19,9 @@
 //!   and it is unknown). A worker that died mid-job keeps its id and
 //!   string until something cleans them (`Queue#forceCleanWorker`): still
 //!   `active`; no heartbeat with an expiry tells it dead
-//!   (`worker:ping:<name>` is a stamp kept for ever), so `stalled` is
-//!   unknown.
+//!   (`worker:ping:<name>` is a stamp kept for ever; Ruby Resque's
+//!   `workers:heartbeat` hash is not written by node-resque, and not
+//!   read), so `stalled` is unknown.
 //! - `<ns>:failed`: the list of failed jobs, every queue's
 //!   (`Worker#fail`: `RPUSH`): `failed`.
 //! - `<ns>:stat:processed`, `<ns>:stat:failed`: totals over every queue
