@@ -23,7 +23,9 @@
 //!   `workers:heartbeat` hash is not written by node-resque, and not
 //!   read), so `stalled` is unknown.
 //! - `<ns>:failed`: the list of failed jobs, every queue's
-//!   (`Worker#fail`: `RPUSH`): `failed`.
+//!   (`Worker#fail`: `RPUSH`): `failed`; unknown where Ruby Resque's
+//!   `RedisMultiQueue` failure backend keeps them in `<q>_failed` lists
+//!   instead (its `<ns>:failed_queues` set has members).
 //! - `<ns>:stat:processed`, `<ns>:stat:failed`: totals over every queue
 //!   (`Worker#succeed`, `Worker#fail`: `INCR`).
 //! - `<ns>:delayed_queue_schedule`: the zset of due times in unix seconds,
@@ -73,7 +75,7 @@ fn k(ns: &str, name: &[u8]) -> Vec<u8> {
     key(&[ns.as_bytes(), b":", name])
 }
 
-/// Round 1: one command per queue; five for the shared keys (`(all)`).
+/// Round 1: one command per queue; six for the shared keys (`(all)`).
 /// `workers` and the delayed schedule are read bounded: at most `limit` + 1
 /// workers (`SRANDMEMBER` with a positive count gives distinct members)
 /// and [`DELAYED_TIMESTAMPS`] + 1 timestamps, so a reply within the bound
@@ -90,6 +92,9 @@ pub fn plan(ns: &str, unit: &Unit, limit: usize) -> Vec<redis::Cmd> {
             cmd("GET", &k(ns, b"stat:failed")),
             workers,
             delayed,
+            // Ruby Resque's `RedisMultiQueue` failure backend names its
+            // per-queue `<q>_failed` lists here, and leaves `failed` empty.
+            cmd("SCARD", &k(ns, b"failed_queues")),
         ];
     };
     vec![cmd("LLEN", &k(ns, &key(&[b"queue:", q])))]
@@ -101,7 +106,7 @@ pub fn read(ns: &str, unit: &Unit, r: &[Value], now: f64, limit: usize) -> Stage
     let Unit::Queue(q) = unit else {
         let mut s = shared_sample(KIND);
         kept_elsewhere(&mut s, QUEUE_STATES);
-        set_state(&mut s, JobState::Failed, count(at(0)));
+        set_state(&mut s, JobState::Failed, failed(at(0), at(5)));
         s.set_jobs(JobTotals {
             processed: count(at(1)),
             failed: count(at(2)),
@@ -117,6 +122,16 @@ pub fn read(ns: &str, unit: &Unit, r: &[Value], now: f64, limit: usize) -> Stage
     // A job holds no enqueue time: the age is known only of an empty queue.
     s.oldest_age_seconds = (waiting == Some(0)).then_some(0.0);
     Stage::done(s)
+}
+
+/// The `failed` list's length, unless failed jobs are kept per queue
+/// (a `failed_queues` set with members: the `failed` list is then not
+/// where they are) or either read was refused: unknown, never 0.
+fn failed(list: &Value, per_queue: &Value) -> Option<u64> {
+    match count(per_queue)? {
+        0 => count(list),
+        _ => None,
+    }
 }
 
 /// `active` from the workers read: 0, then one `EXISTS` per worker's job
@@ -389,7 +404,7 @@ mod tests {
     /// Round-1 replies of `(all)`: failed, the two totals, the workers
     /// read and the delayed timestamps read.
     fn all(workers: Value, stamps: Value) -> Vec<Value> {
-        vec![int(1), bulk("10"), bulk("2"), workers, stamps]
+        vec![int(1), bulk("10"), bulk("2"), workers, stamps, int(0)]
     }
 
     #[test]
@@ -442,6 +457,25 @@ mod tests {
                 .get_packed_command()
         );
         assert_eq!(st.follow[1].1, Follow::AddActive);
+    }
+
+    /// Ruby Resque's `RedisMultiQueue` backend keeps failed jobs in
+    /// `<q>_failed` lists named in `failed_queues`: the empty `failed` list
+    /// would say 0 while jobs failed.
+    #[test]
+    fn failed_jobs_kept_per_queue_leave_failed_unknown() {
+        let mut r = all(list(&[]), list(&[]));
+        r[0] = Value::Nil;
+        r[5] = int(2);
+        let st = read("ns", &Unit::Shared, &r, 0.0, 2);
+        let f = st.sample.preset.as_ref().unwrap();
+        assert_eq!(f.states[&JobState::Failed], None);
+        r[5] = refused();
+        let st = read("ns", &Unit::Shared, &r, 0.0, 2);
+        assert_eq!(st.sample.preset.unwrap().states[&JobState::Failed], None);
+        r[5] = Value::Nil;
+        let st = read("ns", &Unit::Shared, &r, 0.0, 2);
+        assert_eq!(st.sample.preset.unwrap().states[&JobState::Failed], Some(0));
     }
 
     #[test]
