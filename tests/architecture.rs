@@ -1028,6 +1028,7 @@ const LIBRARY_NAMES: &[(&str, &[&str])] = &[
     ("huey", &["huey.rs"]),
     ("arq", &["arq.rs"]),
     ("bee[-_]?queue", &["beequeue.rs"]),
+    ("resque", &["resque.rs"]),
 ];
 
 /// `text` without the registration list (`LIBRARIES` and the `mod` lines

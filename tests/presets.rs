@@ -1,4 +1,5 @@
-//! Library presets end to end: real libraries (RQ, Sidekiq, Celery, BullMQ, Bull) write
+//! Library presets end to end: real libraries (RQ, Sidekiq, Celery, BullMQ, Bull,
+//! node-resque) write
 //! real keys into a private Redis through the fixture scripts under
 //! `tests/fixtures/presets/`; asynq, rediswq and the priority-zset layout
 //! are built here key by key from their documented layouts (asynq's Go
@@ -287,6 +288,70 @@ async fn more_sidekiq_processes_than_the_check_limit_leave_active_unknown() {
         gauge(&s, "queue_stalled_jobs", "(all)", "sidekiq"),
         Some(0.0)
     );
+    app.stop().await;
+}
+
+/// Resque through node-resque (its Node port, the same keys): each queue's
+/// list is `waiting`, with no age while jobs wait (a job holds no enqueue
+/// time) and 0 once none does; under `(all)`, the failed list, the totals,
+/// the delayed lists (one due an hour ago, overdue, as no scheduler runs)
+/// and a worker that died mid-job, still `active`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resque_states_totals_delayed_and_a_worker_that_died_mid_job() {
+    let redis = RedisServer::start();
+    let Some(_) = Library::Resque.run("node/resque_fixture.js", &[&redis.url]) else {
+        return;
+    };
+    let app = TestApp::start(&config(&redis.url, "- preset: resque\n")).await;
+    let s = app
+        .scrape_until("resque queues and (all)", Duration::from_secs(15), |s| {
+            depth(s, "(all)", "resque", "active").is_some()
+                && depth(s, "default", "resque", "waiting").is_some()
+        })
+        .await;
+    assert_eq!(depth(&s, "default", "resque", "waiting"), Some(3.0), "{s}");
+    assert_eq!(depth(&s, "critical", "resque", "waiting"), Some(2.0));
+    assert_eq!(depth(&s, "work", "resque", "waiting"), Some(0.0));
+    assert_eq!(depth(&s, "(all)", "resque", "failed"), Some(1.0));
+    assert_eq!(depth(&s, "(all)", "resque", "delayed"), Some(3.0));
+    assert_eq!(depth(&s, "(all)", "resque", "active"), Some(1.0));
+    assert_eq!(
+        gauge(&s, "queue_overdue_jobs", "(all)", "resque"),
+        Some(1.0)
+    );
+    assert_eq!(
+        gauge(&s, "queue_jobs_processed_total", "(all)", "resque"),
+        Some(1.0)
+    );
+    assert_eq!(
+        gauge(&s, "queue_jobs_failed_total", "(all)", "resque"),
+        Some(1.0)
+    );
+    // No stamp in a job: unknown while jobs wait, never a guess.
+    let age = |q: &str| gauge(&s, "queue_oldest_message_age_seconds", q, "resque");
+    assert_eq!(age("default"), None);
+    assert_eq!(age("work"), Some(0.0));
+    assert_eq!(gauge(&s, "queue_stalled_jobs", "(all)", "resque"), None);
+    assert_eq!(gauge(&s, "queue_paused", "default", "resque"), None);
+
+    let mut c = client(&app).await;
+    assert_eq!(
+        metrics(&mut c, &[("queue", "default")]).await.unwrap().1,
+        3.0
+    );
+    let shared = [("queue", "(all)"), ("state", "delayed,failed,active")];
+    assert_eq!(metrics(&mut c, &shared).await.unwrap().1, 5.0);
+    // Failed jobs are every queue's: asked of one queue, refused, naming
+    // where they are.
+    let e = metrics(&mut c, &[("queue", "default"), ("state", "failed")])
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+    assert!(e.message().contains(r#"under queue "(all)""#), "{e:?}");
+    let e = metrics(&mut c, &[("queue", "default"), ("mode", "Age")])
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::Unavailable, "{e:?}");
     app.stop().await;
 }
 

@@ -48,7 +48,7 @@ struct Drain {
 }
 
 /// One case per library: BullMQ, Bull, Sidekiq, Celery, RQ, asynq,
-/// rediswq, priority-zset, Dramatiq, Huey, arq, bee-queue.
+/// rediswq, priority-zset, Dramatiq, Huey, arq, bee-queue, Resque.
 const DRAINS: &[Drain] = &[
     Drain {
         preset: "bullmq",
@@ -160,6 +160,15 @@ const DRAINS: &[Drain] = &[
         // removeOnSuccess: the job counter and the stall check's marker.
         leftovers: &["bq:{q}:id", "bq:{q}:stallBlock"],
     },
+    Drain {
+        preset: "resque",
+        options: "",
+        library: Library::Resque,
+        script: "node/drain_fixture.js",
+        named: true,
+        forget: true,
+        leftovers: &[],
+    },
 ];
 
 impl Drain {
@@ -245,7 +254,10 @@ const MEASURED: &[&str] = &["bullmq", "bull", "rq"];
 
 /// The libraries whose queues have no arrival count without `counters:`
 /// (docs/keda.md): `WaitTime` of their queues, live or drained, is
-/// `UNAVAILABLE` naming the arrival rate, never a number.
+/// `UNAVAILABLE` naming the arrival rate, never a number, as long as the
+/// library keeps reporting the drained queue. One whose drained queue is forgotten (`forget: true`: Sidekiq,
+/// RQ, Resque) has no sample left for it, so its `WaitTime` is a covered
+/// empty queue's, 0, whatever its arrivals.
 const NO_ARRIVALS: &[&str] = &["celery", "rediswq", "huey", "arq"];
 
 /// A `WaitTime` trigger of the drained queue: `targetWait` 30 s over a

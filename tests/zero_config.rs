@@ -54,6 +54,9 @@ fn write_libraries(url: &str) -> bool {
         // Old Bull beside BullMQ: its queues at prefix `old` (and
         // `legacy:app`), named like BullMQ's.
         Library::Bull.run("node/bull_fixture.js", &[url, "old"]),
+        // Resque (node-resque) at its `resque` namespace: its `queues`
+        // set and `queue:<q>` lists are a Sidekiq 6 namespace's names.
+        Library::Resque.run("node/resque_fixture.js", &[url]),
     ];
     runs.iter().all(Option::is_some)
 }
@@ -116,6 +119,7 @@ async fn real_libraries_plain_keys_and_lookalikes_in_one_redis() {
                 && depth(s, "critical", "asynq", "waiting").is_some()
                 && depth(s, "emails", "celery", "waiting").is_some()
                 && depth(s, "(all)", "sidekiq", "retry").is_some()
+                && depth(s, "(all)", "resque", "active").is_some()
         })
         .await;
     // Each library's queues, with the states its preset reports.
@@ -152,6 +156,12 @@ async fn real_libraries_plain_keys_and_lookalikes_in_one_redis() {
         ("done", "bull", "failed", 1.0),
         ("stall", "bull", "active", 1.0),
         ("reports", "bull", "waiting", 1.0),
+        // Resque, not a Sidekiq namespace `resque`.
+        ("default", "resque", "waiting", 3.0),
+        ("critical", "resque", "waiting", 2.0),
+        ("(all)", "resque", "delayed", 3.0),
+        ("(all)", "resque", "failed", 1.0),
+        ("(all)", "resque", "active", 1.0),
     ];
     for (queue, preset, state, n) in want {
         let labels = [("queue", queue), ("preset", preset), ("state", state)];
@@ -178,6 +188,15 @@ async fn real_libraries_plain_keys_and_lookalikes_in_one_redis() {
             &[("queue", "stall"), ("preset", "bull")]
         ),
         Some(1.0)
+    );
+    // Resque's `default` is no Sidekiq namespace's (it would be qualified).
+    assert_eq!(
+        s.samples(
+            "queue_depth",
+            &[("preset", "sidekiq"), ("queue", "resque:default")]
+        )
+        .count(),
+        0
     );
     // BullMQ's queues (they have an `id` counter too) are not also Bull's.
     assert_eq!(depth(&s, "flow", "bull", "waiting"), None);
@@ -623,6 +642,9 @@ fn plain_keys_false_recognises_the_same_library_queues_in_one_scan_pass() {
     assert_eq!(libs.get(&key("reports", "bullmq", "waiting")), Some(&3.0));
     // Old Bull beside BullMQ's same-named queue: told by its `id`.
     assert_eq!(libs.get(&key("mail", "bull", "waiting")), Some(&4.0));
+    // Resque told from a Sidekiq namespace by the keys beside its registry.
+    assert_eq!(libs.get(&key("default", "resque", "waiting")), Some(&3.0));
+    assert_eq!(libs.get(&key("(all)", "resque", "failed")), Some(&1.0));
     assert!(log.contains("; no plain key"), "{log}");
     // One pass over the keyspace either way (plain keys cost a TYPE of
     // every name beside it at a full round).
@@ -662,6 +684,32 @@ fn plain_keys_false_tells_a_sidekiq_namespace_and_celery_steps_by_the_keys_besid
     assert_eq!(libs.get(&key("(all)", "sidekiq", "retry")), Some(&1.0));
     assert_eq!(libs.get(&key("tasks", "celery", "waiting")), Some(&3.0));
     assert_eq!(libs_scans, scan_calls_of_one_pass(&mut conn, 100));
+}
+
+/// node-resque at a namespace of its own (`jobs`) beside a Sidekiq 6
+/// namespace: both are a `<ns>:queues` set over `<ns>:queue:<q>` lists;
+/// Resque's failed list and delayed schedule tell one, Sidekiq's `retry`
+/// zset the other, whether or not plain keys are typed.
+#[test]
+fn a_resque_namespace_is_told_from_a_sidekiq_one_by_the_keys_beside_it() {
+    let redis = RedisServer::start();
+    let Some(_) = Library::Resque.run("node/resque_fixture.js", &[&redis.url, "jobs"]) else {
+        return;
+    };
+    let mut conn = redis.conn();
+    rcmd(&mut conn, &["SADD", "ns:queues", "x"]);
+    rcmd(&mut conn, &["RPUSH", "ns:queue:x", "j1"]);
+    rcmd(&mut conn, &["ZADD", "ns:retry", "1", "r1"]);
+    let ((all, _, _), (libs, _, _)) = once_both_ways(&redis);
+    let (from_libraries, plain) = split_plain(all);
+    assert_eq!(libs, from_libraries);
+    assert!(plain.is_empty(), "{plain:?}");
+    let key = |q: &str, p: &str, s: &str| ("queue_depth".into(), q.into(), p.into(), s.into());
+    assert_eq!(libs.get(&key("default", "resque", "waiting")), Some(&3.0));
+    assert_eq!(libs.get(&key("(all)", "resque", "delayed")), Some(&3.0));
+    assert_eq!(libs.get(&key("(all)", "resque", "failed")), Some(&1.0));
+    assert_eq!(libs.get(&key("x", "sidekiq", "waiting")), Some(&1.0));
+    assert_eq!(libs.get(&key("default", "sidekiq", "waiting")), None);
 }
 
 #[test]

@@ -1,6 +1,6 @@
 //! Real queue libraries driven by the fixture scripts under
 //! `tests/fixtures/presets/` (RQ, Celery, Dramatiq, Huey, arq and rediswq
-//! from PyPI, BullMQ, Bull and bee-queue from npm, Sidekiq from Debian's
+//! from PyPI, BullMQ, Bull, bee-queue and node-resque from npm, Sidekiq from Debian's
 //! ruby-sidekiq), shared by the preset, zero-config and drained-queue tests.
 //!
 //! A library that is not installed fails its test, naming the library and
@@ -92,6 +92,9 @@ pub enum Library {
     Huey,
     /// bee-queue 2.x, from npm.
     BeeQueue,
+    /// node-resque 9.x (Resque's Node port, Resque's layout), from npm,
+    /// with the ioredis client its fixtures pass it.
+    Resque,
     /// arq, from PyPI (installed without its redis<6 pin).
     Arq,
     /// rediswq, from PyPI: the work queue of Kubernetes' "fine parallel
@@ -115,6 +118,7 @@ impl Library {
             Library::Dramatiq => "Dramatiq (pip install 'dramatiq[redis]==2.2.1')",
             Library::Huey => "Huey (pip install huey redis)",
             Library::BeeQueue => "bee-queue (npm ci in tests/fixtures/presets/node)",
+            Library::Resque => "node-resque (npm ci in tests/fixtures/presets/node)",
             Library::Arq => "arq (pip install --no-deps arq==0.28.0)",
             Library::Rediswq => "rediswq (pip install rediswq==0.1)",
             Library::RedisPy => "redis-py (pip install redis)",
@@ -132,7 +136,7 @@ impl Library {
             | Library::Rediswq
             | Library::RedisPy => "python3",
             Library::Sidekiq => "ruby",
-            Library::Bullmq | Library::Bull | Library::BeeQueue => "node",
+            Library::Bullmq | Library::Bull | Library::BeeQueue | Library::Resque => "node",
         }
     }
 
@@ -150,6 +154,9 @@ impl Library {
             Library::Dramatiq => "import dramatiq.brokers.redis".to_string(),
             Library::Huey => "import huey, redis".to_string(),
             Library::BeeQueue => format!("require('{node_dir}/node_modules/bee-queue')"),
+            Library::Resque => format!(
+                "require('{node_dir}/node_modules/node-resque'); require('{node_dir}/node_modules/ioredis')"
+            ),
             Library::Arq => "import arq".to_string(),
             Library::Rediswq => "import rediswq".to_string(),
             Library::RedisPy => "import redis".to_string(),

@@ -66,6 +66,7 @@ pub static LIBRARIES: &[&dyn library::Library] = &[
     &libraries::huey::Huey,
     &libraries::arq::Arq,
     &libraries::beequeue::BeeQueue,
+    &libraries::resque::Resque,
 ];
 
 /// What a preset source keeps between polls: the logical queues each entry's

@@ -14,5 +14,6 @@ pub(super) mod dramatiq;
 pub(super) mod huey;
 pub(super) mod priority_zset;
 pub(super) mod rediswq;
+pub(super) mod resque;
 pub(super) mod rq;
 pub(super) mod sidekiq;

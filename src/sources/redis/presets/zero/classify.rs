@@ -488,6 +488,10 @@ mod tests {
             [
                 "celery\x06\x167",
                 "ns:dead",
+                // Resque's failed list and delayed schedule tell a
+                // `<ns>:queues` from a Sidekiq namespace.
+                "ns:delayed_queue_schedule",
+                "ns:failed",
                 "ns:queue:x",
                 "ns:retry",
                 "ns:schedule",
@@ -495,6 +499,8 @@ mod tests {
                 "old:q:wait",
                 "queue:mail",
                 "work:dead",
+                "work:delayed_queue_schedule",
+                "work:failed",
                 "work:queue:q",
                 "work:retry",
                 "work:schedule",
