@@ -15,7 +15,7 @@ use std::time::{Duration, SystemTime};
 use crate::config::ScalerConfig;
 use crate::plan::cluster::{Cluster, Hpa, Keda, KedaMove, Metric};
 use crate::scaler::metadata::ScalerQuery;
-use crate::scaler::query;
+use crate::scaler::{held, query};
 use crate::snapshot::{
     ArrivalsMeasure, JobTotals, Measures, QueueSample, QueueType, ServiceMeasure, Snapshot,
     SourceKind,
@@ -340,6 +340,7 @@ pub fn replay(setup: &Replay, query: &ScalerQuery, config: &ScalerConfig) -> Run
     let end = setup.length;
     let (mut keda, mut hpa) = (Keda::default(), Hpa::default());
     let mut run = Run::default();
+    let mut answers = held::Answers::default();
     w.set_replicas(cluster.min_replicas, 0.0);
     loop {
         // The exporter's polls up to now, each seeing the world as it is then.
@@ -362,18 +363,10 @@ pub fn replay(setup: &Replay, query: &ScalerQuery, config: &ScalerConfig) -> Run
         if now >= end + 2.0 * (cluster.cooldown + cluster.behavior.down.stabilization) {
             break;
         }
-        let answer: Answer = match query::evaluate(
-            query,
-            std::slice::from_ref(&snap),
-            config,
-            clock(exporter, now),
-        ) {
-            Ok(reading) => Some((reading.is_active(query), query.target, reading.value)),
-            Err(_) => {
-                run.ask_errors += 1;
-                None
-            }
-        };
+        let answer = ask(query, &snap, config, clock(exporter, now), &mut answers);
+        if answer.is_none() {
+            run.ask_errors += 1;
+        }
         let metric = decide(
             cluster,
             &mut keda,
@@ -404,6 +397,29 @@ pub fn replay(setup: &Replay, query: &ScalerQuery, config: &ScalerConfig) -> Run
     run.waits = w.waits;
     run.pods = w.gone;
     run
+}
+
+/// The scaler's answer to `query` at `at` from the snapshot `snap`, as the
+/// gRPC service gives it: decided knowing what the HPA holds from the
+/// `answers` given before ([`query::hold`]), then noted among them.
+fn ask(
+    query: &ScalerQuery,
+    snap: &Arc<Snapshot>,
+    config: &ScalerConfig,
+    at: SystemTime,
+    answers: &mut held::Answers,
+) -> Answer {
+    let reading = query::evaluate(query, std::slice::from_ref(snap), config, at).ok()?;
+    let reaction = query.wait.map(|p| p.reaction_time).unwrap_or_default();
+    let reading = query::hold(
+        query,
+        reading,
+        answers.held(at, held::DEFAULT_WINDOW, reaction),
+    );
+    if reading.wait.is_some() {
+        answers.note(at, reading.value, held::DEFAULT_WINDOW);
+    }
+    Some((reading.is_active(query), query.target, reading.value))
 }
 
 /// KEDA's poll (if due) and the HPA's sync on one answer (`target`: the

@@ -19,6 +19,7 @@
 
 pub mod ask;
 pub mod finite;
+pub mod held;
 pub mod keys;
 pub mod metadata;
 pub mod mode;

@@ -146,6 +146,29 @@ pub fn evaluate_with(
     Ok(reading)
 }
 
+/// `reading`, the answer to a `WaitTime` `query`, decided again knowing
+/// `held`, the replicas the HPA holds for the trigger
+/// ([`crate::scaler::held`]); any other reading, or `held` unknown, as it
+/// is. The model only ever asks less for it ([`wait::Term::Held`]), so the
+/// value stays one [`finite::answer`] passed.
+pub fn hold(query: &ScalerQuery, reading: Reading, held: Option<wait::Held>) -> Reading {
+    let (Some(params), Some(decision), Some(_)) = (&query.wait, reading.wait, held) else {
+        return reading;
+    };
+    let decision = wait::decide(
+        params,
+        WaitInputs {
+            held,
+            ..decision.inputs
+        },
+    );
+    Reading {
+        value: decision.replicas,
+        wait: Some(decision),
+        ..reading
+    }
+}
+
 /// The reading of [`evaluate_with`], before its value is checked.
 fn read(
     query: &ScalerQuery,
@@ -591,6 +614,8 @@ fn read_empty(
                 arrival_rate: 0.0,
                 service_time,
                 service_from,
+                finishing: None,
+                held: None,
             },
         )
     });

@@ -19,6 +19,7 @@ use tonic::{Code, Request, Response, Status};
 
 use crate::config::ScalerConfig;
 use crate::hub::Hub;
+use crate::scaler::held::{self, HeldAnswers};
 use crate::scaler::metadata::{self, ScalerQuery};
 use crate::scaler::names;
 use crate::scaler::proto::external_scaler_server::ExternalScaler;
@@ -88,6 +89,9 @@ struct Inner {
     handles: RpcHandles,
     /// Queue positions by name per snapshot, shared by all queries.
     indexes: query::NameIndexes,
+    /// The `WaitTime` answers each trigger was given lately: the replicas
+    /// the HPA holds for it ([`held`]).
+    held: HeldAnswers,
 }
 
 /// The request counter and duration histogram of each (method, code), so a
@@ -240,6 +244,7 @@ impl Scaler {
                 parsed: QueryCache::default(),
                 handles: RpcHandles::default(),
                 indexes: query::NameIndexes::default(),
+                held: HeldAnswers::default(),
             }),
         }
     }
@@ -584,7 +589,23 @@ fn get_metrics(
             req.metric_name
         ))));
     }
-    let reading = inner.read(&query);
+    let reading = inner.read(&query).map(|reading| {
+        let trigger = held::Trigger {
+            namespace: r.namespace.clone(),
+            name: r.name.clone(),
+            metric: name.clone(),
+        };
+        let now = SystemTime::now();
+        let window = held::DEFAULT_WINDOW;
+        let reaction = query.wait.map(|p| p.reaction_time).unwrap_or_default();
+        let held = inner.held.held(&trigger, now, window, reaction);
+        let reading = query::hold(&query, reading, held);
+        // `ask`'s dry runs are no answer the HPA acted on.
+        if caller == Caller::Keda && reading.wait.is_some() {
+            inner.held.note(&trigger, now, reading.value, window);
+        }
+        reading
+    });
     log_decision(METHOD, caller, &who(r), &query, &reading);
     if caller == Caller::Keda {
         record::record(&inner.telemetry, METHOD, r, &query, &reading);

@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use crate::scaler::finite;
-use crate::scaler::wait::{ServiceFrom, WaitInputs, WaitParams};
+use crate::scaler::wait::{self, ServiceFrom, WaitInputs, WaitParams};
 use crate::snapshot::{Arrivals, JobState, QueueSample, QueueType, ServiceTime, Snapshot};
 
 /// The WaitTime model's inputs over `queues`: backlogs and arrival rates
@@ -30,6 +30,8 @@ pub fn gather(
         arrival_rate: 0.0,
         service_time: params.processing_time.map_or(0.0, |p| p.as_secs_f64()),
         service_from: ServiceFrom::Set,
+        finishing: Some(0.0),
+        held: None,
     };
     // Measured service times with their weights (jobs to start per second).
     let mut measured: Vec<(ServiceTime, f64)> = Vec::new();
@@ -42,6 +44,10 @@ pub fn gather(
         inputs.backlog += one.backlog as f64;
         inputs.oldest_age = inputs.oldest_age.max(one.age);
         inputs.arrival_rate += one.arrivals;
+        inputs.finishing = inputs
+            .finishing
+            .zip(s.history.finish_rate(&q.id(), wait::FINISH_SPAN))
+            .map(|(sum, f)| sum + f);
     }
     if params.processing_time.is_none() {
         (inputs.service_time, inputs.service_from) = combine(&measured);

@@ -373,6 +373,39 @@ impl CounterHistory {
         Some(arrived.max(0.0) / seconds)
     }
 
+    /// Jobs taken off `queue` per second over the last `span`: a flow's
+    /// processed total's rate (jobs finished), or a counter queue's
+    /// `delivered` rate (messages handed to consumers). Over a span as short
+    /// as an HPA sync, this is how fast the workers that are running now
+    /// get through the backlog, which the `WaitTime` model compares with
+    /// the replicas it asked for ([`crate::scaler::wait::WaitInputs::finishing`]).
+    /// `None` when fewer than two readings within `span` cover the queue.
+    pub fn finish_rate(&self, queue: &QueueId, span: Duration) -> Option<f64> {
+        let newest = self.points.back()?;
+        let Some(last) = newest.flow(queue) else {
+            return self.rate(queue, span, |c| c.delivered);
+        };
+        let start = newest
+            .at
+            .checked_sub(span)
+            .unwrap_or(SystemTime::UNIX_EPOCH);
+        let (at, first) = self
+            .points
+            .iter()
+            .filter(|p| p.at >= start && p.at < newest.at)
+            .find_map(|p| Some((p.at, p.flow(queue)?)))?;
+        let seconds = newest.at.duration_since(at).ok()?.as_secs_f64();
+        if seconds <= 0.0 {
+            return None;
+        }
+        let processed = if last.processed >= first.processed {
+            last.processed - first.processed
+        } else {
+            last.processed
+        };
+        Some(processed as f64 / seconds)
+    }
+
     /// Seconds since jobs last arrived at `queue`, as the readings tell:
     /// from the reading before the newest rise of its published counter
     /// (the one [`Self::arrival_rate`] uses) or of a flow's depth, to the
