@@ -287,6 +287,15 @@ impl Library for Resque {
         read(&preset.prefix, unit, r, now, preset.stalled_check_limit)
     }
 
+    /// An unread `<ns>:queues`: any key under `<ns>:` may be Resque's.
+    fn withheld(&self, mark: &[u8], keys: &Keys) -> Vec<Vec<u8>> {
+        under_prefixed_registry(mark, keys)
+    }
+
+    fn hidden(&self, mark: &[u8]) -> Option<Hidden> {
+        prefixed_registry_hides(mark)
+    }
+
     fn recognition(&self) -> Option<&dyn Recognise> {
         Some(self)
     }
@@ -365,15 +374,6 @@ impl Recognise for Resque {
             }
         }
         out
-    }
-
-    /// An unread `<ns>:queues`: any key under `<ns>:` may be Resque's.
-    fn withheld(&self, mark: &[u8], keys: &Keys) -> Vec<Vec<u8>> {
-        under_prefixed_registry(mark, keys)
-    }
-
-    fn hidden(&self, mark: &[u8]) -> Option<Hidden> {
-        prefixed_registry_hides(mark)
     }
 }
 
