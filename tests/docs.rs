@@ -863,6 +863,7 @@ fn full_sample(name: &str) -> QueueSample {
     preset.paused = Some(false);
     preset.stalled = Some(0);
     preset.overdue = Some(0);
+    preset.oldest_active_age_seconds = Some(1.0);
     preset.service_time = Some(ServiceTime {
         mean_seconds: 0.2,
         jobs: 1,

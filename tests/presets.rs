@@ -295,13 +295,19 @@ async fn more_sidekiq_processes_than_the_check_limit_leave_active_unknown() {
 /// list is `waiting`, with no age while jobs wait (a job holds no enqueue
 /// time) and 0 once none does; under `(all)`, the failed list, the totals,
 /// the delayed lists (one due an hour ago, overdue, as no scheduler runs)
-/// and a worker that died mid-job, still `active`.
+/// and a worker that died mid-job, still `active`, its job's age since the
+/// worker took it (`run_at`) the oldest active job's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn resque_states_totals_delayed_and_a_worker_that_died_mid_job() {
     let redis = RedisServer::start();
-    let Some(_) = Library::Resque.run("node/resque_fixture.js", &[&redis.url]) else {
+    let Some(out) = Library::Resque.run("node/resque_fixture.js", &[&redis.url]) else {
         return;
     };
+    let used: serde_json::Value = serde_json::from_str(out.trim()).expect("the fixture's times");
+    let (before, after) = (
+        used["before"].as_f64().unwrap(),
+        used["after"].as_f64().unwrap(),
+    );
     let app = TestApp::start(&config(&redis.url, "- preset: resque\n")).await;
     let s = app
         .scrape_until("resque queues and (all)", Duration::from_secs(15), |s| {
@@ -333,6 +339,16 @@ async fn resque_states_totals_delayed_and_a_worker_that_died_mid_job() {
     assert_eq!(age("work"), Some(0.0));
     assert_eq!(gauge(&s, "queue_stalled_jobs", "(all)", "resque"), None);
     assert_eq!(gauge(&s, "queue_paused", "default", "resque"), None);
+    // The slow job started between `before` and `after`; `run_at` is
+    // written to the second.
+    let running = gauge(&s, "queue_oldest_active_job_age_seconds", "(all)", "resque")
+        .expect("the running job's age");
+    let scraped = wall();
+    assert!(
+        running >= scraped - after - 10.0 && running >= 0.0,
+        "{running}"
+    );
+    assert!(running <= scraped - before + 1.0, "{running}");
 
     let mut c = client(&app).await;
     assert_eq!(
