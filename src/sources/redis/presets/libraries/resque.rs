@@ -64,6 +64,11 @@ pub const KIND: PresetKind = PresetKind::named("resque");
 /// Resque's default namespace (node-resque's `namespace` option).
 const DEFAULT_NAMESPACE: &str = "resque";
 
+/// What an unknown age of a Resque queue means, for KEDA's message.
+const AGE_UNKNOWN: &str = ": Resque's jobs carry no enqueue time (a job is its class, queue \
+     and args), so the oldest waiting job's age is unknown while jobs wait, or Redis refused \
+     the read";
+
 /// The delayed timestamps read per poll, at most: each is one `LLEN` in
 /// round 2, and more than this leave `delayed` and overdue unknown.
 pub const DELAYED_TIMESTAMPS: usize = 1000;
@@ -121,6 +126,7 @@ pub fn read(ns: &str, unit: &Unit, r: &[Value], now: f64, limit: usize) -> Stage
     };
     let mut s = preset_sample(KIND, q);
     kept_elsewhere(&mut s, SHARED_STATES);
+    facts(&mut s).age_unknown_why = Some(AGE_UNKNOWN);
     let waiting = count(at(0));
     set_state(&mut s, JobState::Waiting, waiting);
     // A job holds no enqueue time: the age is known only of an empty queue.
@@ -460,6 +466,7 @@ mod tests {
         let f = st.sample.preset.as_ref().unwrap();
         assert_eq!(f.states[&JobState::Waiting], Some(3));
         assert_eq!(st.sample.oldest_age_seconds, None);
+        assert_eq!(f.age_unknown_why, Some(AGE_UNKNOWN));
         assert_eq!(f.paused, None);
         assert!(st.follow.is_empty());
         let plan = plan("resque", &queue("default"), 100);
