@@ -295,13 +295,19 @@ async fn more_sidekiq_processes_than_the_check_limit_leave_active_unknown() {
 /// list is `waiting`, with no age while jobs wait (a job holds no enqueue
 /// time) and 0 once none does; under `(all)`, the failed list, the totals,
 /// the delayed lists (one due an hour ago, overdue, as no scheduler runs)
-/// and a worker that died mid-job, still `active`.
+/// and a worker that died mid-job, still `active`, its job's age since the
+/// worker took it (`run_at`) the oldest active job's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn resque_states_totals_delayed_and_a_worker_that_died_mid_job() {
     let redis = RedisServer::start();
-    let Some(_) = Library::Resque.run("node/resque_fixture.js", &[&redis.url]) else {
+    let Some(out) = Library::Resque.run("node/resque_fixture.js", &[&redis.url]) else {
         return;
     };
+    let used: serde_json::Value = serde_json::from_str(out.trim()).expect("the fixture's times");
+    let (before, after) = (
+        used["before"].as_f64().unwrap(),
+        used["after"].as_f64().unwrap(),
+    );
     let app = TestApp::start(&config(&redis.url, "- preset: resque\n")).await;
     let s = app
         .scrape_until("resque queues and (all)", Duration::from_secs(15), |s| {
@@ -333,6 +339,16 @@ async fn resque_states_totals_delayed_and_a_worker_that_died_mid_job() {
     assert_eq!(age("work"), Some(0.0));
     assert_eq!(gauge(&s, "queue_stalled_jobs", "(all)", "resque"), None);
     assert_eq!(gauge(&s, "queue_paused", "default", "resque"), None);
+    // The slow job started between `before` and `after`; `run_at` is
+    // written to the second.
+    let running = gauge(&s, "queue_oldest_active_job_age_seconds", "(all)", "resque")
+        .expect("the running job's age");
+    let scraped = wall();
+    assert!(
+        running >= scraped - after - 10.0 && running >= 0.0,
+        "{running}"
+    );
+    assert!(running <= scraped - before + 1.0, "{running}");
 
     let mut c = client(&app).await;
     assert_eq!(
@@ -353,6 +369,105 @@ async fn resque_states_totals_delayed_and_a_worker_that_died_mid_job() {
         .unwrap_err();
     assert_eq!(e.code(), tonic::Code::Unavailable, "{e:?}");
     app.stop().await;
+}
+
+/// KEDA on node-resque's queues: `waiting` is a number; the oldest
+/// waiting job's age is unknown while jobs wait (a Resque job holds no
+/// enqueue time), so `Age` and `WaitTime`'s inputs are `UNAVAILABLE`
+/// saying so, never a number.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keda_hears_resques_waiting_and_unavailable_naming_the_unknown_age() {
+    let redis = RedisServer::start();
+    let Some(_) = Library::Resque.run("node/resque_fixture.js", &[&redis.url]) else {
+        return;
+    };
+    let app = TestApp::start(&config(&redis.url, "- preset: resque\n")).await;
+    app.scrape_until("resque's default queue", Duration::from_secs(15), |s| {
+        depth(s, "default", "resque", "waiting") == Some(3.0)
+    })
+    .await;
+    let mut c = client(&app).await;
+    let q = [("queue", "default"), ("preset", "resque")];
+    assert_eq!(metrics(&mut c, &q).await.unwrap().1, 3.0);
+    assert!(active(&mut c, &q).await.unwrap());
+    let age = [("queue", "default"), ("preset", "resque"), ("mode", "Age")];
+    let e = metrics(&mut c, &age).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::Unavailable, "{e:?}");
+    assert!(
+        e.message()
+            .contains("Age of queue \"default\" in source main is unknown")
+            && e.message().contains("Resque's jobs carry no enqueue time"),
+        "{}",
+        e.message()
+    );
+    let wait = [
+        ("queue", "default"),
+        ("preset", "resque"),
+        ("mode", "WaitTime"),
+        ("targetWait", "10s"),
+        ("processingTime", "1s"),
+    ];
+    let e = metrics(&mut c, &wait).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::Unavailable, "{e:?}");
+    assert!(
+        e.message().contains("its oldest age is unknown")
+            && e.message().contains("Resque's jobs carry no enqueue time"),
+        "{}",
+        e.message()
+    );
+    app.stop().await;
+}
+
+/// A Redis user that may not read one of Resque's keys: the queue lists
+/// (`waiting`), or the workers' job strings (`active` of `(all)`). KEDA
+/// hears `UNAVAILABLE`, never 0, and the oldest active job's age is absent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_resque_read_is_unavailable_never_zero() {
+    let redis = RedisServer::start();
+    let Some(_) = Library::Resque.run("node/resque_fixture.js", &[&redis.url]) else {
+        return;
+    };
+    // Every key of the namespace readable but the one of each case.
+    let all = [
+        "~resque:queues",
+        "~resque:queue:*",
+        "~resque:failed",
+        "~resque:failed_queues",
+        "~resque:stat:*",
+        "~resque:workers",
+        "~resque:worker:*",
+        "~resque:delayed*",
+    ];
+    let cases = [
+        ("q", "~resque:queue:*", "default", "waiting"),
+        ("w", "~resque:worker:*", "(all)", "active"),
+    ];
+    for (user, withheld, queue, state) in cases {
+        let mut rules = vec!["-@all", "+@read", "+@connection"];
+        rules.extend(all.iter().copied().filter(|k| *k != withheld));
+        let url = redis.acl_user(user, "pw", &rules);
+        let app = TestApp::start(&config(&url, "- preset: resque\n")).await;
+        let s = app
+            .scrape_until("the refusal counted", Duration::from_secs(15), |s| {
+                s.errors("main", "auth").is_some_and(|n| n >= 1.0)
+                    && depth(s, "(all)", "resque", "failed").is_some()
+            })
+            .await;
+        assert_eq!(depth(&s, queue, "resque", state), None, "{withheld}\n{s}");
+        if state == "active" {
+            assert_eq!(
+                gauge(&s, "queue_oldest_active_job_age_seconds", "(all)", "resque"),
+                None
+            );
+            assert_eq!(depth(&s, "default", "resque", "waiting"), Some(3.0));
+        }
+        let mut c = client(&app).await;
+        let q = [("queue", queue), ("preset", "resque"), ("state", state)];
+        let e = metrics(&mut c, &q).await.unwrap_err();
+        assert_eq!(e.code(), tonic::Code::Unavailable, "{withheld}: {e:?}");
+        assert!(e.message().contains(state), "{}", e.message());
+        app.stop().await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

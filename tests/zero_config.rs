@@ -712,6 +712,52 @@ fn a_resque_namespace_is_told_from_a_sidekiq_one_by_the_keys_beside_it() {
     assert_eq!(libs.get(&key("default", "sidekiq", "waiting")), None);
 }
 
+/// node-resque at its default namespace and at one of its own (`jobs`):
+/// `discover` prints an entry for each (the custom one with its
+/// `prefix`), `check` accepts them, and `once` with them reads what zero
+/// config reads.
+#[test]
+fn discover_prints_resque_at_each_namespace_and_once_reads_it_as_zero_config_does() {
+    let redis = RedisServer::start();
+    let written = [
+        Library::Resque.run("node/resque_fixture.js", &[&redis.url]),
+        Library::Resque.run("node/resque_fixture.js", &[&redis.url, "jobs"]),
+    ];
+    if written.iter().any(Option::is_none) {
+        return;
+    }
+    let RoundTrip {
+        yaml,
+        discovered,
+        with_config,
+        zero_config,
+        zero_log,
+        _dir,
+    } = discover_then_once(&redis.url);
+    assert!(yaml.contains("- preset: resque\n"), "{yaml}");
+    assert!(
+        yaml.contains("- preset: resque\n        prefix: \"jobs\"\n"),
+        "{yaml}"
+    );
+    assert!(!yaml.contains("- key: \"resque:"), "{yaml}");
+    assert!(!yaml.contains("- key: \"jobs:"), "{yaml}");
+    let (ok, out, err) = run_exporter(&["check", "--config", discovered.to_str().unwrap()]);
+    assert!(ok && out.contains(": ok (1 sources)"), "{out}{err}\n{yaml}");
+    let (a, b) = (series(&with_config), series(&zero_config));
+    assert_eq!(a, b, "discovered:\n{with_config}\nzero config:\n{zero_log}");
+    let key = |q: &str, p: &str, s: &str| ("queue_depth".into(), q.into(), p.into(), s.into());
+    assert_eq!(
+        a.get(&key("default", "resque", "waiting")),
+        Some(&3.0),
+        "{a:?}"
+    );
+    assert_eq!(
+        a.get(&key("jobs:default", "resque", "waiting")),
+        Some(&3.0),
+        "{a:?}"
+    );
+}
+
 #[test]
 fn discover_refuses_bad_arguments_with_exit_2_and_one_line() {
     let dir = tempfile::tempdir().unwrap();

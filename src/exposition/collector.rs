@@ -122,7 +122,8 @@ impl SnapshotCollector {
     }
 
     /// The depths (per job state for presets) and what a library preset
-    /// tells beside them: pause, stalled and overdue jobs, service time.
+    /// tells beside them: pause, stalled and overdue jobs, the oldest
+    /// active job's age, service time.
     fn encode_depths(&self, enc: &mut Enc<'_>) -> std::fmt::Result {
         // Plain keys and RabbitMQ queues: one series without `state`.
         // Preset queues: one series per job state, with `state` and `preset`
@@ -168,6 +169,18 @@ impl SnapshotCollector {
             "Delayed, scheduled or retrying jobs whose due time has passed but that no worker, \
              poller or forwarder has moved to the queue yet (a subset of state delayed/retry)",
             |q| q.preset.as_ref()?.overdue,
+        )?;
+        self.queue_gauge(
+            enc,
+            "queue_oldest_active_job_age_seconds",
+            "How long the job running longest has run, where the library stamps when a worker \
+             took it; 0 when none runs, absent when unknown",
+            |q| {
+                q.preset
+                    .as_ref()?
+                    .oldest_active_age_seconds
+                    .filter(|a| a.is_finite())
+            },
         )?;
         gauges(
             enc,

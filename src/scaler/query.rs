@@ -768,9 +768,16 @@ fn queue_value(query: &ScalerQuery, s: &Snapshot, q: &QueueSample) -> Result<f64
             q.scheduled,
             " (only zsets with `score: timestamp` have scheduled items)",
         ),
-        Mode::Age => q.oldest_age_seconds.ok_or_else(|| {
-            unknown(" (lists need `age:` in the exporter config, zsets `score: timestamp`)")
-        }),
+        // What an unknown age means, where the library says (its jobs
+        // carry no enqueue time), else what a plain key needs.
+        Mode::Age => {
+            q.oldest_age_seconds.ok_or_else(|| {
+                let why = q.preset.as_ref().and_then(|f| f.age_unknown_why);
+                unknown(why.unwrap_or(
+                    " (lists need `age:` in the exporter config, zsets `score: timestamp`)",
+                ))
+            })
+        }
         Mode::PublishRate | Mode::DeliverRate => {
             let rate = if query.mode == Mode::PublishRate {
                 s.history.rate(&q.id(), query.window, |c| c.published)

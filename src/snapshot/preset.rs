@@ -133,6 +133,12 @@ pub struct PresetFacts {
     /// `delayed`/`retry`): nothing (worker, poller, forwarder) has moved
     /// them. `None` where the library has no such set.
     pub overdue: Option<u64>,
+    /// How long the job running longest has run, in seconds (now − when
+    /// its worker took it), where the library stamps that (Resque's
+    /// `run_at`): 0 when no job runs; `None` where the library keeps no
+    /// such stamp, or a read or a stamp could not be read (unknown, never
+    /// 0).
+    pub oldest_active_age_seconds: Option<f64>,
     /// Worker time per job from recently finished jobs; `None` where the
     /// library keeps no such record or none finished lately.
     pub service_time: Option<super::ServiceTime>,

@@ -1,5 +1,6 @@
 //! The library API: what the generic preset code knows of a queue library.
-//! A library's file implements [`Library`] (its layout and reads) and, if
+//! A library's file implements [`Library`] (its layout and reads, and what
+//! a refused read of its keys hides) and, if
 //! zero config should recognise it, [`Recognise`] (`recognise.rs`); it
 //! imports only from this module, which also holds the lookups in the one
 //! list of libraries (`presets::LIBRARIES`, in the folder's `mod.rs`).
@@ -51,10 +52,13 @@
 //!   into it.
 //! - **claimed**: the marks a library's recognition took, in **claim
 //!   rank** order; a mark one library claims is no other's.
-//! - **withheld**: the keys an unread mark may own: whose they are is
-//!   unknown, so they are reported neither as the library's nor as plain.
-//! - **Hidden**: which queue names an unread mark may hide from the
-//!   scaler ([`Hidden`]), so it answers "unknown" rather than 0 for them.
+//! - **withheld**: the keys a key of a library left unread (refused, or
+//!   not read for a bound) may own ([`Library::withheld`]): whose they are
+//!   is unknown, so they are reported neither as the library's nor as
+//!   plain. Part of the layout, asked of every library.
+//! - **Hidden**: which queue names such an unread key may hide from the
+//!   scaler ([`Library::hidden`], [`Hidden`]), so it answers "unknown"
+//!   rather than 0 for them. Part of the layout too.
 //! - **set view**: the members of a set a library marks (a table of
 //!   bindings) as zero config compares them from round to round.
 
@@ -63,10 +67,7 @@ use redis::Value;
 pub use super::options::{
     OptionError, Written, options_of, prefix_or, stalled_check_limit, timeout,
 };
-pub use super::recognise::{
-    Hidden, Keys, MarkRead, Recognise, Seen, prefixed_registry_hides, registry_prefix, type_at,
-    under, under_prefixed_registry,
-};
+pub use super::recognise::{Keys, MarkRead, Recognise, Seen, registry_prefix, type_at, under};
 // The engine's pieces a library's file uses, re-exported here so that the
 // file imports only the library API (`tests/architecture.rs`).
 pub(super) use super::super::cmd::cmd;
@@ -223,6 +224,40 @@ pub enum Owned {
     Under(Vec<u8>),
 }
 
+/// The queue names a key of a library left unread (refused by Redis, or
+/// not read for a bound) may hide from the scaler ([`Library::hidden`]),
+/// so it answers "unknown" for them rather than 0.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Hidden {
+    /// Any name: the key lists queues (a registry).
+    Any,
+    /// Any name at all, refused or not read for a bound alike: the key's
+    /// library may keep a queue's jobs in keys no scan types (hashes), so
+    /// its keys found do not tell its queue names.
+    Every,
+    /// These `queue` labels (a queue's own key, its `meta` hash...).
+    Names(Vec<String>),
+    /// None: its queues are keys held back by name.
+    Nothing,
+}
+
+/// What an unread `<p>:queues` registry (RQ's, asynq's; not a bare
+/// `queues`) may own ([`Library::withheld`]): every key under `<p>:`.
+pub fn under_prefixed_registry(mark: &[u8], keys: &Keys) -> Vec<Vec<u8>> {
+    match registry_prefix(mark).filter(|p| !p.is_empty()) {
+        Some(p) => under(keys, &[p, b":"].concat()).cloned().collect(),
+        None => Vec::new(),
+    }
+}
+
+/// An unread `<p>:queues` registry names its queues: it may hide any name
+/// ([`Library::hidden`]).
+pub fn prefixed_registry_hides(mark: &[u8]) -> Option<Hidden> {
+    registry_prefix(mark)
+        .filter(|p| !p.is_empty())
+        .map(|_| Hidden::Any)
+}
+
 /// One queue library: what the generic preset code asks of it. Every
 /// method but the identity, the plan and the read has a default that fits
 /// a library without that feature. `preset` is always an entry of this
@@ -365,6 +400,27 @@ pub trait Library: Sync {
     /// arrival rate, and the message saying what is missing without one).
     fn arrivals(&self) -> Arrivals {
         Arrivals::Unknown
+    }
+
+    /// What a refused read hides, in keys: the keys found (`keys`) that
+    /// `mark`, a key of this library left unread (refused by Redis, or not
+    /// read for a bound: a registry set, a queue's `meta` hash...), may
+    /// own. Whose they are is then unknown, so they are reported neither
+    /// as this library's nor as plain (pure). The default, for a library
+    /// whose unread keys own no other: none.
+    fn withheld(&self, mark: &[u8], keys: &Keys) -> Vec<Vec<u8>> {
+        let _ = (mark, keys);
+        Vec::new()
+    }
+
+    /// What a refused read hides, in queue names: those `mark`, a key of
+    /// this library left unread, may hide from the scaler ([`Hidden`]);
+    /// `None` when it is not one of this library's keys. The default, for
+    /// a library with no such key: `None` (what another library does not
+    /// claim hides any name).
+    fn hidden(&self, mark: &[u8]) -> Option<Hidden> {
+        let _ = mark;
+        None
     }
 
     /// How zero config recognises this library from the keys it finds

@@ -4,11 +4,13 @@
 //! answers `Some(self)` from `Library::recognition`; one it does not
 //! (a layout zero config cannot tell from an app's own keys) implements
 //! nothing of it.
-//! Zero config's stages (`zero/`) ask the libraries only through it.
+//! Zero config's stages (`zero/`) ask the libraries how to recognise them
+//! only through it; what a key of a library left unread hides (withheld
+//! keys, hidden names) is the library's layout, asked of every library
+//! (`Library::withheld`, `Library::hidden`).
 //!
 //! The words used here are those of the glossary in `library.rs`'s module
-//! doc (mark, [`Seen`], evidence, beside, told, claimed, withheld,
-//! [`Hidden`]).
+//! doc (mark, [`Seen`], evidence, beside, told, claimed).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -22,8 +24,7 @@ use crate::snapshot::Reason;
 
 /// How zero config recognises one queue library: the names its marks may
 /// have and how each is read, which keys' types it looks at (evidence),
-/// the entries the marks and keys show, and what a mark left unread may
-/// own or hide. Every method has a default that fits a library without
+/// and the entries the marks and keys show. Every method has a default that fits a library without
 /// that kind of mark; all are pure but for the commands they hand out.
 pub trait Recognise: Sync {
     /// Zero config: sets this library writes under a fixed name (its
@@ -118,21 +119,6 @@ pub trait Recognise: Sync {
         Vec::new()
     }
 
-    /// The keys found that an unread `mark` of this library (refused, or
-    /// not read for a bound) may own: whose they are is unknown, so they
-    /// are reported neither as this library's nor as plain (pure).
-    fn withheld(&self, mark: &[u8], keys: &Keys) -> Vec<Vec<u8>> {
-        let _ = (mark, keys);
-        Vec::new()
-    }
-
-    /// Which queue names an unread `mark` of this library may hide from
-    /// the scaler; `None` when it is not one of this library's marks.
-    fn hidden(&self, mark: &[u8]) -> Option<Hidden> {
-        let _ = mark;
-        None
-    }
-
     /// A set this library marks whatever entry came from it (a table of
     /// bindings: its work queues), as library rounds compare it: `Some`
     /// of the members they compare, sorted; `None` for the others.
@@ -155,21 +141,6 @@ pub enum MarkRead {
     /// registry: not counted against `max_keys`, and a refused one tells
     /// nothing rather than leaving anything unknown.
     Sign(redis::Cmd),
-}
-
-/// The names an unread mark may hide from the scaler.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Hidden {
-    /// Any name: the mark lists queues (a registry).
-    Any,
-    /// Any name at all, refused or not read for a bound alike: the mark's
-    /// library may keep a queue's jobs in keys no scan types (hashes), so
-    /// its keys found do not tell its queue names.
-    Every,
-    /// These `queue` labels (a queue's own mark).
-    Names(Vec<String>),
-    /// None: its queues are keys held back by name.
-    Nothing,
 }
 
 /// What zero config's reads of the marks found, by mark name: what each
@@ -237,20 +208,4 @@ pub fn registry_prefix(k: &[u8]) -> Option<&[u8]> {
         return Some(b"");
     }
     k.strip_suffix(b":queues").filter(|p| !p.is_empty())
-}
-
-/// What an unread `<p>:queues` registry (RQ's, asynq's; not a bare
-/// `queues`) may own: every key under `<p>:`.
-pub fn under_prefixed_registry(mark: &[u8], keys: &Keys) -> Vec<Vec<u8>> {
-    match registry_prefix(mark).filter(|p| !p.is_empty()) {
-        Some(p) => under(keys, &[p, b":"].concat()).cloned().collect(),
-        None => Vec::new(),
-    }
-}
-
-/// An unread `<p>:queues` registry names its queues: it may hide any name.
-pub fn prefixed_registry_hides(mark: &[u8]) -> Option<Hidden> {
-    registry_prefix(mark)
-        .filter(|p| !p.is_empty())
-        .map(|_| Hidden::Any)
 }

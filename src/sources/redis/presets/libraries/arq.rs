@@ -150,6 +150,17 @@ impl Library for Arq {
         settle(sample, r, now);
     }
 
+    /// An unread health check: its queue's zset, if found.
+    fn withheld(&self, mark: &[u8], keys: &Keys) -> Vec<Vec<u8>> {
+        let q = health_queue(mark).filter(|q| type_at(keys, q) == Some(KeyType::Zset));
+        q.map(<[u8]>::to_vec).into_iter().collect()
+    }
+
+    /// An unread health check hides its one queue.
+    fn hidden(&self, mark: &[u8]) -> Option<Hidden> {
+        health_queue(mark).map(|q| Hidden::Names(vec![queue_label(q)]))
+    }
+
     fn recognition(&self) -> Option<&dyn Recognise> {
         Some(self)
     }
@@ -219,17 +230,6 @@ impl Recognise for Arq {
         };
         let units = self.fixed_queues(&preset);
         vec![(preset, units)]
-    }
-
-    /// An unread health check: its queue's zset, if found.
-    fn withheld(&self, mark: &[u8], keys: &Keys) -> Vec<Vec<u8>> {
-        let q = health_queue(mark).filter(|q| type_at(keys, q) == Some(KeyType::Zset));
-        q.map(<[u8]>::to_vec).into_iter().collect()
-    }
-
-    /// An unread health check hides its one queue.
-    fn hidden(&self, mark: &[u8]) -> Option<Hidden> {
-        health_queue(mark).map(|q| Hidden::Names(vec![queue_label(q)]))
     }
 }
 

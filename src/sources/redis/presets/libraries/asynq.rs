@@ -147,6 +147,15 @@ impl Library for Asynq {
         read(&preset.prefix, unit.name(), r)
     }
 
+    /// An unread `<prefix>:queues`: any key under `<prefix>:` may be asynq's.
+    fn withheld(&self, mark: &[u8], keys: &Keys) -> Vec<Vec<u8>> {
+        under_prefixed_registry(mark, keys)
+    }
+
+    fn hidden(&self, mark: &[u8]) -> Option<Hidden> {
+        prefixed_registry_hides(mark)
+    }
+
     fn recognition(&self) -> Option<&dyn Recognise> {
         Some(self)
     }
@@ -254,15 +263,6 @@ impl Recognise for Asynq {
             }
         }
         out
-    }
-
-    /// An unread `<prefix>:queues`: any key under `<prefix>:` may be asynq's.
-    fn withheld(&self, mark: &[u8], keys: &Keys) -> Vec<Vec<u8>> {
-        under_prefixed_registry(mark, keys)
-    }
-
-    fn hidden(&self, mark: &[u8]) -> Option<Hidden> {
-        prefixed_registry_hides(mark)
     }
 }
 

@@ -121,6 +121,26 @@ impl Library for BeeQueue {
         read(&preset.prefix, unit.name(), r)
     }
 
+    /// An unread `jobs` hash: every key of that queue, under
+    /// `<prefix>:<name>:`.
+    fn withheld(&self, mark: &[u8], keys: &Keys) -> Vec<Vec<u8>> {
+        match mark.strip_suffix(b":jobs") {
+            Some(base) => under(keys, &key(&[base, b":"])).cloned().collect(),
+            None => Vec::new(),
+        }
+    }
+
+    /// The names an unread `jobs` hash may hide: the queue's name as zero
+    /// config reads it, and `<prefix>:<name>` (its label beside a queue of
+    /// that name at another prefix).
+    fn hidden(&self, mark: &[u8]) -> Option<Hidden> {
+        let base = mark.strip_suffix(b":jobs")?;
+        Some(match queue_of_jobs(mark) {
+            Some((_, name)) => Hidden::Names(vec![display_key(name), display_key(base)]),
+            None => Hidden::Any,
+        })
+    }
+
     /// Recognised at any prefix by its `jobs` hashes.
     fn recognition(&self) -> Option<&dyn Recognise> {
         Some(self)
@@ -179,26 +199,6 @@ impl Recognise for BeeQueue {
                 Some((Preset::new(KIND, prefix), sorted(units)))
             })
             .collect()
-    }
-
-    /// An unread `jobs` hash: every key of that queue, under
-    /// `<prefix>:<name>:`.
-    fn withheld(&self, mark: &[u8], keys: &Keys) -> Vec<Vec<u8>> {
-        match mark.strip_suffix(b":jobs") {
-            Some(base) => under(keys, &key(&[base, b":"])).cloned().collect(),
-            None => Vec::new(),
-        }
-    }
-
-    /// The names an unread `jobs` hash may hide: the queue's name as zero
-    /// config reads it, and `<prefix>:<name>` (its label beside a queue of
-    /// that name at another prefix).
-    fn hidden(&self, mark: &[u8]) -> Option<Hidden> {
-        let base = mark.strip_suffix(b":jobs")?;
-        Some(match queue_of_jobs(mark) {
-            Some((_, name)) => Hidden::Names(vec![display_key(name), display_key(base)]),
-            None => Hidden::Any,
-        })
     }
 }
 

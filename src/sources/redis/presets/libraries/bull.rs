@@ -216,6 +216,18 @@ impl Library for Bull {
         super::bullmq::UNMEASURED
     }
 
+    /// An unread `id`: every key of that queue, under `<prefix>:<name>:`.
+    fn withheld(&self, mark: &[u8], keys: &Keys) -> Vec<Vec<u8>> {
+        match mark.strip_suffix(b":id") {
+            Some(base) => under(keys, &key(&[base, b":"])).cloned().collect(),
+            None => Vec::new(),
+        }
+    }
+
+    fn hidden(&self, mark: &[u8]) -> Option<Hidden> {
+        mark.strip_suffix(b":id").map(super::bullmq::queue_hidden)
+    }
+
     fn recognition(&self) -> Option<&dyn Recognise> {
         Some(self)
     }
@@ -319,18 +331,6 @@ impl Recognise for Bull {
                 Some((Preset::new(KIND, prefix), units))
             })
             .collect()
-    }
-
-    /// An unread `id`: every key of that queue, under `<prefix>:<name>:`.
-    fn withheld(&self, mark: &[u8], keys: &Keys) -> Vec<Vec<u8>> {
-        match mark.strip_suffix(b":id") {
-            Some(base) => under(keys, &key(&[base, b":"])).cloned().collect(),
-            None => Vec::new(),
-        }
-    }
-
-    fn hidden(&self, mark: &[u8]) -> Option<Hidden> {
-        mark.strip_suffix(b":id").map(super::bullmq::queue_hidden)
     }
 }
 

@@ -329,6 +329,18 @@ impl Library for Bullmq {
         UNMEASURED
     }
 
+    /// An unread `meta`: every key of that queue, under `<prefix>:<name>:`.
+    fn withheld(&self, mark: &[u8], keys: &Keys) -> Vec<Vec<u8>> {
+        match mark.strip_suffix(b":meta") {
+            Some(base) => under(keys, &key(&[base, b":"])).cloned().collect(),
+            None => Vec::new(),
+        }
+    }
+
+    fn hidden(&self, mark: &[u8]) -> Option<Hidden> {
+        mark.strip_suffix(b":meta").map(queue_hidden)
+    }
+
     fn recognition(&self) -> Option<&dyn Recognise> {
         Some(self)
     }
@@ -375,18 +387,6 @@ impl Recognise for Bullmq {
                 Some((Preset::new(KIND, prefix), units))
             })
             .collect()
-    }
-
-    /// An unread `meta`: every key of that queue, under `<prefix>:<name>:`.
-    fn withheld(&self, mark: &[u8], keys: &Keys) -> Vec<Vec<u8>> {
-        match mark.strip_suffix(b":meta") {
-            Some(base) => under(keys, &key(&[base, b":"])).cloned().collect(),
-            None => Vec::new(),
-        }
-    }
-
-    fn hidden(&self, mark: &[u8]) -> Option<Hidden> {
-        mark.strip_suffix(b":meta").map(queue_hidden)
     }
 }
 

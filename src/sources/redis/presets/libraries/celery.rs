@@ -265,6 +265,24 @@ impl Library for Celery {
         settle(sample, tails, now);
     }
 
+    /// An unread binding table: every list under its `global_keyprefix`
+    /// and kombu's `unacked_index` (any list may be a queue of it).
+    fn withheld(&self, mark: &[u8], keys: &Keys) -> Vec<Vec<u8>> {
+        let Some((prefix, _)) = binding(mark) else {
+            return Vec::new();
+        };
+        let index = key(&[prefix, b"unacked_index"]);
+        under(keys, prefix)
+            .filter(|k| type_at(keys, k) == Some(KeyType::List) || **k == index)
+            .cloned()
+            .collect()
+    }
+
+    /// A binding's queues are lists, held back by name: it hides none.
+    fn hidden(&self, mark: &[u8]) -> Option<Hidden> {
+        binding(mark).map(|_| Hidden::Nothing)
+    }
+
     fn recognition(&self) -> Option<&dyn Recognise> {
         Some(self)
     }
@@ -343,24 +361,6 @@ impl Recognise for Celery {
             out.push((preset, units));
         }
         out
-    }
-
-    /// An unread binding table: every list under its `global_keyprefix`
-    /// and kombu's `unacked_index` (any list may be a queue of it).
-    fn withheld(&self, mark: &[u8], keys: &Keys) -> Vec<Vec<u8>> {
-        let Some((prefix, _)) = binding(mark) else {
-            return Vec::new();
-        };
-        let index = key(&[prefix, b"unacked_index"]);
-        under(keys, prefix)
-            .filter(|k| type_at(keys, k) == Some(KeyType::List) || **k == index)
-            .cloned()
-            .collect()
-    }
-
-    /// A binding's queues are lists, held back by name: it hides none.
-    fn hidden(&self, mark: &[u8]) -> Option<Hidden> {
-        binding(mark).map(|_| Hidden::Nothing)
     }
 
     /// A binding table's work queues with their separator (an event

@@ -348,6 +348,35 @@ impl Library for Dramatiq {
         read(&preset.prefix, unit.name(), r, preset.stalled_check_limit)
     }
 
+    /// An unread heartbeats zset: any key under its namespace may be
+    /// Dramatiq's; an unread message hash: its queue's keys.
+    fn withheld(&self, mark: &[u8], keys: &Keys) -> Vec<Vec<u8>> {
+        if let Some(ns) = namespace_of_heartbeats(mark) {
+            return keys_under(keys, &key(&[ns, b":"])).cloned().collect();
+        }
+        let Some((ns, q)) = queue_of_messages(mark) else {
+            return Vec::new();
+        };
+        let ns = String::from_utf8_lossy(ns);
+        owned(&ns, q)
+            .into_iter()
+            .filter(|k| keys.contains_key(k))
+            .collect()
+    }
+
+    /// An unread heartbeats zset: every name (a queue whose messages are
+    /// all taken has only hashes, which no scan types); an unread message
+    /// hash: its queue.
+    fn hidden(&self, mark: &[u8]) -> Option<Hidden> {
+        if namespace_of_heartbeats(mark).is_some() {
+            return Some(Hidden::Every);
+        }
+        let (ns, q) = queue_of_messages(mark)?;
+        let label = queue_label(q);
+        let qualified = format!("{}:{label}", display_key(ns));
+        Some(Hidden::Names(vec![label, qualified]))
+    }
+
     /// By its heartbeats zset and message hashes ([`Recognise::recognise`]).
     fn recognition(&self) -> Option<&dyn Recognise> {
         Some(self)
@@ -406,35 +435,6 @@ impl Recognise for Dramatiq {
                 Some((preset, sorted(units)))
             })
             .collect()
-    }
-
-    /// An unread heartbeats zset: any key under its namespace may be
-    /// Dramatiq's; an unread message hash: its queue's keys.
-    fn withheld(&self, mark: &[u8], keys: &Keys) -> Vec<Vec<u8>> {
-        if let Some(ns) = namespace_of_heartbeats(mark) {
-            return keys_under(keys, &key(&[ns, b":"])).cloned().collect();
-        }
-        let Some((ns, q)) = queue_of_messages(mark) else {
-            return Vec::new();
-        };
-        let ns = String::from_utf8_lossy(ns);
-        owned(&ns, q)
-            .into_iter()
-            .filter(|k| keys.contains_key(k))
-            .collect()
-    }
-
-    /// An unread heartbeats zset: every name (a queue whose messages are
-    /// all taken has only hashes, which no scan types); an unread message
-    /// hash: its queue.
-    fn hidden(&self, mark: &[u8]) -> Option<Hidden> {
-        if namespace_of_heartbeats(mark).is_some() {
-            return Some(Hidden::Every);
-        }
-        let (ns, q) = queue_of_messages(mark)?;
-        let label = queue_label(q);
-        let qualified = format!("{}:{label}", display_key(ns));
-        Some(Hidden::Names(vec![label, qualified]))
     }
 }
 

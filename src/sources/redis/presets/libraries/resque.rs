@@ -14,9 +14,13 @@
 //! - `<ns>:workers`: the set of worker ids `<name>:<queues>`
 //!   (`Worker#track`); `<ns>:worker:<id>`: a string holding the job the
 //!   worker runs, there only while it runs one (`Worker#getJob` sets it,
-//!   `Worker#completeJob` deletes it): `active` is the workers whose
-//!   string exists, read for at most `stalled_check_limit` workers (more,
-//!   and it is unknown). A worker that died mid-job keeps its id and
+//!   `Worker#completeJob` deletes it), JSON `{"run_at", "queue",
+//!   "payload", "worker"}` with `run_at` when the worker took the job
+//!   (`new Date().toString()`). Each is read with `GET`, for at most
+//!   `stalled_check_limit` workers (more, and both are unknown): `active`
+//!   is the workers whose string exists, and the oldest running job's age
+//!   (`PresetFacts::oldest_active_age_seconds`) is now − the earliest
+//!   `run_at` (unknown if one is not a stamp; 0 when none runs). A worker that died mid-job keeps its id and
 //!   string until something cleans them (`Queue#forceCleanWorker`): still
 //!   `active`; no heartbeat with an expiry tells it dead
 //!   (`worker:ping:<name>` is a stamp kept for ever; Ruby Resque's
@@ -48,8 +52,8 @@ use redis::Value;
 
 use super::super::library::{
     ALL_QUEUES, Follow, Hidden, JobState, JobTotals, KeyType, Keys, Library, MarkRead, OptionError,
-    Owned, Preset, PresetKind, QueueSample, ReadReply, Recognise, Registry, Seen, Stage, Unit,
-    Written, cmd, count, facts, kept_elsewhere, key, options_of, prefix_or,
+    Owned, Preset, PresetKind, QueueSample, ReadReply, Recognise, Registry, Seen, Stage, TimeUnit,
+    Unit, Written, cmd, count, facts, kept_elsewhere, key, options_of, prefix_or,
     prefixed_registry_hides, preset_sample, registry_prefix, reply, set_state, shared_sample,
     sorted, stalled_check_limit, type_at, under_prefixed_registry,
 };
@@ -59,6 +63,11 @@ pub const KIND: PresetKind = PresetKind::named("resque");
 
 /// Resque's default namespace (node-resque's `namespace` option).
 const DEFAULT_NAMESPACE: &str = "resque";
+
+/// What an unknown age of a Resque queue means, for KEDA's message.
+const AGE_UNKNOWN: &str = ": Resque's jobs carry no enqueue time (a job is its class, queue \
+     and args), so the oldest waiting job's age is unknown while jobs wait, or Redis refused \
+     the read";
 
 /// The delayed timestamps read per poll, at most: each is one `LLEN` in
 /// round 2, and more than this leave `delayed` and overdue unknown.
@@ -117,6 +126,7 @@ pub fn read(ns: &str, unit: &Unit, r: &[Value], now: f64, limit: usize) -> Stage
     };
     let mut s = preset_sample(KIND, q);
     kept_elsewhere(&mut s, SHARED_STATES);
+    facts(&mut s).age_unknown_why = Some(AGE_UNKNOWN);
     let waiting = count(at(0));
     set_state(&mut s, JobState::Waiting, waiting);
     // A job holds no enqueue time: the age is known only of an empty queue.
@@ -134,9 +144,10 @@ fn failed(list: &Value, per_queue: &Value) -> Option<u64> {
     }
 }
 
-/// `active` from the workers read: 0, then one `EXISTS` per worker's job
-/// string; unknown when `workers` was refused, unreadable or beyond the
-/// limit (the jobs of the workers not checked would be missing).
+/// `active` and the oldest running job's age from the workers read: 0,
+/// then one `GET` per worker's job string ([`add_running`]); both unknown
+/// when `workers` was refused, unreadable or beyond the limit (the jobs of
+/// the workers not checked would be missing).
 fn workers(
     ns: &str,
     s: &mut QueueSample,
@@ -145,17 +156,59 @@ fn workers(
 ) -> Vec<(redis::Cmd, Follow)> {
     let Some(members) = reply::as_array(members).filter(|m| m.len() <= limit) else {
         set_state(s, JobState::Active, None);
+        facts(s).oldest_active_age_seconds = None;
         return Vec::new();
     };
     set_state(s, JobState::Active, Some(0));
+    facts(s).oldest_active_age_seconds = Some(0.0);
     members
         .iter()
         .filter_map(reply::as_bytes)
         .map(|id| {
             let job = k(ns, &key(&[b"worker:", id]));
-            (cmd("EXISTS", &job), Follow::AddActive)
+            (cmd("GET", &job), Follow::Read(ReadReply(add_running)))
         })
         .collect()
+}
+
+/// One worker's job string, read by `GET` (pure): none, the worker is idle;
+/// a string, it runs a job: one more `active`, and the oldest running
+/// job's age is the older of the two, that job's from its `run_at`. A
+/// `run_at` missing or no stamp leaves the age unknown (that job may be
+/// the oldest), never 0; a refused or unreadable reply leaves both
+/// unknown.
+fn add_running(s: &mut QueueSample, v: &Value, now: f64) {
+    let f = facts(s);
+    if matches!(v, Value::Nil) {
+        return;
+    }
+    let Some(job) = reply::as_bytes(v) else {
+        f.states.insert(JobState::Active, None);
+        f.oldest_active_age_seconds = None;
+        return;
+    };
+    let active = f.states.entry(JobState::Active).or_insert(Some(0));
+    *active = active.map(|n| n + 1);
+    let age = run_at(job).map(|t| (now - t).max(0.0));
+    f.oldest_active_age_seconds = f.oldest_active_age_seconds.zip(age).map(|(a, b)| a.max(b));
+}
+
+/// Unix seconds of a worker's job string's `run_at`: node-resque's
+/// `new Date().toString()` text (`Wed Dec 02 2026 18:38:08 GMT+0000
+/// (Coordinated Universal Time)`: `Worker#getJob`, and the
+/// `popAndStoreJob.lua` script it is passed to), or RFC 3339 text; `None`
+/// for no JSON, no `run_at`, or any other text.
+fn run_at(job: &[u8]) -> Option<f64> {
+    let json: serde_json::Value = serde_json::from_slice(job).ok()?;
+    let text = json.get("run_at")?.as_str()?;
+    if let Some(t) = TimeUnit::Rfc3339.text_to_seconds(text) {
+        return Some(t);
+    }
+    // The zone's name in parentheses is the platform's, and not needed.
+    let stamp = text.split(" (").next()?;
+    chrono::DateTime::parse_from_str(stamp, "%a %b %d %Y %H:%M:%S GMT%z")
+        .ok()
+        .map(|t| t.timestamp() as f64)
 }
 
 /// `delayed` and overdue from the schedule read: 0, then one `LLEN` per
@@ -287,6 +340,15 @@ impl Library for Resque {
         read(&preset.prefix, unit, r, now, preset.stalled_check_limit)
     }
 
+    /// An unread `<ns>:queues`: any key under `<ns>:` may be Resque's.
+    fn withheld(&self, mark: &[u8], keys: &Keys) -> Vec<Vec<u8>> {
+        under_prefixed_registry(mark, keys)
+    }
+
+    fn hidden(&self, mark: &[u8]) -> Option<Hidden> {
+        prefixed_registry_hides(mark)
+    }
+
     fn recognition(&self) -> Option<&dyn Recognise> {
         Some(self)
     }
@@ -366,15 +428,6 @@ impl Recognise for Resque {
         }
         out
     }
-
-    /// An unread `<ns>:queues`: any key under `<ns>:` may be Resque's.
-    fn withheld(&self, mark: &[u8], keys: &Keys) -> Vec<Vec<u8>> {
-        under_prefixed_registry(mark, keys)
-    }
-
-    fn hidden(&self, mark: &[u8]) -> Option<Hidden> {
-        prefixed_registry_hides(mark)
-    }
 }
 
 /// Whether the registry `<ns>:queues` holding `members` is Resque's, by
@@ -413,6 +466,7 @@ mod tests {
         let f = st.sample.preset.as_ref().unwrap();
         assert_eq!(f.states[&JobState::Waiting], Some(3));
         assert_eq!(st.sample.oldest_age_seconds, None);
+        assert_eq!(f.age_unknown_why, Some(AGE_UNKNOWN));
         assert_eq!(f.paused, None);
         assert!(st.follow.is_empty());
         let plan = plan("resque", &queue("default"), 100);
@@ -435,7 +489,7 @@ mod tests {
     }
 
     #[test]
-    fn all_reads_failed_totals_and_checks_each_workers_job_string() {
+    fn all_reads_failed_totals_and_gets_each_workers_job_string() {
         let st = read(
             "ns",
             &Unit::Shared,
@@ -446,17 +500,86 @@ mod tests {
         let f = st.sample.preset.as_ref().unwrap();
         assert_eq!(f.states[&JobState::Failed], Some(1));
         assert_eq!(f.states[&JobState::Active], Some(0));
+        assert_eq!(f.oldest_active_age_seconds, Some(0.0));
         assert_eq!(f.stalled, None);
         assert_eq!(st.sample.jobs().processed, Some(10));
         assert_eq!(st.sample.jobs().failed, Some(2));
         assert_eq!(st.follow.len(), 2);
         assert_eq!(
             st.follow[1].0.get_packed_command(),
-            redis::cmd("EXISTS")
+            redis::cmd("GET")
                 .arg("ns:worker:h:2:b,c")
                 .get_packed_command()
         );
-        assert_eq!(st.follow[1].1, Follow::AddActive);
+        assert_eq!(st.follow[1].1, Follow::Read(ReadReply(add_running)));
+    }
+
+    /// `(all)` after its workers' job strings are read: `replies`, one per
+    /// worker, at `now`.
+    fn running(replies: &[Value], now: f64) -> crate::snapshot::PresetFacts {
+        let ids: Vec<String> = (0..replies.len()).map(|i| format!("w{i}")).collect();
+        let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+        let mut st = read("ns", &Unit::Shared, &all(list(&ids), list(&[])), now, 10);
+        for v in replies {
+            add_running(&mut st.sample, v, now);
+        }
+        *st.sample.preset.unwrap()
+    }
+
+    /// A worker's job string as node-resque writes it (`Worker#getJob`).
+    fn job_string(run_at: &str) -> Value {
+        bulk(&format!(
+            r#"{{"run_at":"{run_at}","queue":"slow","payload":{{"class":"hang","queue":"slow","args":[]}},"worker":"h:1:slow"}}"#
+        ))
+    }
+
+    #[test]
+    fn active_counts_the_workers_running_a_job_and_the_oldest_ones_age() {
+        // 1,800,000,000 s is Fri Jan 15 2027 08:00:00 UTC.
+        let f = running(
+            &[
+                job_string("Fri Jan 15 2027 08:00:00 GMT+0000 (Coordinated Universal Time)"),
+                Value::Nil,
+                job_string("Fri Jan 15 2027 09:00:30 GMT+0100 (Central European Standard Time)"),
+            ],
+            1_800_000_100.0,
+        );
+        assert_eq!(f.states[&JobState::Active], Some(2));
+        assert_eq!(f.oldest_active_age_seconds, Some(100.0));
+        let f = running(&[job_string("2027-01-15T07:58:20Z")], 1_800_000_000.0);
+        assert_eq!(f.oldest_active_age_seconds, Some(100.0));
+    }
+
+    #[test]
+    fn no_job_running_is_an_age_of_0() {
+        let f = running(&[Value::Nil, Value::Nil], 1_800_000_000.0);
+        assert_eq!(f.states[&JobState::Active], Some(0));
+        assert_eq!(f.oldest_active_age_seconds, Some(0.0));
+    }
+
+    /// The job whose `run_at` is no stamp may be the oldest: its age is
+    /// unknown, never 0 nor the others' oldest; the job still counts.
+    #[test]
+    fn a_run_at_that_is_no_stamp_leaves_the_age_unknown_never_0() {
+        let now = 1_800_000_100.0;
+        let older = job_string("Fri Jan 15 2027 08:00:00 GMT+0000 (UTC)");
+        for bad in [
+            job_string("soon"),
+            job_string(""),
+            bulk("not json"),
+            bulk("{}"),
+        ] {
+            let f = running(&[older.clone(), bad], now);
+            assert_eq!(f.states[&JobState::Active], Some(2));
+            assert_eq!(f.oldest_active_age_seconds, None);
+        }
+    }
+
+    #[test]
+    fn a_refused_job_string_leaves_active_and_the_age_unknown() {
+        let f = running(&[refused(), Value::Nil], 1_800_000_000.0);
+        assert_eq!(f.states[&JobState::Active], None);
+        assert_eq!(f.oldest_active_age_seconds, None);
     }
 
     /// Ruby Resque's `RedisMultiQueue` backend keeps failed jobs in
@@ -479,7 +602,7 @@ mod tests {
     }
 
     #[test]
-    fn more_workers_than_the_limit_leave_active_unknown() {
+    fn more_workers_than_the_limit_leave_active_and_its_age_unknown() {
         let st = read(
             "ns",
             &Unit::Shared,
@@ -489,10 +612,12 @@ mod tests {
         );
         let f = st.sample.preset.as_ref().unwrap();
         assert_eq!(f.states[&JobState::Active], None);
+        assert_eq!(f.oldest_active_age_seconds, None);
         assert!(st.follow.is_empty());
         let refused_read = read("ns", &Unit::Shared, &all(refused(), list(&[])), 0.0, 2);
         let f = refused_read.sample.preset.as_ref().unwrap();
         assert_eq!(f.states[&JobState::Active], None);
+        assert_eq!(f.oldest_active_age_seconds, None);
     }
 
     #[test]

@@ -239,6 +239,15 @@ impl Library for Rq {
          (none finished lately, or the jobs are enqueued with result_ttl=0)"
     }
 
+    /// An unread `<prefix>:queues`: any key under `<prefix>:` may be RQ's.
+    fn withheld(&self, mark: &[u8], keys: &Keys) -> Vec<Vec<u8>> {
+        under_prefixed_registry(mark, keys)
+    }
+
+    fn hidden(&self, mark: &[u8]) -> Option<Hidden> {
+        prefixed_registry_hides(mark)
+    }
+
     fn recognition(&self) -> Option<&dyn Recognise> {
         Some(self)
     }
@@ -302,15 +311,6 @@ impl Recognise for Rq {
             }
         }
         out
-    }
-
-    /// An unread `<prefix>:queues`: any key under `<prefix>:` may be RQ's.
-    fn withheld(&self, mark: &[u8], keys: &Keys) -> Vec<Vec<u8>> {
-        under_prefixed_registry(mark, keys)
-    }
-
-    fn hidden(&self, mark: &[u8]) -> Option<Hidden> {
-        prefixed_registry_hides(mark)
     }
 }
 

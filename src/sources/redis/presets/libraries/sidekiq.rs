@@ -202,6 +202,26 @@ impl Library for Sidekiq {
         read(&preset.prefix, unit, r, now, preset.stalled_check_limit)
     }
 
+    /// An unread `queues`: its queue lists and global zsets; an unread
+    /// `<ns>:queues`: any key under `<ns>:`.
+    fn withheld(&self, mark: &[u8], keys: &Keys) -> Vec<Vec<u8>> {
+        match registry_prefix(mark) {
+            Some(b"") => {
+                let mut owned: Vec<Vec<u8>> = under(keys, b"queue:").cloned().collect();
+                for n in GLOBAL_ZSETS {
+                    owned.extend(keys.get_key_value(n).map(|(k, _)| k.clone()));
+                }
+                owned
+            }
+            Some(p) => under(keys, &key(&[p, b":"])).cloned().collect(),
+            None => Vec::new(),
+        }
+    }
+
+    fn hidden(&self, mark: &[u8]) -> Option<Hidden> {
+        registry_prefix(mark).map(|_| Hidden::Any)
+    }
+
     fn recognition(&self) -> Option<&dyn Recognise> {
         Some(self)
     }
@@ -296,26 +316,6 @@ impl Recognise for Sidekiq {
             }
         }
         out
-    }
-
-    /// An unread `queues`: its queue lists and global zsets; an unread
-    /// `<ns>:queues`: any key under `<ns>:`.
-    fn withheld(&self, mark: &[u8], keys: &Keys) -> Vec<Vec<u8>> {
-        match registry_prefix(mark) {
-            Some(b"") => {
-                let mut owned: Vec<Vec<u8>> = under(keys, b"queue:").cloned().collect();
-                for n in GLOBAL_ZSETS {
-                    owned.extend(keys.get_key_value(n).map(|(k, _)| k.clone()));
-                }
-                owned
-            }
-            Some(p) => under(keys, &key(&[p, b":"])).cloned().collect(),
-            None => Vec::new(),
-        }
-    }
-
-    fn hidden(&self, mark: &[u8]) -> Option<Hidden> {
-        registry_prefix(mark).map(|_| Hidden::Any)
     }
 }
 

@@ -71,14 +71,15 @@ pub fn recognise(
 }
 
 /// The keys found that the `unread` marks (refused, or not read for a
-/// bound) may own, as each mark's library says (`Recognise::withheld`).
+/// bound) may own, as each mark's library says (`Library::withheld`, asked
+/// of every library: a library's layout).
 fn withheld<'a>(
     unread: impl Iterator<Item = &'a Vec<u8>>,
     keys: &BTreeMap<Vec<u8>, Candidate>,
 ) -> BTreeSet<Vec<u8>> {
     let mut owned = BTreeSet::new();
     for mark in unread {
-        for library in library::recognisers() {
+        for library in library::all() {
             owned.extend(library.withheld(mark, keys));
         }
     }

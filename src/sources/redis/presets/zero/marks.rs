@@ -277,10 +277,10 @@ pub struct Hides {
     pub names: BTreeSet<String>,
 }
 
-/// What the libraries say an unread `mark` hides (`Recognise::hidden`), if
-/// one of them knows it.
+/// What the libraries say an unread `mark` hides (`Library::hidden`, asked
+/// of every library: a library's layout), if one of them knows it.
 fn hidden(mark: &[u8]) -> Option<Hidden> {
-    library::recognisers().find_map(|l| l.hidden(mark))
+    library::all().iter().find_map(|l| l.hidden(mark))
 }
 
 /// Which names the unread `marks` may hide (pure): as each mark's library
