@@ -562,3 +562,75 @@ async fn an_asynq_queue_arrives_by_its_waiting_and_active_jobs_and_processed_tot
     producer.await.unwrap();
     app.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_backlogs_ask_stops_at_the_replicas_the_hpa_holds_from_earlier_answers() {
+    // 100 ms jobs, 4 s to start, a reaction time of 20 s: W at most R/2
+    // (the drain term), above R/10 (the held step applies).
+    let redis = RedisServer::start();
+    let mut conn = redis.conn();
+    let _: () = redis::cmd("SET")
+        .arg("work:done")
+        .arg(0)
+        .query(&mut conn)
+        .unwrap();
+    let app = TestApp::start(&config(&redis.url)).await;
+    let c = client(&app).await;
+    let work = vec![
+        ("queue", "work"),
+        ("mode", "WaitTime"),
+        ("targetWait", "4s"),
+        ("processingTime", "100ms"),
+        ("reactionTime", "20s"),
+        ("window", "1s"),
+    ];
+    let mut given = Vec::new();
+    // Nothing waits: 0, the answer the HPA had a reaction time ago.
+    wait_value(&c, &work, 0.0).await;
+    given.push(0.0);
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    // 2,000 late jobs (20 s old), past the window's arrivals: 2,000 · 0.1 / 4
+    // = 50 workers, asked now.
+    fill(&mut conn, "work", 2000, 20.0);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let (_, first) = metrics(&mut c.clone(), &work).await.unwrap();
+    assert!((first - 50.0).abs() < 1e-6, "{first}");
+    given.push(first);
+    // More late jobs while the 50 start, and workers taking 10 a second
+    // (each LPOP with its INCR, so nothing reads as an arrival).
+    fill(&mut conn, "work", 2100, 20.0);
+    let url = redis.url.clone();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stopped = stop.clone();
+    let workers = tokio::task::spawn_blocking(move || {
+        let mut conn = redis::Client::open(url).unwrap().get_connection().unwrap();
+        while !stopped.load(std::sync::atomic::Ordering::Relaxed) {
+            let _: () = redis::pipe()
+                .atomic()
+                .cmd("LPOP")
+                .arg("work")
+                .ignore()
+                .cmd("INCR")
+                .arg("work:done")
+                .ignore()
+                .query(&mut conn)
+                .unwrap();
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // A ScaledObject never answered before gets the drain term: over 50.
+    let mut fresh = obj(&work);
+    fresh.name = "fresh".into();
+    let (_, free) = metrics_for(&mut c.clone(), fresh).await.unwrap();
+    assert!(free > 51.0 && free < 54.0, "{free}");
+    // The one answered 50 a moment ago: the 50 the HPA holds, once
+    // running, start the whole backlog before more pods could (20 s), so
+    // it is asked for no more.
+    let (_, held) = metrics(&mut c.clone(), &work).await.unwrap();
+    let most = given.iter().copied().fold(0.0, f64::max);
+    assert_eq!(held, most, "{held} after {given:?}; fresh {free}");
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    workers.await.unwrap();
+    app.stop().await;
+}

@@ -75,6 +75,11 @@ pub async fn metrics(c: &mut Client, pairs: &[(&str, &str)]) -> Result<(i64, f64
     value_of(c, obj(pairs)).await
 }
 
+/// `GetMetrics` for the ScaledObject `r` (its own name and namespace).
+pub async fn metrics_for(c: &mut Client, r: ScaledObjectRef) -> Result<(i64, f64), tonic::Status> {
+    value_of(c, r).await
+}
+
 async fn value_of(c: &mut Client, r: ScaledObjectRef) -> Result<(i64, f64), tonic::Status> {
     let (name, _, _) = spec_of(c, r.clone()).await?;
     metrics_of(c, r, &name).await
