@@ -347,29 +347,11 @@ impl CounterHistory {
     /// negative sum, jobs removed without being processed, is 0). `None`
     /// when fewer than two readings cover the queue.
     pub fn arrival_rate(&self, queue: &QueueId, window: Duration) -> Option<f64> {
-        let newest = self.points.back()?;
-        let Some(last) = newest.flow(queue) else {
+        let Some((first, last, seconds)) = self.flow_change(queue, window) else {
             return self.rate(queue, window, |c| c.published);
         };
-        let start = newest
-            .at
-            .checked_sub(window)
-            .unwrap_or(SystemTime::UNIX_EPOCH);
-        let (at, first) = self
-            .points
-            .iter()
-            .filter(|p| p.at >= start && p.at < newest.at)
-            .find_map(|p| Some((p.at, p.flow(queue)?)))?;
-        let seconds = newest.at.duration_since(at).ok()?.as_secs_f64();
-        if seconds <= 0.0 {
-            return None;
-        }
-        let processed = if last.processed >= first.processed {
-            last.processed - first.processed
-        } else {
-            last.processed
-        };
-        let arrived = last.depth as f64 - first.depth as f64 + processed as f64;
+        let seconds = seconds?;
+        let arrived = last.depth as f64 - first.depth as f64 + processed(first, last) as f64;
         Some(arrived.max(0.0) / seconds)
     }
 
@@ -381,29 +363,42 @@ impl CounterHistory {
     /// the replicas it asked for ([`crate::scaler::wait::WaitInputs::finishing`]).
     /// `None` when fewer than two readings within `span` cover the queue.
     pub fn finish_rate(&self, queue: &QueueId, span: Duration) -> Option<f64> {
-        let newest = self.points.back()?;
-        let Some(last) = newest.flow(queue) else {
+        let Some((first, last, seconds)) = self.flow_change(queue, span) else {
             return self.rate(queue, span, |c| c.delivered);
         };
+        Some(processed(first, last) as f64 / seconds?)
+    }
+
+    /// `None` when `queue`'s newest reading is no flow (the caller reads
+    /// its counters); else its oldest flow reading within `window` of the
+    /// newest, the newest, and the seconds between (`None` when fewer than
+    /// two readings cover it).
+    fn flow_change(
+        &self,
+        queue: &QueueId,
+        window: Duration,
+    ) -> Option<(JobFlow, JobFlow, Option<f64>)> {
+        let newest = self.points.back()?;
+        let last = newest.flow(queue)?;
         let start = newest
             .at
-            .checked_sub(span)
+            .checked_sub(window)
             .unwrap_or(SystemTime::UNIX_EPOCH);
-        let (at, first) = self
+        let first = self
             .points
             .iter()
             .filter(|p| p.at >= start && p.at < newest.at)
-            .find_map(|p| Some((p.at, p.flow(queue)?)))?;
-        let seconds = newest.at.duration_since(at).ok()?.as_secs_f64();
-        if seconds <= 0.0 {
-            return None;
-        }
-        let processed = if last.processed >= first.processed {
-            last.processed - first.processed
-        } else {
-            last.processed
+            .find_map(|p| Some((p.at, p.flow(queue)?)));
+        let Some((at, first)) = first else {
+            return Some((last, last, None));
         };
-        Some(processed as f64 / seconds)
+        let seconds = newest
+            .at
+            .duration_since(at)
+            .ok()
+            .map(|d| d.as_secs_f64())
+            .filter(|s| *s > 0.0);
+        Some((first, last, seconds))
     }
 
     /// Seconds since jobs last arrived at `queue`, as the readings tell:
@@ -449,6 +444,16 @@ impl CounterHistory {
             later = earlier;
         }
         None
+    }
+}
+
+/// Jobs processed from `first` to `last`: a total that went down was
+/// reset and counts from zero.
+fn processed(first: JobFlow, last: JobFlow) -> u64 {
+    if last.processed >= first.processed {
+        last.processed - first.processed
+    } else {
+        last.processed
     }
 }
 
