@@ -23,7 +23,7 @@ use std::collections::HashMap;
 use std::io::{BufRead, Write};
 
 use queue_exporter::config::ScalerConfig;
-use queue_exporter::plan::cluster::{Behavior, Cluster};
+use queue_exporter::plan::cluster::{Behavior, Cluster, MetricType};
 use queue_exporter::plan::replay::{self, Exporter, Replay, Service, Traffic};
 use queue_exporter::plan::score::{self, Scoring};
 use queue_exporter::scaler::metadata;
@@ -128,6 +128,7 @@ fn run(
         length: r.length,
         workers_per_replica: r.workers_per_replica,
         timeline: r.timeline,
+        metric_type: MetricType::AverageValue,
     };
     let ran = replay::replay(&setup, &query, config);
     let scoring = Scoring {

@@ -433,3 +433,90 @@ fn plot_refuses_a_path_that_is_not_svg_before_replaying() {
         "--plot /tmp/plan.png: only SVG is drawn",
     );
 }
+
+/// `scaled_object(value)` whose trigger has `metricType: kind`.
+fn with_metric_type(so: &str, kind: &str) -> String {
+    so.replace(
+        "    - type: external\n",
+        &format!("    - type: external\n      metricType: {kind}\n"),
+    )
+}
+
+#[test]
+fn a_value_trigger_is_replayed_with_the_hpas_value_calculator_and_the_others_as_average_value() {
+    let traffic = trace(60, 0..0);
+    let average = json_run_of(&traffic, &scaled_object("10"));
+    let value = json_run_of(&traffic, &with_metric_type(&scaled_object("10"), "Value"));
+    let (own_average, own_value) = (&average["candidates"][0], &value["candidates"][0]);
+    assert_eq!(own_average["metric_type"], "AverageValue");
+    assert_eq!(own_value["metric_type"], "Value");
+    // The same metadata, another calculator: the HPA multiplies the ready
+    // pods by backlog / 10 instead of setting backlog / 10 pods.
+    assert_ne!(
+        (&own_value["worker_hours"], &own_value["peak_replicas"]),
+        (&own_average["worker_hours"], &own_average["peak_replicas"]),
+        "{own_value} {own_average}"
+    );
+    // Every other candidate is replayed as AverageValue, as before.
+    let others = |run: &Value| run["candidates"].as_array().unwrap()[1..].to_vec();
+    assert_eq!(others(&value), others(&average));
+    assert!(
+        others(&value)
+            .iter()
+            .all(|c| c["metric_type"] == "AverageValue")
+    );
+    let notes = value["notes"].as_array().unwrap();
+    assert!(
+        notes.iter().any(|n| n
+            .as_str()
+            .unwrap()
+            .starts_with("worker (QueueLength 10) has metricType Value")),
+        "{notes:?}"
+    );
+}
+
+#[test]
+fn kedas_fallback_does_not_apply_to_a_value_trigger() {
+    // KEDA's isFallbackEnabled: AverageValue only. In the 10-minute gap the
+    // Value trigger's HPA keeps its replicas instead of moving to 12.
+    let holed = trace(60, 80..120);
+    let so = with_metric_type(&with_fallback(12, "static"), "Value");
+    let run = json_run_of(&holed, &so);
+    assert_eq!(
+        run["candidates"][0]["fallback_syncs"], 0,
+        "{}",
+        run["candidates"][0]
+    );
+    // The AverageValue candidates still fall back.
+    assert!(
+        run["candidates"].as_array().unwrap()[1..]
+            .iter()
+            .any(|c| c["fallback_syncs"].as_u64().unwrap() > 0)
+    );
+}
+
+#[test]
+fn a_recommendation_of_the_value_trigger_itself_says_metric_type_value() {
+    let (_dir, t, s) = files(
+        &trace(60, 0..0),
+        &with_metric_type(&scaled_object("10"), "Value"),
+    );
+    let (code, out, err) = plan(&["--trace", &t, "--scaledobject", &s, "--target-wait", "30s"]);
+    assert_eq!(code, 0, "{err}");
+    let yaml = out.split("recommended: ").nth(1).expect("a recommendation");
+    let own = yaml.starts_with("worker (QueueLength 10)");
+    // Whichever is recommended, its YAML says metricType only for Value.
+    assert_eq!(yaml.contains("metricType: Value"), own, "{yaml}");
+}
+
+#[test]
+fn a_metric_type_an_external_trigger_cannot_have_is_refused_naming_its_field() {
+    let so = with_metric_type(&scaled_object("10"), "Utilization");
+    let (_dir, t, s) = files(&trace(5, 0..0), &so);
+    refused(
+        &["--trace", &t, "--scaledobject", &s, "--target-wait", "30s"],
+        &format!(
+            "{s}: spec.triggers[0].metricType: \"Utilization\": an external trigger's metricType is AverageValue (the default) or Value"
+        ),
+    );
+}

@@ -197,6 +197,72 @@ pub fn desired_replicas(value: f64, target: f64, current: usize, tolerance: f64)
     }
 }
 
+/// A trigger's `metricType`: which of the HPA's calculators turns KEDA's
+/// metric into replicas. `Utilization` is for CPU and memory, never an
+/// external trigger.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum MetricType {
+    /// `AverageValue` (KEDA's default, and what the exporter's answers
+    /// mean): the metric over the target is the replica count.
+    #[default]
+    AverageValue,
+    /// `Value`: the metric over the target is a ratio the HPA multiplies
+    /// the ready pods by; KEDA's `fallback` does not apply to it.
+    Value,
+}
+
+impl MetricType {
+    /// The word a ScaledObject writes.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MetricType::AverageValue => "AverageValue",
+            MetricType::Value => "Value",
+        }
+    }
+}
+
+/// What a trigger asks the HPA for: its target and the calculator for it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Target {
+    /// The trigger's target (`value`; 1 for WaitTime).
+    pub value: f64,
+    /// How the HPA compares the metric with it.
+    pub metric_type: MetricType,
+}
+
+impl Target {
+    /// An `AverageValue` target of `value`, as KEDA sets by default.
+    pub fn average(value: f64) -> Target {
+        Target {
+            value,
+            metric_type: MetricType::AverageValue,
+        }
+    }
+}
+
+/// The HPA's replica calculator for a `Value` target (an external metric:
+/// `GetExternalMetricReplicas` through `getUsageRatioReplicaCount`): the
+/// usage ratio is the metric over the target; within the tolerance of 1
+/// the count stays, else it is the ratio times the **ready** pods (pods
+/// still starting count for nothing), rounded up; from 0 replicas the
+/// ratio rounded up. Values are compared as milli-quantities.
+pub fn desired_replicas_of_value(
+    value: f64,
+    target: f64,
+    current: usize,
+    ready: usize,
+    tolerance: f64,
+) -> usize {
+    let ratio = (value * 1000.0).round() / (target * 1000.0).round();
+    if current == 0 {
+        ratio.ceil() as usize
+    } else if (1.0 - ratio).abs() <= tolerance {
+        current
+    } else {
+        (ratio * ready as f64).ceil() as usize
+    }
+}
+
 /// What KEDA does on one of its polls.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum KedaMove {
@@ -246,21 +312,26 @@ impl Keda {
     /// (`Some`), or after an error (`None`) its `fallback`'s
     /// `target × replicas` once more than `failureThreshold` requests in a
     /// row failed; `None` when the HPA gets nothing (it keeps its replicas).
+    ///
+    /// KEDA applies `fallback` to `AverageValue` triggers only
+    /// (`isFallbackEnabled` in its `pkg/fallback`): a `Value` trigger's
+    /// errors reach the HPA, which keeps its replicas.
     pub fn metric(
         &mut self,
         cluster: &Cluster,
         answer: Option<f64>,
-        target: f64,
+        target: Target,
         replicas: usize,
     ) -> Option<Metric> {
         if let Some(value) = answer {
             self.failures = 0;
             return Some(Metric::Scaler(value));
         }
-        let fallback = cluster.fallback?;
         self.failures = self.failures.saturating_add(1);
-        (self.failures > fallback.failure_threshold)
-            .then(|| Metric::Fallback(target * fallback.replicas_with(replicas) as f64))
+        let fallback = cluster.fallback?;
+        (target.metric_type == MetricType::AverageValue
+            && self.failures > fallback.failure_threshold)
+            .then(|| Metric::Fallback(target.value * fallback.replicas_with(replicas) as f64))
     }
 }
 
@@ -295,17 +366,24 @@ pub struct Hpa {
 }
 
 impl Hpa {
-    /// One sync at `now` with `current` replicas and the metric `value`
-    /// against `target`: the replicas it sets.
+    /// One sync at `now` with `current` replicas (`ready` of them taking
+    /// jobs) and the metric `value` against `target`: the replicas it sets.
     pub fn sync(
         &mut self,
         cluster: &Cluster,
         now: f64,
-        current: usize,
+        (current, ready): (usize, usize),
         value: f64,
-        target: f64,
+        target: Target,
     ) -> usize {
-        let desired = desired_replicas(value, target, current, cluster.tolerance);
+        let desired = match target.metric_type {
+            MetricType::AverageValue => {
+                desired_replicas(value, target.value, current, cluster.tolerance)
+            }
+            MetricType::Value => {
+                desired_replicas_of_value(value, target.value, current, ready, cluster.tolerance)
+            }
+        };
         let stabilized = self.stabilize(&cluster.behavior, now, current, desired);
         let min = cluster.min_replicas.max(1);
         let new = self.limit(
@@ -522,6 +600,72 @@ mod tests {
     }
 
     #[test]
+    fn test_replica_calc_scale_up_cm_external_ignores_unready_pods() {
+        // 3 replicas, 1 ready: 8600 over 4400 is 1.95, times 1 ready pod
+        // ("Would expect 6 if we didn't ignore unready pods").
+        assert_eq!(desired_replicas_of_value(8.6, 4.4, 3, 1, 0.1), 2);
+    }
+
+    #[test]
+    fn test_replica_calc_scale_down_cm_external() {
+        // 8600 over 14334 is 0.6, times 5 ready pods.
+        assert_eq!(desired_replicas_of_value(8.6, 14.334, 5, 5, 0.1), 3);
+    }
+
+    #[test]
+    fn test_replica_calc_tolerance_cm_external() {
+        // 8600 over 8888 is 0.968: within 10 % of 1, no change.
+        assert_eq!(desired_replicas_of_value(8.6, 8.888, 3, 3, 0.1), 3);
+    }
+
+    #[test]
+    fn a_value_target_from_zero_replicas_is_the_ratio_rounded_up() {
+        // getUsageRatioReplicaCount with currentReplicas 0: ceil(usageRatio).
+        assert_eq!(desired_replicas_of_value(2.5, 1.0, 0, 0, 0.1), 3);
+    }
+
+    #[test]
+    fn a_value_target_counts_only_ready_pods_while_new_ones_start() {
+        // The same metric at the same replicas asks less while pods start:
+        // what makes a Value trigger slower to scale up than AverageValue.
+        let cluster = Cluster::kubernetes_defaults(30.0);
+        let value = Target {
+            value: 10.0,
+            metric_type: MetricType::Value,
+        };
+        // 15 over 10 is 1.5: times 4 ready pods, or times the 1 of 4 ready.
+        assert_eq!(Hpa::default().sync(&cluster, 0.0, (4, 4), 15.0, value), 6);
+        assert_eq!(Hpa::default().sync(&cluster, 0.0, (4, 1), 15.0, value), 2);
+        // AverageValue counts no pods: 60 over 10 is 6, ready or not.
+        let average = Target::average(10.0);
+        assert_eq!(Hpa::default().sync(&cluster, 0.0, (4, 1), 60.0, average), 6);
+        assert_eq!(Hpa::default().sync(&cluster, 0.0, (4, 4), 60.0, average), 6);
+    }
+
+    #[test]
+    fn keda_falls_back_for_average_value_triggers_only() {
+        let mut cluster = Cluster::kubernetes_defaults(30.0);
+        cluster.fallback = Some(Fallback {
+            failure_threshold: 1,
+            replicas: 4,
+            behavior: FallbackBehavior::Static,
+        });
+        let value = Target {
+            value: 1.0,
+            metric_type: MetricType::Value,
+        };
+        let (mut average_keda, mut value_keda) = (Keda::default(), Keda::default());
+        for _ in 0..3 {
+            average_keda.metric(&cluster, None, Target::average(1.0), 2);
+            assert_eq!(value_keda.metric(&cluster, None, value, 2), None);
+        }
+        assert_eq!(
+            average_keda.metric(&cluster, None, Target::average(1.0), 2),
+            Some(Metric::Fallback(4.0))
+        );
+    }
+
+    #[test]
     fn scaling_with_rules_scale_up_with_default_behavior() {
         let b = behavior(None, None);
         assert_eq!(limited(&Hpa::default(), &b, 10, 50, 1, 1000), 20);
@@ -705,10 +849,22 @@ mod tests {
         // each, then the metric drops to 2 pods' worth.
         let cluster = Cluster::kubernetes_defaults(30.0);
         let mut hpa = Hpa::default();
-        assert_eq!(hpa.sync(&cluster, 0.0, 10, 100.0, 10.0), 10);
-        assert_eq!(hpa.sync(&cluster, 15.0, 10, 20.0, 10.0), 10);
-        assert_eq!(hpa.sync(&cluster, 285.0, 10, 20.0, 10.0), 10);
-        assert_eq!(hpa.sync(&cluster, 300.0, 10, 20.0, 10.0), 2);
+        assert_eq!(
+            hpa.sync(&cluster, 0.0, (10, 10), 100.0, Target::average(10.0)),
+            10
+        );
+        assert_eq!(
+            hpa.sync(&cluster, 15.0, (10, 10), 20.0, Target::average(10.0)),
+            10
+        );
+        assert_eq!(
+            hpa.sync(&cluster, 285.0, (10, 10), 20.0, Target::average(10.0)),
+            10
+        );
+        assert_eq!(
+            hpa.sync(&cluster, 300.0, (10, 10), 20.0, Target::average(10.0)),
+            2
+        );
     }
 
     #[test]
@@ -743,7 +899,7 @@ mod tests {
     fn failed(keda: &mut Keda, cluster: &Cluster, n: u32, replicas: usize) -> Option<Metric> {
         let mut last = None;
         for _ in 0..n {
-            last = keda.metric(cluster, None, 10.0, replicas);
+            last = keda.metric(cluster, None, Target::average(10.0), replicas);
         }
         last
     }
@@ -777,7 +933,7 @@ mod tests {
         let mut keda = Keda::default();
         failed(&mut keda, &cluster, 3, 5);
         assert_eq!(
-            keda.metric(&cluster, Some(7.0), 10.0, 5),
+            keda.metric(&cluster, Some(7.0), Target::average(10.0), 5),
             Some(Metric::Scaler(7.0))
         );
         assert_eq!(keda.failures, 0);

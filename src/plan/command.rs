@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::config::{ScalerConfig, parse_duration};
-use crate::plan::cluster::Cluster;
+use crate::plan::cluster::{Cluster, MetricType};
 use crate::plan::plot::{self, Frame, PlotError, Series};
 use crate::plan::prometheus::{self, PrometheusError};
 use crate::plan::replay::{self, Exporter, Replay, Run, Traffic};
@@ -143,6 +143,9 @@ pub struct Candidate {
     pub scale_events: usize,
     /// HPA syncs at which KEDA's `fallback` answered for a failing scaler.
     pub fallback_syncs: u64,
+    /// Its `metricType`: the ScaledObject's own for its trigger,
+    /// `AverageValue` (what the scaler's answers mean) for the others.
+    pub metric_type: MetricType,
 }
 
 /// What `plan` found.
@@ -207,7 +210,13 @@ pub fn run(options: &Options) -> Result<Plan, PlanError> {
     let bar = progress(&plan, own.is_some());
     let has_own = own.is_some();
     if let Some(o) = own {
-        let c = try_candidate(&plan, &traffic, workers, o.name, o.meta)?;
+        if o.metric_type == MetricType::Value {
+            plan.notes.push(format!(
+                "{} has metricType Value: the HPA multiplies its ready pods by the answer over the target, and KEDA's fallback does not apply to it; the other candidates are AverageValue, as the scaler's answers mean (docs/keda.md)",
+                o.name
+            ));
+        }
+        let c = try_candidate(&plan, &traffic, workers, (o.name, o.meta), o.metric_type)?;
         plan.candidates.push(c);
         bar.inc(1);
     }
@@ -221,8 +230,8 @@ pub fn run(options: &Options) -> Result<Plan, PlanError> {
         &plan,
         &traffic,
         workers,
-        format!("WaitTime {}", seconds(target_wait)),
-        wait,
+        (format!("WaitTime {}", seconds(target_wait)), wait),
+        MetricType::AverageValue,
     )?;
     plan.candidates.push(c);
     bar.inc(1);
@@ -279,7 +288,7 @@ fn series_of(
         .ok_or_else(|| PlanError::Input(format!("--plot: no candidate {i}")))?;
     let query =
         parse_for_replay(&c.meta).map_err(|e| PlanError::Input(format!("{}: {e}", c.name)))?;
-    let run = replay_run(plan, traffic, workers, &query, true);
+    let run = replay_run(plan, traffic, workers, &query, c.metric_type, true);
     let label = if plan.recommended == Some(i) {
         format!("{} (recommended)", c.name)
     } else {
@@ -299,6 +308,7 @@ fn replay_run(
     traffic: &Traffic,
     workers: usize,
     query: &ScalerQuery,
+    metric_type: MetricType,
     timeline: bool,
 ) -> Run {
     let exporter = Exporter {
@@ -314,6 +324,7 @@ fn replay_run(
         length: plan.trace.length,
         workers_per_replica: workers,
         timeline,
+        metric_type,
     };
     replay::replay(&setup, query, &ScalerConfig::default())
 }
@@ -324,6 +335,7 @@ struct Own {
     name: String,
     meta: HashMap<String, String>,
     query: ScalerQuery,
+    metric_type: MetricType,
 }
 
 /// The trigger and cluster of `--scaledobject`, or no trigger and the
@@ -355,6 +367,7 @@ fn own_trigger(options: &Options) -> Result<(Option<Own>, Cluster), PlanError> {
         name,
         meta: so.trigger,
         query,
+        metric_type: so.metric_type,
     };
     Ok((Some(own), so.cluster))
 }
@@ -520,11 +533,11 @@ fn try_candidate(
     plan: &Plan,
     traffic: &Traffic,
     workers: usize,
-    name: String,
-    meta: HashMap<String, String>,
+    (name, meta): (String, HashMap<String, String>),
+    metric_type: MetricType,
 ) -> Result<Candidate, PlanError> {
     let query = parse_for_replay(&meta).map_err(|e| PlanError::Input(format!("{name}: {e}")))?;
-    let run = replay_run(plan, traffic, workers, &query, false);
+    let run = replay_run(plan, traffic, workers, &query, metric_type, false);
     let scoring = Scoring {
         target_wait: plan.target_wait,
         from: plan.lead_in,
@@ -538,6 +551,7 @@ fn try_candidate(
         peak_replicas: run.peak_replicas,
         scale_events: run.scale_events,
         fallback_syncs: run.fallback_syncs,
+        metric_type,
     })
 }
 
@@ -567,7 +581,8 @@ fn sweep(
         }
         m.insert("mode".into(), "QueueLength".into());
         m.insert("value".into(), format!("{value}"));
-        let c = try_candidate(plan, traffic, workers, format!("QueueLength {value}"), m)?;
+        let name = format!("QueueLength {value}");
+        let c = try_candidate(plan, traffic, workers, (name, m), MetricType::AverageValue)?;
         held = held || c.score.within_pct >= percentile;
         misses = if c.score.within_pct < if held { 90.0 } else { 0.0 } {
             misses + 1

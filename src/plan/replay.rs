@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use crate::config::ScalerConfig;
-use crate::plan::cluster::{Cluster, Hpa, Keda, KedaMove, Metric};
+use crate::plan::cluster::{Cluster, Hpa, Keda, KedaMove, Metric, MetricType, Target};
 use crate::scaler::metadata::ScalerQuery;
 use crate::scaler::{held, query};
 use crate::snapshot::{
@@ -97,6 +97,8 @@ pub struct Replay<'a> {
     pub workers_per_replica: usize,
     /// Whether to keep the replay's timeline, one [`Moment`] per HPA sync.
     pub timeline: bool,
+    /// The trigger's `metricType`: how the HPA reads its answers.
+    pub metric_type: MetricType,
 }
 
 /// The state at one HPA sync, for plots.
@@ -225,6 +227,14 @@ impl<'a> World<'a> {
 
     fn live(&self) -> usize {
         self.pods.iter().filter(|p| p.stopped.is_none()).count()
+    }
+
+    /// Pods not removed that had started by `t`: the HPA's ready pods.
+    fn ready(&self, t: f64) -> usize {
+        self.pods
+            .iter()
+            .filter(|p| p.stopped.is_none() && p.created + self.pod_start <= t)
+            .count()
     }
 
     /// Creates or removes pods (the newest first) at `t`.
@@ -367,15 +377,11 @@ pub fn replay(setup: &Replay, query: &ScalerQuery, config: &ScalerConfig) -> Run
         if answer.is_none() {
             run.ask_errors += 1;
         }
-        let metric = decide(
-            cluster,
-            &mut keda,
-            &mut hpa,
-            &mut w,
-            answer,
-            query.target,
-            now,
-        );
+        let target = Target {
+            value: query.target,
+            metric_type: setup.metric_type,
+        };
+        let metric = decide(cluster, &mut keda, &mut hpa, &mut w, answer, target, now);
         if let Some(Metric::Fallback(_)) = metric {
             run.fallback_syncs += 1;
         }
@@ -430,7 +436,7 @@ fn decide(
     hpa: &mut Hpa,
     w: &mut World,
     answer: Answer,
-    target: f64,
+    target: Target,
     now: f64,
 ) -> Option<Metric> {
     if let Some((active, _, _)) = answer {
@@ -449,7 +455,8 @@ fn decide(
         return None;
     }
     let metric = keda.metric(cluster, answer.map(|a| a.2), target, replicas)?;
-    let new = hpa.sync(cluster, now, replicas, metric.value(), target);
+    let pods = (replicas, w.ready(now));
+    let new = hpa.sync(cluster, now, pods, metric.value(), target);
     w.set_replicas(new, now);
     Some(metric)
 }

@@ -5,6 +5,7 @@ use std::fmt::Write;
 
 use serde_json::{Value, json};
 
+use crate::plan::cluster::MetricType;
 use crate::plan::command::{Candidate, Plan};
 
 /// Unix seconds as RFC 3339, for the trace's times.
@@ -49,7 +50,11 @@ fn left_out_lines(plan: &Plan) -> Vec<String> {
 pub fn trigger_yaml(c: &Candidate) -> String {
     let mut keys: Vec<_> = c.meta.iter().collect();
     keys.sort();
-    let mut y = String::from("triggers:\n  - type: external\n    metadata:\n");
+    let mut y = String::from("triggers:\n  - type: external\n");
+    if c.metric_type != MetricType::AverageValue {
+        let _ = writeln!(y, "    metricType: {}", c.metric_type.as_str());
+    }
+    y.push_str("    metadata:\n");
     for (k, v) in keys {
         let _ = writeln!(y, "      {k}: {}", Value::String(v.clone()));
     }
@@ -150,7 +155,7 @@ pub fn json(plan: &Plan, price: Option<f64>) -> Value {
                 "p50_wait": c.score.p50_wait, "p99_wait": c.score.p99_wait,
                 "max_wait": c.score.max_wait, "worker_hours": hours,
                 "cost": price.map(|p| p * hours), "peak_replicas": c.peak_replicas,
-                "scale_events": c.scale_events, "fallback_syncs": c.fallback_syncs,
+                "scale_events": c.scale_events, "fallback_syncs": c.fallback_syncs, "metric_type": c.metric_type.as_str(),
             })
         })
         .collect();

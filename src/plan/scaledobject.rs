@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use serde::Deserialize;
 
 use crate::plan::cluster::{
-    Behavior, Cluster, Fallback, FallbackBehavior, Policy, PolicyKind, Rules, Select,
+    Behavior, Cluster, Fallback, FallbackBehavior, MetricType, Policy, PolicyKind, Rules, Select,
 };
 
 /// A ScaledObject that cannot be used: the file, the field and why.
@@ -31,6 +31,8 @@ pub struct ScaledObject {
     pub name: String,
     /// The queue trigger's metadata, as the scaler receives it.
     pub trigger: HashMap<String, String>,
+    /// The queue trigger's `metricType` (`AverageValue` unless it says `Value`).
+    pub metric_type: MetricType,
     /// The cluster with the ScaledObject's settings and the defaults.
     pub cluster: Cluster,
 }
@@ -109,6 +111,8 @@ struct PolicySpec {
 struct TriggerSpec {
     #[serde(rename = "type")]
     kind: String,
+    #[serde(rename = "metricType")]
+    metric_type: Option<String>,
     #[serde(default)]
     metadata: HashMap<String, serde_norway::Value>,
 }
@@ -171,9 +175,22 @@ pub fn parse(file: &str, text: &str, pod_start: f64) -> Result<ScaledObject, Sca
                 "not a text, number or boolean".to_owned(),
             )
         })?;
+    let metric_type = match trigger.metric_type.as_deref() {
+        None | Some("AverageValue") => MetricType::AverageValue,
+        Some("Value") => MetricType::Value,
+        Some(other) => {
+            return Err(fail(
+                &format!("spec.triggers[{index}].metricType"),
+                format!(
+                    "{other:?}: an external trigger's metricType is AverageValue (the default) or Value (Utilization is for cpu and memory triggers)"
+                ),
+            ));
+        }
+    };
     Ok(ScaledObject {
         name: doc.metadata.name,
         trigger: metadata,
+        metric_type,
         cluster,
     })
 }
