@@ -191,10 +191,16 @@ pub enum PolicyKind {
 /// rounded up. Values are compared as Kubernetes' milli-quantities.
 pub fn desired_replicas(value: f64, target: f64, current: usize, tolerance: f64) -> usize {
     if (1.0 - value / (target * current as f64)).abs() > tolerance {
-        ((value * 1000.0).round() / (target * 1000.0).round()).ceil() as usize
+        milli_ratio(value, target).ceil() as usize
     } else {
         current
     }
+}
+
+/// `value` over `target` as Kubernetes divides them: both as
+/// milli-quantities (whole thousandths).
+fn milli_ratio(value: f64, target: f64) -> f64 {
+    (value * 1000.0).round() / (target * 1000.0).round()
 }
 
 /// A trigger's `metricType`: which of the HPA's calculators turns KEDA's
@@ -212,12 +218,20 @@ pub enum MetricType {
 }
 
 impl MetricType {
+    /// Every type an external trigger may have.
+    pub const ALL: [MetricType; 2] = [MetricType::AverageValue, MetricType::Value];
+
     /// The word a ScaledObject writes.
     pub fn as_str(self) -> &'static str {
         match self {
             MetricType::AverageValue => "AverageValue",
             MetricType::Value => "Value",
         }
+    }
+
+    /// The type a ScaledObject's word names; `None` for another word.
+    pub fn from_word(word: &str) -> Option<MetricType> {
+        MetricType::ALL.into_iter().find(|t| t.as_str() == word)
     }
 }
 
@@ -253,7 +267,7 @@ pub fn desired_replicas_of_value(
     ready: usize,
     tolerance: f64,
 ) -> usize {
-    let ratio = (value * 1000.0).round() / (target * 1000.0).round();
+    let ratio = milli_ratio(value, target);
     if current == 0 {
         ratio.ceil() as usize
     } else if (1.0 - ratio).abs() <= tolerance {

@@ -455,7 +455,12 @@ fn decide(
         return None;
     }
     let metric = keda.metric(cluster, answer.map(|a| a.2), target, replicas)?;
-    let pods = (replicas, w.ready(now));
+    // Only the Value calculator counts ready pods: no pass over them otherwise.
+    let ready = match target.metric_type {
+        MetricType::Value => w.ready(now),
+        MetricType::AverageValue => replicas,
+    };
+    let pods = (replicas, ready);
     let new = hpa.sync(cluster, now, pods, metric.value(), target);
     w.set_replicas(new, now);
     Some(metric)

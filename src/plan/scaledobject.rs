@@ -176,16 +176,15 @@ pub fn parse(file: &str, text: &str, pod_start: f64) -> Result<ScaledObject, Sca
             )
         })?;
     let metric_type = match trigger.metric_type.as_deref() {
-        None | Some("AverageValue") => MetricType::AverageValue,
-        Some("Value") => MetricType::Value,
-        Some(other) => {
-            return Err(fail(
+        None => MetricType::default(),
+        Some(word) => MetricType::from_word(word).ok_or_else(|| {
+            fail(
                 &format!("spec.triggers[{index}].metricType"),
                 format!(
-                    "{other:?}: an external trigger's metricType is AverageValue (the default) or Value (Utilization is for cpu and memory triggers)"
+                    "{word:?}: an external trigger's metricType is AverageValue (the default) or Value (Utilization is for cpu and memory triggers)"
                 ),
-            ));
-        }
+            )
+        })?,
     };
     Ok(ScaledObject {
         name: doc.metadata.name,
