@@ -376,3 +376,56 @@ async fn an_https_prometheus_is_read_trusting_the_ca_of_ca_file_and_refused_with
         format!("plan: --ca-file {bad}: holds no PEM certificate")
     );
 }
+
+#[tokio::test]
+async fn a_prometheus_asking_for_a_client_certificate_is_read_with_cert_file_and_key_file() {
+    let dir = tempfile::tempdir().unwrap();
+    backfill_with_a_hole(dir.path());
+    let pki = tls_support::make_pki("prometheus-mtls");
+    let files = pki.write(&dir, "plan");
+    let p = Prometheus::start_with_mtls(dir.path(), "  []\n", &pki).await;
+    let path = |p: &std::path::PathBuf| p.to_str().unwrap().to_owned();
+    let (ca, cert, key) = (
+        path(&files.ca),
+        path(&files.client_cert),
+        path(&files.client_key),
+    );
+    let with = |extra: &[&str]| {
+        let mut args = last_ten_minutes_of_jobs(&p.url).to_vec();
+        args.extend(["--ca-file", &ca]);
+        args.extend(extra);
+        plan(&args)
+    };
+    // With the client certificate and its key: the series are read.
+    let (code, out, err) = with(&["--cert-file", &cert, "--key-file", &key]);
+    assert_eq!(code, 0, "{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert!(v["jobs"].as_u64().unwrap() > 500, "{v}");
+    // Without it Prometheus ends the handshake: one line naming it, exit 2.
+    let (code, _, err) = with(&[]);
+    assert_eq!(code, 2, "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains(&format!("cannot reach Prometheus at {}", p.url)),
+        "{err}"
+    );
+    // A key file that holds no key is named, and nothing of it is shown.
+    let (code, _, err) = with(&["--cert-file", &cert, "--key-file", &cert]);
+    assert_eq!(code, 2, "{err}");
+    assert_eq!(
+        err.trim(),
+        format!("plan: --key-file {cert}: holds no PEM private key")
+    );
+    // The key given as the certificate: no certificate in it, named.
+    let (code, _, err) = with(&["--cert-file", &key, "--key-file", &key]);
+    assert_eq!(code, 2, "{err}");
+    assert_eq!(
+        err.trim(),
+        format!("plan: --cert-file {key}: holds no PEM certificate")
+    );
+    assert!(!err.contains("PRIVATE KEY"), "{err}");
+    // The key without its certificate is refused by the command line.
+    let (code, _, err) = with(&["--key-file", &key]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--cert-file"), "{err}");
+}

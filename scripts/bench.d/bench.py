@@ -91,6 +91,8 @@ GRID_START = "<!-- closed-loop-grid: written by scripts/bench --closed-loop --gr
 GRID_END = "<!-- /closed-loop-grid -->"
 MEASURED_START = "<!-- closed-loop-measured: written by scripts/bench --closed-loop --measured -->"
 MEASURED_END = "<!-- /closed-loop-measured -->"
+PLAN_START = "<!-- plan-week: written by scripts/bench --plan -->"
+PLAN_END = "<!-- /plan-week -->"
 CLEANUPS = []  # callables to run on exit
 
 
@@ -2541,9 +2543,9 @@ def main():
         text += "\n(matplotlib not available: no plots.)\n"
     if os.path.exists(args.out):
         old = open(args.out).read()
-        # The closed loop's sections (closedloop.py, grid.py, measured.py) are kept.
+        # The closed loop's sections (closedloop.py, grid.py, measured.py) and plan.py's are kept.
         for start, end in ((CLOSED_LOOP_START, CLOSED_LOOP_END), (GRID_START, GRID_END),
-                           (MEASURED_START, MEASURED_END)):
+                           (MEASURED_START, MEASURED_END), (PLAN_START, PLAN_END)):
             if start in old and end in old:
                 kept = old.split(start, 1)[1].split(end, 1)[0]
                 text = text.rstrip("\n") + "\n\n" + start + kept + end + "\n"

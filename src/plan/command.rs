@@ -78,6 +78,13 @@ pub struct Options {
     /// that sign its certificate, trusted besides the system's roots.
     #[arg(long, value_name = "FILE", requires = "prometheus")]
     pub ca_file: Option<PathBuf>,
+    /// With --prometheus over https://: a PEM file of the client
+    /// certificate to show a Prometheus that asks for one (with --key-file).
+    #[arg(long, value_name = "FILE", requires_all = ["prometheus", "key_file"])]
+    pub cert_file: Option<PathBuf>,
+    /// With --cert-file: a PEM file of the client certificate's private key.
+    #[arg(long, value_name = "FILE", requires = "cert_file")]
+    pub key_file: Option<PathBuf>,
     /// The ScaledObject to replay: its queue trigger, pollingInterval,
     /// cooldownPeriod, min/maxReplicaCount, fallback and HPA behavior (KEDA's and
     /// Kubernetes' defaults without it).
@@ -209,6 +216,8 @@ pub fn run(options: &Options) -> Result<Plan, PlanError> {
     plan.jobs = traffic.arrivals.len();
     let bar = progress(&plan, own.is_some());
     let has_own = own.is_some();
+    // The ScaledObject's own trigger and WaitTime, replayed side by side.
+    let mut first = Vec::new();
     if let Some(o) = own {
         if o.metric_type == MetricType::Value {
             plan.notes.push(format!(
@@ -216,9 +225,11 @@ pub fn run(options: &Options) -> Result<Plan, PlanError> {
                 o.name
             ));
         }
-        let c = try_candidate(&plan, &traffic, workers, (o.name, o.meta), o.metric_type)?;
-        plan.candidates.push(c);
-        bar.inc(1);
+        first.push(Trial {
+            name: o.name,
+            meta: o.meta,
+            metric_type: o.metric_type,
+        });
     }
     let wait = wait_candidate(
         &base,
@@ -226,15 +237,13 @@ pub fn run(options: &Options) -> Result<Plan, PlanError> {
         plan.trace.mean_service(),
         &mut plan.notes,
     );
-    let c = try_candidate(
-        &plan,
-        &traffic,
-        workers,
-        (format!("WaitTime {}", seconds(target_wait)), wait),
-        MetricType::AverageValue,
-    )?;
-    plan.candidates.push(c);
-    bar.inc(1);
+    first.push(Trial {
+        name: format!("WaitTime {}", seconds(target_wait)),
+        meta: wait,
+        metric_type: MetricType::AverageValue,
+    });
+    let done = try_candidates(&plan, &traffic, workers, first, &bar)?;
+    plan.candidates.extend(done);
     sweep(
         &mut plan,
         &traffic,
@@ -419,6 +428,7 @@ fn read_trace(
             .clone()
             .zip(options.basic_auth_password_file.clone()),
         ca_file: options.ca_file.clone(),
+        client_cert: options.cert_file.clone().zip(options.key_file.clone()),
     };
     Ok(prometheus::read(&source)?)
 }
@@ -528,14 +538,25 @@ fn wait_candidate(
     m
 }
 
+/// A candidate to replay: its name, its metadata and its `metricType`.
+struct Trial {
+    name: String,
+    meta: HashMap<String, String>,
+    metric_type: MetricType,
+}
+
 /// One candidate replayed and scored.
 fn try_candidate(
     plan: &Plan,
     traffic: &Traffic,
     workers: usize,
-    (name, meta): (String, HashMap<String, String>),
-    metric_type: MetricType,
+    trial: Trial,
 ) -> Result<Candidate, PlanError> {
+    let Trial {
+        name,
+        meta,
+        metric_type,
+    } = trial;
     let query = parse_for_replay(&meta).map_err(|e| PlanError::Input(format!("{name}: {e}")))?;
     let run = replay_run(plan, traffic, workers, &query, metric_type, false);
     let scoring = Scoring {
@@ -555,6 +576,45 @@ fn try_candidate(
     })
 }
 
+/// The trials replayed and scored, each on a thread of its own, the
+/// results in the trials' order. A replay is one core's work from start
+/// to end (each its own world and exporter, sharing only the traffic), so
+/// the candidates of a week's trace take a core each: the figures are the
+/// same as one after another.
+fn try_candidates(
+    plan: &Plan,
+    traffic: &Traffic,
+    workers: usize,
+    trials: Vec<Trial>,
+    bar: &indicatif::ProgressBar,
+) -> Result<Vec<Candidate>, PlanError> {
+    std::thread::scope(|scope| {
+        let running: Vec<_> = trials
+            .into_iter()
+            .map(|trial| {
+                scope.spawn(move || {
+                    let c = try_candidate(plan, traffic, workers, trial);
+                    bar.inc(1);
+                    c
+                })
+            })
+            .collect();
+        running
+            .into_iter()
+            .map(|r| {
+                // A replay that panicked is a bug: the panic goes on as it
+                // would have without the thread.
+                r.join().unwrap_or_else(|e| std::panic::resume_unwind(e))
+            })
+            .collect()
+    })
+}
+
+/// How many replays run at once: the cores this process may use.
+fn parallel_replays() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
 /// QueueLength at 1, 1.25, 1.5625... (each within 25 % of the next), with
 /// the user's other keys, until two in a row miss 90 % after one met the
 /// percentile, or 2·targetWait per mean job time (a value v keeps about v
@@ -568,32 +628,54 @@ fn sweep(
     bar: &indicatif::ProgressBar,
 ) -> Result<(), PlanError> {
     let top = sweep_top(plan);
-    let (mut v, mut misses, mut held) = (1.0_f64, 0, false);
-    while v <= top && misses < 2 {
-        let value = format!("{:.3}", v).parse::<f64>().unwrap_or(v);
-        let mut m = base.clone();
-        // The user's keys QueueLength does not read (WaitTime's).
-        for k in keys::ALL
-            .iter()
-            .filter(|k| !k.modes.accepts(Mode::QueueLength))
-        {
-            m.remove(k.name);
+    let mut values = std::iter::successors(Some(1.0_f64), |v| Some(v * 1.25))
+        .take_while(|&v| v <= top)
+        .map(|v| format!("{:.3}", v).parse::<f64>().unwrap_or(v));
+    let (mut misses, mut held) = (0, false);
+    // As many values at once as replays run; those past where the sweep
+    // stops are dropped, so the candidates are the same as one by one.
+    while misses < 2 {
+        let trials: Vec<Trial> = values
+            .by_ref()
+            .take(parallel_replays())
+            .map(|value| queue_length_trial(base, value))
+            .collect();
+        if trials.is_empty() {
+            break;
         }
-        m.insert("mode".into(), "QueueLength".into());
-        m.insert("value".into(), format!("{value}"));
-        let name = format!("QueueLength {value}");
-        let c = try_candidate(plan, traffic, workers, (name, m), MetricType::AverageValue)?;
-        held = held || c.score.within_pct >= percentile;
-        misses = if c.score.within_pct < if held { 90.0 } else { 0.0 } {
-            misses + 1
-        } else {
-            0
-        };
-        plan.candidates.push(c);
-        bar.inc(1);
-        v *= 1.25;
+        for c in try_candidates(plan, traffic, workers, trials, bar)? {
+            if misses >= 2 {
+                break;
+            }
+            held = held || c.score.within_pct >= percentile;
+            misses = if c.score.within_pct < if held { 90.0 } else { 0.0 } {
+                misses + 1
+            } else {
+                0
+            };
+            plan.candidates.push(c);
+        }
     }
     Ok(())
+}
+
+/// QueueLength at `value`, with the user's other keys QueueLength reads.
+fn queue_length_trial(base: &HashMap<String, String>, value: f64) -> Trial {
+    let mut m = base.clone();
+    // The user's keys QueueLength does not read (WaitTime's).
+    for k in keys::ALL
+        .iter()
+        .filter(|k| !k.modes.accepts(Mode::QueueLength))
+    {
+        m.remove(k.name);
+    }
+    m.insert("mode".into(), "QueueLength".into());
+    m.insert("value".into(), format!("{value}"));
+    Trial {
+        name: format!("QueueLength {value}"),
+        meta: m,
+        metric_type: MetricType::AverageValue,
+    }
 }
 
 /// The cheapest candidate (fewest worker-seconds) starting at least

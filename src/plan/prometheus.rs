@@ -38,6 +38,9 @@ pub struct Source {
     /// A PEM file of the CA certificates that sign an `https://`
     /// Prometheus' certificate, trusted besides the system's roots.
     pub ca_file: Option<PathBuf>,
+    /// A client certificate and its key (PEM files), for a Prometheus that
+    /// asks for one (`client_auth_type: RequireAndVerifyClientCert`).
+    pub client_cert: Option<(PathBuf, PathBuf)>,
 }
 
 /// Why Prometheus could not be read: one line, exit 2.
@@ -187,6 +190,9 @@ impl Client {
                 builder = builder.add_root_certificate(cert);
             }
         }
+        if let Some((cert, key)) = &source.client_cert {
+            builder = builder.identity(client_identity(cert, key)?);
+        }
         let http = builder
             .build()
             .map_err(|e| PrometheusError(format!("HTTP client: {e}")))?;
@@ -260,6 +266,46 @@ fn ca_certificates(path: &PathBuf) -> Result<Vec<reqwest::Certificate>, Promethe
             "--ca-file {shown}: holds no PEM certificate"
         ))),
     }
+}
+
+/// The client certificate `cert` with its private key `key` (PEM files,
+/// `--cert-file` and `--key-file`); a file that cannot be read, or that
+/// holds no certificate or no key, is an error naming it. The key's
+/// contents never appear in the error.
+fn client_identity(cert: &PathBuf, key: &PathBuf) -> Result<reqwest::Identity, PrometheusError> {
+    let read = |flag: &str, path: &PathBuf| {
+        std::fs::read(path)
+            .map_err(|e| PrometheusError(format!("{flag} {}: cannot read: {e}", path.display())))
+    };
+    let cert_pem = read("--cert-file", cert)?;
+    let key_pem = read("--key-file", key)?;
+    if !matches!(reqwest::Certificate::from_pem_bundle(&cert_pem), Ok(c) if !c.is_empty()) {
+        return Err(PrometheusError(format!(
+            "--cert-file {}: holds no PEM certificate",
+            cert.display()
+        )));
+    }
+    let has_key = |pem: &[u8]| {
+        String::from_utf8_lossy(pem)
+            .lines()
+            .any(|l| l.starts_with("-----BEGIN") && l.contains("PRIVATE KEY-----"))
+    };
+    if !has_key(&key_pem) {
+        return Err(PrometheusError(format!(
+            "--key-file {}: holds no PEM private key",
+            key.display()
+        )));
+    }
+    let mut both = key_pem;
+    both.push(b'\n');
+    both.extend_from_slice(&cert_pem);
+    reqwest::Identity::from_pem(&both).map_err(|_| {
+        PrometheusError(format!(
+            "--cert-file {} with --key-file {}: not a certificate and its key (RSA, EC or PKCS#8)",
+            cert.display(),
+            key.display()
+        ))
+    })
 }
 
 /// Now, unix seconds.

@@ -17,8 +17,8 @@ use crate::plan::cluster::{Cluster, Hpa, Keda, KedaMove, Metric, MetricType, Tar
 use crate::scaler::metadata::ScalerQuery;
 use crate::scaler::{held, query};
 use crate::snapshot::{
-    ArrivalsMeasure, JobTotals, Measures, QueueSample, QueueType, ServiceMeasure, Snapshot,
-    SourceKind,
+    ArrivalsMeasure, CounterPoint, JobTotals, Measures, QueueSample, QueueType, ServiceMeasure,
+    Snapshot, SourceKind,
 };
 use crate::sources::counter_point;
 
@@ -171,6 +171,10 @@ struct World<'a> {
     /// Jobs finished by the last [`World::processed`] call.
     finished: usize,
     pods: Vec<Pod>,
+    /// The running pods (not removed), oldest first, as indices into
+    /// `pods`: counting and removing them costs nothing however many pods
+    /// a week's replay has made and removed.
+    running: Vec<usize>,
     /// Pods no longer running, with the second they stopped.
     gone: Vec<(f64, f64)>,
     /// Free workers by when they are free: (time, pod index, worker).
@@ -191,6 +195,7 @@ impl<'a> World<'a> {
             ending: BinaryHeap::new(),
             finished: 0,
             pods: Vec::new(),
+            running: Vec::new(),
             gone: Vec::new(),
             free: BinaryHeap::new(),
             scale_events: 0,
@@ -226,14 +231,14 @@ impl<'a> World<'a> {
     }
 
     fn live(&self) -> usize {
-        self.pods.iter().filter(|p| p.stopped.is_none()).count()
+        self.running.len()
     }
 
     /// Pods not removed that had started by `t`: the HPA's ready pods.
     fn ready(&self, t: f64) -> usize {
-        self.pods
+        self.running
             .iter()
-            .filter(|p| p.stopped.is_none() && p.created + self.pod_start <= t)
+            .filter(|&&p| self.pods[p].created + self.pod_start <= t)
             .count()
     }
 
@@ -251,13 +256,14 @@ impl<'a> World<'a> {
                 busy_until: vec![f64::NEG_INFINITY; k],
                 stopped: None,
             });
+            self.running.push(p);
             for w in 0..k {
                 self.free.push(Reverse((Ordered(ready), p, w)));
             }
         }
         self.peak = self.peak.max(self.live());
         while self.live() > n {
-            let Some(p) = self.pods.iter().rposition(|p| p.stopped.is_none()) else {
+            let Some(p) = self.running.pop() else {
                 return;
             };
             let pod = &mut self.pods[p];
@@ -295,8 +301,8 @@ fn clock(exporter: &Exporter, t: f64) -> SystemTime {
         + Duration::from_secs_f64((t + exporter.warmup + 1.0) / exporter.speedup)
 }
 
-/// The source's snapshot after a poll at replay time `t`.
-fn poll(exporter: &Exporter, w: &mut World, prev: &Snapshot, t: f64) -> Snapshot {
+/// What the source reads at a poll at replay time `t`: the queue's sample.
+fn read(exporter: &Exporter, w: &mut World, t: f64) -> Vec<QueueSample> {
     let backlog = w.backlog(t) as u64;
     let oldest = w.traffic.arrivals.get(w.head).copied();
     let mut sample = QueueSample {
@@ -318,16 +324,48 @@ fn poll(exporter: &Exporter, w: &mut World, prev: &Snapshot, t: f64) -> Snapshot
         processed: Some(w.processed(t) as u64),
         failed: None,
     });
-    let at = clock(exporter, t);
-    let queues = vec![sample];
-    let mut next = prev.clone();
-    next.history = Arc::new(prev.history.with_point(counter_point(at, &queues)));
-    next.queues = Arc::new(queues);
-    next.generation += 1;
-    next.up = true;
-    next.polled = true;
-    next.last_success = Some(at);
-    next
+    vec![sample]
+}
+
+/// The exporter's polls since the scaler last read its snapshot. The
+/// snapshot the scaler reads is the last poll's, with the history all of
+/// them built; it is put together when the scaler reads it
+/// ([`Polls::publish`]), not at every poll, because the replay polls every
+/// second and asks at every HPA sync, 15 s apart, and building the history
+/// at each poll was most of a replay's time. What the scaler reads is the
+/// same either way ([`crate::snapshot::CounterHistory::with_points`]).
+#[derive(Default)]
+struct Polls {
+    /// Each poll's counter reading, oldest first, as the source's own
+    /// [`counter_point`] keeps it.
+    points: Vec<CounterPoint>,
+    /// The last poll's time and queues.
+    last: Option<(SystemTime, Vec<QueueSample>)>,
+}
+
+impl Polls {
+    /// A poll at replay time `t` that published (not in a gap).
+    fn note(&mut self, exporter: &Exporter, w: &mut World, t: f64) {
+        let at = clock(exporter, t);
+        let queues = read(exporter, w, t);
+        self.points.push(counter_point(at, &queues));
+        self.last = Some((at, queues));
+    }
+
+    /// The snapshot after the polls noted since `prev`, or `None` if
+    /// there were none.
+    fn publish(&mut self, prev: &Snapshot) -> Option<Snapshot> {
+        let (at, queues) = self.last.take()?;
+        let points = std::mem::take(&mut self.points);
+        let mut next = prev.clone();
+        next.generation += points.len() as u64;
+        next.history = Arc::new(prev.history.with_points(points));
+        next.queues = Arc::new(queues);
+        next.up = true;
+        next.polled = true;
+        next.last_success = Some(at);
+        Some(next)
+    }
 }
 
 /// The scaler's answer at one sync: active, target, value; `None` for an error.
@@ -351,6 +389,7 @@ pub fn replay(setup: &Replay, query: &ScalerQuery, config: &ScalerConfig) -> Run
     let (mut keda, mut hpa) = (Keda::default(), Hpa::default());
     let mut run = Run::default();
     let mut answers = held::Answers::default();
+    let mut polls = Polls::default();
     w.set_replicas(cluster.min_replicas, 0.0);
     loop {
         // The exporter's polls up to now, each seeing the world as it is then.
@@ -361,7 +400,7 @@ pub fn replay(setup: &Replay, query: &ScalerQuery, config: &ScalerConfig) -> Run
                 .iter()
                 .any(|&(a, b)| a <= next_poll && next_poll < b)
             {
-                snap = Arc::new(poll(exporter, &mut w, &snap, next_poll));
+                polls.note(exporter, &mut w, next_poll);
             }
             next_poll += exporter.poll;
         }
@@ -372,6 +411,9 @@ pub fn replay(setup: &Replay, query: &ScalerQuery, config: &ScalerConfig) -> Run
         }
         if now >= end + 2.0 * (cluster.cooldown + cluster.behavior.down.stabilization) {
             break;
+        }
+        if let Some(next) = polls.publish(&snap) {
+            snap = Arc::new(next);
         }
         let answer = ask(query, &snap, config, clock(exporter, now), &mut answers);
         if answer.is_none() {

@@ -837,6 +837,39 @@ impl Prometheus {
         Prometheus::spawn(dir, scrape_configs, Some(web), "https", ready, None).await
     }
 
+    /// [`Prometheus::start_with_tls`] that also asks every client for a
+    /// certificate signed by `pki`'s CA (`client_auth_type:
+    /// RequireAndVerifyClientCert`); its readiness is checked with `pki`'s
+    /// client certificate.
+    pub async fn start_with_mtls(
+        dir: &std::path::Path,
+        scrape_configs: &str,
+        pki: &Pki,
+    ) -> Prometheus {
+        let cert = dir.join("prometheus-server.pem");
+        let key = dir.join("prometheus-server.key");
+        let client_ca = dir.join("prometheus-client-ca.pem");
+        std::fs::write(&cert, &pki.server.0).expect("write the server certificate");
+        std::fs::write(&key, &pki.server.1).expect("write the server key");
+        std::fs::write(&client_ca, &pki.ca).expect("write the client CA");
+        let web = format!(
+            "tls_server_config:\n  cert_file: {}\n  key_file: {}\n  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: {}\n",
+            cert.display(),
+            key.display(),
+            client_ca.display()
+        );
+        let ca = reqwest::Certificate::from_pem(pki.ca.as_bytes()).expect("the test CA");
+        let identity =
+            reqwest::Identity::from_pem(format!("{}\n{}", pki.client.1, pki.client.0).as_bytes())
+                .expect("the test client certificate");
+        let ready = reqwest::Client::builder()
+            .add_root_certificate(ca)
+            .identity(identity)
+            .build()
+            .expect("an HTTPS client with a client certificate");
+        Prometheus::spawn(dir, scrape_configs, Some(web), "https", ready, None).await
+    }
+
     /// Starts `prometheus` with `web` as its `--web.config.file` if given,
     /// and returns once `ready` (authenticated by `auth`) gets `/-/ready`.
     async fn spawn(
