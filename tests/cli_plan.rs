@@ -520,3 +520,107 @@ fn a_metric_type_an_external_trigger_cannot_have_is_refused_naming_its_field() {
         ),
     );
 }
+
+/// One hour of 15 s rows as recorded in the cluster and as a loop `scale`
+/// times faster records it (times `scale` times closer, rates `scale`
+/// times higher, jobs `scale` times shorter). Rates are eighths and the job
+/// 1.875 s, so that stretching the fast one back gives the same numbers to
+/// the bit, and the same jobs are drawn.
+fn paired_traces(scale: f64) -> (String, String) {
+    let header = "time,arrivals_per_second,service_seconds\n";
+    let (mut real, mut fast) = (String::from(header), String::from(header));
+    for i in 0..240 {
+        let rate = ((2.0 + 1.5 * (i as f64 / 20.0).sin()) * 8.0).round() / 8.0;
+        real.push_str(&format!("{},{rate},1.875\n", 1_764_460_800 + 15 * i));
+        let t = 1_764_460_800.0 + 15.0 * i as f64 / scale;
+        fast.push_str(&format!("{t},{},{}\n", rate * scale, 1.875 / scale));
+    }
+    (real, fast)
+}
+
+#[test]
+fn a_time_compressed_recording_replays_as_the_cluster_it_stands_for_with_time_scale() {
+    // The same traffic recorded at 1:1 and 15 times faster: with
+    // --time-scale 15 the fast one replays as the real one. QueueLength
+    // reads no duration, so its candidates are the same to the figure (the
+    // exporter's history, thinned by its own seconds, is 15 times shorter
+    // there, and QueueLength reads none of it); WaitTime's durations are
+    // written in the recording's seconds.
+    let (real_text, fast_text) = paired_traces(15.0);
+    let (_d1, t1, _) = files(&real_text, &scaled_object("10"));
+    let (_d2, t2, _) = files(&fast_text, &scaled_object("10"));
+    let run = |t: &str, extra: &[&str]| {
+        let mut args = vec!["--trace", t, "--target-wait", "30s", "--json"];
+        args.extend(extra);
+        let (code, out, err) = plan(&args);
+        assert_eq!(code, 0, "{err}");
+        serde_json::from_str::<Value>(&out).unwrap()
+    };
+    let real = run(&t1, &[]);
+    let compressed = run(&t2, &["--time-scale", "15"]);
+    assert_eq!(real["jobs"], compressed["jobs"]);
+    let queue_length = |v: &Value| -> Vec<Value> {
+        v["candidates"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| c["name"].as_str().unwrap().starts_with("QueueLength"))
+            .cloned()
+            .collect()
+    };
+    let (a, b) = (queue_length(&real), queue_length(&compressed));
+    assert!(a.len() >= 5, "{real}");
+    assert_eq!(a, b);
+    // WaitTime's targetWait and processingTime are the recording's seconds.
+    let wait = &compressed["candidates"][0];
+    assert_eq!(wait["name"], "WaitTime 30s", "{wait}");
+    assert_eq!(wait["metadata"]["targetWait"], "2s", "{wait}");
+    assert_eq!(wait["metadata"]["processingTime"], "125ms", "{wait}");
+    assert!(
+        compressed["notes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|n| n.as_str().unwrap().contains("--time-scale 15")),
+        "{compressed}"
+    );
+}
+
+#[test]
+fn a_time_scale_below_one_is_refused_naming_the_flag() {
+    let (_d, t, _) = files(&trace(10, 0..0), &scaled_object("10"));
+    refused(
+        &["--trace", &t, "--target-wait", "30s", "--time-scale", "0.5"],
+        "--time-scale: 0.5 is not from 1 to 1000",
+    );
+}
+
+#[test]
+fn a_waittime_trigger_without_processing_time_is_replayed_with_the_traces_measured_service_time() {
+    // On the user's queue the exporter measures the service time; the
+    // replayed list has no records, so it gets the trace's mean, and the
+    // trigger replays as the WaitTime candidate at the same targetWait.
+    let so = scaled_object("10").replace(
+        "mode: QueueLength\n        value: \"10\"",
+        "mode: WaitTime\n        targetWait: 30s",
+    );
+    assert!(so.contains("targetWait: 30s"), "{so}");
+    let v = json_run_of(&trace(60, 0..0), &so);
+    let own = &v["candidates"][0];
+    let wait = &v["candidates"][1];
+    assert_eq!(wait["name"], "WaitTime 30s", "{v}");
+    assert!(own["metadata"].get("processingTime").is_none(), "{own}");
+    assert_eq!(wait["metadata"]["processingTime"], "1500ms", "{wait}");
+    for key in ["within_pct", "worker_hours", "p99_wait", "peak_replicas"] {
+        assert_eq!(own[key], wait[key], "{key}: {own} {wait}");
+    }
+    assert!(own["within_pct"].as_f64().unwrap() > 95.0, "{own}");
+    assert!(
+        v["notes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|n| n.as_str().unwrap().contains("sets no processingTime")),
+        "{v}"
+    );
+}

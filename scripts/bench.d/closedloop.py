@@ -423,7 +423,7 @@ class Run:
         self.backend.reset()
         # Let the exporter see an empty, quiet queue for a window first.
         time.sleep(real(WINDOW) + 1.0)
-        t0 = time.time()
+        t0 = self.t0 = time.time()
         producer = threading.Thread(target=self.backend.produce, args=(t0, self.arrivals), daemon=True)
         producer.start()
         last_active, recs, next_keda, failures = None, [], t0, 0

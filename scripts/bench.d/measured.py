@@ -31,8 +31,12 @@ trigger's `targetWait` and `window`, the exporter's `poll_interval`,
 exporter is not configurable: it reads the finished jobs every 5 s of its
 own clock (READ_EVERY, service.rs), 75 model seconds here; at 1:1 time 5 s.
 
+A real Prometheus scrapes the exporter every real second through the
+runs, and `queue-exporter plan --prometheus` then predicts each run from
+it (planloop.py: issue 47's check of `plan` against a real loop).
+
 Only the standard library is needed (and node with the fixture's
-node_modules), plus matplotlib for the plot.
+node_modules, and Debian's prometheus), plus matplotlib for the plot.
 """
 
 import argparse
@@ -50,6 +54,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import closedloop as cl  # noqa: E402  (the emulator, trace, compression)
 import grid as gr  # noqa: E402  (the cells' phases, seeds and sweep)
+import planloop  # noqa: E402  (plan against these runs, through a real Prometheus)
 from bench import (  # noqa: E402
     CHILDREN, MEASURED_END as END_MARK, MEASURED_START as START_MARK,
     Exporter, Redis, RedisServer, log,
@@ -265,9 +270,10 @@ def main():
         redis = RedisServer(work)
         exporter = Exporter(args.bin, work, "measured", config(redis))
         exporter.wait_ready()
+        prom = planloop.PromServer(work, f"127.0.0.1:{exporter.http_port}")
         sampler = ServiceSampler(exporter)
         for ci, (cell, thresholds) in enumerate(picked):
-            cells.append(run_cell(args, ci, cell, thresholds, redis, exporter, sampler, backends, results))
+            cells.append(run_cell(args, ci, cell, thresholds, redis, exporter, sampler, backends, results, prom, work))
     finally:
         if sampler:
             sampler.stop.set()
@@ -286,7 +292,7 @@ def main():
     write_report(args, results, meta)
 
 
-def run_cell(args, ci, cell, thresholds, redis, exporter, sampler, backends, results):
+def run_cell(args, ci, cell, thresholds, redis, exporter, sampler, backends, results, prom, work):
     """One cell's runs, `args.parallel` at a time; their rows go into
     `results`; returns the cell's description."""
     service, mult, peak, shape = cell
@@ -325,7 +331,8 @@ def run_cell(args, ci, cell, thresholds, redis, exporter, sampler, backends, res
                 raise RuntimeError(f"{run.name}: the run failed (see above)")
             b = run.backend
             r.update(cell=ci, queue=b.name, producer_lag=getattr(b, "producer_lag", None),
-                     service=sampler.summary(b.name, b.t0, service))
+                     service=sampler.summary(b.name, b.t0, service),
+                     plan_check=planloop.predict(args.bin, prom, run, work, wait, FALLBACK))
             log(f"measured: {run.name}: {r['within_pct']:.2f} % within, p99 {r['p99_wait'] or 0:.1f} s, "
                 f"{r['worker_s'] / 60:.0f} worker-minutes, {r['ask_errors']} ask errors, "
                 f"{r.get('fallbacks', 0)} fallbacks; service time {r['service']}")
@@ -364,6 +371,14 @@ def verdict(results, cells):
 
 def cell_verdict(mine, c):
     lines = []
+    checks = [r["plan_check"] for r in mine if r.get("plan_check")]
+    if checks:
+        worst_points = max(abs(x["points"]) for x in checks)
+        worst_cost = max(abs(x["cost"] or 0) for x in checks)
+        good = sum(1 for x in checks if planloop.met(x))
+        lines.append(f"- {cell_name(c)}, `plan` against the real runs: {good} of {len(checks)} within "
+                     f"{planloop.POINTS:g} points on time and {100 * planloop.COST:g} % of worker-seconds (worst "
+                     f"{worst_points:.2f} points, {100 * worst_cost:.1f} %)")
     best = cheapest(mine)
     for r in mine:
         if not r["name"].startswith("WaitTime"):
@@ -449,6 +464,7 @@ def cell_section(results, ci, c, smoke):
         *rows,
         "",
     ]
+    text += planloop.section([r["plan_check"] for r in mine if r.get("plan_check")], smoke)
     measured = next((r for r in mine if r["name"] == "WaitTime, measured service time"), None)
     if measured and measured.get("service"):
         s = measured["service"]

@@ -107,6 +107,13 @@ pub struct Options {
     /// Print JSON instead of the table.
     #[arg(long)]
     pub json: bool,
+    /// The recording ran this many times faster than the cluster it stands
+    /// for (a time-compressed test loop, as `scripts/bench --closed-loop
+    /// --measured`): the trace's times are stretched by it, and the
+    /// trigger's durations (`targetWait`, `processingTime`, `window`...)
+    /// are the recording's, as its exporter read them. 1 for a real cluster.
+    #[arg(long, default_value_t = 1.0, value_name = "N")]
+    pub time_scale: f64,
     /// Draw replicas, jobs waiting and the longest wait over the replayed
     /// period, for the ScaledObject's trigger and the recommended one, into
     /// this SVG file.
@@ -142,6 +149,10 @@ pub struct Candidate {
     pub name: String,
     /// Its `metadata`, as the ScaledObject would hold it.
     pub meta: HashMap<String, String>,
+    /// The metadata replayed where it is not `meta`: the ScaledObject's
+    /// WaitTime trigger without `processingTime` is given the trace's mean
+    /// service time, which the exporter measures on the user's queue.
+    pub replayed: Option<HashMap<String, String>>,
     /// The replay's figures.
     pub score: Score,
     /// The most replicas at once.
@@ -164,6 +175,8 @@ pub struct Plan {
     pub cluster: Cluster,
     /// `targetWait`, seconds.
     pub target_wait: f64,
+    /// `--time-scale`: cluster seconds per recorded (exporter) second.
+    pub time_scale: f64,
     /// The scores' lead-in: seconds from the start not scored.
     pub lead_in: f64,
     /// The stretches left out of the scores (the gaps and the reaction
@@ -195,12 +208,18 @@ pub fn run(options: &Options) -> Result<Plan, PlanError> {
     if let Some(path) = &options.plot {
         plot::check_path(path)?;
     }
+    let scale = options.time_scale;
+    if !(1.0..=1000.0).contains(&scale) {
+        return Err(PlanError::Input(format!(
+            "--time-scale: {scale} is not from 1 to 1000"
+        )));
+    }
     let (own, cluster) = own_trigger(options)?;
     let own_query = own.as_ref().map(|o| &o.query);
-    let trace = read_trace(options, own.as_ref().map(|o| &o.meta))?;
+    let trace = read_trace(options, own.as_ref().map(|o| &o.meta))?.stretched(scale);
     let target_wait = match (options.target_wait, own_query.and_then(|q| q.wait.as_ref())) {
         (Some(t), _) => t.as_secs_f64(),
-        (None, Some(w)) => w.target_wait.as_secs_f64(),
+        (None, Some(w)) => w.target_wait.as_secs_f64() * scale,
         (None, None) => {
             return Err(PlanError::Input(
                 "give --target-wait (no WaitTime trigger in --scaledobject says one)".to_owned(),
@@ -208,6 +227,12 @@ pub fn run(options: &Options) -> Result<Plan, PlanError> {
         }
     };
     let mut plan = prepare(trace, cluster, target_wait);
+    plan.time_scale = scale;
+    if scale != 1.0 {
+        plan.notes.push(format!(
+            "--time-scale {scale}: the recording's times are stretched {scale} times, and the triggers' durations are the recording's"
+        ));
+    }
     let base = own.as_ref().map(|o| o.meta.clone()).unwrap_or_default();
     let workers = own_query
         .and_then(|q| q.wait.as_ref())
@@ -217,31 +242,7 @@ pub fn run(options: &Options) -> Result<Plan, PlanError> {
     let bar = progress(&plan, own.is_some());
     let has_own = own.is_some();
     // The ScaledObject's own trigger and WaitTime, replayed side by side.
-    let mut first = Vec::new();
-    if let Some(o) = own {
-        if o.metric_type == MetricType::Value {
-            plan.notes.push(format!(
-                "{} has metricType Value: the HPA multiplies its ready pods by the answer over the target, and KEDA's fallback does not apply to it; the other candidates are AverageValue, as the scaler's answers mean (docs/keda.md)",
-                o.name
-            ));
-        }
-        first.push(Trial {
-            name: o.name,
-            meta: o.meta,
-            metric_type: o.metric_type,
-        });
-    }
-    let wait = wait_candidate(
-        &base,
-        target_wait,
-        plan.trace.mean_service(),
-        &mut plan.notes,
-    );
-    first.push(Trial {
-        name: format!("WaitTime {}", seconds(target_wait)),
-        meta: wait,
-        metric_type: MetricType::AverageValue,
-    });
+    let first = first_trials(&mut plan, own, &base);
     let done = try_candidates(&plan, &traffic, workers, first, &bar)?;
     plan.candidates.extend(done);
     sweep(
@@ -258,6 +259,42 @@ pub fn run(options: &Options) -> Result<Plan, PlanError> {
         draw_plot(&plan, &traffic, workers, has_own, path)?;
     }
     Ok(plan)
+}
+
+/// The ScaledObject's own trigger (if any) and WaitTime at `targetWait`,
+/// the candidates before the sweep; their notes go into `plan`.
+fn first_trials(plan: &mut Plan, own: Option<Own>, base: &HashMap<String, String>) -> Vec<Trial> {
+    let scale = plan.time_scale;
+    let mut first = Vec::new();
+    if let Some(o) = own {
+        if o.metric_type == MetricType::Value {
+            plan.notes.push(format!(
+                "{} has metricType Value: the HPA multiplies its ready pods by the answer over the target, and KEDA's fallback does not apply to it; the other candidates are AverageValue, as the scaler's answers mean (docs/keda.md)",
+                o.name
+            ));
+        }
+        let replayed = measured_service(&o, plan.trace.mean_service() / scale, &mut plan.notes);
+        first.push(Trial {
+            name: o.name,
+            meta: o.meta,
+            replayed,
+            metric_type: o.metric_type,
+        });
+    }
+    // WaitTime's durations are the exporter's, as the recording's were.
+    let wait = wait_candidate(
+        base,
+        plan.target_wait / scale,
+        plan.trace.mean_service() / scale,
+        &mut plan.notes,
+    );
+    first.push(Trial {
+        name: format!("WaitTime {}", seconds(plan.target_wait)),
+        meta: wait,
+        replayed: None,
+        metric_type: MetricType::AverageValue,
+    });
+    first
 }
 
 /// `--plot`: the ScaledObject's trigger (candidate 0, if there is one)
@@ -295,8 +332,8 @@ fn series_of(
         .candidates
         .get(i)
         .ok_or_else(|| PlanError::Input(format!("--plot: no candidate {i}")))?;
-    let query =
-        parse_for_replay(&c.meta).map_err(|e| PlanError::Input(format!("{}: {e}", c.name)))?;
+    let query = parse_for_replay(c.replayed.as_ref().unwrap_or(&c.meta))
+        .map_err(|e| PlanError::Input(format!("{}: {e}", c.name)))?;
     let run = replay_run(plan, traffic, workers, &query, c.metric_type, true);
     let label = if plan.recommended == Some(i) {
         format!("{} (recommended)", c.name)
@@ -322,7 +359,7 @@ fn replay_run(
 ) -> Run {
     let exporter = Exporter {
         poll: 1.0,
-        speedup: 1.0,
+        speedup: plan.time_scale,
         warmup: 60.0_f64.max(2.0 * plan.target_wait) + 2.0,
         gaps: plan.trace.gaps.clone(),
     };
@@ -475,6 +512,7 @@ fn prepare(trace: Trace, cluster: Cluster, target_wait: f64) -> Plan {
         trace,
         cluster,
         target_wait,
+        time_scale: 1.0,
         lead_in: reaction,
         left_out,
         jobs: 0,
@@ -541,8 +579,36 @@ fn wait_candidate(
 /// A candidate to replay: its name, its metadata and its `metricType`.
 struct Trial {
     name: String,
+    /// Its metadata as the user would write it (shown, and in the YAML).
     meta: HashMap<String, String>,
+    /// The metadata replayed, where it is not `meta` (see [`measured_service`]).
+    replayed: Option<HashMap<String, String>>,
     metric_type: MetricType,
+}
+
+/// The ScaledObject's own trigger's metadata for the replay, when it is
+/// `mode: WaitTime` without `processingTime`: on the user's queue the
+/// exporter measures the service time (a library's finished jobs,
+/// RabbitMQ's acknowledgements), which is where the trace's service times
+/// come from; the replayed list has no records to measure, so it is given
+/// the trace's mean (`mean` in the trigger's seconds), and a note says so.
+/// `None` for any other trigger: replayed as written.
+fn measured_service(
+    own: &Own,
+    mean: f64,
+    notes: &mut Vec<String>,
+) -> Option<HashMap<String, String>> {
+    if own.query.wait.is_none() || own.meta.contains_key("processingTime") {
+        return None;
+    }
+    let processing = seconds((mean * 1000.0).round() / 1000.0);
+    notes.push(format!(
+        "{} sets no processingTime: the exporter measures your queue's service time, and the replay gives it the trace's mean service time, weighted by arrivals ({processing})",
+        own.name
+    ));
+    let mut m = own.meta.clone();
+    m.insert("processingTime".into(), processing);
+    Some(m)
 }
 
 /// One candidate replayed and scored.
@@ -555,9 +621,11 @@ fn try_candidate(
     let Trial {
         name,
         meta,
+        replayed,
         metric_type,
     } = trial;
-    let query = parse_for_replay(&meta).map_err(|e| PlanError::Input(format!("{name}: {e}")))?;
+    let query = parse_for_replay(replayed.as_ref().unwrap_or(&meta))
+        .map_err(|e| PlanError::Input(format!("{name}: {e}")))?;
     let run = replay_run(plan, traffic, workers, &query, metric_type, false);
     let scoring = Scoring {
         target_wait: plan.target_wait,
@@ -568,6 +636,7 @@ fn try_candidate(
     Ok(Candidate {
         name,
         meta,
+        replayed,
         score: score::score(&run, traffic, &scoring),
         peak_replicas: run.peak_replicas,
         scale_events: run.scale_events,
@@ -674,6 +743,7 @@ fn queue_length_trial(base: &HashMap<String, String>, value: f64) -> Trial {
     Trial {
         name: format!("QueueLength {value}"),
         meta: m,
+        replayed: None,
         metric_type: MetricType::AverageValue,
     }
 }

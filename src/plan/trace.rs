@@ -286,6 +286,28 @@ impl Trace {
         }
     }
 
+    /// The trace of a recording `scale` times faster than the cluster it
+    /// stands for (`--time-scale`): every time and service time `scale`
+    /// times longer, every rate `scale` times lower; the start unchanged.
+    pub fn stretched(mut self, scale: f64) -> Trace {
+        if scale == 1.0 {
+            return self;
+        }
+        for s in &mut self.steps {
+            s.from *= scale;
+            s.to *= scale;
+            s.rate /= scale;
+            s.service *= scale;
+        }
+        for g in &mut self.gaps {
+            g.0 *= scale;
+            g.1 *= scale;
+        }
+        self.step *= scale;
+        self.length *= scale;
+        self
+    }
+
     /// The mean service time, weighted by arrivals.
     pub fn mean_service(&self) -> f64 {
         let (mut jobs, mut total) = (0.0, 0.0);
@@ -311,5 +333,31 @@ impl SplitMix {
         z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
         z ^= z >> 31;
         (z >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stretched_trace_is_longer_by_the_scale_and_carries_the_same_jobs() {
+        let text = "time,arrivals_per_second,service_seconds\n\
+                    1000,15,0.1\n1001,30,0.2\n1002,,\n1003,15,0.1\n1004,15,0.1\n";
+        let trace = parse("t.csv", text).unwrap();
+        let stretched = trace.clone().stretched(15.0);
+        assert_eq!(stretched.start, trace.start);
+        assert_eq!(stretched.length, trace.length * 15.0);
+        assert_eq!(stretched.step, trace.step * 15.0);
+        assert_eq!(stretched.gaps, vec![(30.0, 45.0)]);
+        for (s, t) in stretched.steps.iter().zip(&trace.steps) {
+            assert_eq!((s.from, s.to), (t.from * 15.0, t.to * 15.0));
+            assert_eq!(s.rate, t.rate / 15.0);
+            assert!((s.service - t.service * 15.0).abs() < 1e-12);
+            // The same jobs in each step: rate × length unchanged.
+            assert!(((s.to - s.from) * s.rate - (t.to - t.from) * t.rate).abs() < 1e-9);
+        }
+        assert!((stretched.mean_service() - trace.mean_service() * 15.0).abs() < 1e-9);
+        assert_eq!(trace.clone().stretched(1.0), trace);
     }
 }
