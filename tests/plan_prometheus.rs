@@ -85,7 +85,12 @@ fn backfill_with_a_hole(dir: &std::path::Path) -> (i64, i64) {
         .as_secs() as i64;
     let start = now - 40 * 60;
     // Steps 60..100: 25 to 15 minutes before now.
-    let text = series(start, 168, 60..100);
+    backfill(dir, &series(start, 168, 60..100));
+    (start + 15 * 60, start + 15 * 100)
+}
+
+/// Writes the OpenMetrics `text` as TSDB blocks into `dir/tsdb`.
+fn backfill(dir: &std::path::Path, text: &str) {
     let input = dir.join("series.om");
     std::fs::write(&input, text).unwrap();
     let tsdb = dir.join("tsdb");
@@ -101,7 +106,6 @@ fn backfill_with_a_hole(dir: &std::path::Path) -> (i64, i64) {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    (start + 15 * 60, start + 15 * 100)
 }
 
 #[tokio::test]
@@ -428,4 +432,65 @@ async fn a_prometheus_asking_for_a_client_certificate_is_read_with_cert_file_and
     let (code, _, err) = with(&["--key-file", &key]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("--cert-file"), "{err}");
+}
+
+#[tokio::test]
+async fn a_queue_whose_exporter_counts_jobs_added_is_read_from_its_published_total() {
+    // A BullMQ queue: the exporter counts every job added (BullMQ's `id`
+    // counter, queue_messages_published_total) and keeps no processed
+    // total; its depth is by state. 3 jobs/s added for 30 minutes, the
+    // waiting depth swinging between 0 and 20 (workers keep up on average).
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let start = now - 32 * 60;
+    let labels = r#"source="redis",queue="emails",preset="bullmq""#;
+    let mut text = String::from("# TYPE queue_depth gauge\n");
+    for i in 0..128 {
+        let waiting = if i % 2 == 0 { 0 } else { 20 };
+        text.push_str(&format!(
+            "queue_depth{{{labels},state=\"waiting\"}} {waiting} {}\n",
+            start + 15 * i
+        ));
+    }
+    text.push_str("# TYPE queue_messages_published counter\n");
+    for i in 0..128 {
+        text.push_str(&format!(
+            "queue_messages_published_total{{{labels}}} {} {}\n",
+            45 * i,
+            start + 15 * i
+        ));
+    }
+    text.push_str("# TYPE queue_service_time_seconds gauge\n");
+    for i in 0..128 {
+        text.push_str(&format!(
+            "queue_service_time_seconds{{{labels},from=\"finished_jobs\"}} 0.8 {}\n",
+            start + 15 * i
+        ));
+    }
+    text.push_str("# EOF\n");
+    let dir = tempfile::tempdir().unwrap();
+    backfill(dir.path(), &text);
+    let p = Prometheus::start(dir.path(), "  []\n").await;
+    let (code, out, err) = plan(&[
+        "--prometheus",
+        &p.url,
+        "--queue",
+        "emails",
+        "--since",
+        "20m",
+        "--target-wait",
+        "30s",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    // 3 jobs/s over 20 minutes (Poisson-drawn): the published total's
+    // rate, not Δprocessed + Δdepth (which would swing with the depth).
+    let jobs = v["jobs"].as_f64().unwrap();
+    assert!((jobs / 3600.0 - 1.0).abs() < 0.08, "{jobs} jobs: {v}");
+    assert_eq!(v["gaps"], serde_json::json!([]), "{v}");
+    let wait = &v["candidates"][0];
+    assert_eq!(wait["metadata"]["processingTime"], "800ms", "{wait}");
 }

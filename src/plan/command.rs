@@ -31,7 +31,8 @@ pub struct Options {
     )]
     pub trace: Option<PathBuf>,
     /// Read the traffic from this Prometheus (query_range over the
-    /// exporter's queue_depth, queue_jobs_processed_total and
+    /// exporter's queue_depth, queue_messages_published_total (or
+    /// queue_jobs_processed_total) and
     /// queue_service_time_seconds of the queue).
     #[arg(long, value_name = "URL")]
     pub prometheus: Option<String>,

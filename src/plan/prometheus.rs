@@ -1,8 +1,10 @@
 //! `plan --prometheus URL`: the exporter's own series of one queue, read
 //! through Prometheus' `query_range` API and turned into a [`Trace`]: at
-//! each step, arrivals per second are the jobs processed plus the change
-//! in depth, over the step (`queue_jobs_processed_total`, `queue_depth`
-//! of the `waiting` state or of a queue without states), and the service
+//! each step, arrivals per second are the jobs published over the step
+//! (`queue_messages_published_total`, where the exporter counts them) or
+//! else the jobs processed plus the change in depth
+//! (`queue_jobs_processed_total`, `queue_depth` of the `waiting` state or
+//! of a queue without states), and the service
 //! time is `queue_service_time_seconds` (or `--processing-time` where the
 //! exporter measures none). Each series is read with `last_over_time` over
 //! one step, so a stretch with no sample stays empty (Prometheus' 5-minute
@@ -88,18 +90,7 @@ async fn read_async(source: &Source) -> Result<Trace, PrometheusError> {
             rfc3339(source.to)
         )));
     }
-    let processed = client
-        .range(
-            source,
-            &format!("sum(last_over_time(queue_jobs_processed_total{{{m}}}[{w}]))"),
-        )
-        .await?;
-    if processed.is_empty() {
-        return Err(PrometheusError(format!(
-            "{}: queue_jobs_processed_total{{{m}}} has no sample: the arrivals of queue {:?} are not measured",
-            source.url, source.queue
-        )));
-    }
+    let arrivals = arrivals(&client, source, &m, &w).await?;
     let service = client
         .range(
             source,
@@ -112,17 +103,57 @@ async fn read_async(source: &Source) -> Result<Trace, PrometheusError> {
             source.url
         )));
     }
-    let rows = rows(source, &depth, &processed, &service);
+    let rows = rows(source, &depth, &arrivals, &service);
     trace::from_rows(&source.url, &rows).map_err(|e| PrometheusError(e.to_string()))
 }
 
+/// Where a queue's arrivals come from, as the exporter counts them.
+enum Arrivals {
+    /// `queue_messages_published_total`: every job added, counted where
+    /// it is added (RabbitMQ's publishes, BullMQ's and Bull's `id`
+    /// counter, a stream's entries added, a `counters: enqueued` key).
+    Published(Series),
+    /// `queue_jobs_processed_total` with `queue_depth`: what came in is
+    /// what is held more plus what was taken out (a plain key with
+    /// `counters: processed`, the libraries that keep totals).
+    Flow(Series),
+}
+
+/// The queue's arrivals series: the published total where the exporter
+/// has one for the queue, else the processed total; with neither, an
+/// error naming both.
+async fn arrivals(
+    client: &Client,
+    source: &Source,
+    m: &str,
+    w: &str,
+) -> Result<Arrivals, PrometheusError> {
+    let total = |name: &str| format!("sum(last_over_time({name}{{{m}}}[{w}]))");
+    let published = client
+        .range(source, &total("queue_messages_published_total"))
+        .await?;
+    if !published.is_empty() {
+        return Ok(Arrivals::Published(published));
+    }
+    let processed = client
+        .range(source, &total("queue_jobs_processed_total"))
+        .await?;
+    if processed.is_empty() {
+        return Err(PrometheusError(format!(
+            "{}: neither queue_messages_published_total{{{m}}} nor queue_jobs_processed_total{{{m}}} has a sample: the arrivals of queue {:?} are not measured",
+            source.url, source.queue
+        )));
+    }
+    Ok(Arrivals::Flow(processed))
+}
+
 /// Rows at each step after the first: arrivals over the step from the
-/// processed total and the depth at both ends, `None` where either end
-/// has no sample.
+/// published total at both ends, or from the processed total and the
+/// depth at both ends; `None` where an end has no sample.
 fn rows(
     source: &Source,
     depth: &Series,
-    processed: &Series,
+    arrivals: &Arrivals,
     service: &Series,
 ) -> Vec<(f64, Option<f64>, Option<f64>)> {
     let step_ms = (source.step * 1000.0).round() as i64;
@@ -130,21 +161,26 @@ fn rows(
     let last = (source.to * 1000.0).round() as i64;
     let mut out = Vec::new();
     let mut t = first + step_ms;
+    // A reset counter starts again from 0.
+    let counted = |c0: f64, c1: f64| if c1 >= c0 { c1 - c0 } else { c1 };
     while t <= last {
         let at = |s: &Series, t: i64| s.get(&t).copied();
-        let rate = match (
-            at(depth, t - step_ms),
-            at(depth, t),
-            at(processed, t - step_ms),
-            at(processed, t),
-        ) {
-            (Some(d0), Some(d1), Some(p0), Some(p1)) => {
-                // A reset counter starts again from 0.
-                let done = if p1 >= p0 { p1 - p0 } else { p1 };
-                Some(((done + d1 - d0) / source.step).max(0.0))
-            }
-            _ => None,
+        let came = match arrivals {
+            Arrivals::Published(p) => match (at(p, t - step_ms), at(p, t)) {
+                (Some(p0), Some(p1)) => Some(counted(p0, p1)),
+                _ => None,
+            },
+            Arrivals::Flow(p) => match (
+                at(depth, t - step_ms),
+                at(depth, t),
+                at(p, t - step_ms),
+                at(p, t),
+            ) {
+                (Some(d0), Some(d1), Some(p0), Some(p1)) => Some(counted(p0, p1) + d1 - d0),
+                _ => None,
+            },
         };
+        let rate = came.map(|n| (n / source.step).max(0.0));
         let service = at(service, t).or(source.processing_time);
         // A row holds from its time; arrivals counted over (t - step, t].
         out.push(((t - step_ms) as f64 / 1000.0, rate, service));
