@@ -417,7 +417,7 @@ fn plot_draws_the_scaledobjects_trigger_and_the_recommended_one_over_time_into_a
 }
 
 #[test]
-fn plot_refuses_a_path_that_is_not_svg_before_replaying() {
+fn plot_refuses_a_path_that_is_neither_svg_nor_png_before_replaying() {
     let (_dir, t, s) = files(&trace(5, 0..0), &scaled_object("10"));
     refused(
         &[
@@ -428,10 +428,63 @@ fn plot_refuses_a_path_that_is_not_svg_before_replaying() {
             "--target-wait",
             "30s",
             "--plot",
-            "/tmp/plan.png",
+            "/tmp/plan.jpg",
         ],
-        "--plot /tmp/plan.png: only SVG is drawn",
+        "--plot /tmp/plan.jpg: give a path ending in .svg or .png",
     );
+}
+
+#[test]
+fn plot_draws_a_png_with_its_text_from_the_embedded_font() {
+    let (dir, t, s) = files(&trace(60, 80..120), &scaled_object("10"));
+    let path = dir.path().join("plan.PNG");
+    let (code, _, err) = plan(&[
+        "--trace",
+        &t,
+        "--scaledobject",
+        &s,
+        "--target-wait",
+        "30s",
+        "--plot",
+        path.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let decoder = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(&path).unwrap()));
+    let mut reader = decoder.read_info().unwrap();
+    let mut pixels = vec![0; reader.output_buffer_size().unwrap()];
+    let info = reader.next_frame(&mut pixels).unwrap();
+    assert_eq!((info.width, info.height), (1200, 900));
+    assert_eq!(info.color_type, png::ColorType::Rgb);
+    let at = |x: usize, y: usize| {
+        let i = (y * 1200 + x) * 3;
+        (pixels[i], pixels[i + 1], pixels[i + 2])
+    };
+    // A white page with lines on it.
+    let white = (0..900)
+        .flat_map(|y| (0..1200).map(move |x| (x, y)))
+        .filter(|&(x, y)| at(x, y) == (255, 255, 255))
+        .count();
+    assert!(white > 1200 * 900 / 2, "{white} white pixels");
+    // The first panel's caption ("replicas", 18 px, centred at the top)
+    // is drawn: dark, anti-aliased glyph pixels in its band, not a blank.
+    let dark_in_caption = (0..40)
+        .flat_map(|y| (500..700).map(move |x| (x, y)))
+        .filter(|&(x, y)| {
+            let (r, g, b) = at(x, y);
+            u32::from(r) + u32::from(g) + u32::from(b) < 200
+        })
+        .count();
+    assert!(
+        dark_in_caption > 50,
+        "{dark_in_caption} dark caption pixels"
+    );
+    // The gap (minutes 20 to 30 of 60) is shaded grey down all three
+    // panels: about a sixth of the plot's columns are mostly that grey.
+    let shade = (215, 215, 215);
+    let shaded = (0..1200)
+        .filter(|&x| (0..900).filter(|&y| at(x, y) == shade).count() > 150)
+        .count();
+    assert!((150..230).contains(&shaded), "{shaded} shaded columns");
 }
 
 /// `scaled_object(value)` whose trigger has `metricType: kind`.

@@ -117,8 +117,8 @@ pub struct Options {
     pub time_scale: f64,
     /// Draw replicas, jobs waiting and the longest wait over the replayed
     /// period, for the ScaledObject's trigger and the recommended one, into
-    /// this SVG file.
-    #[arg(long, value_name = "FILE.svg")]
+    /// this SVG or PNG file (by its extension).
+    #[arg(long, value_name = "FILE.svg|FILE.png")]
     pub plot: Option<PathBuf>,
 }
 

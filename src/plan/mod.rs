@@ -15,7 +15,7 @@
 //! - [`scaledobject`]: `--scaledobject FILE`, the user's ScaledObject.
 //! - [`command`]: the command: the candidates, each replayed and scored.
 //! - [`report`]: its table, recommendation YAML and JSON.
-//! - [`plot`]: `--plot FILE.svg`, replicas, backlog and waits over time.
+//! - [`plot`]: `--plot FILE.svg|FILE.png`, replicas, backlog and waits over time.
 
 pub mod cluster;
 pub mod command;

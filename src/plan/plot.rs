@@ -1,14 +1,19 @@
-//! `plan --plot FILE.svg`: what the replay did over time, for the
+//! `plan --plot FILE.svg|FILE.png`: what the replay did over time, for the
 //! ScaledObject's own trigger and the recommended one, in three panels
 //! sharing the time axis: replicas, jobs waiting, and the longest wait of
 //! the jobs arriving in each HPA sync (with `targetWait` drawn across), so
 //! a user sees when and why a trigger is late or costly, not only its
 //! totals. Gaps (no traffic recorded) are shaded grey.
 //!
-//! Drawn by `plotters` into SVG: its text needs no font in the binary.
+//! Drawn by `plotters`, into SVG or into its bitmap written as PNG by the
+//! `png` crate. Text is laid out (and, in a PNG, drawn) with Noto Sans,
+//! embedded in the binary: a fresh machine or a container may have no font
+//! to find.
 
 use std::path::Path;
+use std::sync::OnceLock;
 
+use plotters::coord::Shift;
 use plotters::prelude::*;
 
 use crate::plan::replay::Moment;
@@ -16,11 +21,9 @@ use crate::plan::replay::Moment;
 /// Why the plot cannot be written.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum PlotError {
-    /// Not a `.svg` path.
-    #[error(
-        "--plot {0}: only SVG is drawn (give a path ending in .svg; any SVG viewer or rsvg-convert makes a PNG of it)"
-    )]
-    NotSvg(String),
+    /// Neither a `.svg` nor a `.png` path.
+    #[error("--plot {0}: give a path ending in .svg or .png")]
+    Format(String),
     /// The drawing or the file failed.
     #[error("--plot {path}: {problem}")]
     Draw {
@@ -30,6 +33,18 @@ pub enum PlotError {
         problem: String,
     },
 }
+
+/// What a plot is written as, from its path's extension.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// Vector: any browser shows it, and it stays sharp.
+    Svg,
+    /// A 1200 × 900 picture, for a chat or an issue.
+    Png,
+}
+
+/// The plot's size in pixels.
+const SIZE: (u32, u32) = (1200, 900);
 
 /// One trigger's replay, as drawn.
 #[derive(Debug, Clone)]
@@ -55,16 +70,29 @@ pub struct Frame<'a> {
     pub length: f64,
 }
 
-/// Refuses a path that is not `.svg`, before anything is replayed.
-pub fn check_path(path: &Path) -> Result<(), PlotError> {
-    let svg = path
+/// The format of `path` (`.svg` or `.png`, any case); refuses any other,
+/// before anything is replayed.
+pub fn check_path(path: &Path) -> Result<Format, PlotError> {
+    let ext = path
         .extension()
-        .is_some_and(|e| e.eq_ignore_ascii_case("svg"));
-    if svg {
-        Ok(())
-    } else {
-        Err(PlotError::NotSvg(path.display().to_string()))
+        .and_then(|e| e.to_str())
+        .map(str::to_ascii_lowercase);
+    match ext.as_deref() {
+        Some("svg") => Ok(Format::Svg),
+        Some("png") => Ok(Format::Png),
+        _ => Err(PlotError::Format(path.display().to_string())),
     }
+}
+
+/// Registers the embedded font as plotters' `sans-serif`, once.
+fn font() -> Result<(), String> {
+    static REGISTERED: OnceLock<Result<(), String>> = OnceLock::new();
+    REGISTERED
+        .get_or_init(|| {
+            plotters::style::register_font("sans-serif", FontStyle::Normal, ttf_noto_sans::REGULAR)
+                .map_err(|_| "the embedded font cannot be read".to_owned())
+        })
+        .clone()
 }
 
 /// The longest wait of the jobs arriving in each `sync`-long bucket, as
@@ -98,18 +126,54 @@ struct Panel {
 
 /// Writes the plot of `series` to `path` (checked by [`check_path`]).
 pub fn draw(path: &Path, frame: &Frame, series: &[Series]) -> Result<(), PlotError> {
-    check_path(path)?;
+    let format = check_path(path)?;
     let fail = |e: String| PlotError::Draw {
         path: path.display().to_string(),
         problem: e,
     };
-    let root = SVGBackend::new(path, (1200, 900)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| fail(e.to_string()))?;
+    font().map_err(fail)?;
+    match format {
+        Format::Svg => {
+            let root = SVGBackend::new(path, SIZE).into_drawing_area();
+            draw_on(&root, frame, series).map_err(fail)?;
+            root.present().map_err(|e| fail(e.to_string()))
+        }
+        Format::Png => {
+            let (w, h) = SIZE;
+            let mut pixels = vec![0u8; w as usize * h as usize * 3];
+            {
+                let root = BitMapBackend::with_buffer(&mut pixels, SIZE).into_drawing_area();
+                draw_on(&root, frame, series).map_err(fail)?;
+                root.present().map_err(|e| fail(e.to_string()))?;
+            }
+            write_png(path, SIZE, &pixels).map_err(fail)
+        }
+    }
+}
+
+/// The three panels of `series` on `root`.
+fn draw_on<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    frame: &Frame,
+    series: &[Series],
+) -> Result<(), String> {
+    root.fill(&WHITE).map_err(|e| e.to_string())?;
     let names: Vec<&str> = series.iter().map(|s| s.name.as_str()).collect();
     for (area, panel) in root.split_evenly((3, 1)).iter().zip(panels(frame, series)) {
-        draw_panel(area, frame, &names, &panel).map_err(fail)?;
+        draw_panel(area, frame, &names, &panel)?;
     }
-    root.present().map_err(|e| fail(e.to_string()))
+    Ok(())
+}
+
+/// `pixels` (RGB, row by row) written to `path` as an 8-bit RGB PNG.
+fn write_png(path: &Path, (w, h): (u32, u32), pixels: &[u8]) -> Result<(), String> {
+    let file = std::fs::File::create(path).map_err(|e| e.to_string())?;
+    let mut encoder = png::Encoder::new(std::io::BufWriter::new(file), w, h);
+    encoder.set_color(png::ColorType::Rgb);
+    encoder.set_depth(png::BitDepth::Eight);
+    let mut writer = encoder.write_header().map_err(|e| e.to_string())?;
+    writer.write_image_data(pixels).map_err(|e| e.to_string())?;
+    writer.finish().map_err(|e| e.to_string())
 }
 
 /// The three panels' data: replicas, jobs waiting, the worst wait.
@@ -156,8 +220,8 @@ fn panels(frame: &Frame, series: &[Series]) -> [Panel; 3] {
 }
 
 /// One panel on `area`, its series named by `names`.
-fn draw_panel(
-    area: &DrawingArea<SVGBackend, plotters::coord::Shift>,
+fn draw_panel<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
     frame: &Frame,
     names: &[&str],
     panel: &Panel,
@@ -260,12 +324,17 @@ mod tests {
     }
 
     #[test]
-    fn only_an_svg_path_is_taken() {
-        assert!(check_path(Path::new("out/plan.svg")).is_ok());
-        assert!(check_path(Path::new("PLAN.SVG")).is_ok());
+    fn only_an_svg_or_png_path_is_taken() {
+        assert_eq!(check_path(Path::new("out/plan.svg")), Ok(Format::Svg));
+        assert_eq!(check_path(Path::new("PLAN.SVG")), Ok(Format::Svg));
+        assert_eq!(check_path(Path::new("plan.Png")), Ok(Format::Png));
         assert_eq!(
-            check_path(Path::new("plan.png")),
-            Err(PlotError::NotSvg("plan.png".to_owned()))
+            check_path(Path::new("plan.jpg")),
+            Err(PlotError::Format("plan.jpg".to_owned()))
+        );
+        assert_eq!(
+            check_path(Path::new("plan")),
+            Err(PlotError::Format("plan".to_owned()))
         );
     }
 }
