@@ -358,10 +358,12 @@ fn a_fallback_behavior_keda_does_not_have_is_refused_naming_its_field() {
     );
 }
 
-#[test]
-fn plot_draws_the_scaledobjects_trigger_and_the_recommended_one_over_time_into_an_svg() {
+/// `plan --plot NAME` over an hour with a 10-minute gap (minutes 20 to
+/// 30) and a QueueLength 10 ScaledObject: the dir holding the plot, its
+/// path and plan's stdout.
+fn plotted(name: &str) -> (tempfile::TempDir, std::path::PathBuf, String) {
     let (dir, t, s) = files(&trace(60, 80..120), &scaled_object("10"));
-    let svg = dir.path().join("plan.svg");
+    let path = dir.path().join(name);
     let (code, out, err) = plan(&[
         "--trace",
         &t,
@@ -370,9 +372,15 @@ fn plot_draws_the_scaledobjects_trigger_and_the_recommended_one_over_time_into_a
         "--target-wait",
         "30s",
         "--plot",
-        svg.to_str().unwrap(),
+        path.to_str().unwrap(),
     ]);
     assert_eq!(code, 0, "{err}");
+    (dir, path, out)
+}
+
+#[test]
+fn plot_draws_the_scaledobjects_trigger_and_the_recommended_one_over_time_into_an_svg() {
+    let (_dir, svg, out) = plotted("plan.svg");
     let recommended = out
         .split("recommended: ")
         .nth(1)
@@ -436,19 +444,7 @@ fn plot_refuses_a_path_that_is_neither_svg_nor_png_before_replaying() {
 
 #[test]
 fn plot_draws_a_png_with_its_text_from_the_embedded_font() {
-    let (dir, t, s) = files(&trace(60, 80..120), &scaled_object("10"));
-    let path = dir.path().join("plan.PNG");
-    let (code, _, err) = plan(&[
-        "--trace",
-        &t,
-        "--scaledobject",
-        &s,
-        "--target-wait",
-        "30s",
-        "--plot",
-        path.to_str().unwrap(),
-    ]);
-    assert_eq!(code, 0, "{err}");
+    let (_dir, path, _) = plotted("plan.PNG");
     let decoder = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(&path).unwrap()));
     let mut reader = decoder.read_info().unwrap();
     let mut pixels = vec![0; reader.output_buffer_size().unwrap()];

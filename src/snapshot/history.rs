@@ -883,13 +883,16 @@ mod tests {
         assert_eq!(JobFlow::of(&busy_elsewhere), None, "active held in (all)");
     }
 
+    /// One kept reading as compared: its time, and each queue's values by name.
+    type Reading = (SystemTime, Vec<(String, Option<Stored>)>);
+
     /// What a history holds, for comparing two: each reading's time and
     /// its queues' values, oldest first.
-    fn readings(h: &CounterHistory) -> Vec<(SystemTime, Vec<(String, Option<Stored>)>)> {
+    fn readings(h: &CounterHistory) -> Vec<Reading> {
         h.points
             .iter()
             .map(|p| {
-                let mut queues: Vec<(String, Option<Stored>)> = p
+                let mut queues: Vec<_> = p
                     .index
                     .keys()
                     .map(|q| (q.name.clone(), p.stored(q)))

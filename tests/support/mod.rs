@@ -820,21 +820,7 @@ impl Prometheus {
         scrape_configs: &str,
         pki: &Pki,
     ) -> Prometheus {
-        let cert = dir.join("prometheus-server.pem");
-        let key = dir.join("prometheus-server.key");
-        std::fs::write(&cert, &pki.server.0).expect("write the server certificate");
-        std::fs::write(&key, &pki.server.1).expect("write the server key");
-        let web = format!(
-            "tls_server_config:\n  cert_file: {}\n  key_file: {}\n",
-            cert.display(),
-            key.display()
-        );
-        let ca = reqwest::Certificate::from_pem(pki.ca.as_bytes()).expect("the test CA");
-        let ready = reqwest::Client::builder()
-            .add_root_certificate(ca)
-            .build()
-            .expect("an HTTPS client");
-        Prometheus::spawn(dir, scrape_configs, Some(web), "https", ready, None).await
+        Prometheus::start_https(dir, scrape_configs, pki, false).await
     }
 
     /// [`Prometheus::start_with_tls`] that also asks every client for a
@@ -846,27 +832,41 @@ impl Prometheus {
         scrape_configs: &str,
         pki: &Pki,
     ) -> Prometheus {
+        Prometheus::start_https(dir, scrape_configs, pki, true).await
+    }
+
+    /// `https://` only, with `pki`'s server certificate; asking clients
+    /// for one of `pki`'s client certificates if `client_certs`.
+    async fn start_https(
+        dir: &std::path::Path,
+        scrape_configs: &str,
+        pki: &Pki,
+        client_certs: bool,
+    ) -> Prometheus {
         let cert = dir.join("prometheus-server.pem");
         let key = dir.join("prometheus-server.key");
-        let client_ca = dir.join("prometheus-client-ca.pem");
         std::fs::write(&cert, &pki.server.0).expect("write the server certificate");
         std::fs::write(&key, &pki.server.1).expect("write the server key");
-        std::fs::write(&client_ca, &pki.ca).expect("write the client CA");
-        let web = format!(
-            "tls_server_config:\n  cert_file: {}\n  key_file: {}\n  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: {}\n",
+        let mut web = format!(
+            "tls_server_config:\n  cert_file: {}\n  key_file: {}\n",
             cert.display(),
-            key.display(),
-            client_ca.display()
+            key.display()
         );
         let ca = reqwest::Certificate::from_pem(pki.ca.as_bytes()).expect("the test CA");
-        let identity =
-            reqwest::Identity::from_pem(format!("{}\n{}", pki.client.1, pki.client.0).as_bytes())
-                .expect("the test client certificate");
-        let ready = reqwest::Client::builder()
-            .add_root_certificate(ca)
-            .identity(identity)
-            .build()
-            .expect("an HTTPS client with a client certificate");
+        let mut ready = reqwest::Client::builder().add_root_certificate(ca);
+        if client_certs {
+            let client_ca = dir.join("prometheus-client-ca.pem");
+            std::fs::write(&client_ca, &pki.ca).expect("write the client CA");
+            web.push_str(&format!(
+                "  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: {}\n",
+                client_ca.display()
+            ));
+            let pem = format!("{}\n{}", pki.client.1, pki.client.0);
+            let identity =
+                reqwest::Identity::from_pem(pem.as_bytes()).expect("the test client certificate");
+            ready = ready.identity(identity);
+        }
+        let ready = ready.build().expect("an HTTPS client");
         Prometheus::spawn(dir, scrape_configs, Some(web), "https", ready, None).await
     }
 
