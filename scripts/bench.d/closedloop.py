@@ -494,13 +494,18 @@ class Run:
             out["fallbacks"] = self.fallbacks
         return out
 
-    def score(self, t0, waits, jobs, since):
+    def score(self, t0, waits, jobs, since, left_out=()):
         """The figures over `waits` of `jobs` (the jobs never started count
-        as late) and the pods' time from `since` (model seconds) on."""
+        as late) and the pods' time from `since` (model seconds) on, without
+        their time in the stretches `left_out` (model seconds)."""
         waits = sorted(waits)
         within = sum(1 for w in waits if w <= self.target_wait)
-        start = t0 + real(since)
-        worker_s = sum(max(0.0, (p.stopped or time.time()) - max(p.created, start)) * SPEEDUP for p in self.gone)
+        worker_s = 0.0
+        for p in self.gone:
+            start = max((p.created - t0) * SPEEDUP, since)
+            stop = ((p.stopped or time.time()) - t0) * SPEEDUP
+            if stop > start:
+                worker_s += stop - start - sum(max(0.0, min(stop, b) - max(start, a)) for a, b in left_out)
         return dict(jobs=jobs, started=len(waits), within_pct=100.0 * within / jobs if jobs else None,
                     p99_wait=pct(waits, 99), max_wait=waits[-1] if waits else None, worker_s=worker_s)
 

@@ -21,10 +21,9 @@ import os
 import shutil
 import subprocess
 import time
-import urllib.request
 
 import closedloop as cl
-from bench import CHILDREN, free_port, log
+from bench import CHILDREN, free_port, http_get, log
 
 # The goal (issue 47): plan's predicted on-time share within 2 points, and
 # its worker-seconds within 10 %, of what the real run measured.
@@ -64,9 +63,8 @@ class PromServer:
         deadline = time.time() + 60
         while True:
             try:
-                with urllib.request.urlopen(f"{self.url}/-/ready", timeout=2) as r:
-                    if r.status == 200:
-                        break
+                if http_get(f"{self.url}/-/ready", timeout=2)[0] == 200:
+                    break
             except OSError:
                 pass
             if time.time() > deadline or self.proc.poll() is not None:
@@ -103,16 +101,7 @@ def real_figures(run, since, spans=()):
         return any(a <= t < b for a, b in spans)
     kept = {i for i, a in enumerate(run.arrivals) if a >= since and not left_out(a)}
     waits = [w for w, i in zip(run.waits, run.indices) if i in kept]
-    within = sum(1 for w in waits if w <= run.target_wait)
-    worker_s = 0.0
-    for pod in run.gone:
-        start = max((pod.created - run.t0) * cl.SPEEDUP, since)
-        stop = ((pod.stopped or time.time()) - run.t0) * cl.SPEEDUP
-        if stop > start:
-            worker_s += stop - start - sum(max(0.0, min(stop, b) - max(start, a)) for a, b in spans)
-    jobs = len(kept)
-    return dict(jobs=jobs, started=len(waits), within_pct=100.0 * within / jobs if jobs else None,
-                worker_s=worker_s)
+    return run.score(run.t0, waits, len(kept), since, spans)
 
 
 def left_out_spans(plan, origin):

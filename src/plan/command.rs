@@ -227,8 +227,7 @@ pub fn run(options: &Options) -> Result<Plan, PlanError> {
             ));
         }
     };
-    let mut plan = prepare(trace, cluster, target_wait);
-    plan.time_scale = scale;
+    let mut plan = prepare(trace, cluster, target_wait, scale);
     if scale != 1.0 {
         plan.notes.push(format!(
             "--time-scale {scale}: the recording's times are stretched {scale} times, and the triggers' durations are the recording's"
@@ -500,7 +499,7 @@ fn sweep_top(plan: &Plan) -> f64 {
 pub const SEED: u64 = 47;
 
 /// The plan before any candidate: the lead-in and what is left out.
-fn prepare(trace: Trace, cluster: Cluster, target_wait: f64) -> Plan {
+fn prepare(trace: Trace, cluster: Cluster, target_wait: f64, time_scale: f64) -> Plan {
     // KEDA's poll, an HPA sync and a pod start: the replay starts from
     // the floor of replicas, a cluster at the trace's start may not have.
     let reaction = cluster.keda_poll + cluster.hpa_sync + cluster.pod_start;
@@ -513,7 +512,7 @@ fn prepare(trace: Trace, cluster: Cluster, target_wait: f64) -> Plan {
         trace,
         cluster,
         target_wait,
-        time_scale: 1.0,
+        time_scale,
         lead_in: reaction,
         left_out,
         jobs: 0,
