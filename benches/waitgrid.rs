@@ -120,6 +120,7 @@ fn run(
         speedup: r.speedup,
         warmup: r.warmup,
         gaps: Vec::new(),
+        states_as: None,
     };
     let setup = Replay {
         traffic,

@@ -673,3 +673,158 @@ fn a_waittime_trigger_without_processing_time_is_replayed_with_the_traces_measur
         "{v}"
     );
 }
+
+/// The ScaledObject of `scaled_object(value)` asking for BullMQ queue
+/// `emails` with job states `states`.
+fn with_states(value: &str, states: &str) -> String {
+    scaled_object(value).replace(
+        "queue: jobs\n",
+        &format!("queue: emails\n        preset: bullmq\n        state: {states}\n"),
+    )
+}
+
+#[test]
+fn a_trigger_counting_active_jobs_is_replayed_with_the_jobs_the_workers_are_on() {
+    let waiting = json_run_of(&trace(60, 0..0), &with_states("2", "waiting"));
+    let both = json_run_of(&trace(60, 0..0), &with_states("2", "waiting,active"));
+    let (w, b) = (&waiting["candidates"][0], &both["candidates"][0]);
+    // Counting the jobs the workers are on too, the HPA keeps the pods
+    // running them: waiting alone reads 0 whenever the workers keep up,
+    // so pods go, the backlog comes back and jobs wait for new pods to
+    // start. Here that sawtooth costs both worker time and waits.
+    let number = |c: &Value, k: &str| c[k].as_f64().unwrap();
+    assert!(number(b, "p99_wait") < number(w, "p99_wait"), "{w}\n{b}");
+    assert!(
+        number(b, "within_pct") > number(w, "within_pct"),
+        "{w}\n{b}"
+    );
+    assert!(
+        number(b, "worker_hours") < number(w, "worker_hours"),
+        "{w}\n{b}"
+    );
+    // Every threshold of the sweep counts them as the trigger does.
+    for c in both["candidates"].as_array().unwrap() {
+        if c["metadata"]["mode"] == "QueueLength" {
+            assert_eq!(c["metadata"]["state"], "waiting,active", "{c}");
+        }
+    }
+}
+
+#[test]
+fn a_trigger_counting_states_the_trace_does_not_hold_is_refused_naming_the_state() {
+    let (_dir, t, s) = files(&trace(60, 0..0), &with_states("10", "waiting,delayed"));
+    let (code, _, err) = plan(&["--trace", &t, "--scaledobject", &s, "--target-wait", "30s"]);
+    assert_eq!(code, 2, "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("delayed jobs are not in the recorded traffic"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_trigger_counting_states_without_a_preset_is_refused_asking_for_one() {
+    let so = with_states("10", "waiting,active").replace("        preset: bullmq\n", "");
+    let (_dir, t, s) = files(&trace(60, 0..0), &so);
+    let (code, _, err) = plan(&["--trace", &t, "--scaledobject", &s, "--target-wait", "30s"]);
+    assert_eq!(code, 2, "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("give --preset"), "{err}");
+}
+
+/// `plan --json` over `trace(60)` and `scaled_object("10")` with `extra` flags.
+fn json_with(extra: &[&str]) -> Value {
+    let (_dir, t, s) = files(&trace(60, 0..0), &scaled_object("10"));
+    let mut args = vec![
+        "--trace",
+        &t,
+        "--scaledobject",
+        &s,
+        "--target-wait",
+        "30s",
+        "--json",
+    ];
+    args.extend_from_slice(extra);
+    let (code, out, err) = plan(&args);
+    assert_eq!(code, 0, "{err}");
+    serde_json::from_str(&out).unwrap()
+}
+
+#[test]
+fn several_draws_show_each_candidates_worst_share_on_time_and_mean_worker_time() {
+    let v = json_with(&["--seed", "5", "--draws", "3"]);
+    assert_eq!(
+        (v["seed"].as_u64(), v["draws"].as_u64()),
+        (Some(5), Some(3))
+    );
+    let number = |c: &Value, k: &str| c[k].as_f64().unwrap();
+    for c in v["candidates"].as_array().unwrap() {
+        let draws = c["draws"].as_array().unwrap();
+        let seeds: Vec<u64> = draws.iter().map(|d| d["seed"].as_u64().unwrap()).collect();
+        assert_eq!(seeds, [5, 6, 7], "{c}");
+        let lowest = draws
+            .iter()
+            .map(|d| number(d, "within_pct"))
+            .fold(100.0, f64::min);
+        let mean = draws.iter().map(|d| number(d, "worker_hours")).sum::<f64>() / 3.0;
+        assert_eq!(number(c, "within_pct"), lowest, "{c}");
+        assert!((number(c, "worker_hours") - mean).abs() < 1e-9, "{c}");
+    }
+    // Recommended only if every draw is on time.
+    let name = v["recommended"].as_str().expect("a recommendation");
+    let rec = v["candidates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == name)
+        .unwrap();
+    for d in rec["draws"].as_array().unwrap() {
+        assert!(number(d, "within_pct") >= 99.0, "{rec}");
+    }
+    // Each draw is the one run with its seed alone.
+    let alone = json_with(&["--seed", "6"]);
+    let own = |v: &Value| v["candidates"][0].clone();
+    assert_eq!(own(&alone)["within_pct"], own(&v)["draws"][1]["within_pct"]);
+    assert_eq!(
+        own(&alone)["worker_hours"],
+        own(&v)["draws"][1]["worker_hours"]
+    );
+    assert_eq!(alone["draws"], 1);
+}
+
+#[test]
+fn the_table_of_several_draws_says_how_they_are_shown_and_gives_each_candidates_spread() {
+    let (_dir, t, s) = files(&trace(60, 0..0), &scaled_object("10"));
+    let (code, out, err) = plan(&[
+        "--trace",
+        &t,
+        "--scaledobject",
+        &s,
+        "--target-wait",
+        "30s",
+        "--draws",
+        "2",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("2 draws of the trace's jobs (seeds 47 to 48)"),
+        "{out}"
+    );
+    assert!(out.contains("spread: on time, hours"), "{out}");
+    let row = out
+        .lines()
+        .find(|l| l.starts_with("worker (QueueLength 10)"))
+        .unwrap();
+    assert!(row.contains("%, "), "{row}");
+    assert!(out.contains("within targetWait in every draw"), "{out}");
+}
+
+#[test]
+fn a_draw_count_out_of_range_is_refused_naming_the_flag() {
+    let (_dir, t, s) = files(&trace(60, 0..0), &scaled_object("10"));
+    for n in ["0", "51"] {
+        let (code, _, err) = plan(&["--trace", &t, "--scaledobject", &s, "--draws", n]);
+        assert_eq!(code, 2, "{err}");
+        assert!(err.contains("--draws"), "{err}");
+    }
+}

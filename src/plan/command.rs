@@ -17,6 +17,7 @@ use crate::plan::score::{self, Score, Scoring};
 use crate::plan::trace::{self, Trace, TraceError};
 use crate::scaler::keys;
 use crate::scaler::metadata::{self, Mode, ScalerQuery};
+use crate::snapshot::{JobState, PresetKind};
 
 /// The command line of `plan`.
 #[derive(Debug, Clone, clap::Args)]
@@ -36,9 +37,17 @@ pub struct Options {
     /// queue_service_time_seconds of the queue).
     #[arg(long, value_name = "URL")]
     pub prometheus: Option<String>,
-    /// With --prometheus: the queue's name (default: the trigger's `queue`).
+    /// With --prometheus: the queue's name, or a glob of names as the
+    /// trigger's `queue` takes it (default: the trigger's `queue`); the
+    /// queues a glob matches are replayed as one holding all their jobs.
     #[arg(long, requires = "prometheus")]
     pub queue: Option<String>,
+    /// The queue's job library (default: the trigger's `preset`): with
+    /// --prometheus, the `preset` label read, where two libraries have a
+    /// queue of that name; the library whose job states (`state`) the
+    /// replayed queue has.
+    #[arg(long)]
+    pub preset: Option<String>,
     /// With --prometheus: the exporter's source of the queue (default: the
     /// trigger's `source`).
     #[arg(long, requires = "prometheus")]
@@ -115,6 +124,17 @@ pub struct Options {
     /// are the recording's, as its exporter read them. 1 for a real cluster.
     #[arg(long, default_value_t = 1.0, value_name = "N")]
     pub time_scale: f64,
+    /// The seed of the Poisson draw of each step's jobs from the trace's
+    /// rates: the same seed, the same jobs and the same figures.
+    #[arg(long, default_value_t = SEED)]
+    pub seed: u64,
+    /// Replay each candidate over this many draws of the trace's jobs
+    /// (seeds --seed, --seed + 1...): each shows the lowest share on time
+    /// and the longest waits of any draw and the mean worker time, with
+    /// their ranges, and is recommended only if every draw meets
+    /// --percentile. Up to 50; each draw is a replay more.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=50))]
+    pub draws: u32,
     /// Draw replicas, jobs waiting and the longest wait over the replayed
     /// period, for the ScaledObject's trigger and the recommended one, into
     /// this SVG or PNG file (by its extension).
@@ -154,8 +174,12 @@ pub struct Candidate {
     /// WaitTime trigger without `processingTime` is given the trace's mean
     /// service time, which the exporter measures on the user's queue.
     pub replayed: Option<HashMap<String, String>>,
-    /// The replay's figures.
+    /// The replay's figures: with several draws, the lowest share on time
+    /// and the longest waits of any, the mean worker time
+    /// ([`score::worst_of`]).
     pub score: Score,
+    /// Each draw's figures, in seed order (one with `--draws 1`).
+    pub draws: Vec<Score>,
     /// The most replicas at once.
     pub peak_replicas: usize,
     /// Times the replica count changed.
@@ -189,14 +213,26 @@ pub struct Plan {
     pub notes: Vec<String>,
     /// Every candidate, the ScaledObject's own first.
     pub candidates: Vec<Candidate>,
+    /// The library whose queue the replay is read as, where the trigger
+    /// counts job states ([`replay::Exporter::states_as`]).
+    pub states_as: Option<PresetKind>,
+    /// The seed of the first draw of the trace's jobs (`--seed`).
+    pub seed: u64,
+    /// How many draws each candidate is replayed over (`--draws`).
+    pub draws: u32,
     /// The index of the cheapest candidate on time, if any is.
     pub recommended: Option<usize>,
 }
 
-/// Keys that pick which of the user's queues and states are read: the
-/// replay's world is one list, so they are dropped for the replay (and
-/// kept in the metadata shown).
-const WORLD_KEYS: [&str; 5] = ["queue", "source", "preset", "state", "group"];
+/// Keys that pick which of the user's queues are read: the replay's
+/// world is one queue, so they are dropped for the replay (and kept in the
+/// metadata shown). `state` is replayed ([`replayed_states`]).
+const WORLD_KEYS: [&str; 4] = ["queue", "source", "preset", "group"];
+
+/// The job states the replay models: the jobs waiting and those the
+/// workers are on. Jobs in any other state (delayed, retrying, failed,
+/// finished) are not in the recorded traffic.
+const REPLAYED_STATES: [JobState; 2] = [JobState::Waiting, JobState::Active];
 
 /// Runs `plan`.
 pub fn run(options: &Options) -> Result<Plan, PlanError> {
@@ -217,7 +253,9 @@ pub fn run(options: &Options) -> Result<Plan, PlanError> {
     }
     let (own, cluster) = own_trigger(options)?;
     let own_query = own.as_ref().map(|o| &o.query);
-    let trace = read_trace(options, own.as_ref().map(|o| &o.meta))?.stretched(scale);
+    let read = read_trace(options, own.as_ref().map(|o| &o.meta))?;
+    let states_as = replayed_states(options, own.as_ref(), &read.presets)?;
+    let trace = read.trace.stretched(scale);
     let target_wait = match (options.target_wait, own_query.and_then(|q| q.wait.as_ref())) {
         (Some(t), _) => t.as_secs_f64(),
         (None, Some(w)) => w.target_wait.as_secs_f64() * scale,
@@ -228,6 +266,8 @@ pub fn run(options: &Options) -> Result<Plan, PlanError> {
         }
     };
     let mut plan = prepare(trace, cluster, target_wait, scale);
+    plan.notes.extend(read.notes);
+    plan.states_as = states_as;
     if scale != 1.0 {
         plan.notes.push(format!(
             "--time-scale {scale}: the recording's times are stretched {scale} times, and the triggers' durations are the recording's"
@@ -237,26 +277,24 @@ pub fn run(options: &Options) -> Result<Plan, PlanError> {
     let workers = own_query
         .and_then(|q| q.wait.as_ref())
         .map_or(1, |w| w.workers_per_replica.max(1) as usize);
-    let traffic = plan.trace.traffic(SEED);
-    plan.jobs = traffic.arrivals.len();
+    plan.seed = options.seed;
+    plan.draws = options.draws;
+    let traffics: Vec<Traffic> = (0..u64::from(options.draws))
+        .map(|k| plan.trace.traffic(options.seed.wrapping_add(k)))
+        .collect();
+    let traffic = &traffics[..];
+    plan.jobs = traffic.first().map_or(0, |t| t.arrivals.len());
     let bar = progress(&plan, own.is_some());
     let has_own = own.is_some();
     // The ScaledObject's own trigger and WaitTime, replayed side by side.
     let first = first_trials(&mut plan, own, &base);
-    let done = try_candidates(&plan, &traffic, workers, first, &bar)?;
+    let done = try_candidates(&plan, traffic, workers, first, &bar)?;
     plan.candidates.extend(done);
-    sweep(
-        &mut plan,
-        &traffic,
-        workers,
-        &base,
-        options.percentile,
-        &bar,
-    )?;
+    sweep(&mut plan, traffic, workers, &base, options.percentile, &bar)?;
     bar.finish_and_clear();
     plan.recommended = cheapest(&plan.candidates, options.percentile);
-    if let Some(path) = &options.plot {
-        draw_plot(&plan, &traffic, workers, has_own, path)?;
+    if let (Some(path), Some(first)) = (&options.plot, traffic.first()) {
+        draw_plot(&plan, first, workers, has_own, path)?;
     }
     Ok(plan)
 }
@@ -362,6 +400,7 @@ fn replay_run(
         speedup: plan.time_scale,
         warmup: 60.0_f64.max(2.0 * plan.target_wait) + 2.0,
         gaps: plan.trace.gaps.clone(),
+        states_as: plan.states_as,
     };
     let setup = Replay {
         traffic,
@@ -418,18 +457,33 @@ fn own_trigger(options: &Options) -> Result<(Option<Own>, Cluster), PlanError> {
     Ok((Some(own), so.cluster))
 }
 
-/// The trace, from `--trace` or from `--prometheus` (its queue and source
-/// from the flags or the trigger's `meta`).
+/// The traffic read, and what was learnt reading it.
+struct Read {
+    /// The trace.
+    trace: Trace,
+    /// Notes for the output (the queues a glob matched).
+    notes: Vec<String>,
+    /// The `preset` labels of the queues read from Prometheus.
+    presets: Vec<String>,
+}
+
+/// The trace, from `--trace` or from `--prometheus` (its queue, source
+/// and preset from the flags or the trigger's `meta`), with a note naming
+/// the queues a glob matched.
 fn read_trace(
     options: &Options,
     meta: Option<&HashMap<String, String>>,
-) -> Result<Trace, PlanError> {
+) -> Result<Read, PlanError> {
     let Some(url) = &options.prometheus else {
         let path = options
             .trace
             .as_ref()
             .map_or(String::new(), |p| p.display().to_string());
-        return Ok(trace::read(&path)?);
+        return Ok(Read {
+            trace: trace::read(&path)?,
+            notes: Vec::new(),
+            presets: Vec::new(),
+        });
     };
     let from_meta = |k: &str| meta.and_then(|m| m.get(k)).cloned();
     let queue = options
@@ -455,6 +509,7 @@ fn read_trace(
         url: url.clone(),
         queue,
         source: options.source.clone().or_else(|| from_meta("source")),
+        preset: options.preset.clone().or_else(|| from_meta("preset")),
         from,
         to,
         step: options.step.as_secs_f64().max(1.0),
@@ -467,7 +522,74 @@ fn read_trace(
         ca_file: options.ca_file.clone(),
         client_cert: options.cert_file.clone().zip(options.key_file.clone()),
     };
-    Ok(prometheus::read(&source)?)
+    let recorded = prometheus::read(&source)?;
+    let mut notes = Vec::new();
+    if recorded.queues.len() > 1 || recorded.queues.first() != Some(&source.queue) {
+        const SHOWN: usize = 10;
+        let mut names: Vec<String> = recorded
+            .queues
+            .iter()
+            .take(SHOWN)
+            .map(|q| format!("{q:?}"))
+            .collect();
+        if recorded.queues.len() > SHOWN {
+            names.push(format!("and {} more", recorded.queues.len() - SHOWN));
+        }
+        notes.push(format!(
+            "queue {:?} matched {} queue(s) ({}): replayed as one queue holding all their jobs, first in first out, as the trigger sums their backlogs",
+            source.queue,
+            recorded.queues.len(),
+            names.join(", ")
+        ));
+    }
+    Ok(Read {
+        trace: recorded.trace,
+        notes,
+        presets: recorded.presets,
+    })
+}
+
+/// The library whose queue the replay is read as, where the ScaledObject's
+/// trigger counts job states (`state`): its `preset`, from `--preset`, the
+/// trigger, or the one `preset` label of the queues read. `None` without
+/// `state`. A state the replay does not model, or no library to read the
+/// states as, is refused: a count the replay cannot know is never a 0.
+fn replayed_states(
+    options: &Options,
+    own: Option<&Own>,
+    recorded: &[String],
+) -> Result<Option<PresetKind>, PlanError> {
+    let Some((own, states)) = own.and_then(|o| o.query.states.as_ref().map(|s| (o, s))) else {
+        return Ok(None);
+    };
+    if let Some(other) = states.iter().find(|s| !REPLAYED_STATES.contains(s)) {
+        return Err(PlanError::Input(format!(
+            "the trigger's state: plan replays a queue's waiting and active jobs (the jobs the workers are on), and its {} jobs are not in the recorded traffic; replay a trigger whose state lists only waiting and active",
+            other.as_str()
+        )));
+    }
+    let named = options
+        .preset
+        .clone()
+        .or_else(|| own.meta.get("preset").cloned());
+    let name = match (named, recorded) {
+        (Some(n), _) => n,
+        (None, [one]) => one.clone(),
+        (None, []) => {
+            return Err(PlanError::Input(
+                "the trigger's state: job states are a library preset's, and neither the trigger nor --preset names one (nor do the queue's series): give --preset".to_owned(),
+            ));
+        }
+        (None, many) => {
+            return Err(PlanError::Input(format!(
+                "the trigger's state: the queues read are of several presets ({}): give --preset",
+                many.join(", ")
+            )));
+        }
+    };
+    crate::sources::redis::presets::library::named(&name)
+        .map(|l| Some(l.kind()))
+        .ok_or_else(|| PlanError::Input(format!("--preset: {name:?} is not a library preset")))
 }
 
 /// A progress bar of the candidates replayed, on stderr; indicatif draws
@@ -519,6 +641,9 @@ fn prepare(trace: Trace, cluster: Cluster, target_wait: f64, time_scale: f64) ->
         notes: Vec::new(),
         candidates: Vec::new(),
         recommended: None,
+        states_as: None,
+        seed: SEED,
+        draws: 1,
     }
 }
 
@@ -614,7 +739,7 @@ fn measured_service(
 /// One candidate replayed and scored.
 fn try_candidate(
     plan: &Plan,
-    traffic: &Traffic,
+    traffics: &[Traffic],
     workers: usize,
     trial: Trial,
 ) -> Result<Candidate, PlanError> {
@@ -626,18 +751,28 @@ fn try_candidate(
     } = trial;
     let query = parse_for_replay(replayed.as_ref().unwrap_or(&meta))
         .map_err(|e| PlanError::Input(format!("{name}: {e}")))?;
-    let run = replay_run(plan, traffic, workers, &query, metric_type, false);
     let scoring = Scoring {
         target_wait: plan.target_wait,
         from: plan.lead_in,
         left_out: plan.left_out.clone(),
         workers_per_replica: workers,
     };
+    let (mut draws, mut first) = (Vec::new(), None);
+    for traffic in traffics {
+        let run = replay_run(plan, traffic, workers, &query, metric_type, false);
+        draws.push(score::score(&run, traffic, &scoring));
+        first.get_or_insert(run);
+    }
+    let (Some(score), Some(run)) = (score::worst_of(&draws), first) else {
+        return Err(PlanError::Input(format!("{name}: no draw to replay")));
+    };
+    // Peak replicas, scale events and fallback syncs are the first draw's.
     Ok(Candidate {
         name,
         meta,
         replayed,
-        score: score::score(&run, traffic, &scoring),
+        score,
+        draws,
         peak_replicas: run.peak_replicas,
         scale_events: run.scale_events,
         fallback_syncs: run.fallback_syncs,
@@ -652,7 +787,7 @@ fn try_candidate(
 /// same as one after another.
 fn try_candidates(
     plan: &Plan,
-    traffic: &Traffic,
+    traffic: &[Traffic],
     workers: usize,
     trials: Vec<Trial>,
     bar: &indicatif::ProgressBar,
@@ -690,7 +825,7 @@ fn parallel_replays() -> usize {
 /// jobs waiting per worker, v·S of wait).
 fn sweep(
     plan: &mut Plan,
-    traffic: &Traffic,
+    traffic: &[Traffic],
     workers: usize,
     base: &HashMap<String, String>,
     percentile: f64,

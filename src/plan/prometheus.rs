@@ -15,16 +15,22 @@ use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
 use crate::plan::trace::{self, Trace};
+use crate::scaler::selector::QueueSelector;
 
 /// Where and what to read.
 #[derive(Debug, Clone)]
 pub struct Source {
     /// Prometheus' base URL, e.g. `http://prometheus:9090`.
     pub url: String,
-    /// The queue's name (its `queue` label).
+    /// The queue's name (its `queue` label), or a glob of names as the
+    /// trigger's `queue` takes it: every queue it matches is read, and the
+    /// replay holds all their jobs in one queue.
     pub queue: String,
     /// The exporter's source (its `source` label), when several have the queue.
     pub source: Option<String>,
+    /// The job library (its `preset` label), when queues of two libraries
+    /// share a name.
+    pub preset: Option<String>,
     /// From when (unix seconds).
     pub from: f64,
     /// Until when (unix seconds).
@@ -53,8 +59,23 @@ pub struct PrometheusError(pub String);
 /// One series' values by step time (millisecond unix time, exact).
 type Series = BTreeMap<i64, f64>;
 
+/// Each queue's series, by queue name.
+type ByQueue = BTreeMap<String, Series>;
+
+/// What was read: the trace, and the queues it sums.
+#[derive(Debug, Clone)]
+pub struct Recorded {
+    /// The queues' traffic, as one queue's.
+    pub trace: Trace,
+    /// The queues read (one, or those a glob matched).
+    pub queues: Vec<String>,
+    /// The `preset` labels of their series (none for plain keys): the job
+    /// library a trigger counting job states reads them as.
+    pub presets: Vec<String>,
+}
+
 /// Reads the queue's trace from Prometheus.
-pub fn read(source: &Source) -> Result<Trace, PrometheusError> {
+pub fn read(source: &Source) -> Result<Recorded, PrometheusError> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -62,24 +83,75 @@ pub fn read(source: &Source) -> Result<Trace, PrometheusError> {
     runtime.block_on(read_async(source))
 }
 
-/// The label matchers of the queue's series.
-fn matchers(source: &Source) -> String {
-    let quote = |s: &str| serde_json::Value::String(s.to_owned()).to_string();
-    let mut m = format!("queue={}", quote(&source.queue));
+/// A label value quoted for PromQL (JSON's string quoting is PromQL's).
+fn quote(s: &str) -> String {
+    serde_json::Value::String(s.to_owned()).to_string()
+}
+
+/// The label matchers of the source and preset, each with a leading comma.
+fn scope(source: &Source) -> String {
+    let mut m = String::new();
     if let Some(s) = &source.source {
         m.push_str(&format!(",source={}", quote(s)));
+    }
+    if let Some(p) = &source.preset {
+        m.push_str(&format!(",preset={}", quote(p)));
     }
     m
 }
 
-async fn read_async(source: &Source) -> Result<Trace, PrometheusError> {
+/// The label matchers of the queues read: `queue="name"` for one, a
+/// regex of the names (each escaped, so only they match) for several.
+fn matchers(source: &Source, queues: &[String]) -> String {
+    let queue = match queues {
+        [one] => format!("queue={}", quote(one)),
+        many => {
+            let names: Vec<String> = many.iter().map(|q| regex::escape(q)).collect();
+            format!("queue=~{}", quote(&names.join("|")))
+        }
+    };
+    format!("{queue}{}", scope(source))
+}
+
+/// The queues `source.queue` names: itself, or where it is a glob, every
+/// queue with a `queue_depth` sample in the period that the exporter's
+/// own selector ([`QueueSelector`], the trigger's `queue`) matches.
+async fn queues(client: &Client, source: &Source) -> Result<Vec<String>, PrometheusError> {
+    let selector = QueueSelector::new(&source.queue);
+    if !selector.is_glob() {
+        return Ok(vec![source.queue.clone()]);
+    }
+    let series = format!("queue_depth{{queue!=\"\"{}}}", scope(source));
+    let names: Vec<String> = client
+        .label_values(source, "queue", &series)
+        .await?
+        .into_iter()
+        .filter(|q| selector.matches(q))
+        .collect();
+    if names.is_empty() {
+        return Err(PrometheusError(format!(
+            "{}: no queue_depth{{{}}} series from {} to {} has a queue matching the glob {}",
+            source.url,
+            scope(source).trim_start_matches(','),
+            rfc3339(source.from),
+            rfc3339(source.to),
+            quote(&source.queue)
+        )));
+    }
+    Ok(names)
+}
+
+async fn read_async(source: &Source) -> Result<Recorded, PrometheusError> {
     let client = Client::new(source)?;
-    let m = matchers(source);
+    let queues = queues(&client, source).await?;
+    let m = matchers(source, &queues);
     let w = format!("{}s", source.step.round().max(1.0));
     let depth = client
-        .range(
+        .by_queue(
             source,
-            &format!("sum(last_over_time(queue_depth{{{m},state=~\"|waiting\"}}[{w}]))"),
+            &format!(
+                "sum by (queue) (last_over_time(queue_depth{{{m},state=~\"|waiting\"}}[{w}]))"
+            ),
         )
         .await?;
     if depth.is_empty() {
@@ -92,9 +164,9 @@ async fn read_async(source: &Source) -> Result<Trace, PrometheusError> {
     }
     let arrivals = arrivals(&client, source, &m, &w).await?;
     let service = client
-        .range(
+        .by_queue(
             source,
-            &format!("avg(last_over_time(queue_service_time_seconds{{{m}}}[{w}]))"),
+            &format!("avg by (queue) (last_over_time(queue_service_time_seconds{{{m}}}[{w}]))"),
         )
         .await?;
     if service.is_empty() && source.processing_time.is_none() {
@@ -104,7 +176,15 @@ async fn read_async(source: &Source) -> Result<Trace, PrometheusError> {
         )));
     }
     let rows = rows(source, &depth, &arrivals, &service);
-    trace::from_rows(&source.url, &rows).map_err(|e| PrometheusError(e.to_string()))
+    let trace = trace::from_rows(&source.url, &rows).map_err(|e| PrometheusError(e.to_string()))?;
+    let presets = client
+        .label_values(source, "preset", &format!("queue_depth{{{m}}}"))
+        .await?;
+    Ok(Recorded {
+        trace,
+        queues,
+        presets,
+    })
 }
 
 /// Where a queue's arrivals come from, as the exporter counts them.
@@ -112,15 +192,15 @@ enum Arrivals {
     /// `queue_messages_published_total`: every job added, counted where
     /// it is added (RabbitMQ's publishes, BullMQ's and Bull's `id`
     /// counter, a stream's entries added, a `counters: enqueued` key).
-    Published(Series),
+    Published(ByQueue),
     /// `queue_jobs_processed_total` with `queue_depth`: what came in is
     /// what is held more plus what was taken out (a plain key with
     /// `counters: processed`, the libraries that keep totals).
-    Flow(Series),
+    Flow(ByQueue),
 }
 
-/// The queue's arrivals series: the published total where the exporter
-/// has one for the queue, else the processed total; with neither, an
+/// The queues' arrivals series: the published total where the exporter
+/// has one for the queues, else the processed total; with neither, an
 /// error naming both.
 async fn arrivals(
     client: &Client,
@@ -128,15 +208,15 @@ async fn arrivals(
     m: &str,
     w: &str,
 ) -> Result<Arrivals, PrometheusError> {
-    let total = |name: &str| format!("sum(last_over_time({name}{{{m}}}[{w}]))");
+    let total = |name: &str| format!("sum by (queue) (last_over_time({name}{{{m}}}[{w}]))");
     let published = client
-        .range(source, &total("queue_messages_published_total"))
+        .by_queue(source, &total("queue_messages_published_total"))
         .await?;
     if !published.is_empty() {
         return Ok(Arrivals::Published(published));
     }
     let processed = client
-        .range(source, &total("queue_jobs_processed_total"))
+        .by_queue(source, &total("queue_jobs_processed_total"))
         .await?;
     if processed.is_empty() {
         return Err(PrometheusError(format!(
@@ -147,41 +227,89 @@ async fn arrivals(
     Ok(Arrivals::Flow(processed))
 }
 
-/// Rows at each step after the first: arrivals over the step from the
-/// published total at both ends, or from the processed total and the
-/// depth at both ends; `None` where an end has no sample.
+/// Jobs one queue received over the step ending at `t` (ms): from its
+/// published total at both ends, or from its processed total and its depth
+/// at both ends; `None` where an end has no sample.
+fn arrived(
+    arrivals: &Arrivals,
+    depth: Option<&Series>,
+    queue: &str,
+    t: i64,
+    step_ms: i64,
+) -> Option<f64> {
+    let at = |s: Option<&Series>, t: i64| s.and_then(|s| s.get(&t)).copied();
+    // A reset counter starts again from 0.
+    let counted = |c0: f64, c1: f64| if c1 >= c0 { c1 - c0 } else { c1 };
+    match arrivals {
+        Arrivals::Published(p) => {
+            let p = p.get(queue);
+            Some(counted(at(p, t - step_ms)?, at(p, t)?))
+        }
+        Arrivals::Flow(p) => {
+            let p = p.get(queue);
+            let (d0, d1) = (at(depth, t - step_ms)?, at(depth, t)?);
+            Some(counted(at(p, t - step_ms)?, at(p, t)?) + d1 - d0)
+        }
+    }
+}
+
+/// True when `series` has samples at or before `from` and at or after `to`.
+fn within(series: Option<&Series>, from: i64, to: i64) -> bool {
+    series.is_some_and(|s| s.range(..=from).next().is_some() && s.range(to..).next().is_some())
+}
+
+/// Rows at each step after the first, summed over the queues: the jobs
+/// that arrived over the step at the queues whose readings tell it, and
+/// their service time weighted by those arrivals (the plain mean of the
+/// queues measured where none arrived); `None` where no queue tells.
 fn rows(
     source: &Source,
-    depth: &Series,
+    depth: &ByQueue,
     arrivals: &Arrivals,
-    service: &Series,
+    service: &ByQueue,
 ) -> Vec<(f64, Option<f64>, Option<f64>)> {
     let step_ms = (source.step * 1000.0).round() as i64;
     let first = (source.from * 1000.0).round() as i64;
     let last = (source.to * 1000.0).round() as i64;
+    let names: std::collections::BTreeSet<&String> = depth.keys().chain(service.keys()).collect();
     let mut out = Vec::new();
     let mut t = first + step_ms;
-    // A reset counter starts again from 0.
-    let counted = |c0: f64, c1: f64| if c1 >= c0 { c1 - c0 } else { c1 };
     while t <= last {
-        let at = |s: &Series, t: i64| s.get(&t).copied();
-        let came = match arrivals {
-            Arrivals::Published(p) => match (at(p, t - step_ms), at(p, t)) {
-                (Some(p0), Some(p1)) => Some(counted(p0, p1)),
-                _ => None,
-            },
-            Arrivals::Flow(p) => match (
-                at(depth, t - step_ms),
-                at(depth, t),
-                at(p, t - step_ms),
-                at(p, t),
-            ) {
-                (Some(d0), Some(d1), Some(p0), Some(p1)) => Some(counted(p0, p1) + d1 - d0),
-                _ => None,
-            },
+        let (mut came, mut weighted, mut told) = (0.0, 0.0, false);
+        let (mut plain, mut measured) = (0.0, 0usize);
+        let mut unknown = false;
+        for &q in &names {
+            let s = service
+                .get(q)
+                .and_then(|s| s.get(&t))
+                .copied()
+                .or(source.processing_time);
+            if let Some(s) = s {
+                plain += s;
+                measured += 1;
+            }
+            match arrived(arrivals, depth.get(q), q, t, step_ms) {
+                Some(n) => {
+                    let n = n.max(0.0);
+                    came += n;
+                    told = true;
+                    weighted += n * s.unwrap_or(f64::NAN);
+                }
+                // A queue read before and after this step but not over it
+                // (its exporter down, say): the step's arrivals are not
+                // known. One that is not there yet, or no more, took none.
+                None => unknown |= within(depth.get(q), t - step_ms, t),
+            }
+        }
+        let rate = (told && !unknown).then_some(came / source.step);
+        let service = if came > 0.0 && weighted.is_finite() {
+            Some(weighted / came)
+        } else if came > 0.0 {
+            // A queue that took jobs has no service time: unknown.
+            None
+        } else {
+            (measured > 0).then(|| plain / measured as f64)
         };
-        let rate = came.map(|n| (n / source.step).max(0.0));
-        let service = at(service, t).or(source.processing_time);
         // A row holds from its time; arrivals counted over (t - step, t].
         out.push(((t - step_ms) as f64 / 1000.0, rate, service));
         t += step_ms;
@@ -235,26 +363,42 @@ impl Client {
         Ok(Client { http, auth })
     }
 
-    /// `query_range` of `query` over the source's period: step time → value.
-    async fn range(&self, source: &Source, query: &str) -> Result<Series, PrometheusError> {
+    /// Asks the API's `path` with `params` and returns its `data`; `what`
+    /// names the request in errors. `query_range` is POSTed as a form (so
+    /// a query naming many queues is never too long for a URL); the label
+    /// values API takes only GET, its parameters in the URL.
+    async fn api(
+        &self,
+        source: &Source,
+        path: &str,
+        params: &[(&str, &str)],
+        what: &str,
+    ) -> Result<serde_json::Value, PrometheusError> {
         let encode = |s: &str| {
             percent_encoding::utf8_percent_encode(s, percent_encoding::NON_ALPHANUMERIC).to_string()
         };
-        let url = format!(
-            "{}/api/v1/query_range?query={}&start={:.3}&end={:.3}&step={}",
-            source.url.trim_end_matches('/'),
-            encode(query),
-            source.from,
-            source.to,
-            source.step
-        );
-        let mut request = self.http.get(&url);
+        let form: Vec<String> = params
+            .iter()
+            .map(|(k, v)| format!("{}={}", encode(k), encode(v)))
+            .collect();
+        let url = format!("{}/api/v1/{path}", source.url.trim_end_matches('/'));
+        let mut request = if path == "query_range" {
+            self.http
+                .post(&url)
+                .header(
+                    reqwest::header::CONTENT_TYPE,
+                    "application/x-www-form-urlencoded",
+                )
+                .body(form.join("&"))
+        } else {
+            self.http.get(format!("{url}?{}", form.join("&")))
+        };
         request = match &self.auth {
             Some(Auth::Bearer(t)) => request.bearer_auth(t),
             Some(Auth::Basic(u, p)) => request.basic_auth(u, Some(p)),
             None => request,
         };
-        let fail = |what: String| PrometheusError(format!("{}: {query}: {what}", source.url));
+        let fail = |why: String| PrometheusError(format!("{}: {what}: {why}", source.url));
         let response = request.send().await.map_err(|e| {
             PrometheusError(format!("cannot reach Prometheus at {}: {e}", source.url))
         })?;
@@ -269,24 +413,64 @@ impl Client {
                 body["error"].as_str().unwrap_or("error")
             )));
         }
-        let mut out = Series::new();
-        let results = body["data"]["result"]
-            .as_array()
-            .cloned()
-            .unwrap_or_default();
-        for pair in results
-            .iter()
-            .flat_map(|r| r["values"].as_array().cloned().unwrap_or_default())
-        {
-            let t = pair[0].as_f64();
-            let v = pair[1].as_str().and_then(|v| v.parse::<f64>().ok());
-            if let (Some(t), Some(v)) = (t, v)
-                && v.is_finite()
-            {
-                out.insert((t * 1000.0).round() as i64, v);
+        Ok(body["data"].clone())
+    }
+
+    /// `query_range` of `query` (summed `by (queue)`) over the source's
+    /// period: each queue's step time → value.
+    async fn by_queue(&self, source: &Source, query: &str) -> Result<ByQueue, PrometheusError> {
+        let (start, end, step) = (
+            format!("{:.3}", source.from),
+            format!("{:.3}", source.to),
+            source.step.to_string(),
+        );
+        let params = [
+            ("query", query),
+            ("start", start.as_str()),
+            ("end", end.as_str()),
+            ("step", step.as_str()),
+        ];
+        let data = self.api(source, "query_range", &params, query).await?;
+        let mut out = ByQueue::new();
+        for r in data["result"].as_array().map_or(&[][..], Vec::as_slice) {
+            let queue = r["metric"]["queue"].as_str().unwrap_or_default().to_owned();
+            let series = out.entry(queue).or_default();
+            for pair in r["values"].as_array().map_or(&[][..], Vec::as_slice) {
+                let t = pair[0].as_f64();
+                let v = pair[1].as_str().and_then(|v| v.parse::<f64>().ok());
+                if let (Some(t), Some(v)) = (t, v)
+                    && v.is_finite()
+                {
+                    series.insert((t * 1000.0).round() as i64, v);
+                }
             }
         }
+        out.retain(|_, s| !s.is_empty());
         Ok(out)
+    }
+
+    /// The values of `label` on the series `series` selects within the
+    /// source's period.
+    async fn label_values(
+        &self,
+        source: &Source,
+        label: &str,
+        series: &str,
+    ) -> Result<Vec<String>, PrometheusError> {
+        let (start, end) = (format!("{:.3}", source.from), format!("{:.3}", source.to));
+        let params = [
+            ("match[]", series),
+            ("start", start.as_str()),
+            ("end", end.as_str()),
+        ];
+        let path = format!("label/{label}/values");
+        let data = self.api(source, &path, &params, series).await?;
+        Ok(data
+            .as_array()
+            .map_or(&[][..], Vec::as_slice)
+            .iter()
+            .filter_map(|v| v.as_str().map(str::to_owned))
+            .collect())
     }
 }
 

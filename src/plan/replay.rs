@@ -17,8 +17,8 @@ use crate::plan::cluster::{Cluster, Hpa, Keda, KedaMove, Metric, MetricType, Tar
 use crate::scaler::metadata::ScalerQuery;
 use crate::scaler::{held, query};
 use crate::snapshot::{
-    ArrivalsMeasure, CounterPoint, JobTotals, Measures, QueueSample, QueueType, ServiceMeasure,
-    Snapshot, SourceKind,
+    ArrivalsMeasure, CounterPoint, JobState, JobTotals, Measures, PresetFacts, PresetKind,
+    QueueSample, QueueType, ServiceMeasure, Snapshot, SourceKind,
 };
 use crate::sources::counter_point;
 
@@ -79,6 +79,11 @@ pub struct Exporter {
     /// publish nothing, so the scaler answers UNAVAILABLE once the last
     /// reading is stale, as it would with the exporter or its source down.
     pub gaps: Vec<(f64, f64)>,
+    /// The library whose queue the replayed one is read as, for a trigger
+    /// that counts job states (`state`): its `waiting` jobs are the
+    /// backlog, its `active` ones the jobs the workers are on. `None`: a
+    /// plain list, as for every trigger without `state`.
+    pub states_as: Option<PresetKind>,
 }
 
 /// One replay: the traffic, the exporter, the cluster and how long.
@@ -301,8 +306,14 @@ fn clock(exporter: &Exporter, t: f64) -> SystemTime {
         + Duration::from_secs_f64((t + exporter.warmup + 1.0) / exporter.speedup)
 }
 
-/// What the source reads at a poll at replay time `t`: the queue's sample.
-fn read(exporter: &Exporter, w: &mut World, t: f64) -> Vec<QueueSample> {
+/// What the source reads at a poll at replay time `t`: the queue's
+/// sample, with its job states as `states_as`'s queue where given.
+fn read(
+    exporter: &Exporter,
+    w: &mut World,
+    t: f64,
+    states_as: Option<PresetKind>,
+) -> Vec<QueueSample> {
     let backlog = w.backlog(t) as u64;
     let oldest = w.traffic.arrivals.get(w.head).copied();
     let mut sample = QueueSample {
@@ -320,10 +331,24 @@ fn read(exporter: &Exporter, w: &mut World, t: f64) -> Vec<QueueSample> {
         },
         ..QueueSample::named(QUEUE)
     };
+    let processed = w.processed(t);
     sample.set_jobs(JobTotals {
-        processed: Some(w.processed(t) as u64),
+        processed: Some(processed as u64),
         failed: None,
     });
+    if let Some(preset) = states_as {
+        // Started and not finished: the jobs the workers are on.
+        let active = w.head.saturating_sub(processed) as u64;
+        sample.preset = Some(Box::new(PresetFacts {
+            preset,
+            states: [
+                (JobState::Waiting, Some(backlog)),
+                (JobState::Active, Some(active)),
+            ]
+            .into(),
+            ..PresetFacts::default()
+        }));
+    }
     vec![sample]
 }
 
@@ -345,9 +370,9 @@ struct Polls {
 
 impl Polls {
     /// A poll at replay time `t` that published (not in a gap).
-    fn note(&mut self, exporter: &Exporter, w: &mut World, t: f64) {
+    fn note(&mut self, exporter: &Exporter, w: &mut World, t: f64, states_as: Option<PresetKind>) {
         let at = clock(exporter, t);
-        let queues = read(exporter, w, t);
+        let queues = read(exporter, w, t, states_as);
         self.points.push(counter_point(at, &queues));
         self.last = Some((at, queues));
     }
@@ -390,6 +415,8 @@ pub fn replay(setup: &Replay, query: &ScalerQuery, config: &ScalerConfig) -> Run
     let mut run = Run::default();
     let mut answers = held::Answers::default();
     let mut polls = Polls::default();
+    // Job states only for a trigger that counts them.
+    let states_as = query.states.as_ref().and(exporter.states_as);
     w.set_replicas(cluster.min_replicas, 0.0);
     loop {
         // The exporter's polls up to now, each seeing the world as it is then.
@@ -400,7 +427,7 @@ pub fn replay(setup: &Replay, query: &ScalerQuery, config: &ScalerConfig) -> Run
                 .iter()
                 .any(|&(a, b)| a <= next_poll && next_poll < b)
             {
-                polls.note(exporter, &mut w, next_poll);
+                polls.note(exporter, &mut w, next_poll, states_as);
             }
             next_poll += exporter.poll;
         }

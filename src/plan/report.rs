@@ -46,6 +46,18 @@ fn left_out_lines(plan: &Plan) -> Vec<String> {
     out
 }
 
+/// The range of a candidate's draws: share on time and worker-hours.
+fn spread_of(c: &Candidate) -> String {
+    let range = |f: &dyn Fn(&crate::plan::score::Score) -> f64| {
+        let lo = c.draws.iter().map(f).fold(f64::INFINITY, f64::min);
+        let hi = c.draws.iter().map(f).fold(f64::NEG_INFINITY, f64::max);
+        (lo, hi)
+    };
+    let (w0, w1) = range(&|d| d.within_pct);
+    let (h0, h1) = range(&|d| d.worker_s / 3600.0);
+    format!("{w0:.2}-{w1:.2}%, {h0:.2}-{h1:.2}")
+}
+
 /// The recommendation as the `triggers:` entry of a ScaledObject.
 pub fn trigger_yaml(c: &Candidate) -> String {
     let mut keys: Vec<_> = c.meta.iter().collect();
@@ -76,9 +88,19 @@ pub fn text(plan: &Plan, price: Option<f64>, percentile: f64) -> String {
     for line in left_out_lines(plan).iter().chain(&plan.notes) {
         let _ = writeln!(s, "{line}");
     }
+    let spread = plan.draws > 1;
+    if spread {
+        let _ = writeln!(
+            s,
+            "{} draws of the trace's jobs (seeds {} to {}): each candidate's share on time and waits are its worst draw's, its worker-hours the mean; the spread column gives each draw's range",
+            plan.draws,
+            plan.seed,
+            plan.seed.wrapping_add(u64::from(plan.draws) - 1)
+        );
+    }
     let _ = writeln!(
         s,
-        "\n{:<32} {:>8} {:>9} {:>9} {:>9} {:>12}{} {:>5} {:>7}",
+        "\n{:<32} {:>8} {:>9} {:>9} {:>9} {:>12}{} {:>5} {:>7}{}",
         "candidate",
         "on time",
         "p50 wait",
@@ -91,14 +113,19 @@ pub fn text(plan: &Plan, price: Option<f64>, percentile: f64) -> String {
             String::new()
         },
         "peak",
-        "scaling"
+        "scaling",
+        if spread {
+            format!(" {:>27}", "spread: on time, hours")
+        } else {
+            String::new()
+        }
     );
     for c in &plan.candidates {
         let hours = c.score.worker_s / 3600.0;
         let cost = price.map_or(String::new(), |p| format!(" {:>10.2}", p * hours));
         let _ = writeln!(
             s,
-            "{:<32} {:>7.2}% {:>9} {:>9} {:>9} {:>12.2}{} {:>5} {:>7}",
+            "{:<32} {:>7.2}% {:>9} {:>9} {:>9} {:>12.2}{} {:>5} {:>7}{}",
             c.name,
             c.score.within_pct,
             wait(c.score.p50_wait),
@@ -107,7 +134,12 @@ pub fn text(plan: &Plan, price: Option<f64>, percentile: f64) -> String {
             hours,
             cost,
             c.peak_replicas,
-            c.scale_events
+            c.scale_events,
+            if spread {
+                format!(" {:>27}", spread_of(c))
+            } else {
+                String::new()
+            }
         );
     }
     for c in plan.candidates.iter().filter(|c| c.fallback_syncs > 0) {
@@ -121,8 +153,9 @@ pub fn text(plan: &Plan, price: Option<f64>, percentile: f64) -> String {
         Some(c) => {
             let _ = write!(
                 s,
-                "\nrecommended: {} (the cheapest starting at least {percentile} % of jobs within targetWait)\n{}",
+                "\nrecommended: {} (the cheapest starting at least {percentile} % of jobs within targetWait{})\n{}",
                 c.name,
+                if spread { " in every draw" } else { "" },
                 trigger_yaml(c)
             );
         }
@@ -156,12 +189,18 @@ pub fn json(plan: &Plan, price: Option<f64>) -> Value {
                 "max_wait": c.score.max_wait, "worker_hours": hours,
                 "cost": price.map(|p| p * hours), "peak_replicas": c.peak_replicas,
                 "scale_events": c.scale_events, "fallback_syncs": c.fallback_syncs, "metric_type": c.metric_type.as_str(),
+                "draws": c.draws.iter().enumerate().map(|(k, d)| json!({
+                    "seed": plan.seed.wrapping_add(k as u64), "jobs": d.jobs,
+                    "within_pct": d.within_pct, "p99_wait": d.p99_wait,
+                    "worker_hours": d.worker_s / 3600.0,
+                })).collect::<Vec<_>>(),
             })
         })
         .collect();
     let b = &plan.cluster.behavior;
     json!({
         "from": at(plan, 0.0), "to": at(plan, plan.trace.length), "jobs": plan.jobs,
+        "seed": plan.seed, "draws": plan.draws,
         "target_wait": plan.target_wait, "lead_in": plan.lead_in, "gaps": gaps,
         "left_out_seconds": plan.left_out.iter().map(|(a, b)| b - a).sum::<f64>(),
         "notes": plan.notes,

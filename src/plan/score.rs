@@ -106,3 +106,69 @@ pub fn score(run: &Run, traffic: &Traffic, scoring: &Scoring) -> Score {
         worker_s,
     }
 }
+
+/// Several draws of the same trace's jobs as one score, as `plan
+/// --draws` shows a candidate: the lowest share on time and the longest
+/// waits any draw gave (the recommendation must hold in each), the mean
+/// worker time (what it costs on average), the first draw's jobs. `None`
+/// for no draw.
+pub fn worst_of(draws: &[Score]) -> Option<Score> {
+    let first = draws.first()?;
+    let highest = |f: fn(&Score) -> Option<f64>| {
+        draws
+            .iter()
+            .filter_map(f)
+            .fold(None, |m: Option<f64>, w| Some(m.map_or(w, |m| m.max(w))))
+    };
+    Some(Score {
+        jobs: first.jobs,
+        started: first.started,
+        within_pct: draws
+            .iter()
+            .map(|s| s.within_pct)
+            .fold(f64::INFINITY, f64::min),
+        p50_wait: highest(|s| s.p50_wait),
+        p99_wait: highest(|s| s.p99_wait),
+        max_wait: highest(|s| s.max_wait),
+        worker_s: draws.iter().map(|s| s.worker_s).sum::<f64>() / draws.len() as f64,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scored(within_pct: f64, p99: f64, worker_s: f64) -> Score {
+        Score {
+            jobs: 100,
+            started: 100,
+            within_pct,
+            p50_wait: Some(p99 / 10.0),
+            p99_wait: Some(p99),
+            max_wait: Some(2.0 * p99),
+            worker_s,
+        }
+    }
+
+    #[test]
+    fn one_draw_is_its_own_score() {
+        let s = scored(99.5, 12.0, 3600.0);
+        assert_eq!(worst_of(std::slice::from_ref(&s)), Some(s));
+        assert_eq!(worst_of(&[]), None);
+    }
+
+    #[test]
+    fn draws_show_the_lowest_share_on_time_the_longest_waits_and_the_mean_worker_time() {
+        let s = worst_of(&[
+            scored(99.5, 12.0, 3000.0),
+            scored(97.0, 30.0, 4000.0),
+            scored(99.9, 8.0, 3500.0),
+        ])
+        .unwrap();
+        assert_eq!(s.within_pct, 97.0);
+        assert_eq!(s.p99_wait, Some(30.0));
+        assert_eq!(s.max_wait, Some(60.0));
+        assert_eq!(s.p50_wait, Some(3.0));
+        assert_eq!(s.worker_s, 3500.0);
+    }
+}
