@@ -121,6 +121,7 @@ fn run(
         warmup: r.warmup,
         gaps: Vec::new(),
         states_as: None,
+        service_max_age: queue_exporter::config::default_service_time_max_age().as_secs_f64(),
     };
     let setup = Replay {
         traffic,

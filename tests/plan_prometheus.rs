@@ -441,12 +441,12 @@ async fn a_prometheus_asking_for_a_client_certificate_is_read_with_cert_file_and
     assert!(err.contains("--cert-file"), "{err}");
 }
 
-#[tokio::test]
-async fn a_queue_whose_exporter_counts_jobs_added_is_read_from_its_published_total() {
-    // A BullMQ queue: the exporter counts every job added (BullMQ's `id`
-    // counter, queue_messages_published_total) and keeps no processed
-    // total; its depth is by state. 3 jobs/s added for 30 minutes, the
-    // waiting depth swinging between 0 and 20 (workers keep up on average).
+/// A BullMQ queue `emails` whose exporter counts every job added (BullMQ's
+/// `id` counter, queue_messages_published_total) and keeps no processed
+/// total; its depth is by state. 3 jobs/s added for 32 minutes up to now,
+/// the waiting depth swinging between 0 and 20 (workers keep up on
+/// average), 0.8 s per job measured: (the first sample's time, OpenMetrics).
+fn bullmq_emails() -> (i64, String) {
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap()
@@ -477,6 +477,12 @@ async fn a_queue_whose_exporter_counts_jobs_added_is_read_from_its_published_tot
         ));
     }
     text.push_str("# EOF\n");
+    (start, text)
+}
+
+#[tokio::test]
+async fn a_queue_whose_exporter_counts_jobs_added_is_read_from_its_published_total() {
+    let (start, text) = bullmq_emails();
     let dir = tempfile::tempdir().unwrap();
     backfill(dir.path(), &text);
     let p = Prometheus::start(dir.path(), "  []\n").await;
@@ -663,4 +669,52 @@ async fn a_hole_in_one_of_the_queues_a_glob_matches_is_a_gap_not_fewer_jobs() {
         (jobs / (3.0 * known) - 1.0).abs() < 0.08,
         "{jobs} jobs over {known} s"
     );
+}
+
+#[tokio::test]
+async fn where_the_exporter_measures_the_service_time_and_fallback_starts_the_pods_waittime_sets_no_processing_time()
+ {
+    let (start, text) = bullmq_emails();
+    let dir = tempfile::tempdir().unwrap();
+    backfill(dir.path(), &text);
+    let p = Prometheus::start(dir.path(), "  []\n").await;
+    let so = dir.path().join("so.yaml");
+    std::fs::write(
+        &so,
+        "apiVersion: keda.sh/v1alpha1\nkind: ScaledObject\nmetadata:\n  name: mailer\nspec:\n  \
+         scaleTargetRef:\n    name: mailer\n  fallback:\n    failureThreshold: 3\n    replicas: 4\n  \
+         triggers:\n    - type: external\n      metadata:\n        scalerAddress: queue-exporter:9732\n        \
+         queue: emails\n        preset: bullmq\n        mode: QueueLength\n        value: \"5\"\n",
+    )
+    .unwrap();
+    let (from, to) = ((start + 600).to_string(), (start + 1800).to_string());
+    let (code, out, err) = plan(&[
+        "--prometheus",
+        &p.url,
+        "--from",
+        &from,
+        "--to",
+        &to,
+        "--scaledobject",
+        so.to_str().unwrap(),
+        "--target-wait",
+        "30s",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    let wait = &v["candidates"][1];
+    assert_eq!(wait["name"], "WaitTime 30s", "{v}");
+    // The queue read is the trigger's (queue and preset from its metadata).
+    assert_eq!(wait["metadata"]["preset"], "bullmq", "{wait}");
+    assert!(wait["metadata"].get("processingTime").is_none(), "{wait}");
+    assert!(
+        v["notes"]
+            .to_string()
+            .contains("WaitTime sets no processingTime"),
+        "{v}"
+    );
+    // Its replayed queue measured the jobs' 0.8 s and kept them on time.
+    assert!(wait["within_pct"].as_f64().unwrap() >= 99.0, "{wait}");
+    assert_eq!(wait["fallback_syncs"], 0, "{wait}");
 }

@@ -284,6 +284,11 @@ pub enum KedaMove {
     Activate,
     /// Inactive for `cooldownPeriod` with `minReplicaCount` 0: it scales to zero.
     Deactivate,
+    /// The scaler failed and `fallback` is set: it sets the workload to
+    /// `fallback.replicas`, from zero too (KEDA's scale executor,
+    /// `scale_scaledobjects.go`: not active, in error, fallback replicas not
+    /// 0: `doFallbackScaling`).
+    Fallback(usize),
 }
 
 /// KEDA's state for one ScaledObject: when it polls next and when the
@@ -300,25 +305,37 @@ pub struct Keda {
 }
 
 impl Keda {
-    /// KEDA's poll at `now` if one is due, given `IsActive`'s answer and
-    /// the replicas running: the move it makes, if any.
+    /// KEDA's poll at `now` if one is due, given `IsActive`'s answer
+    /// (`None`: the scaler failed), the replicas running and the trigger's
+    /// `metricType`: the move it makes, if any. A failure moves nothing
+    /// without `fallback`, nor for a `Value` trigger, to which KEDA's
+    /// fallback does not apply ([`Keda::metric`]).
     pub fn poll(
         &mut self,
         cluster: &Cluster,
         now: f64,
-        active: bool,
+        active: Option<bool>,
         replicas: usize,
+        metric_type: MetricType,
     ) -> Option<KedaMove> {
         if now < self.next_poll {
             return None;
         }
         self.next_poll = now + cluster.keda_poll;
-        if active {
-            self.last_active = Some(now);
-            (replicas == 0).then_some(KedaMove::Activate)
-        } else {
-            let cooled = self.last_active.is_none_or(|l| now - l >= cluster.cooldown);
-            (replicas > 0 && cluster.min_replicas == 0 && cooled).then_some(KedaMove::Deactivate)
+        match active {
+            None => cluster
+                .fallback
+                .filter(|f| f.replicas > 0 && metric_type == MetricType::AverageValue)
+                .map(|f| KedaMove::Fallback(f.replicas as usize)),
+            Some(true) => {
+                self.last_active = Some(now);
+                (replicas == 0).then_some(KedaMove::Activate)
+            }
+            Some(false) => {
+                let cooled = self.last_active.is_none_or(|l| now - l >= cluster.cooldown);
+                (replicas > 0 && cluster.min_replicas == 0 && cooled)
+                    .then_some(KedaMove::Deactivate)
+            }
         }
     }
 
@@ -885,14 +902,48 @@ mod tests {
     fn keda_wakes_from_zero_and_scales_to_zero_only_after_the_cooldown() {
         let cluster = Cluster::kubernetes_defaults(30.0);
         let mut keda = Keda::default();
-        assert_eq!(keda.poll(&cluster, 0.0, true, 0), Some(KedaMove::Activate));
-        // Not due before pollingInterval.
-        assert_eq!(keda.poll(&cluster, 15.0, false, 1), None);
-        assert_eq!(keda.poll(&cluster, 30.0, false, 1), None);
+        let avg = MetricType::AverageValue;
         assert_eq!(
-            keda.poll(&cluster, 300.0, false, 1),
+            keda.poll(&cluster, 0.0, Some(true), 0, avg),
+            Some(KedaMove::Activate)
+        );
+        // Not due before pollingInterval.
+        assert_eq!(keda.poll(&cluster, 15.0, Some(false), 1, avg), None);
+        assert_eq!(keda.poll(&cluster, 30.0, Some(false), 1, avg), None);
+        assert_eq!(
+            keda.poll(&cluster, 300.0, Some(false), 1, avg),
             Some(KedaMove::Deactivate)
         );
+    }
+
+    // kedacore/keda `pkg/scaling/executor/scale_scaledobjects.go`,
+    // `RequestScale`: not active, in error, `fallback.replicas` not 0 →
+    // `doFallbackScaling`, whatever the replicas (from zero too).
+    #[test]
+    fn a_failing_scaler_has_keda_set_the_fallback_replicas_at_its_poll_from_zero_too() {
+        let mut cluster = Cluster::kubernetes_defaults(30.0);
+        let avg = MetricType::AverageValue;
+        let mut keda = Keda::default();
+        // Without fallback a failure moves nothing.
+        assert_eq!(keda.poll(&cluster, 0.0, None, 0, avg), None);
+        cluster.fallback = Some(Fallback {
+            failure_threshold: 3,
+            replicas: 4,
+            behavior: FallbackBehavior::Static,
+        });
+        let mut keda = Keda::default();
+        assert_eq!(
+            keda.poll(&cluster, 0.0, None, 0, avg),
+            Some(KedaMove::Fallback(4))
+        );
+        assert_eq!(keda.poll(&cluster, 15.0, None, 4, avg), None);
+        assert_eq!(
+            keda.poll(&cluster, 30.0, None, 9, avg),
+            Some(KedaMove::Fallback(4))
+        );
+        // KEDA's fallback is for AverageValue triggers only.
+        let mut keda = Keda::default();
+        assert_eq!(keda.poll(&cluster, 0.0, None, 0, MetricType::Value), None);
     }
 
     // KEDA's fallback, against kedacore/keda `pkg/fallback/fallback_test.go`:

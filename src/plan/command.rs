@@ -170,10 +170,6 @@ pub struct Candidate {
     pub name: String,
     /// Its `metadata`, as the ScaledObject would hold it.
     pub meta: HashMap<String, String>,
-    /// The metadata replayed where it is not `meta`: the ScaledObject's
-    /// WaitTime trigger without `processingTime` is given the trace's mean
-    /// service time, which the exporter measures on the user's queue.
-    pub replayed: Option<HashMap<String, String>>,
     /// The replay's figures: with several draws, the lowest share on time
     /// and the longest waits of any, the mean worker time
     /// ([`score::worst_of`]).
@@ -220,6 +216,11 @@ pub struct Plan {
     pub seed: u64,
     /// How many draws each candidate is replayed over (`--draws`).
     pub draws: u32,
+    /// The trace's service times are the exporter's measurement of the
+    /// queue (`queue_service_time_seconds`): the WaitTime candidate then
+    /// sets no `processingTime`, as the exporter measures it on the queue,
+    /// and its replayed queue measures its own from its finished jobs.
+    pub service_measured: bool,
     /// The index of the cheapest candidate on time, if any is.
     pub recommended: Option<usize>,
 }
@@ -267,6 +268,7 @@ pub fn run(options: &Options) -> Result<Plan, PlanError> {
     };
     let mut plan = prepare(trace, cluster, target_wait, scale);
     plan.notes.extend(read.notes);
+    plan.service_measured = read.service_measured;
     plan.states_as = states_as;
     if scale != 1.0 {
         plan.notes.push(format!(
@@ -311,25 +313,26 @@ fn first_trials(plan: &mut Plan, own: Option<Own>, base: &HashMap<String, String
                 o.name
             ));
         }
-        let replayed = measured_service(&o, plan.trace.mean_service() / scale, &mut plan.notes);
         first.push(Trial {
             name: o.name,
             meta: o.meta,
-            replayed,
             metric_type: o.metric_type,
         });
     }
     // WaitTime's durations are the exporter's, as the recording's were.
-    let wait = wait_candidate(
-        base,
-        plan.target_wait / scale,
-        plan.trace.mean_service() / scale,
-        &mut plan.notes,
-    );
+    let fallback = plan.cluster.fallback.is_some_and(|f| f.replicas > 0);
+    let starts = fallback || plan.cluster.min_replicas > 0;
+    let service = if plan.service_measured && starts {
+        Service::Measured
+    } else if plan.service_measured {
+        Service::Unstartable(plan.trace.mean_service() / scale)
+    } else {
+        Service::Trace(plan.trace.mean_service() / scale)
+    };
+    let wait = wait_candidate(base, plan.target_wait / scale, service, &mut plan.notes);
     first.push(Trial {
         name: format!("WaitTime {}", seconds(plan.target_wait)),
         meta: wait,
-        replayed: None,
         metric_type: MetricType::AverageValue,
     });
     first
@@ -370,8 +373,8 @@ fn series_of(
         .candidates
         .get(i)
         .ok_or_else(|| PlanError::Input(format!("--plot: no candidate {i}")))?;
-    let query = parse_for_replay(c.replayed.as_ref().unwrap_or(&c.meta))
-        .map_err(|e| PlanError::Input(format!("{}: {e}", c.name)))?;
+    let query =
+        parse_for_replay(&c.meta).map_err(|e| PlanError::Input(format!("{}: {e}", c.name)))?;
     let run = replay_run(plan, traffic, workers, &query, c.metric_type, true);
     let label = if plan.recommended == Some(i) {
         format!("{} (recommended)", c.name)
@@ -401,6 +404,7 @@ fn replay_run(
         warmup: 60.0_f64.max(2.0 * plan.target_wait) + 2.0,
         gaps: plan.trace.gaps.clone(),
         states_as: plan.states_as,
+        service_max_age: crate::config::default_service_time_max_age().as_secs_f64(),
     };
     let setup = Replay {
         traffic,
@@ -465,6 +469,8 @@ struct Read {
     notes: Vec<String>,
     /// The `preset` labels of the queues read from Prometheus.
     presets: Vec<String>,
+    /// Whether the service times are the exporter's measurement.
+    service_measured: bool,
 }
 
 /// The trace, from `--trace` or from `--prometheus` (its queue, source
@@ -483,6 +489,7 @@ fn read_trace(
             trace: trace::read(&path)?,
             notes: Vec::new(),
             presets: Vec::new(),
+            service_measured: false,
         });
     };
     let from_meta = |k: &str| meta.and_then(|m| m.get(k)).cloned();
@@ -546,6 +553,7 @@ fn read_trace(
         trace: recorded.trace,
         notes,
         presets: recorded.presets,
+        service_measured: recorded.service_measured,
     })
 }
 
@@ -644,6 +652,7 @@ fn prepare(trace: Trace, cluster: Cluster, target_wait: f64, time_scale: f64) ->
         states_as: None,
         seed: SEED,
         draws: 1,
+        service_measured: false,
     }
 }
 
@@ -674,7 +683,7 @@ fn parse_for_replay(meta: &HashMap<String, String>) -> Result<ScalerQuery, Strin
 fn wait_candidate(
     base: &HashMap<String, String>,
     target_wait: f64,
-    mean_service: f64,
+    service: Service,
     notes: &mut Vec<String>,
 ) -> HashMap<String, String> {
     let mut m = base.clone();
@@ -688,17 +697,46 @@ fn wait_candidate(
     }
     m.insert("mode".into(), "WaitTime".into());
     m.insert("targetWait".into(), seconds(target_wait));
-    if !m.contains_key("processingTime") {
-        m.insert(
-            "processingTime".into(),
-            seconds((mean_service * 1000.0).round() / 1000.0),
-        );
-        notes.push(format!(
-            "WaitTime's processingTime is the trace's mean service time, weighted by arrivals ({}): the trigger sets none, and the replayed queue measures none of its own",
-            seconds((mean_service * 1000.0).round() / 1000.0)
-        ));
+    if m.contains_key("processingTime") {
+        return m;
     }
+    let (mean, why) = match service {
+        Service::Measured => {
+            notes.push(
+                "WaitTime sets no processingTime: the exporter measures your queue's service time, and the replayed queue measures its own from its finished jobs (until one has, the scaler answers UNAVAILABLE and KEDA's fallback or minReplicaCount starts the pods)".to_owned(),
+            );
+            return m;
+        }
+        Service::Trace(mean) => (
+            mean,
+            "the trace's service times may not be measured by your exporter",
+        ),
+        Service::Unstartable(mean) => (
+            mean,
+            "without KEDA's fallback or a minReplicaCount of 1, a WaitTime trigger without it cannot start from zero replicas until a job has finished (docs/keda.md)",
+        ),
+    };
+    let processing = seconds((mean * 1000.0).round() / 1000.0);
+    notes.push(format!(
+        "WaitTime's processingTime is the trace's mean service time, weighted by arrivals ({processing}): {why}"
+    ));
+    m.insert("processingTime".into(), processing);
     m
+}
+
+/// Where the WaitTime candidate's service time comes from.
+#[derive(Debug, Clone, Copy)]
+enum Service {
+    /// Measured by the exporter, as on the user's queue: no `processingTime`.
+    Measured,
+    /// `processingTime` from the trace's mean (seconds): its service
+    /// times may not be the exporter's measurement (`--trace`,
+    /// `--processing-time`).
+    Trace(f64),
+    /// `processingTime` from the trace's mean although the exporter
+    /// measures it: without `fallback` or `minReplicaCount` ≥ 1, a trigger
+    /// without it cannot start from zero.
+    Unstartable(f64),
 }
 
 /// A candidate to replay: its name, its metadata and its `metricType`.
@@ -706,34 +744,7 @@ struct Trial {
     name: String,
     /// Its metadata as the user would write it (shown, and in the YAML).
     meta: HashMap<String, String>,
-    /// The metadata replayed, where it is not `meta` (see [`measured_service`]).
-    replayed: Option<HashMap<String, String>>,
     metric_type: MetricType,
-}
-
-/// The ScaledObject's own trigger's metadata for the replay, when it is
-/// `mode: WaitTime` without `processingTime`: on the user's queue the
-/// exporter measures the service time (a library's finished jobs,
-/// RabbitMQ's acknowledgements), which is where the trace's service times
-/// come from; the replayed list has no records to measure, so it is given
-/// the trace's mean (`mean` in the trigger's seconds), and a note says so.
-/// `None` for any other trigger: replayed as written.
-fn measured_service(
-    own: &Own,
-    mean: f64,
-    notes: &mut Vec<String>,
-) -> Option<HashMap<String, String>> {
-    if own.query.wait.is_none() || own.meta.contains_key("processingTime") {
-        return None;
-    }
-    let processing = seconds((mean * 1000.0).round() / 1000.0);
-    notes.push(format!(
-        "{} sets no processingTime: the exporter measures your queue's service time, and the replay gives it the trace's mean service time, weighted by arrivals ({processing})",
-        own.name
-    ));
-    let mut m = own.meta.clone();
-    m.insert("processingTime".into(), processing);
-    Some(m)
 }
 
 /// One candidate replayed and scored.
@@ -746,11 +757,9 @@ fn try_candidate(
     let Trial {
         name,
         meta,
-        replayed,
         metric_type,
     } = trial;
-    let query = parse_for_replay(replayed.as_ref().unwrap_or(&meta))
-        .map_err(|e| PlanError::Input(format!("{name}: {e}")))?;
+    let query = parse_for_replay(&meta).map_err(|e| PlanError::Input(format!("{name}: {e}")))?;
     let scoring = Scoring {
         target_wait: plan.target_wait,
         from: plan.lead_in,
@@ -770,7 +779,6 @@ fn try_candidate(
     Ok(Candidate {
         name,
         meta,
-        replayed,
         score,
         draws,
         peak_replicas: run.peak_replicas,
@@ -878,7 +886,6 @@ fn queue_length_trial(base: &HashMap<String, String>, value: f64) -> Trial {
     Trial {
         name: format!("QueueLength {value}"),
         meta: m,
-        replayed: None,
         metric_type: MetricType::AverageValue,
     }
 }

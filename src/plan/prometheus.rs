@@ -72,6 +72,9 @@ pub struct Recorded {
     /// The `preset` labels of their series (none for plain keys): the job
     /// library a trigger counting job states reads them as.
     pub presets: Vec<String>,
+    /// Whether the service times are the exporter's own measurement
+    /// (`queue_service_time_seconds`), not `--processing-time` alone.
+    pub service_measured: bool,
 }
 
 /// Reads the queue's trace from Prometheus.
@@ -184,6 +187,7 @@ async fn read_async(source: &Source) -> Result<Recorded, PrometheusError> {
         trace,
         queues,
         presets,
+        service_measured: !service.is_empty(),
     })
 }
 

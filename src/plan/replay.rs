@@ -8,7 +8,7 @@
 //! every sync. Nothing of the scaler is written twice.
 
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -18,9 +18,10 @@ use crate::scaler::metadata::ScalerQuery;
 use crate::scaler::{held, query};
 use crate::snapshot::{
     ArrivalsMeasure, CounterPoint, JobState, JobTotals, Measures, PresetFacts, PresetKind,
-    QueueSample, QueueType, ServiceMeasure, Snapshot, SourceKind,
+    QueueSample, QueueType, ServiceMeasure, ServiceSource, ServiceTime, Snapshot, SourceKind,
 };
 use crate::sources::counter_point;
+use crate::sources::redis::presets::service;
 
 /// The replayed source's name: a trigger's `source` must say it.
 pub const SOURCE: &str = "sim";
@@ -84,6 +85,27 @@ pub struct Exporter {
     /// backlog, its `active` ones the jobs the workers are on. `None`: a
     /// plain list, as for every trigger without `state`.
     pub states_as: Option<PresetKind>,
+    /// The source's `service_time_max_age`, exporter seconds: for a
+    /// `WaitTime` trigger without `processingTime`, the replayed queue's
+    /// service time is measured from its finished jobs as a library
+    /// preset's is ([`crate::sources::redis::presets::service`]), and a
+    /// queue with no job finished for this long has none.
+    pub service_max_age: f64,
+}
+
+/// The library a replayed queue is read as where its trigger measures the
+/// service time ([`Exporter::service_max_age`]) and counts no job states:
+/// a name no library has, so no library's own rules apply to it.
+pub const MEASURED: PresetKind = PresetKind::named("replayed");
+
+/// What the replayed queue is read as, for one trigger.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Shape {
+    /// A library's queue with job states ([`Exporter::states_as`]), or a
+    /// plain list.
+    library: Option<PresetKind>,
+    /// Whether its service time is measured from its finished jobs.
+    measured: bool,
 }
 
 /// One replay: the traffic, the exporter, the cluster and how long.
@@ -171,8 +193,17 @@ struct World<'a> {
     head: usize,
     /// Waits of the started jobs, in order.
     waits: Vec<f64>,
-    /// When the started jobs end, soonest first, until counted in `finished`.
-    ending: BinaryHeap<Reverse<Ordered>>,
+    /// When the started jobs end and how long each took, soonest first,
+    /// until counted in `finished`.
+    ending: BinaryHeap<Reverse<(Ordered, Ordered)>>,
+    /// How long the newest finished jobs took (at most the preset's
+    /// measuring window), oldest first, and when the last one finished.
+    recent: VecDeque<f64>,
+    last_finish: Option<f64>,
+    /// The service time the exporter measured at its last read of the
+    /// finished jobs, and when it read them.
+    measured: Option<f64>,
+    measured_at: f64,
     /// Jobs finished by the last [`World::processed`] call.
     finished: usize,
     pods: Vec<Pod>,
@@ -198,6 +229,10 @@ impl<'a> World<'a> {
             head: 0,
             waits: Vec::with_capacity(traffic.arrivals.len()),
             ending: BinaryHeap::new(),
+            recent: VecDeque::new(),
+            last_finish: None,
+            measured: None,
+            measured_at: f64::NEG_INFINITY,
             finished: 0,
             pods: Vec::new(),
             running: Vec::new(),
@@ -227,8 +262,9 @@ impl<'a> World<'a> {
             }
             self.free.pop();
             self.waits.push(start - a);
-            let done = start + self.traffic.service_of(self.head);
-            self.ending.push(Reverse(Ordered(done)));
+            let took = self.traffic.service_of(self.head);
+            let done = start + took;
+            self.ending.push(Reverse((Ordered(done), Ordered(took))));
             self.pods[p].busy_until[w] = done;
             self.free.push(Reverse((Ordered(done), p, w)));
             self.head += 1;
@@ -287,14 +323,54 @@ impl<'a> World<'a> {
     /// Jobs finished by `t` (each worker INCRs `processed` after its job);
     /// `t` never goes back.
     fn processed(&mut self, t: f64) -> usize {
-        while let Some(&Reverse(Ordered(done))) = self.ending.peek() {
+        while let Some(&Reverse((Ordered(done), Ordered(took)))) = self.ending.peek() {
             if done > t {
                 break;
             }
             self.ending.pop();
             self.finished += 1;
+            if self.recent.len() == service::WINDOW {
+                self.recent.pop_front();
+            }
+            self.recent.push_back(took);
+            self.last_finish = Some(done);
         }
         self.finished
+    }
+
+    /// The jobs finished before the replay, as the exporter of a queue
+    /// with a history finds them (a library keeps its finished jobs, and
+    /// the trace's service times are the exporter's measurement of them):
+    /// a measuring window of jobs each taking the first job's time, the
+    /// last finished as the replay starts. Without it a replayed queue
+    /// would start as a new one, its service time unknown until its first
+    /// job finished and was read, a cold start the trace did not have.
+    fn measured_before(&mut self) {
+        if self.traffic.arrivals.is_empty() {
+            return;
+        }
+        let first = self.traffic.service_of(0);
+        self.recent = std::iter::repeat_n(first, service::WINDOW).collect();
+        self.last_finish = Some(0.0);
+    }
+
+    /// The service time the exporter reads at `t` (after `processed(t)`),
+    /// exporter seconds, as a preset measures it: the winsorized mean of
+    /// the newest finished jobs, read again every
+    /// [`service::READ_EVERY`], none once no job finished within the
+    /// source's `service_time_max_age`.
+    fn measure(&mut self, exporter: &Exporter, t: f64) -> Option<f64> {
+        if t - self.measured_at >= service::READ_EVERY * exporter.speedup {
+            self.measured_at = t;
+            let fresh = self
+                .last_finish
+                .is_some_and(|f| t - f <= exporter.service_max_age * exporter.speedup);
+            self.measured = fresh
+                .then(|| service::winsorized_mean(&self.recent))
+                .flatten()
+                .map(|m| m / exporter.speedup);
+        }
+        self.measured
     }
 }
 
@@ -307,13 +383,8 @@ fn clock(exporter: &Exporter, t: f64) -> SystemTime {
 }
 
 /// What the source reads at a poll at replay time `t`: the queue's
-/// sample, with its job states as `states_as`'s queue where given.
-fn read(
-    exporter: &Exporter,
-    w: &mut World,
-    t: f64,
-    states_as: Option<PresetKind>,
-) -> Vec<QueueSample> {
+/// sample, read as `shape` says.
+fn read(exporter: &Exporter, w: &mut World, t: f64, shape: Shape) -> Vec<QueueSample> {
     let backlog = w.backlog(t) as u64;
     let oldest = w.traffic.arrivals.get(w.head).copied();
     let mut sample = QueueSample {
@@ -336,19 +407,32 @@ fn read(
         processed: Some(processed as u64),
         failed: None,
     });
-    if let Some(preset) = states_as {
-        // Started and not finished: the jobs the workers are on.
-        let active = w.head.saturating_sub(processed) as u64;
-        sample.preset = Some(Box::new(PresetFacts {
-            preset,
-            states: [
-                (JobState::Waiting, Some(backlog)),
-                (JobState::Active, Some(active)),
-            ]
-            .into(),
-            ..PresetFacts::default()
-        }));
+    if shape.library.is_none() && !shape.measured {
+        return vec![sample];
     }
+    // Started and not finished: the jobs the workers are on.
+    let active = w.head.saturating_sub(processed) as u64;
+    let mut facts = PresetFacts {
+        preset: shape.library.unwrap_or(MEASURED),
+        states: [
+            (JobState::Waiting, Some(backlog)),
+            (JobState::Active, Some(active)),
+        ]
+        .into(),
+        ..PresetFacts::default()
+    };
+    if shape.measured {
+        facts.service_time = w.measure(exporter, t).map(|mean_seconds| ServiceTime {
+            mean_seconds,
+            jobs: w.recent.len() as u64,
+            from: ServiceSource::FinishedJobs,
+        });
+        facts.finished_jobs = Some(
+            "no job finished within the source's service_time_max_age (none has yet, or the workers are stopped)",
+        );
+        sample.measures.service_time = ServiceMeasure::FinishedJobs;
+    }
+    sample.preset = Some(Box::new(facts));
     vec![sample]
 }
 
@@ -370,9 +454,9 @@ struct Polls {
 
 impl Polls {
     /// A poll at replay time `t` that published (not in a gap).
-    fn note(&mut self, exporter: &Exporter, w: &mut World, t: f64, states_as: Option<PresetKind>) {
+    fn note(&mut self, exporter: &Exporter, w: &mut World, t: f64, shape: Shape) {
         let at = clock(exporter, t);
-        let queues = read(exporter, w, t, states_as);
+        let queues = read(exporter, w, t, shape);
         self.points.push(counter_point(at, &queues));
         self.last = Some((at, queues));
     }
@@ -403,6 +487,7 @@ type Answer = Option<(bool, f64, f64)>;
 pub fn replay(setup: &Replay, query: &ScalerQuery, config: &ScalerConfig) -> Run {
     let (exporter, cluster) = (setup.exporter, setup.cluster);
     let mut w = World::new(setup.traffic, cluster.pod_start, setup.workers_per_replica);
+    w.measured_before();
     let mut snap = Arc::new(Snapshot::initial(
         SOURCE,
         SourceKind::Redis,
@@ -415,8 +500,12 @@ pub fn replay(setup: &Replay, query: &ScalerQuery, config: &ScalerConfig) -> Run
     let mut run = Run::default();
     let mut answers = held::Answers::default();
     let mut polls = Polls::default();
-    // Job states only for a trigger that counts them.
-    let states_as = query.states.as_ref().and(exporter.states_as);
+    // Job states only for a trigger that counts them; a measured service
+    // time only for WaitTime without processingTime.
+    let shape = Shape {
+        library: query.states.as_ref().and(exporter.states_as),
+        measured: query.wait.is_some_and(|w| w.processing_time.is_none()),
+    };
     w.set_replicas(cluster.min_replicas, 0.0);
     loop {
         // The exporter's polls up to now, each seeing the world as it is then.
@@ -427,7 +516,7 @@ pub fn replay(setup: &Replay, query: &ScalerQuery, config: &ScalerConfig) -> Run
                 .iter()
                 .any(|&(a, b)| a <= next_poll && next_poll < b)
             {
-                polls.note(exporter, &mut w, next_poll, states_as);
+                polls.note(exporter, &mut w, next_poll, shape);
             }
             next_poll += exporter.poll;
         }
@@ -508,15 +597,20 @@ fn decide(
     target: Target,
     now: f64,
 ) -> Option<Metric> {
-    if let Some((active, _, _)) = answer {
-        match keda.poll(cluster, now, active, w.live()) {
-            Some(KedaMove::Activate) => w.set_replicas(1, now),
-            Some(KedaMove::Deactivate) => {
-                w.set_replicas(0, now);
-                hpa.forget();
-            }
-            None => {}
+    match keda.poll(
+        cluster,
+        now,
+        answer.map(|a| a.0),
+        w.live(),
+        target.metric_type,
+    ) {
+        Some(KedaMove::Activate) => w.set_replicas(1, now),
+        Some(KedaMove::Deactivate) => {
+            w.set_replicas(0, now);
+            hpa.forget();
         }
+        Some(KedaMove::Fallback(n)) => w.set_replicas(n.min(cluster.max_replicas), now),
+        None => {}
     }
     let replicas = w.live();
     // At zero replicas the HPA is off and KEDA asks it nothing.
@@ -533,4 +627,81 @@ fn decide(
     let new = hpa.sync(cluster, now, pods, metric.value(), target);
     w.set_replicas(new, now);
     Some(metric)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An exporter polling every second, in real time, with the default
+    /// `service_time_max_age` of 600 s.
+    fn exporter() -> Exporter {
+        Exporter {
+            poll: 1.0,
+            speedup: 1.0,
+            warmup: 0.0,
+            gaps: Vec::new(),
+            states_as: None,
+            service_max_age: 600.0,
+        }
+    }
+
+    /// A world of `traffic` with one pod taking jobs at once, its queue
+    /// measured as one with a history.
+    fn world_of(traffic: &Traffic) -> World<'_> {
+        let mut w = World::new(traffic, 0.0, 1);
+        w.measured_before();
+        w.set_replicas(1, 0.0);
+        w
+    }
+
+    fn traffic(jobs: &[(f64, f64)]) -> Traffic {
+        Traffic {
+            arrivals: jobs.iter().map(|j| j.0).collect(),
+            service: Service::PerJob(jobs.iter().map(|j| j.1).collect()),
+        }
+    }
+
+    /// Steps the world to `t` as the exporter's polls do, and reads the
+    /// service time it measures there.
+    fn measured_at(w: &mut World, e: &Exporter, t: f64) -> Option<f64> {
+        w.advance(t);
+        w.processed(t);
+        w.measure(e, t)
+    }
+
+    #[test]
+    fn the_replayed_queue_starts_measured_as_a_queue_with_a_history_of_its_first_jobs() {
+        let t = traffic(&[(0.0, 2.0), (1.0, 2.0)]);
+        let mut w = world_of(&t);
+        assert_eq!(measured_at(&mut w, &exporter(), 0.0), Some(2.0));
+    }
+
+    #[test]
+    fn the_measured_service_time_follows_the_newest_finished_jobs() {
+        // 100 jobs of 1 s, then 150 of 3 s, one after another on one worker.
+        let mut jobs: Vec<(f64, f64)> = (0..100).map(|i| (f64::from(i), 1.0)).collect();
+        jobs.extend((0..150).map(|i| (100.0 + 3.0 * f64::from(i), 3.0)));
+        let t = traffic(&jobs);
+        let (mut w, e) = (world_of(&t), exporter());
+        let mut last = None;
+        for s in 0..=560 {
+            last = measured_at(&mut w, &e, f64::from(s));
+            if s == 100 {
+                assert_eq!(last, Some(1.0), "after the first 100 jobs, at {s} s");
+            }
+        }
+        // The newest 100 finished jobs all took 3 s.
+        assert_eq!(last, Some(3.0));
+    }
+
+    #[test]
+    fn no_job_finished_within_the_max_age_leaves_the_service_time_unknown() {
+        let t = traffic(&[(0.0, 2.0)]);
+        let (mut w, e) = (world_of(&t), exporter());
+        assert_eq!(measured_at(&mut w, &e, 100.0), Some(2.0));
+        // Its last job finished at 2 s: known until 602 s, not after.
+        assert_eq!(measured_at(&mut w, &e, 600.0), Some(2.0));
+        assert_eq!(measured_at(&mut w, &e, 610.0), None);
+    }
 }

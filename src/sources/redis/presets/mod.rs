@@ -24,7 +24,7 @@ mod poll;
 mod recognise;
 mod registry;
 pub mod remembered;
-mod service;
+pub mod service;
 mod spec;
 mod unit;
 pub mod zero;
