@@ -662,9 +662,17 @@ fn a_waittime_trigger_without_processing_time_measures_the_replayed_queues_own_s
     assert_eq!(wait["name"], "WaitTime 30s", "{v}");
     assert!(own["metadata"].get("processingTime").is_none(), "{own}");
     assert_eq!(wait["metadata"]["processingTime"], "1500ms", "{wait}");
-    for key in ["within_pct", "worker_hours", "p99_wait", "peak_replicas"] {
+    for key in ["within_pct", "p99_wait", "peak_replicas"] {
         assert_eq!(own[key], wait[key], "{key}: {own} {wait}");
     }
+    // Measured, the replayed queue is read as a library's queue (its
+    // history keeps the jobs' flow as a preset's does), so a scale-down
+    // can come a sync apart: worker time within 1 %.
+    let hours = |c: &Value| c["worker_hours"].as_f64().unwrap();
+    assert!(
+        (hours(own) / hours(wait) - 1.0).abs() < 0.01,
+        "{own} {wait}"
+    );
     assert!(own["within_pct"].as_f64().unwrap() > 95.0, "{own}");
 }
 

@@ -124,8 +124,8 @@ pub struct Options {
     /// are the recording's, as its exporter read them. 1 for a real cluster.
     #[arg(long, default_value_t = 1.0, value_name = "N")]
     pub time_scale: f64,
-    /// The seed of the Poisson draw of each step's jobs from the trace's
-    /// rates: the same seed, the same jobs and the same figures.
+    /// The seed of the draw of each step's jobs' times within it: the same
+    /// seed, the same jobs and the same figures.
     #[arg(long, default_value_t = SEED)]
     pub seed: u64,
     /// Replay each candidate over this many draws of the trace's jobs
@@ -625,7 +625,7 @@ fn sweep_top(plan: &Plan) -> f64 {
     (2.0 * plan.target_wait / service).clamp(2.0, 100_000.0)
 }
 
-/// The seed of the Poisson arrivals drawn from the trace.
+/// The seed of the jobs' times drawn within the trace's steps.
 pub const SEED: u64 = 47;
 
 /// The plan before any candidate: the lead-in and what is left out.

@@ -264,21 +264,32 @@ fn push_gap(gaps: &mut Vec<(f64, f64)>, from: f64, to: f64) {
 }
 
 impl Trace {
-    /// Jobs drawn from the trace: Poisson arrivals at each step's rate,
-    /// each with its step's service time; the same `seed`, the same jobs.
+    /// Jobs drawn from the trace: each step's jobs, its rate times its
+    /// length, at uniformly random times within it, each with its step's
+    /// service time; the same `seed`, the same jobs. That is a Poisson
+    /// process given the count each step recorded: a step of Prometheus'
+    /// counters holds a whole number of jobs, and drawing that number
+    /// again (a Poisson count of the same mean) would add a spread the
+    /// queue's traffic did not have (its square root per step). A step's
+    /// fraction of a job (a CSV's mean rate) is carried to the next ones
+    /// from a random start (systematic sampling), so every stretch holds
+    /// its rate's jobs within one.
     pub fn traffic(&self, seed: u64) -> Traffic {
         let mut random = SplitMix(seed);
         let (mut arrivals, mut service) = (Vec::new(), Vec::new());
+        let mut carry = random.unit();
         for s in self.steps.iter().filter(|s| s.rate > 0.0) {
-            let mut t = s.from;
-            loop {
-                t += -(1.0 - random.unit()).ln() / s.rate;
-                if t >= s.to {
-                    break;
-                }
-                arrivals.push(t);
+            carry += s.rate * (s.to - s.from);
+            let n = carry.floor();
+            carry -= n;
+            let first = arrivals.len();
+            // A count is at most the rate times a step: finite, and far
+            // below usize::MAX for any trace that fits in memory.
+            for _ in 0..n as usize {
+                arrivals.push(s.from + random.unit() * (s.to - s.from));
                 service.push(s.service);
             }
+            arrivals[first..].sort_by(f64::total_cmp);
         }
         Traffic {
             arrivals,
@@ -359,5 +370,48 @@ mod tests {
         }
         assert!((stretched.mean_service() - trace.mean_service() * 15.0).abs() < 1e-9);
         assert_eq!(trace.clone().stretched(1.0), trace);
+    }
+
+    /// A trace of `rows` 15 s rows from unix time 0 at `rate` jobs/s, 1 s each.
+    fn steady(rows: usize, rate: f64) -> Trace {
+        let mut text = String::from("time,arrivals_per_second,service_seconds\n");
+        for i in 0..rows {
+            text.push_str(&format!("{},{rate},1\n", 15 * i));
+        }
+        parse("t.csv", &text).unwrap()
+    }
+
+    #[test]
+    fn each_step_holds_the_jobs_it_recorded_at_times_within_it() {
+        let trace = steady(40, 2.0);
+        let jobs = trace.traffic(7);
+        // 30 jobs in every 15 s step, not a Poisson count around 30.
+        assert_eq!(jobs.arrivals.len(), 40 * 30);
+        for step in 0..40 {
+            let (a, b) = (15.0 * step as f64, 15.0 * (step + 1) as f64);
+            let n = jobs.arrivals.iter().filter(|&&t| a <= t && t < b).count();
+            assert_eq!(n, 30, "step {step}");
+        }
+        assert!(jobs.arrivals.windows(2).all(|w| w[0] <= w[1]));
+    }
+
+    #[test]
+    fn a_fraction_of_a_job_per_step_is_carried_so_a_stretch_holds_its_rates_jobs() {
+        // 0.3 jobs per step: 30 over 100 steps, give or take the one carried.
+        let jobs = steady(100, 0.02).traffic(3);
+        assert!(
+            (29..=31).contains(&jobs.arrivals.len()),
+            "{}",
+            jobs.arrivals.len()
+        );
+    }
+
+    #[test]
+    fn the_same_seed_draws_the_same_jobs_and_another_seed_other_times() {
+        let trace = steady(10, 2.0);
+        let (a, b, c) = (trace.traffic(1), trace.traffic(1), trace.traffic(2));
+        assert_eq!(a.arrivals, b.arrivals);
+        assert_eq!(a.arrivals.len(), c.arrivals.len());
+        assert_ne!(a.arrivals, c.arrivals);
     }
 }
