@@ -97,18 +97,7 @@ fn recommended_metadata(out: &str) -> HashMap<String, String> {
 #[test]
 fn the_table_has_the_scaledobjects_trigger_waittime_and_a_queuelength_sweep_and_recommends_one_as_yaml()
  {
-    let (_dir, t, s) = files(&trace(60, 0..0), &scaled_object("10"));
-    let (code, out, err) = plan(&[
-        "--trace",
-        &t,
-        "--scaledobject",
-        &s,
-        "--target-wait",
-        "30s",
-        "--price-per-replica-hour",
-        "0.05",
-    ]);
-    assert_eq!(code, 0, "{err}");
+    let (out, err) = table_with(&["--price-per-replica-hour", "0.05"]);
     // The progress bar is drawn only on a terminal: nothing here.
     assert_eq!(err, "");
     assert!(out.contains("worker (QueueLength 10)"), "{out}");
@@ -734,22 +723,22 @@ fn a_trigger_counting_states_without_a_preset_is_refused_asking_for_one() {
     assert!(err.contains("give --preset"), "{err}");
 }
 
-/// `plan --json` over `trace(60)` and `scaled_object("10")` with `extra` flags.
-fn json_with(extra: &[&str]) -> Value {
+/// `plan` over `trace(60)` and `scaled_object("10")` at a targetWait of
+/// 30 s with `extra` flags: its stdout and stderr, exit 0 asserted.
+fn table_with(extra: &[&str]) -> (String, String) {
     let (_dir, t, s) = files(&trace(60, 0..0), &scaled_object("10"));
-    let mut args = vec![
-        "--trace",
-        &t,
-        "--scaledobject",
-        &s,
-        "--target-wait",
-        "30s",
-        "--json",
-    ];
+    let mut args = vec!["--trace", &t, "--scaledobject", &s, "--target-wait", "30s"];
     args.extend_from_slice(extra);
     let (code, out, err) = plan(&args);
     assert_eq!(code, 0, "{err}");
-    serde_json::from_str(&out).unwrap()
+    (out, err)
+}
+
+/// The same as JSON.
+fn json_with(extra: &[&str]) -> Value {
+    let mut args = extra.to_vec();
+    args.push("--json");
+    serde_json::from_str(&table_with(&args).0).unwrap()
 }
 
 #[test]
@@ -796,18 +785,7 @@ fn several_draws_show_each_candidates_worst_share_on_time_and_mean_worker_time()
 
 #[test]
 fn the_table_of_several_draws_says_how_they_are_shown_and_gives_each_candidates_spread() {
-    let (_dir, t, s) = files(&trace(60, 0..0), &scaled_object("10"));
-    let (code, out, err) = plan(&[
-        "--trace",
-        &t,
-        "--scaledobject",
-        &s,
-        "--target-wait",
-        "30s",
-        "--draws",
-        "2",
-    ]);
-    assert_eq!(code, 0, "{err}");
+    let (out, _) = table_with(&["--draws", "2"]);
     assert!(
         out.contains("2 draws of the trace's jobs (seeds 47 to 48)"),
         "{out}"
@@ -829,4 +807,19 @@ fn a_draw_count_out_of_range_is_refused_naming_the_flag() {
         assert_eq!(code, 2, "{err}");
         assert!(err.contains("--draws"), "{err}");
     }
+}
+
+#[test]
+fn a_scaledobjects_other_triggers_are_named_as_not_replayed() {
+    let so = scaled_object("10").replace(
+        "  triggers:\n",
+        "  triggers:\n    - type: cpu\n      metricType: Utilization\n      metadata:\n        value: \"60\"\n",
+    );
+    let v = json_run_of(&trace(60, 0..0), &so);
+    assert_eq!(v["candidates"][0]["name"], "worker (QueueLength 10)");
+    let notes = v["notes"].to_string();
+    assert!(
+        notes.contains("other triggers (spec.triggers[0] (cpu)) are not replayed"),
+        "{notes}"
+    );
 }

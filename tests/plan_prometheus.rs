@@ -441,17 +441,57 @@ async fn a_prometheus_asking_for_a_client_certificate_is_read_with_cert_file_and
     assert!(err.contains("--cert-file"), "{err}");
 }
 
+/// Unix seconds 32 minutes ago: where the series these tests write start.
+fn half_an_hour_ago() -> i64 {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    now - 32 * 60
+}
+
+/// A private Prometheus whose TSDB holds `text` (OpenMetrics, backfilled
+/// by promtool), with the directory it lives in.
+async fn holding(text: &str) -> (tempfile::TempDir, Prometheus) {
+    let dir = tempfile::tempdir().unwrap();
+    backfill(dir.path(), text);
+    let p = Prometheus::start(dir.path(), "  []\n").await;
+    (dir, p)
+}
+
+/// `plan --json` over the Prometheus at `url` from `from` to `to` (unix
+/// seconds) at a targetWait of 30 s, with `extra` flags.
+fn plan_between(url: &str, from: i64, to: i64, extra: &[&str]) -> (i32, String, String) {
+    let (from, to) = (from.to_string(), to.to_string());
+    let mut args = vec![
+        "--prometheus",
+        url,
+        "--from",
+        &from,
+        "--to",
+        &to,
+        "--target-wait",
+        "30s",
+        "--json",
+    ];
+    args.extend_from_slice(extra);
+    plan(&args)
+}
+
+/// The same, exit 0 asserted: its JSON.
+fn json_between(url: &str, from: i64, to: i64, extra: &[&str]) -> Value {
+    let (code, out, err) = plan_between(url, from, to, extra);
+    assert_eq!(code, 0, "{err}");
+    serde_json::from_str(&out).unwrap()
+}
+
 /// A BullMQ queue `emails` whose exporter counts every job added (BullMQ's
 /// `id` counter, queue_messages_published_total) and keeps no processed
 /// total; its depth is by state. 3 jobs/s added for 32 minutes up to now,
 /// the waiting depth swinging between 0 and 20 (workers keep up on
 /// average), 0.8 s per job measured: (the first sample's time, OpenMetrics).
 fn bullmq_emails() -> (i64, String) {
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_secs() as i64;
-    let start = now - 32 * 60;
+    let start = half_an_hour_ago();
     let labels = r#"source="redis",queue="emails",preset="bullmq""#;
     let mut text = String::from("# TYPE queue_depth gauge\n");
     for i in 0..128 {
@@ -483,30 +523,13 @@ fn bullmq_emails() -> (i64, String) {
 #[tokio::test]
 async fn a_queue_whose_exporter_counts_jobs_added_is_read_from_its_published_total() {
     let (start, text) = bullmq_emails();
-    let dir = tempfile::tempdir().unwrap();
-    backfill(dir.path(), &text);
-    let p = Prometheus::start(dir.path(), "  []\n").await;
+    let (_dir, p) = holding(&text).await;
     // The 20 minutes read lie inside the samples written, whatever time
     // the Prometheus took to start: `--since 20m` would end at the time
     // plan runs, a scrape interval or more after the last sample, and
     // that last stretch would rightly be named a gap.
-    let (from, to) = ((start + 600).to_string(), (start + 1800).to_string());
-    let (code, out, err) = plan(&[
-        "--prometheus",
-        &p.url,
-        "--queue",
-        "emails",
-        "--from",
-        &from,
-        "--to",
-        &to,
-        "--target-wait",
-        "30s",
-        "--json",
-    ]);
-    assert_eq!(code, 0, "{err}");
-    let v: Value = serde_json::from_str(&out).unwrap();
-    // 3 jobs/s over 20 minutes (Poisson-drawn): the published total's
+    let v = json_between(&p.url, start + 600, start + 1800, &["--queue", "emails"]);
+    // 3 jobs/s over 20 minutes: the published total's
     // rate, not Δprocessed + Δdepth (which would swing with the depth).
     let jobs = v["jobs"].as_f64().unwrap();
     assert!((jobs / 3600.0 - 1.0).abs() < 0.08, "{jobs} jobs: {v}");
@@ -558,11 +581,7 @@ fn library_queues(queues: &[(&str, i64, std::ops::Range<i64>)], start: i64, step
 
 #[tokio::test]
 async fn a_queue_glob_reads_every_queue_it_matches_as_one_queue_and_names_them() {
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_secs() as i64;
-    let start = now - 32 * 60;
+    let start = half_an_hour_ago();
     // 1 and 2 jobs/s at the two queues the glob matches; 10 jobs/s at
     // one it does not.
     let text = library_queues(
@@ -574,33 +593,12 @@ async fn a_queue_glob_reads_every_queue_it_matches_as_one_queue_and_names_them()
         start,
         128,
     );
-    let dir = tempfile::tempdir().unwrap();
-    backfill(dir.path(), &text);
-    let p = Prometheus::start(dir.path(), "  []\n").await;
-    let (from, to) = ((start + 600).to_string(), (start + 1800).to_string());
-    let args = |queue: &'static str| {
-        vec![
-            "--prometheus".to_owned(),
-            p.url.clone(),
-            "--queue".to_owned(),
-            queue.to_owned(),
-            "--from".to_owned(),
-            from.clone(),
-            "--to".to_owned(),
-            to.clone(),
-            "--target-wait".to_owned(),
-            "30s".to_owned(),
-            "--json".to_owned(),
-        ]
-    };
-    let run = |queue: &'static str| {
-        let a = args(queue);
-        plan(&a.iter().map(String::as_str).collect::<Vec<_>>())
-    };
+    let (_dir, p) = holding(&text).await;
+    let run = |queue: &str| plan_between(&p.url, start + 600, start + 1800, &["--queue", queue]);
     let (code, out, err) = run("emails-*");
     assert_eq!(code, 0, "{err}");
     let v: Value = serde_json::from_str(&out).unwrap();
-    // 3 jobs/s over 20 minutes, Poisson-drawn.
+    // 3 jobs/s over 20 minutes.
     let jobs = v["jobs"].as_f64().unwrap();
     assert!((jobs / 3600.0 - 1.0).abs() < 0.08, "{jobs} jobs: {v}");
     assert_eq!(v["gaps"], serde_json::json!([]), "{v}");
@@ -626,11 +624,7 @@ async fn a_queue_glob_reads_every_queue_it_matches_as_one_queue_and_names_them()
 
 #[tokio::test]
 async fn a_hole_in_one_of_the_queues_a_glob_matches_is_a_gap_not_fewer_jobs() {
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_secs() as i64;
-    let start = now - 32 * 60;
+    let start = half_an_hour_ago();
     // emails-us has no sample for 10 minutes (steps 60..100) while
     // emails-eu goes on: those minutes' arrivals are not known.
     let text = library_queues(
@@ -638,25 +632,8 @@ async fn a_hole_in_one_of_the_queues_a_glob_matches_is_a_gap_not_fewer_jobs() {
         start,
         128,
     );
-    let dir = tempfile::tempdir().unwrap();
-    backfill(dir.path(), &text);
-    let p = Prometheus::start(dir.path(), "  []\n").await;
-    let (from, to) = ((start + 300).to_string(), (start + 1800).to_string());
-    let (code, out, err) = plan(&[
-        "--prometheus",
-        &p.url,
-        "--queue",
-        "emails-*",
-        "--from",
-        &from,
-        "--to",
-        &to,
-        "--target-wait",
-        "30s",
-        "--json",
-    ]);
-    assert_eq!(code, 0, "{err}");
-    let v: Value = serde_json::from_str(&out).unwrap();
+    let (_dir, p) = holding(&text).await;
+    let v = json_between(&p.url, start + 300, start + 1800, &["--queue", "emails-*"]);
     let gaps = v["gaps"].as_array().unwrap();
     assert_eq!(gaps.len(), 1, "{gaps:?}");
     // The hole and the step whose end it takes away.
@@ -675,9 +652,7 @@ async fn a_hole_in_one_of_the_queues_a_glob_matches_is_a_gap_not_fewer_jobs() {
 async fn where_the_exporter_measures_the_service_time_and_fallback_starts_the_pods_waittime_sets_no_processing_time()
  {
     let (start, text) = bullmq_emails();
-    let dir = tempfile::tempdir().unwrap();
-    backfill(dir.path(), &text);
-    let p = Prometheus::start(dir.path(), "  []\n").await;
+    let (dir, p) = holding(&text).await;
     let so = dir.path().join("so.yaml");
     std::fs::write(
         &so,
@@ -687,22 +662,8 @@ async fn where_the_exporter_measures_the_service_time_and_fallback_starts_the_po
          queue: emails\n        preset: bullmq\n        mode: QueueLength\n        value: \"5\"\n",
     )
     .unwrap();
-    let (from, to) = ((start + 600).to_string(), (start + 1800).to_string());
-    let (code, out, err) = plan(&[
-        "--prometheus",
-        &p.url,
-        "--from",
-        &from,
-        "--to",
-        &to,
-        "--scaledobject",
-        so.to_str().unwrap(),
-        "--target-wait",
-        "30s",
-        "--json",
-    ]);
-    assert_eq!(code, 0, "{err}");
-    let v: Value = serde_json::from_str(&out).unwrap();
+    let so = so.to_str().unwrap();
+    let v = json_between(&p.url, start + 600, start + 1800, &["--scaledobject", so]);
     let wait = &v["candidates"][1];
     assert_eq!(wait["name"], "WaitTime 30s", "{v}");
     // The queue read is the trigger's (queue and preset from its metadata).

@@ -313,6 +313,12 @@ fn first_trials(plan: &mut Plan, own: Option<Own>, base: &HashMap<String, String
                 o.name
             ));
         }
+        if !o.others.is_empty() {
+            plan.notes.push(format!(
+                "the ScaledObject's other triggers ({}) are not replayed: KEDA's HPA runs the most replicas any trigger asks, so each candidate's replicas here are the fewest the cluster would have run",
+                o.others.join(", ")
+            ));
+        }
         first.push(Trial {
             name: o.name,
             meta: o.meta,
@@ -425,6 +431,8 @@ struct Own {
     meta: HashMap<String, String>,
     query: ScalerQuery,
     metric_type: MetricType,
+    /// The ScaledObject's other triggers, named for a note.
+    others: Vec<String>,
 }
 
 /// The trigger and cluster of `--scaledobject`, or no trigger and the
@@ -457,6 +465,7 @@ fn own_trigger(options: &Options) -> Result<(Option<Own>, Cluster), PlanError> {
         meta: so.trigger,
         query,
         metric_type: so.metric_type,
+        others: so.others,
     };
     Ok((Some(own), so.cluster))
 }

@@ -75,6 +75,38 @@ pub fn trigger_yaml(c: &Candidate) -> String {
 
 /// The table and the recommendation.
 pub fn text(plan: &Plan, price: Option<f64>, percentile: f64) -> String {
+    let mut s = preamble(plan);
+    table(&mut s, plan, price);
+    for c in plan.candidates.iter().filter(|c| c.fallback_syncs > 0) {
+        let _ = writeln!(
+            s,
+            "{}: KEDA's fallback answered for the scaler at {} HPA syncs",
+            c.name, c.fallback_syncs
+        );
+    }
+    match plan.recommended.and_then(|i| plan.candidates.get(i)) {
+        Some(c) => {
+            let _ = write!(
+                s,
+                "\nrecommended: {} (the cheapest starting at least {percentile} % of jobs within targetWait{})\n{}",
+                c.name,
+                if plan.draws > 1 { " in every draw" } else { "" },
+                trigger_yaml(c)
+            );
+        }
+        None => {
+            let _ = writeln!(
+                s,
+                "\nno candidate starts {percentile} % of jobs within targetWait"
+            );
+        }
+    }
+    s
+}
+
+/// The lines before the table: what was replayed, what was left out, the
+/// notes, and how several draws are shown.
+fn preamble(plan: &Plan) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
@@ -88,8 +120,7 @@ pub fn text(plan: &Plan, price: Option<f64>, percentile: f64) -> String {
     for line in left_out_lines(plan).iter().chain(&plan.notes) {
         let _ = writeln!(s, "{line}");
     }
-    let spread = plan.draws > 1;
-    if spread {
+    if plan.draws > 1 {
         let _ = writeln!(
             s,
             "{} draws of the trace's jobs (seeds {} to {}): each candidate's share on time and waits are its worst draw's, its worker-hours the mean; the spread column gives each draw's range",
@@ -98,6 +129,13 @@ pub fn text(plan: &Plan, price: Option<f64>, percentile: f64) -> String {
             plan.seed.wrapping_add(u64::from(plan.draws) - 1)
         );
     }
+    s
+}
+
+/// One row per candidate under a header, into `s`.
+fn table(s: &mut String, plan: &Plan, price: Option<f64>) {
+    let spread = plan.draws > 1;
+    let column = |on: bool, text: String| if on { text } else { String::new() };
     let _ = writeln!(
         s,
         "\n{:<32} {:>8} {:>9} {:>9} {:>9} {:>12}{} {:>5} {:>7}{}",
@@ -107,18 +145,10 @@ pub fn text(plan: &Plan, price: Option<f64>, percentile: f64) -> String {
         "p99 wait",
         "max wait",
         "worker-hours",
-        if price.is_some() {
-            format!(" {:>10}", "cost")
-        } else {
-            String::new()
-        },
+        column(price.is_some(), format!(" {:>10}", "cost")),
         "peak",
         "scaling",
-        if spread {
-            format!(" {:>27}", "spread: on time, hours")
-        } else {
-            String::new()
-        }
+        column(spread, format!(" {:>27}", "spread: on time, hours"))
     );
     for c in &plan.candidates {
         let hours = c.score.worker_s / 3600.0;
@@ -135,38 +165,9 @@ pub fn text(plan: &Plan, price: Option<f64>, percentile: f64) -> String {
             cost,
             c.peak_replicas,
             c.scale_events,
-            if spread {
-                format!(" {:>27}", spread_of(c))
-            } else {
-                String::new()
-            }
+            column(spread, format!(" {:>27}", spread_of(c)))
         );
     }
-    for c in plan.candidates.iter().filter(|c| c.fallback_syncs > 0) {
-        let _ = writeln!(
-            s,
-            "{}: KEDA's fallback answered for the scaler at {} HPA syncs",
-            c.name, c.fallback_syncs
-        );
-    }
-    match plan.recommended.and_then(|i| plan.candidates.get(i)) {
-        Some(c) => {
-            let _ = write!(
-                s,
-                "\nrecommended: {} (the cheapest starting at least {percentile} % of jobs within targetWait{})\n{}",
-                c.name,
-                if spread { " in every draw" } else { "" },
-                trigger_yaml(c)
-            );
-        }
-        None => {
-            let _ = writeln!(
-                s,
-                "\nno candidate starts {percentile} % of jobs within targetWait"
-            );
-        }
-    }
-    s
 }
 
 /// The same as JSON, for scripts.

@@ -35,6 +35,10 @@ pub struct ScaledObject {
     pub metric_type: MetricType,
     /// The cluster with the ScaledObject's settings and the defaults.
     pub cluster: Cluster,
+    /// The ScaledObject's other triggers, as `spec.triggers[i] (type)`:
+    /// KEDA's HPA scales on the highest of all of them, and the replay
+    /// has only the queue trigger.
+    pub others: Vec<String>,
 }
 
 /// The YAML document, as far as it is read.
@@ -186,11 +190,19 @@ pub fn parse(file: &str, text: &str, pod_start: f64) -> Result<ScaledObject, Sca
             )
         })?,
     };
+    let others = spec
+        .triggers
+        .iter()
+        .enumerate()
+        .filter(|&(i, _)| i != index)
+        .map(|(i, t)| format!("spec.triggers[{i}] ({})", t.kind))
+        .collect();
     Ok(ScaledObject {
         name: doc.metadata.name,
         trigger: metadata,
         metric_type,
         cluster,
+        others,
     })
 }
 
