@@ -159,22 +159,7 @@ async fn a_ten_minute_hole_in_the_exporters_series_is_named_and_left_out_of_the_
     let (_, text, _) = plan(&args[..args.len() - 1]);
     assert!(text.contains("gap: no traffic recorded from"), "{text}");
     // --from/--to: the 9 minutes after the hole only, with no gap.
-    let (from, to) = ((hole_to + 60).to_string(), (hole_to + 600).to_string());
-    let (code, out, err) = plan(&[
-        "--prometheus",
-        &p.url,
-        "--queue",
-        "jobs",
-        "--from",
-        &from,
-        "--to",
-        &to,
-        "--target-wait",
-        "30s",
-        "--json",
-    ]);
-    assert_eq!(code, 0, "{err}");
-    let v: Value = serde_json::from_str(&out).unwrap();
+    let v = json_between(&p.url, hole_to + 60, hole_to + 600, &["--queue", "jobs"]);
     assert_eq!(v["gaps"], serde_json::json!([]), "{v}");
     assert_eq!(v["left_out_seconds"], 0.0);
     let scored = 540.0 - v["lead_in"].as_f64().unwrap();
@@ -543,36 +528,31 @@ async fn a_queue_whose_exporter_counts_jobs_added_is_read_from_its_published_tot
 /// published total, none waiting, 0.8 s per job. One family at a time, as
 /// OpenMetrics wants.
 fn library_queues(queues: &[(&str, i64, std::ops::Range<i64>)], start: i64, steps: i64) -> String {
-    let labels = |q: &str| format!(r#"source="redis",queue="{q}",preset="bullmq""#);
-    let mut out = String::from("# TYPE queue_depth gauge\n");
-    for (q, _, hole) in queues {
-        for i in (0..steps).filter(|i| !hole.contains(i)) {
-            let l = labels(q);
-            out.push_str(&format!(
-                "queue_depth{{{l},state=\"waiting\"}} 0 {}\n",
-                start + 15 * i
-            ));
-        }
-    }
-    out.push_str("# TYPE queue_messages_published counter\n");
-    for (q, per_step, hole) in queues {
-        for i in (0..steps).filter(|i| !hole.contains(i)) {
-            let l = labels(q);
-            let n = per_step * i;
-            out.push_str(&format!(
-                "queue_messages_published_total{{{l}}} {n} {}\n",
-                start + 15 * i
-            ));
-        }
-    }
-    out.push_str("# TYPE queue_service_time_seconds gauge\n");
-    for (q, _, hole) in queues {
-        for i in (0..steps).filter(|i| !hole.contains(i)) {
-            let l = labels(q);
-            out.push_str(&format!(
-                "queue_service_time_seconds{{{l},from=\"finished_jobs\"}} 0.8 {}\n",
-                start + 15 * i
-            ));
+    // Each family: its TYPE line, then every queue's samples, each the
+    // series and its value from the queue's labels and the step.
+    type Sample = dyn Fn(&str, i64, i64) -> String;
+    let families: [(&str, &Sample); 3] = [
+        ("# TYPE queue_depth gauge", &|l, _, _| {
+            format!("queue_depth{{{l},state=\"waiting\"}} 0")
+        }),
+        (
+            "# TYPE queue_messages_published counter",
+            &|l, per_step, i| format!("queue_messages_published_total{{{l}}} {}", per_step * i),
+        ),
+        ("# TYPE queue_service_time_seconds gauge", &|l, _, _| {
+            format!("queue_service_time_seconds{{{l},from=\"finished_jobs\"}} 0.8")
+        }),
+    ];
+    let mut out = String::new();
+    for (kind, sample) in families {
+        out.push_str(kind);
+        out.push('\n');
+        for (q, per_step, hole) in queues {
+            let l = format!(r#"source="redis",queue="{q}",preset="bullmq""#);
+            for i in (0..steps).filter(|i| !hole.contains(i)) {
+                let at = start + 15 * i;
+                out.push_str(&format!("{} {at}\n", sample(&l, *per_step, i)));
+            }
         }
     }
     out.push_str("# EOF\n");
