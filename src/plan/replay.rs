@@ -88,7 +88,7 @@ pub struct Exporter {
     /// The source's `service_time_max_age`, exporter seconds: for a
     /// `WaitTime` trigger without `processingTime`, the replayed queue's
     /// service time is measured from its finished jobs as a library
-    /// preset's is ([`crate::sources::redis::presets::service`]), and a
+    /// preset's is (`sources::redis::presets::service`), and a
     /// queue with no job finished for this long has none.
     pub service_max_age: f64,
 }

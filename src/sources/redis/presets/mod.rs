@@ -24,7 +24,7 @@ mod poll;
 mod recognise;
 mod registry;
 pub mod remembered;
-pub mod service;
+pub(crate) mod service;
 mod spec;
 mod unit;
 pub mod zero;
