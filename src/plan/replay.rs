@@ -200,6 +200,9 @@ struct World<'a> {
     /// measuring window), oldest first, and when the last one finished.
     recent: VecDeque<f64>,
     last_finish: Option<f64>,
+    /// Whether finished jobs are recorded for a measured service time
+    /// ([`World::measured_before`]): no work per job for other triggers.
+    measuring: bool,
     /// The service time the exporter measured at its last read of the
     /// finished jobs, and when it read them.
     measured: Option<f64>,
@@ -231,6 +234,7 @@ impl<'a> World<'a> {
             ending: BinaryHeap::new(),
             recent: VecDeque::new(),
             last_finish: None,
+            measuring: false,
             measured: None,
             measured_at: f64::NEG_INFINITY,
             finished: 0,
@@ -329,6 +333,9 @@ impl<'a> World<'a> {
             }
             self.ending.pop();
             self.finished += 1;
+            if !self.measuring {
+                continue;
+            }
             if self.recent.len() == service::WINDOW {
                 self.recent.pop_front();
             }
@@ -345,7 +352,9 @@ impl<'a> World<'a> {
     /// last finished as the replay starts. Without it a replayed queue
     /// would start as a new one, its service time unknown until its first
     /// job finished and was read, a cold start the trace did not have.
+    /// From then on each finished job is recorded for [`World::measure`].
     fn measured_before(&mut self) {
+        self.measuring = true;
         if self.traffic.arrivals.is_empty() {
             return;
         }
@@ -486,8 +495,16 @@ type Answer = Option<(bool, f64, f64)>;
 /// after its end).
 pub fn replay(setup: &Replay, query: &ScalerQuery, config: &ScalerConfig) -> Run {
     let (exporter, cluster) = (setup.exporter, setup.cluster);
+    // Job states only for a trigger that counts them; a measured service
+    // time only for WaitTime without processingTime.
+    let shape = Shape {
+        library: query.states.as_ref().and(exporter.states_as),
+        measured: query.wait.is_some_and(|w| w.processing_time.is_none()),
+    };
     let mut w = World::new(setup.traffic, cluster.pod_start, setup.workers_per_replica);
-    w.measured_before();
+    if shape.measured {
+        w.measured_before();
+    }
     let mut snap = Arc::new(Snapshot::initial(
         SOURCE,
         SourceKind::Redis,
@@ -500,12 +517,6 @@ pub fn replay(setup: &Replay, query: &ScalerQuery, config: &ScalerConfig) -> Run
     let mut run = Run::default();
     let mut answers = held::Answers::default();
     let mut polls = Polls::default();
-    // Job states only for a trigger that counts them; a measured service
-    // time only for WaitTime without processingTime.
-    let shape = Shape {
-        library: query.states.as_ref().and(exporter.states_as),
-        measured: query.wait.is_some_and(|w| w.processing_time.is_none()),
-    };
     w.set_replicas(cluster.min_replicas, 0.0);
     loop {
         // The exporter's polls up to now, each seeing the world as it is then.
