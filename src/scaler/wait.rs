@@ -77,7 +77,7 @@ pub const QUEUE_SHARE: f64 = 0.63;
 pub const NEWEST_AGE_SHARE: f64 = 0.5;
 
 /// Share of `targetWait` by which the newest waiting job must start on
-/// the whole replicas [`round_down`] answers: looser than
+/// the whole replicas `round_down` answers: looser than
 /// [`QUEUE_SHARE`], which plans for a load still rising, since the pod the
 /// HPA's ceil would add is what is saved. In the grid (seeds 38, 1038,
 /// 2038; fair cells' geometric mean cost ratio, lowest share on time with
@@ -88,14 +88,14 @@ pub const NEWEST_AGE_SHARE: f64 = 0.5;
 pub const ROUND_DOWN_SHARE: f64 = 0.8;
 
 /// Largest share of `targetWait` the oldest job may have waited for
-/// [`round_down`] to answer fewer pods: with `processingTime` right the
+/// `round_down` to answer fewer pods: with `processingTime` right the
 /// queue term's queue stands near [`QUEUE_SHARE`] of `targetWait`, with it
 /// 30 % low near 0.9; 0.75 tells the two apart. In the grid (with the
 /// share 0.85) 0.7 and 0.8 each left one run with the time 30 % low at
 /// 93.8–95.9 %.
 pub const ROUND_DOWN_MAX_AGE: f64 = 0.75;
 
-/// Most whole replicas [`round_down`] answers: from 10 pods, the pod the
+/// Most whole replicas `round_down` answers: from 10 pods, the pod the
 /// HPA's ceil adds is within its 10 % tolerance, which already keeps the
 /// pods that run. In the grid, rounding larger pools too saved no cell
 /// and left a run with `processingTime` 30 % low at 96.0 % (98.1 % with
@@ -385,7 +385,7 @@ pub struct WaitDecision {
 /// cost. Below 10 replicas the answer is rounded down to whole replicas
 /// where those still start the backlog within [`ROUND_DOWN_SHARE`] of W
 /// and the oldest job is younger than [`ROUND_DOWN_MAX_AGE`] of W
-/// ([`round_down`]): the HPA's ceil would add a pod. Nothing waiting asks
+/// (`round_down`): the HPA's ceil would add a pod. Nothing waiting asks
 /// 0 workers, and is inactive (so KEDA may scale to zero) while a cold
 /// start, R + λR·S / `workersPerReplica`, fits in W.
 ///
