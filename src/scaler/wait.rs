@@ -1196,4 +1196,57 @@ mod tests {
         // The property is not vacuous: some answers were held.
         assert!(held_some > 100, "{held_some}");
     }
+
+    #[test]
+    fn whole_pods_are_at_most_one_replica_fewer_and_only_where_they_start_the_backlog_in_time() {
+        // Over random inputs (seeded) of the queue term: the answer is the
+        // term's own or its whole replicas rounded down; rounded only below
+        // 10 replicas, never to 0 while jobs wait, and only where those
+        // replicas start the backlog before the newest job has waited 0.8 W
+        // and the oldest has waited at most 0.75 W.
+        let mut seed: u64 = 0x5eed_0045;
+        let mut next = || {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (seed >> 11) as f64 / (1u64 << 53) as f64
+        };
+        let (mut rounded, mut kept) = (0, 0);
+        for _ in 0..20_000 {
+            let wait = 40.0 + 2_000.0 * next();
+            let per = 1 + (4.0 * next()) as u32;
+            let p = queued(wait, per);
+            let x = inputs(
+                1.0 + (60.0 * next()).floor(),
+                wait * 1.2 * next(),
+                2.0 * next() * next(),
+                0.1 + 40.0 * next(),
+            );
+            let d = decide(&p, x);
+            let what = format!("W {wait}, per {per}, {x:?}: {d:?}");
+            let newest = x.newest_age.clamp(0.0, x.oldest_age);
+            let time = (QUEUE_SHARE * wait - NEWEST_AGE_SHARE * newest).max(QUEUE_MIN_SHARE * wait);
+            let unrounded = x.backlog * (x.service_time / time).min(1.0);
+            let per = f64::from(per);
+            if (d.workers - unrounded).abs() < 1e-9 {
+                kept += 1;
+                continue;
+            }
+            rounded += 1;
+            assert_eq!(d.workers, (unrounded / per).floor() * per, "{what}");
+            assert!(
+                d.replicas >= 1.0 && d.replicas <= ROUND_DOWN_MAX_REPLICAS,
+                "{what}"
+            );
+            assert!(x.oldest_age <= ROUND_DOWN_MAX_AGE * wait, "{what}");
+            let starts = x.backlog * x.service_time / d.workers;
+            assert!(starts <= ROUND_DOWN_SHARE * wait - newest + 1e-9, "{what}");
+            assert!(d.active, "{what}");
+        }
+        // Neither branch is vacuous.
+        assert!(
+            rounded > 500 && kept > 500,
+            "{rounded} rounded, {kept} kept"
+        );
+    }
 }
