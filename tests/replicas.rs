@@ -90,7 +90,7 @@ async fn two_replicas_started_apart_answer_within_the_hpa_tolerance_of_each_othe
     tokio::time::sleep(Duration::from_millis(370)).await;
     let b = TestApp::start(&config(&redis.url)).await;
     let (mut ca, mut cb) = (client(&a).await, client(&b).await);
-    let modes: [&[(&str, &str)]; 4] = [
+    let modes: [&[(&str, &str)]; 5] = [
         &[("queue", "work")],
         &[("queue", "work"), ("mode", "Age")],
         &[
@@ -105,11 +105,21 @@ async fn two_replicas_started_apart_answer_within_the_hpa_tolerance_of_each_othe
             ("processingTime", "100ms"),
             ("window", "10s"),
         ],
+        // targetWait above half the reaction time: the queue term, whose
+        // answers below 10 replicas may be whole replicas rounded down.
+        &[
+            ("queue", "work"),
+            ("mode", "WaitTime"),
+            ("targetWait", "60s"),
+            ("processingTime", "400ms"),
+            ("window", "10s"),
+        ],
     ];
     // Rates need readings spanning their window in both.
     tokio::time::sleep(Duration::from_secs(11)).await;
-    let mut asked = [0usize; 4];
-    let mut agreed = [0usize; 4];
+    let mut asked = [0usize; 5];
+    let mut agreed = [0usize; 5];
+    let mut whole = 0usize;
     let until = Instant::now() + Duration::from_secs(30);
     while Instant::now() < until {
         for (i, pairs) in modes.iter().enumerate() {
@@ -117,6 +127,9 @@ async fn two_replicas_started_apart_answer_within_the_hpa_tolerance_of_each_othe
             let (ra, rb) = tokio::join!(metrics(&mut ca, pairs), metrics(&mut cb, pairs));
             let (va, vb) = (ra.unwrap().1, rb.unwrap().1);
             asked[i] += 1;
+            if i == 4 && va.fract() == 0.0 && va > 0.0 {
+                whole += 1;
+            }
             if agree(va, vb, 0.10) {
                 agreed[i] += 1;
             } else {
@@ -140,6 +153,10 @@ async fn two_replicas_started_apart_answer_within_the_hpa_tolerance_of_each_othe
         );
         assert!(share >= 0.99, "{pairs:?}: {share}");
     }
+    // The queue term's rounding to whole replicas was exercised, not only
+    // its continuous answers.
+    println!("queue term: {whole}/{} answers whole replicas", asked[4]);
+    assert!(whole * 10 >= asked[4], "{whole} of {}", asked[4]);
     a.stop().await;
     b.stop().await;
 }
