@@ -140,11 +140,14 @@ async fn redis_killed_and_restarted_goes_up_down_up_never_stale_and_right_within
     assert!(seen_up >= 3, "only {seen_up} scrapes while up");
 
     // gRPC: only real values (3 or 5), the old one only while younger than
-    // max_staleness, UNAVAILABLE otherwise; never another code.
+    // max_staleness, UNAVAILABLE otherwise; never another code. A 3 after
+    // the restart began is a fresh read: the restarted Redis holds the 3
+    // items of its append-only file until the test pushes two more (on a
+    // loaded machine a poll lands in between).
     for a in answers.iter().filter(|a| a.at > killed) {
         match a.result {
             Ok(3.0) => assert!(
-                a.sent_wall - frozen <= MAX_STALENESS + 0.05,
+                a.sent_wall - frozen <= MAX_STALENESS + 0.05 || a.at > restarting,
                 "3 served {:.2}s after the last good poll: {a:?}",
                 a.sent_wall - frozen
             ),
