@@ -517,6 +517,7 @@ fn queue_term(
         backlog * (service_time / time).min(1.0),
         per_replica,
         wait,
+        newest,
         inputs,
     );
     let bound = if oldest_age > wait {
@@ -539,9 +540,10 @@ fn queue_term(
 /// - and the oldest job has waited at most [`ROUND_DOWN_MAX_AGE`] of
 ///   `targetWait`, the feedback that keeps a `processingTime` set too low
 ///   from rounding a queue that already runs late.
-fn round_down(workers: f64, per_replica: f64, wait: f64, inputs: &WaitInputs) -> f64 {
+///
+/// `newest` is the newest waiting job's age as the queue term takes it.
+fn round_down(workers: f64, per_replica: f64, wait: f64, newest: f64, inputs: &WaitInputs) -> f64 {
     let whole = (workers / per_replica).floor() * per_replica;
-    let newest = inputs.newest_age.clamp(0.0, inputs.oldest_age);
     let time = ROUND_DOWN_SHARE * wait - newest;
     let fewer = whole >= per_replica && whole < workers;
     let small = whole <= ROUND_DOWN_MAX_REPLICAS * per_replica;
@@ -1159,18 +1161,22 @@ mod tests {
         assert_eq!((held.workers, held.bound), (28.0, Term::Held));
     }
 
+    /// Uniform draws in [0, 1) from a fixed-seed LCG: the same inputs every run.
+    fn uniform(mut seed: u64) -> impl FnMut() -> f64 {
+        move || {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (seed >> 11) as f64 / (1u64 << 53) as f64
+        }
+    }
+
     #[test]
     fn what_is_held_never_raises_the_ask_nor_lowers_it_below_the_held_pods() {
         // Over random inputs (seeded): with any held replicas and finishing
         // rate the answer is at most the model's without them, and at
         // least the smaller of that and the held workers.
-        let mut seed: u64 = 0x5eed_0044;
-        let mut next = || {
-            seed = seed
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            (seed >> 11) as f64 / (1u64 << 53) as f64
-        };
+        let mut next = uniform(0x5eed_0044);
         let mut held_some = 0;
         for _ in 0..20_000 {
             let wait = 1.0 + 600.0 * next();
@@ -1204,13 +1210,7 @@ mod tests {
         // 10 replicas, never to 0 while jobs wait, and only where those
         // replicas start the backlog before the newest job has waited 0.8 W
         // and the oldest has waited at most 0.75 W.
-        let mut seed: u64 = 0x5eed_0045;
-        let mut next = || {
-            seed = seed
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            (seed >> 11) as f64 / (1u64 << 53) as f64
-        };
+        let mut next = uniform(0x5eed_0045);
         let (mut rounded, mut kept) = (0, 0);
         for _ in 0..20_000 {
             let wait = 40.0 + 2_000.0 * next();
